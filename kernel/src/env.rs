@@ -1,0 +1,371 @@
+//! The shared environment every plugin changes, and the effects that change it.
+//!
+//! Nothing else in the kernel mutates [`Env`]: a plugin's request becomes an [`Effect`], which
+//! [`Env::apply`] validates and applies, returning the [`Inverse`] that the plugin's undo log
+//! records. Replaying those inverses in reverse returns the environment to its earlier
+//! fingerprint, which is how an unloaded plugin leaves nothing behind.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use semver::Version;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::manifest::{Manifest, is_valid_service_name};
+use crate::types::{KernelError, RESERVED_SERVICE_PREFIX, ToolSpec};
+
+/// A change a plugin asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Effect {
+    ProvideService { name: String, version: Version },
+    RegisterTool(ToolSpec),
+    Subscribe { topic: String },
+    AddPromptFragment { id: String, text: String },
+}
+
+/// What undoes one applied [`Effect`].
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Inverse {
+    WithdrawService { name: String },
+    UnregisterTool { name: String },
+    Unsubscribe { topic: String },
+    RemovePromptFragment { id: String },
+}
+
+/// A service in the environment and who provides it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServiceEntry {
+    /// The providing plugin.
+    pub provider: String,
+    /// The version it provides.
+    pub version: Version,
+}
+
+/// A tool in the environment and who owns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolEntry {
+    /// The plugin that registered it and runs it.
+    pub owner: String,
+    /// Its specification.
+    pub spec: ToolSpec,
+}
+
+/// The shared environment: services, tools, event subscriptions and prompt fragments. Every
+/// collection is ordered, so its serialization (and so its fingerprint) is canonical.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Env {
+    services: BTreeMap<String, ServiceEntry>,
+    tools: BTreeMap<String, ToolEntry>,
+    /// (topic pattern, subscriber)
+    subscriptions: BTreeSet<(String, String)>,
+    /// (plugin, fragment id) → text
+    prompt: BTreeMap<(String, String), String>,
+}
+
+/// Largest prompt fragment a plugin may add.
+const MAX_FRAGMENT_BYTES: usize = 64 * 1024;
+/// Largest tool input schema.
+const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+
+impl Env {
+    /// Services, by name.
+    pub fn services(&self) -> &BTreeMap<String, ServiceEntry> {
+        &self.services
+    }
+
+    /// Tools, by name (so already sorted for a stable prompt prefix).
+    pub fn tools(&self) -> &BTreeMap<String, ToolEntry> {
+        &self.tools
+    }
+
+    /// Prompt fragments as (plugin, id, text), sorted by plugin then id.
+    pub fn prompt_fragments(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.prompt
+            .iter()
+            .map(|((p, id), text)| (p.as_str(), id.as_str(), text.as_str()))
+    }
+
+    /// Subscribers whose pattern matches `topic`, each once, sorted.
+    pub fn subscribers(&self, topic: &str) -> BTreeSet<&str> {
+        self.subscriptions
+            .iter()
+            .filter(|(pattern, _)| topic_matches(pattern, topic))
+            .map(|(_, plugin)| plugin.as_str())
+            .collect()
+    }
+
+    /// Whether nothing at all is registered.
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty()
+            && self.tools.is_empty()
+            && self.subscriptions.is_empty()
+            && self.prompt.is_empty()
+    }
+
+    /// SHA-256 over the canonical serialization: equal environments, equal fingerprints.
+    pub fn fingerprint(&self) -> String {
+        // Serializing maps with tuple keys is not JSON-representable, so hash a canonical
+        // line-per-entry rendering instead; the orderings above make it canonical.
+        let mut h = Sha256::new();
+        for (name, s) in &self.services {
+            h.update(format!("service\0{name}\0{}\0{}\n", s.provider, s.version));
+        }
+        for (name, t) in &self.tools {
+            let spec = serde_json::to_string(&t.spec).unwrap_or_default();
+            h.update(format!("tool\0{name}\0{}\0{spec}\n", t.owner));
+        }
+        for (topic, plugin) in &self.subscriptions {
+            h.update(format!("subscription\0{topic}\0{plugin}\n"));
+        }
+        for ((plugin, id), text) in &self.prompt {
+            h.update(format!("prompt\0{plugin}\0{id}\0{}\n", text.len()));
+            h.update(text.as_bytes());
+        }
+        hex::encode(h.finalize())
+    }
+
+    /// Validate and apply `effect` for `plugin`; the returned inverse undoes it. `None` means
+    /// the effect changed nothing (a repeated subscription), so there is nothing to undo.
+    pub(crate) fn apply(
+        &mut self,
+        plugin: &str,
+        manifest: &Manifest,
+        effect: Effect,
+    ) -> Result<Option<Inverse>, KernelError> {
+        match effect {
+            Effect::ProvideService { name, version } => {
+                if name.starts_with(RESERVED_SERVICE_PREFIX) {
+                    return Err(KernelError::Denied(format!(
+                        "service `{name}` is in the reserved `keel.` namespace, which belongs to the kernel; \
+                         choose a name in your own namespace"
+                    )));
+                }
+                match manifest.provides.get(&name) {
+                    Some(declared) if *declared == version => {}
+                    Some(declared) => {
+                        return Err(KernelError::Denied(format!(
+                            "plugin `{plugin}` declares `{name}` {declared} in its manifest but tried to provide {version}; \
+                             make the manifest and the code agree"
+                        )));
+                    }
+                    None => {
+                        return Err(KernelError::Denied(format!(
+                            "plugin `{plugin}` tried to provide `{name}`, which its manifest does not declare; \
+                             add `\"{name}\" = \"{version}\"` under [provides] in its keel.toml"
+                        )));
+                    }
+                }
+                if let Some(existing) = self.services.get(&name) {
+                    return Err(KernelError::Conflict(format!(
+                        "service `{name}` is already provided by plugin `{}` {}; plugin `{plugin}` cannot provide it too \
+                         (unload `{}` first, or declare `replaces = \"{}\"` in `{plugin}`'s keel.toml)",
+                        existing.provider, existing.version, existing.provider, existing.provider
+                    )));
+                }
+                self.services.insert(
+                    name.clone(),
+                    ServiceEntry {
+                        provider: plugin.to_owned(),
+                        version,
+                    },
+                );
+                Ok(Some(Inverse::WithdrawService { name }))
+            }
+            Effect::RegisterTool(spec) => {
+                validate_tool(&spec)?;
+                if let Some(existing) = self.tools.get(&spec.name) {
+                    return Err(KernelError::Conflict(format!(
+                        "tool `{}` is already registered by plugin `{}`; plugin `{plugin}` cannot register it too \
+                         (rename the tool, or unload `{}` first)",
+                        spec.name, existing.owner, existing.owner
+                    )));
+                }
+                let name = spec.name.clone();
+                self.tools.insert(
+                    name.clone(),
+                    ToolEntry {
+                        owner: plugin.to_owned(),
+                        spec,
+                    },
+                );
+                Ok(Some(Inverse::UnregisterTool { name }))
+            }
+            Effect::Subscribe { topic } => {
+                validate_topic(&topic, true)?;
+                if self
+                    .subscriptions
+                    .insert((topic.clone(), plugin.to_owned()))
+                {
+                    Ok(Some(Inverse::Unsubscribe { topic }))
+                } else {
+                    Ok(None)
+                }
+            }
+            Effect::AddPromptFragment { id, text } => {
+                if id.is_empty() || id.len() > 64 || id.chars().any(char::is_control) {
+                    return Err(KernelError::Invalid(format!(
+                        "prompt fragment id `{}` must be 1-64 printable characters",
+                        id.escape_debug()
+                    )));
+                }
+                if text.len() > MAX_FRAGMENT_BYTES {
+                    return Err(KernelError::Invalid(format!(
+                        "prompt fragment `{id}` is {} bytes; the limit is {MAX_FRAGMENT_BYTES}; shorten it",
+                        text.len()
+                    )));
+                }
+                let key = (plugin.to_owned(), id.clone());
+                if self.prompt.contains_key(&key) {
+                    return Err(KernelError::Conflict(format!(
+                        "plugin `{plugin}` already added prompt fragment `{id}`; use another id"
+                    )));
+                }
+                self.prompt.insert(key, text);
+                Ok(Some(Inverse::RemovePromptFragment { id }))
+            }
+        }
+    }
+
+    /// Undo one effect of `plugin`. Fails (changing nothing) when the entry is gone or now
+    /// belongs to someone else, which only a kernel bug or a test's tampering can cause.
+    pub(crate) fn revert(&mut self, plugin: &str, inverse: &Inverse) -> Result<(), String> {
+        match inverse {
+            Inverse::WithdrawService { name } => match self.services.get(name) {
+                Some(e) if e.provider == plugin => {
+                    self.services.remove(name);
+                    Ok(())
+                }
+                Some(e) => Err(format!(
+                    "service `{name}` now belongs to `{}`, not `{plugin}`",
+                    e.provider
+                )),
+                None => Err(format!("service `{name}` was already gone")),
+            },
+            Inverse::UnregisterTool { name } => match self.tools.get(name) {
+                Some(e) if e.owner == plugin => {
+                    self.tools.remove(name);
+                    Ok(())
+                }
+                Some(e) => Err(format!(
+                    "tool `{name}` now belongs to `{}`, not `{plugin}`",
+                    e.owner
+                )),
+                None => Err(format!("tool `{name}` was already gone")),
+            },
+            Inverse::Unsubscribe { topic } => {
+                if self
+                    .subscriptions
+                    .remove(&(topic.clone(), plugin.to_owned()))
+                {
+                    Ok(())
+                } else {
+                    Err(format!("subscription to `{topic}` was already gone"))
+                }
+            }
+            Inverse::RemovePromptFragment { id } => {
+                if self.prompt.remove(&(plugin.to_owned(), id.clone())).is_some() {
+                    Ok(())
+                } else {
+                    Err(format!("prompt fragment `{id}` was already gone"))
+                }
+            }
+        }
+    }
+
+    /// Test-only tampering, to prove that a failing inverse does not stop the others.
+    #[cfg(test)]
+    pub(crate) fn remove_service_for_test(&mut self, name: &str) {
+        self.services.remove(name);
+    }
+}
+
+/// Whether a subscription `pattern` (`a.b`, `a.*` or `*`) matches `topic`.
+pub(crate) fn topic_matches(pattern: &str, topic: &str) -> bool {
+    if pattern == "*" || pattern == topic {
+        return true;
+    }
+    match pattern.strip_suffix(".*") {
+        Some(prefix) => topic
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('.')),
+        None => false,
+    }
+}
+
+/// Topics are dot-separated lowercase words; subscriptions may end in `.*` or be `*`.
+pub(crate) fn validate_topic(topic: &str, pattern_allowed: bool) -> Result<(), KernelError> {
+    let body = if pattern_allowed && topic == "*" {
+        return Ok(());
+    } else if pattern_allowed {
+        topic.strip_suffix(".*").unwrap_or(topic)
+    } else {
+        topic
+    };
+    if is_valid_service_name(body) {
+        Ok(())
+    } else {
+        Err(KernelError::Invalid(format!(
+            "topic `{}` must be dot-separated lowercase words like `session.turn-ended`{}",
+            topic.escape_debug(),
+            if pattern_allowed {
+                ", optionally ending in `.*`, or `*`"
+            } else {
+                ""
+            }
+        )))
+    }
+}
+
+fn validate_tool(spec: &ToolSpec) -> Result<(), KernelError> {
+    let name = &spec.name;
+    let mut chars = name.chars();
+    let ok = name.len() <= 64
+        && chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !ok {
+        return Err(KernelError::Invalid(format!(
+            "tool name `{}` must match [a-z][a-z0-9_]* and be at most 64 bytes",
+            name.escape_debug()
+        )));
+    }
+    if spec.input_schema.len() > MAX_SCHEMA_BYTES {
+        return Err(KernelError::Invalid(format!(
+            "tool `{name}`: input schema is {} bytes; the limit is {MAX_SCHEMA_BYTES}",
+            spec.input_schema.len()
+        )));
+    }
+    match serde_json::from_str::<serde_json::Value>(&spec.input_schema) {
+        Ok(serde_json::Value::Object(_)) => Ok(()),
+        Ok(_) => Err(KernelError::Invalid(format!(
+            "tool `{name}`: input schema must be a JSON object, e.g. {{\"type\":\"object\"}}"
+        ))),
+        Err(e) => Err(KernelError::Invalid(format!(
+            "tool `{name}`: input schema is not valid JSON ({e})"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_patterns() {
+        assert!(topic_matches("*", "a.b"));
+        assert!(topic_matches("a.*", "a.b"));
+        assert!(topic_matches("a.*", "a.b.c"));
+        assert!(!topic_matches("a.*", "a"));
+        assert!(!topic_matches("a.*", "ab.c"));
+        assert!(topic_matches("a.b", "a.b"));
+        assert!(!topic_matches("a.b", "a.c"));
+    }
+
+    #[test]
+    fn topic_validation() {
+        assert!(validate_topic("session.turn-ended", false).is_ok());
+        assert!(validate_topic("session.*", true).is_ok());
+        assert!(validate_topic("session.*", false).is_err());
+        assert!(validate_topic("", true).is_err());
+        assert!(validate_topic("Bad Topic", true).is_err());
+    }
+}

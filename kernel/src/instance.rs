@@ -1,0 +1,119 @@
+//! The contract between the kernel and whatever hosts a plugin's code: a WebAssembly
+//! component, a trusted native library, or (in tests) an in-process Rust type.
+//!
+//! The kernel never touches a plugin's code except through [`PluginInstance`], and a plugin
+//! never touches the kernel except through the [`HostHandle`](crate::HostHandle) its source was
+//! given at instantiation. That is what lets every host share one lifecycle and undo contract.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::host_api::HostHandle;
+use crate::types::Event;
+
+/// The plugins a call has passed through, outermost first. Used to refuse re-entrant calls
+/// (a store is exclusive while a call runs, so A → B → A would otherwise deadlock).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallChain(Vec<Arc<str>>);
+
+impl CallChain {
+    /// A chain that starts at `plugin`.
+    pub fn starting_at(plugin: &str) -> Self {
+        CallChain(vec![Arc::from(plugin)])
+    }
+
+    /// This chain extended by `plugin`.
+    pub fn then(&self, plugin: &str) -> Self {
+        let mut next = self.0.clone();
+        next.push(Arc::from(plugin));
+        CallChain(next)
+    }
+
+    /// Whether `plugin` is already inside this chain.
+    pub fn contains(&self, plugin: &str) -> bool {
+        self.0.iter().any(|p| &**p == plugin)
+    }
+
+    /// The plugins in the chain, outermost first.
+    pub fn plugins(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|p| &**p)
+    }
+}
+
+impl fmt::Display for CallChain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.plugins().collect();
+        f.write_str(&names.join(" → "))
+    }
+}
+
+/// Why a call into a plugin's code did not return a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InstanceError {
+    /// The plugin ran and returned an error of its own.
+    #[error("{0}")]
+    Returned(String),
+    /// The plugin's code trapped or panicked; the instance cannot be used again.
+    #[error("trapped: {0}")]
+    Trap(String),
+    /// The plugin exceeded a resource limit; the instance cannot be used again.
+    #[error("exceeded its {limit} limit: {detail}")]
+    Limit {
+        /// Which limit: `cpu` or `memory`.
+        limit: &'static str,
+        /// The limit's value and how to raise it.
+        detail: String,
+    },
+    /// The host could not run the call at all (instantiation, ABI mismatch, I/O).
+    #[error("{0}")]
+    Host(String),
+}
+
+impl InstanceError {
+    /// Whether the instance is unusable after this error (a trap or an exceeded limit).
+    pub fn is_fatal(&self) -> bool {
+        matches!(self, InstanceError::Trap(_) | InstanceError::Limit { .. })
+    }
+}
+
+/// One running instance of a plugin. The kernel holds it behind an exclusive lock, so methods
+/// take `&mut self` and never run concurrently on the same instance.
+///
+/// `chain` is the call chain including this plugin itself; an instance hands it to its
+/// [`HostHandle`] (via [`HostHandle::enter`]) before running guest code, so calls the guest
+/// makes through the kernel carry it.
+#[async_trait]
+pub trait PluginInstance: Send {
+    /// Activate with the plugin's configuration (a JSON object as text).
+    async fn activate(&mut self, chain: &CallChain, config: &str) -> Result<(), InstanceError>;
+    /// Release what the plugin holds itself; the kernel undoes its effects afterwards.
+    async fn deactivate(&mut self, chain: &CallChain) -> Result<(), InstanceError>;
+    /// Serve `method` of the provided service `service`.
+    async fn handle_call(
+        &mut self,
+        chain: &CallChain,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, InstanceError>;
+    /// Run the registered tool `name` with its JSON input.
+    async fn invoke_tool(
+        &mut self,
+        chain: &CallChain,
+        name: &str,
+        input: &str,
+    ) -> Result<String, InstanceError>;
+    /// Deliver an event of a subscribed topic.
+    async fn on_event(&mut self, chain: &CallChain, event: &Event) -> Result<(), InstanceError>;
+}
+
+/// Makes instances of one plugin version: a compiled component, a loaded library, a Rust type.
+/// The kernel keeps the source of every loaded plugin so it can re-instantiate it (after a
+/// provider comes back, or to roll back a failed reload).
+#[async_trait]
+pub trait PluginSource: Send + Sync {
+    /// A fresh instance whose only door into the kernel is `host`.
+    async fn instantiate(&self, host: HostHandle) -> Result<Box<dyn PluginInstance>, InstanceError>;
+}

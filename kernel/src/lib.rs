@@ -1,0 +1,25 @@
+//! keel's sealed kernel: the plugin dependency graph, the lifecycle with per-plugin undo logs,
+//! the WebAssembly and native hosts, and the mediation of every call between plugins.
+//!
+//! Plugins reach the kernel only through [`HostHandle`]; the host (the CLI) drives it through
+//! [`Kernel`].
+
+mod env;
+mod graph;
+mod host_api;
+mod instance;
+mod lifecycle;
+mod manifest;
+mod types;
+mod undo;
+
+pub use env::{Env, ServiceEntry, ToolEntry};
+pub use graph::{GraphError, PluginGraph};
+pub use host_api::HostHandle;
+pub use instance::{CallChain, InstanceError, PluginInstance, PluginSource};
+pub use lifecycle::{Kernel, KernelConfig, LifecycleError, PluginPackage, PluginState, PluginStatus};
+pub use manifest::{
+    Capabilities, DirAccess, DirCapability, Limits, Manifest, ManifestError, PluginKind,
+    Requirement, is_valid_plugin_name, is_valid_service_name,
+};
+pub use types::{Event, KERNEL_NAME, KernelError, Level, ToolCapabilities, ToolSpec};

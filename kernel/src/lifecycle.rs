@@ -1,0 +1,1180 @@
+//! The kernel proper: plugin records and their states, load / unload / reload, the settle
+//! loop that activates and deactivates plugins as their providers come and go, and the
+//! mediation of every call between plugins.
+//!
+//! Locking: `Shared::inner` (a std mutex) guards the environment and the records and is never
+//! held across an await. Each plugin's instance sits in its own async `slot` mutex, held for
+//! the whole of a call into it, so a reload that takes the slot waits for the in-flight call
+//! and makes new calls queue behind it. `Shared::lifecycle` serializes load, unload, reload
+//! and settle.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use semver::Version;
+use serde::Serialize;
+use tokio::sync::{broadcast, mpsc};
+
+use crate::env::{Effect, Env, validate_topic};
+use crate::graph::{GraphError, PluginGraph};
+use crate::host_api::HostHandle;
+use crate::instance::{CallChain, PluginInstance, PluginSource};
+use crate::manifest::{Manifest, PluginKind};
+use crate::types::{Event, KERNEL_NAME, KernelError, ToolSpec};
+use crate::undo::UndoLog;
+
+/// Kernel settings.
+#[derive(Debug, Clone)]
+pub struct KernelConfig {
+    /// How long unload and reload wait for a plugin's in-flight call before giving up.
+    pub quiesce_timeout: Duration,
+    /// Events buffered per subscriber before emitters are told it is not keeping up.
+    pub event_queue: usize,
+}
+
+impl Default for KernelConfig {
+    fn default() -> Self {
+        KernelConfig {
+            quiesce_timeout: Duration::from_secs(30),
+            event_queue: 4096,
+        }
+    }
+}
+
+/// A plugin ready to load: its manifest and something that makes instances of it.
+#[derive(Clone)]
+pub struct PluginPackage {
+    /// The validated manifest.
+    pub manifest: Manifest,
+    /// Makes instances.
+    pub source: Arc<dyn PluginSource>,
+}
+
+/// Where a plugin is in its lifecycle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum PluginState {
+    /// Loaded but waiting for required providers; says for what.
+    Pending {
+        /// One line per unmet requirement.
+        waiting_for: Vec<String>,
+    },
+    /// Being instantiated and activated.
+    Loading,
+    /// Running.
+    Active,
+    /// Being deactivated; its effects are being undone.
+    Unloading,
+    /// Gone; nothing of it remains in the environment.
+    Disposed,
+    /// Activation or a call trapped or failed; its effects were undone.
+    Failed {
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl PluginState {
+    /// Short lowercase name (`active`, `pending`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            PluginState::Pending { .. } => "pending",
+            PluginState::Loading => "loading",
+            PluginState::Active => "active",
+            PluginState::Unloading => "unloading",
+            PluginState::Disposed => "disposed",
+            PluginState::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// What `keel plugin list` shows about one plugin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PluginStatus {
+    /// Plugin name.
+    pub name: String,
+    /// Plugin version.
+    pub version: Version,
+    /// How it is hosted.
+    pub kind: PluginKind,
+    /// Its state, with what it waits for or why it failed.
+    #[serde(flatten)]
+    pub state: PluginState,
+    /// `service version` it declares.
+    pub provides: Vec<String>,
+    /// `service range` it requires (`?` marks optional ones).
+    pub requires: Vec<String>,
+}
+
+/// Why a lifecycle operation was refused or failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LifecycleError {
+    /// No plugin of that name is loaded.
+    #[error("no plugin named `{0}` is loaded; `keel plugin list` shows what is")]
+    NotLoaded(String),
+    /// A plugin of that name is already loaded.
+    #[error("plugin `{0}` is already loaded; reload it to change its version, or unload it first")]
+    AlreadyLoaded(String),
+    /// The graph with this plugin would be invalid.
+    #[error("{0}")]
+    Graph(#[from] GraphError),
+    /// A reload named a different plugin.
+    #[error("cannot reload `{old}` with a plugin named `{new}`; to swap plugins, load `{new}` with `replaces = \"{old}\"`")]
+    NameMismatch {
+        /// The loaded plugin.
+        old: String,
+        /// The manifest's name.
+        new: String,
+    },
+    /// A plugin stayed busy in a call longer than the quiesce timeout.
+    #[error("plugin `{name}` stayed busy in a call for {waited:?}; nothing was changed; retry when its call has finished, or cancel it")]
+    Busy {
+        /// The busy plugin.
+        name: String,
+        /// How long the kernel waited.
+        waited: Duration,
+    },
+    /// The new version failed to activate; the old one was restored (or could not be).
+    #[error("reloading `{name}` failed: {reason}; {}", if *.rolled_back { "the previous version is active again" } else { "the previous version could not be restored either and is marked failed" })]
+    ReloadFailed {
+        /// The plugin.
+        name: String,
+        /// Why the new version did not activate.
+        reason: String,
+        /// Whether the old version is active again.
+        rolled_back: bool,
+    },
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<Box<dyn PluginInstance>>>>;
+
+struct Record {
+    manifest: Arc<Manifest>,
+    source: Arc<dyn PluginSource>,
+    state: PluginState,
+    undo: UndoLog,
+    /// Bumped at every activation; a stale instance's requests are refused.
+    generation: u64,
+    slot: Slot,
+    events: mpsc::Sender<Event>,
+    /// True while a reload holds the slot: calls that miss its services wait for it.
+    reloading: bool,
+}
+
+#[derive(Default)]
+struct Inner {
+    env: Env,
+    plugins: BTreeMap<String, Record>,
+    state: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
+    next_generation: u64,
+}
+
+/// Largest key and value in a plugin's kernel-held state, and the total per plugin.
+const MAX_STATE_KEY: usize = 256;
+const MAX_STATE_VALUE: usize = 1 << 20;
+const MAX_STATE_TOTAL: usize = 16 << 20;
+
+pub(crate) struct Shared {
+    inner: Mutex<Inner>,
+    lifecycle: tokio::sync::Mutex<()>,
+    config: KernelConfig,
+    host_events: broadcast::Sender<Event>,
+    me: Weak<Shared>,
+}
+
+/// The kernel. Cheap to clone; all clones share one state.
+#[derive(Clone)]
+pub struct Kernel {
+    shared: Arc<Shared>,
+}
+
+impl Default for Kernel {
+    fn default() -> Self {
+        Kernel::new(KernelConfig::default())
+    }
+}
+
+enum Step {
+    Activate(String),
+    Deactivate(String),
+}
+
+impl Kernel {
+    /// An empty kernel.
+    pub fn new(config: KernelConfig) -> Self {
+        let (host_events, _) = broadcast::channel(1024);
+        Kernel {
+            shared: Arc::new_cyclic(|me| Shared {
+                inner: Mutex::new(Inner::default()),
+                lifecycle: tokio::sync::Mutex::new(()),
+                config,
+                host_events,
+                me: me.clone(),
+            }),
+        }
+    }
+
+    /// Load a plugin. It activates now if every required provider is active, otherwise it
+    /// waits (see [`list`](Self::list)). A failed activation is reported in the returned status,
+    /// not as an error: the rest of the system keeps running.
+    pub async fn load(&self, package: PluginPackage) -> Result<PluginStatus, LifecycleError> {
+        let s = &self.shared;
+        let _lifecycle = s.lifecycle.lock().await;
+        let name = package.manifest.name.clone();
+        if s.lock().plugins.contains_key(&name) {
+            return Err(LifecycleError::AlreadyLoaded(name));
+        }
+        if let Some(old) = &package.manifest.replaces
+            && s.lock().plugins.contains_key(old)
+        {
+            s.unload_locked(old).await?;
+        }
+        {
+            let inner = s.lock();
+            PluginGraph::build(
+                inner
+                    .plugins
+                    .values()
+                    .map(|r| &*r.manifest)
+                    .chain([&package.manifest]),
+            )?;
+        }
+        s.insert_record(package);
+        s.settle_locked().await?;
+        s.status(&name).ok_or(LifecycleError::NotLoaded(name))
+    }
+
+    /// Unload a plugin: its dependents are deactivated first (they wait for a provider again),
+    /// then it is deactivated, its undo log replayed and its kernel-held state discarded.
+    pub async fn unload(&self, name: &str) -> Result<(), LifecycleError> {
+        let s = &self.shared;
+        let _lifecycle = s.lifecycle.lock().await;
+        s.unload_locked(name).await?;
+        s.settle_locked().await
+    }
+
+    /// Replace a loaded plugin by a new version: quiesce the old instance (calls wait), undo
+    /// it, activate the new one with the kernel-held state handed over, and release the waiting
+    /// calls to it. If the new version fails to activate, the old one is restored. Dependents
+    /// are re-wired only when what it provides is no longer compatible.
+    pub async fn reload(&self, package: PluginPackage) -> Result<PluginStatus, LifecycleError> {
+        let s = &self.shared;
+        let _lifecycle = s.lifecycle.lock().await;
+        let name = package.manifest.name.clone();
+        let slot = {
+            let inner = s.lock();
+            let record = inner
+                .plugins
+                .get(&name)
+                .ok_or_else(|| LifecycleError::NotLoaded(name.clone()))?;
+            PluginGraph::build(
+                inner
+                    .plugins
+                    .values()
+                    .filter(|r| r.manifest.name != name)
+                    .map(|r| &*r.manifest)
+                    .chain([&package.manifest]),
+            )?;
+            record.slot.clone()
+        };
+        let result = s.reload_locked(&name, slot, package).await;
+        s.settle_locked().await?;
+        result?;
+        s.status(&name).ok_or(LifecycleError::NotLoaded(name))
+    }
+
+    /// Unload every plugin, dependents first.
+    pub async fn shutdown(&self) -> Result<(), LifecycleError> {
+        let s = &self.shared;
+        let _lifecycle = s.lifecycle.lock().await;
+        let order = s.graph()?.stop_order();
+        for name in order {
+            s.unload_locked(&name).await?;
+        }
+        Ok(())
+    }
+
+    /// Call `method` of `service` on behalf of the host (the CLI, a test).
+    pub async fn call_service(
+        &self,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, KernelError> {
+        self.shared
+            .call_service(&CallChain::starting_at(KERNEL_NAME), service, method, payload)
+            .await
+    }
+
+    /// Run the tool `name` with its JSON input.
+    pub async fn invoke_tool(&self, name: &str, input: &str) -> Result<String, KernelError> {
+        self.shared
+            .invoke_tool(&CallChain::starting_at(KERNEL_NAME), name, input)
+            .await
+    }
+
+    /// Emit an event from the host to every subscriber of `topic`.
+    pub fn emit(&self, topic: &str, payload: &str) -> Result<(), KernelError> {
+        validate_topic(topic, false)?;
+        self.shared.fan_out(Event {
+            topic: topic.to_owned(),
+            source: KERNEL_NAME.to_owned(),
+            payload: payload.to_owned(),
+        })
+    }
+
+    /// Every event emitted from now on, whatever its topic.
+    pub fn events(&self) -> broadcast::Receiver<Event> {
+        self.shared.host_events.subscribe()
+    }
+
+    /// Every loaded plugin, by name.
+    pub fn list(&self) -> Vec<PluginStatus> {
+        let inner = self.shared.lock();
+        inner
+            .plugins
+            .iter()
+            .map(|(name, r)| status_of(name, r))
+            .collect()
+    }
+
+    /// One plugin's status.
+    pub fn status(&self, name: &str) -> Option<PluginStatus> {
+        self.shared.status(name)
+    }
+
+    /// The dependency graph of the loaded plugins.
+    pub fn graph(&self) -> Result<PluginGraph, GraphError> {
+        self.shared.graph()
+    }
+
+    /// A copy of the shared environment.
+    pub fn env(&self) -> Env {
+        self.shared.lock().env.clone()
+    }
+
+    /// The environment's fingerprint.
+    pub fn fingerprint(&self) -> String {
+        self.shared.lock().env.fingerprint()
+    }
+
+    /// Registered tools, sorted by name.
+    pub fn tools(&self) -> Vec<ToolSpec> {
+        self.shared
+            .lock()
+            .env
+            .tools()
+            .values()
+            .map(|t| t.spec.clone())
+            .collect()
+    }
+}
+
+fn status_of(name: &str, r: &Record) -> PluginStatus {
+    PluginStatus {
+        name: name.to_owned(),
+        version: r.manifest.version.clone(),
+        kind: r.manifest.kind,
+        state: r.state.clone(),
+        provides: r
+            .manifest
+            .provides
+            .iter()
+            .map(|(s, v)| format!("{s} {v}"))
+            .collect(),
+        requires: r
+            .manifest
+            .requires
+            .iter()
+            .map(|(s, q)| format!("{s} {}{}", q.range, if q.optional { "?" } else { "" }))
+            .collect(),
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding this lock would be a kernel bug; the data is still the best
+        // record there is, so keep serving rather than poisoning every later call.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn status(&self, name: &str) -> Option<PluginStatus> {
+        self.lock().plugins.get(name).map(|r| status_of(name, r))
+    }
+
+    fn graph(&self) -> Result<PluginGraph, GraphError> {
+        PluginGraph::build(self.lock().plugins.values().map(|r| &*r.manifest))
+    }
+
+    fn insert_record(&self, package: PluginPackage) {
+        let name = package.manifest.name.clone();
+        let slot: Slot = Arc::new(tokio::sync::Mutex::new(None));
+        let (tx, rx) = mpsc::channel(self.config.event_queue.max(1));
+        tokio::spawn(deliver_events(self.me.clone(), name.clone(), slot.clone(), rx));
+        let mut inner = self.lock();
+        inner.plugins.insert(
+            name,
+            Record {
+                manifest: Arc::new(package.manifest),
+                source: package.source,
+                state: PluginState::Pending {
+                    waiting_for: Vec::new(),
+                },
+                undo: UndoLog::default(),
+                generation: 0,
+                slot,
+                events: tx,
+                reloading: false,
+            },
+        );
+    }
+
+    /// The unmet required services of `manifest`, explained.
+    fn unmet(inner: &Inner, manifest: &Manifest) -> Vec<String> {
+        let mut unmet = Vec::new();
+        for (service, req) in &manifest.requires {
+            if req.optional {
+                continue;
+            }
+            let active = inner.env.services().get(service).filter(|e| {
+                req.range.matches(&e.version)
+                    && inner
+                        .plugins
+                        .get(&e.provider)
+                        .is_some_and(|r| r.state == PluginState::Active)
+            });
+            if active.is_some() {
+                continue;
+            }
+            let declared: Vec<String> = inner
+                .plugins
+                .values()
+                .filter_map(|r| {
+                    let v = r.manifest.provides.get(service)?;
+                    let why = if !req.range.matches(v) {
+                        format!("which does not satisfy {}", req.range)
+                    } else {
+                        match &r.state {
+                            PluginState::Active => "which has not provided it".to_owned(),
+                            PluginState::Failed { reason } => format!("which failed: {reason}"),
+                            other => format!("which is {}", other.name()),
+                        }
+                    };
+                    Some(format!("`{}` {v}, {why}", r.manifest.name))
+                })
+                .collect();
+            let available = if declared.is_empty() {
+                "no loaded plugin provides it".to_owned()
+            } else {
+                format!("available: {}", declared.join("; "))
+            };
+            unmet.push(format!("service `{service}` {} ({available})", req.range));
+        }
+        unmet
+    }
+
+    /// Activate whatever can run and deactivate whatever lost a provider, until nothing
+    /// changes. Caller holds the lifecycle lock.
+    async fn settle_locked(&self) -> Result<(), LifecycleError> {
+        loop {
+            let step = {
+                let mut inner = self.lock();
+                let graph = PluginGraph::build(inner.plugins.values().map(|r| &*r.manifest))?;
+                let mut step = None;
+                for name in graph.stop_order() {
+                    if let Some(r) = inner.plugins.get(&name)
+                        && r.state == PluginState::Active
+                        && !Self::unmet(&inner, &r.manifest).is_empty()
+                    {
+                        step = Some(Step::Deactivate(name));
+                        break;
+                    }
+                }
+                if step.is_none() {
+                    for name in graph.start_order() {
+                        let Some(r) = inner.plugins.get(&name) else {
+                            continue;
+                        };
+                        if !matches!(r.state, PluginState::Pending { .. }) {
+                            continue;
+                        }
+                        let unmet = Self::unmet(&inner, &r.manifest);
+                        if unmet.is_empty() {
+                            step = Some(Step::Activate(name));
+                            break;
+                        }
+                        if let Some(r) = inner.plugins.get_mut(&name) {
+                            r.state = PluginState::Pending {
+                                waiting_for: unmet,
+                            };
+                        }
+                    }
+                }
+                step
+            };
+            match step {
+                None => return Ok(()),
+                Some(Step::Activate(name)) => self.activate(&name).await,
+                Some(Step::Deactivate(name)) => {
+                    let slot = match self.lock().plugins.get(&name) {
+                        Some(r) => r.slot.clone(),
+                        None => continue,
+                    };
+                    let mut guard = self.quiesce(&name, &slot).await?;
+                    self.deactivate(&name, &mut guard).await;
+                    let mut inner = self.lock();
+                    let unmet = inner
+                        .plugins
+                        .get(&name)
+                        .map(|r| Self::unmet(&inner, &r.manifest))
+                        .unwrap_or_default();
+                    if let Some(r) = inner.plugins.get_mut(&name) {
+                        r.state = PluginState::Pending {
+                            waiting_for: unmet,
+                        };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Wait for `name`'s in-flight call to finish and take its slot.
+    async fn quiesce(
+        &self,
+        name: &str,
+        slot: &Slot,
+    ) -> Result<tokio::sync::OwnedMutexGuard<Option<Box<dyn PluginInstance>>>, LifecycleError> {
+        let waited = self.config.quiesce_timeout;
+        tokio::time::timeout(waited, slot.clone().lock_owned())
+            .await
+            .map_err(|_| LifecycleError::Busy {
+                name: name.to_owned(),
+                waited,
+            })
+    }
+
+    /// Instantiate and activate `name`. Failure marks it failed and undoes what it did.
+    async fn activate(&self, name: &str) {
+        let slot = match self.lock().plugins.get(name) {
+            Some(r) => r.slot.clone(),
+            None => return,
+        };
+        let mut guard = slot.lock().await;
+        // A failure is recorded in the plugin's state; settle moves on to the others.
+        let _ = self.activate_holding(name, &mut guard).await;
+    }
+
+    /// Deactivate the instance in `guard` and replay the undo log. The record stays.
+    async fn deactivate(&self, name: &str, guard: &mut Option<Box<dyn PluginInstance>>) {
+        if let Some(r) = self.lock().plugins.get_mut(name) {
+            r.state = PluginState::Unloading;
+        }
+        if let Some(mut instance) = guard.take()
+            && let Err(e) = instance
+                .deactivate(&CallChain::starting_at(name))
+                .await
+        {
+            tracing::warn!(plugin = name, "deactivate returned an error (ignored; its effects are undone anyway): {e}");
+        }
+        let mut inner = self.lock();
+        let Inner { env, plugins, .. } = &mut *inner;
+        if let Some(r) = plugins.get_mut(name) {
+            r.undo.replay(name, env);
+        }
+    }
+
+    /// Unload `name` and everything that depends on it. Caller holds the lifecycle lock.
+    async fn unload_locked(&self, name: &str) -> Result<(), LifecycleError> {
+        let (dependents, slot) = {
+            let inner = self.lock();
+            let r = inner
+                .plugins
+                .get(name)
+                .ok_or_else(|| LifecycleError::NotLoaded(name.to_owned()))?;
+            let graph = PluginGraph::build(inner.plugins.values().map(|r| &*r.manifest))?;
+            (graph.dependents_of(name), r.slot.clone())
+        };
+        for dependent in dependents {
+            let (active, dslot) = match self.lock().plugins.get(&dependent) {
+                Some(r) => (r.state == PluginState::Active, r.slot.clone()),
+                None => continue,
+            };
+            if active {
+                let mut guard = self.quiesce(&dependent, &dslot).await?;
+                self.deactivate(&dependent, &mut guard).await;
+                if let Some(r) = self.lock().plugins.get_mut(&dependent) {
+                    r.state = PluginState::Pending {
+                        waiting_for: vec![format!("plugin `{name}`, which is being unloaded")],
+                    };
+                }
+            }
+        }
+        let mut guard = self.quiesce(name, &slot).await?;
+        self.deactivate(name, &mut guard).await;
+        let mut inner = self.lock();
+        if let Some(mut r) = inner.plugins.remove(name) {
+            // Replaying again is a no-op; it is here so disposal stays idempotent even if a
+            // late effect slipped in between deactivation and removal.
+            let Inner { env, .. } = &mut *inner;
+            r.undo.replay(name, env);
+            r.state = PluginState::Disposed;
+        }
+        inner.state.remove(name);
+        tracing::info!(plugin = name, "disposed");
+        Ok(())
+    }
+
+    async fn reload_locked(
+        &self,
+        name: &str,
+        slot: Slot,
+        package: PluginPackage,
+    ) -> Result<(), LifecycleError> {
+        let mut guard = self.quiesce(name, &slot).await?;
+        if let Some(r) = self.lock().plugins.get_mut(name) {
+            r.reloading = true;
+        }
+        self.deactivate(name, &mut guard).await;
+        let (old_manifest, old_source) = {
+            let mut inner = self.lock();
+            let Some(r) = inner.plugins.get_mut(name) else {
+                return Err(LifecycleError::NotLoaded(name.to_owned()));
+            };
+            let old = (r.manifest.clone(), r.source.clone());
+            r.manifest = Arc::new(package.manifest);
+            r.source = package.source;
+            old
+        };
+        // A plugin whose providers are missing stays pending; settle activates it later.
+        {
+            let mut inner = self.lock();
+            let unmet = inner
+                .plugins
+                .get(name)
+                .map(|r| Self::unmet(&inner, &r.manifest))
+                .unwrap_or_default();
+            if !unmet.is_empty() {
+                if let Some(r) = inner.plugins.get_mut(name) {
+                    r.state = PluginState::Pending {
+                        waiting_for: unmet,
+                    };
+                    r.reloading = false;
+                }
+                return Ok(());
+            }
+        }
+        let first = self.activate_holding(name, &mut guard).await;
+        let result = match first {
+            Ok(()) => Ok(()),
+            Err(reason) => {
+                {
+                    let mut inner = self.lock();
+                    if let Some(r) = inner.plugins.get_mut(name) {
+                        r.manifest = old_manifest;
+                        r.source = old_source;
+                    }
+                }
+                let rolled_back = self.activate_holding(name, &mut guard).await.is_ok();
+                Err(LifecycleError::ReloadFailed {
+                    name: name.to_owned(),
+                    reason,
+                    rolled_back,
+                })
+            }
+        };
+        if let Some(r) = self.lock().plugins.get_mut(name) {
+            r.reloading = false;
+        }
+        drop(guard);
+        result
+    }
+
+    /// Instantiate and activate `name` with its slot already held (reload keeps the slot from
+    /// quiesce to release, so waiting calls reach only the new instance).
+    async fn activate_holding(
+        &self,
+        name: &str,
+        guard: &mut Option<Box<dyn PluginInstance>>,
+    ) -> Result<(), String> {
+        let (source, config, generation) = {
+            let mut inner = self.lock();
+            inner.next_generation += 1;
+            let generation = inner.next_generation;
+            let Some(r) = inner.plugins.get_mut(name) else {
+                return Err(format!("plugin `{name}` vanished"));
+            };
+            r.state = PluginState::Loading;
+            r.generation = generation;
+            (r.source.clone(), r.manifest.config.to_string(), generation)
+        };
+        let host = HostHandle::new(self.me.clone(), name, generation);
+        let chain = CallChain::starting_at(name);
+        let outcome = match source.instantiate(host).await {
+            Ok(mut instance) => match instance.activate(&chain, &config).await {
+                Ok(()) => Ok(instance),
+                Err(e) => Err(format!("activation failed: {e}")),
+            },
+            Err(e) => Err(format!("instantiation failed: {e}")),
+        };
+        let mut inner = self.lock();
+        let Inner { env, plugins, .. } = &mut *inner;
+        let Some(r) = plugins.get_mut(name) else {
+            return Err(format!("plugin `{name}` vanished"));
+        };
+        match outcome {
+            Ok(instance) => {
+                *guard = Some(instance);
+                r.state = PluginState::Active;
+                tracing::info!(plugin = name, "active");
+                Ok(())
+            }
+            Err(reason) => {
+                r.undo.replay(name, env);
+                tracing::warn!(plugin = name, "{reason}");
+                r.state = PluginState::Failed {
+                    reason: reason.clone(),
+                };
+                Err(reason)
+            }
+        }
+    }
+
+    /// A call trapped or hit a limit: the instance is gone. Mark the plugin failed and undo
+    /// its effects now; dependents are deactivated by a settle that runs once the calls that
+    /// led here have returned (running it inline could wait on the caller's own slot).
+    fn instance_died(&self, name: &str, generation: u64, reason: String) {
+        {
+            let mut inner = self.lock();
+            let Inner { env, plugins, .. } = &mut *inner;
+            let Some(r) = plugins.get_mut(name) else {
+                return;
+            };
+            if r.generation != generation {
+                return;
+            }
+            r.undo.replay(name, env);
+            tracing::warn!(plugin = name, "failed: {reason}");
+            r.state = PluginState::Failed { reason };
+        }
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            if let Some(shared) = me.upgrade() {
+                let _lifecycle = shared.lifecycle.lock().await;
+                if let Err(e) = shared.settle_locked().await {
+                    tracing::warn!("re-wiring after a failed plugin: {e}");
+                }
+            }
+        });
+    }
+
+    pub(crate) fn apply_effect(
+        &self,
+        plugin: &str,
+        generation: u64,
+        effect: Effect,
+    ) -> Result<(), KernelError> {
+        let mut inner = self.lock();
+        let Inner { env, plugins, .. } = &mut *inner;
+        let r = live_record(plugins, plugin, generation)?;
+        if let Some(inverse) = env.apply(plugin, &r.manifest, effect)? {
+            r.undo.push(inverse);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn emit_from_plugin(
+        &self,
+        plugin: &str,
+        generation: u64,
+        topic: &str,
+        payload: &str,
+    ) -> Result<(), KernelError> {
+        validate_topic(topic, false)?;
+        {
+            let mut inner = self.lock();
+            live_record(&mut inner.plugins, plugin, generation)?;
+        }
+        self.fan_out(Event {
+            topic: topic.to_owned(),
+            source: plugin.to_owned(),
+            payload: payload.to_owned(),
+        })
+    }
+
+    /// Queue `event` for every subscriber but its source, and for the host.
+    fn fan_out(&self, event: Event) -> Result<(), KernelError> {
+        let mut refused = Vec::new();
+        {
+            let inner = self.lock();
+            for subscriber in inner.env.subscribers(&event.topic) {
+                if subscriber == event.source {
+                    continue;
+                }
+                if let Some(r) = inner.plugins.get(subscriber)
+                    && r.events.try_send(event.clone()).is_err()
+                {
+                    refused.push(subscriber.to_owned());
+                }
+            }
+        }
+        // No host receiver is fine: nobody asked for host delivery.
+        let _ = self.host_events.send(event.clone());
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(KernelError::Unavailable(format!(
+                "event `{}` was not delivered to {} (its queue of {} events is full); emit less often or retry later",
+                event.topic,
+                refused.join(", "),
+                self.config.event_queue
+            )))
+        }
+    }
+
+    pub(crate) fn state_get(&self, plugin: &str, key: &str) -> Option<Vec<u8>> {
+        self.lock().state.get(plugin)?.get(key).cloned()
+    }
+
+    pub(crate) fn state_set(
+        &self,
+        plugin: &str,
+        generation: u64,
+        key: &str,
+        value: Vec<u8>,
+    ) -> Result<(), KernelError> {
+        if key.is_empty() || key.len() > MAX_STATE_KEY {
+            return Err(KernelError::Invalid(format!(
+                "state keys must be 1-{MAX_STATE_KEY} bytes"
+            )));
+        }
+        if value.len() > MAX_STATE_VALUE {
+            return Err(KernelError::Invalid(format!(
+                "state value for `{key}` is {} bytes; the limit is {MAX_STATE_VALUE}",
+                value.len()
+            )));
+        }
+        let mut inner = self.lock();
+        live_record(&mut inner.plugins, plugin, generation)?;
+        let map = inner.state.entry(plugin.to_owned()).or_default();
+        let total: usize = map
+            .iter()
+            .filter(|(k, _)| k.as_str() != key)
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        if total + key.len() + value.len() > MAX_STATE_TOTAL {
+            return Err(KernelError::Invalid(format!(
+                "plugin `{plugin}` would hold more than {MAX_STATE_TOTAL} bytes of state; remove keys first"
+            )));
+        }
+        map.insert(key.to_owned(), value);
+        Ok(())
+    }
+
+    pub(crate) fn state_remove(&self, plugin: &str, generation: u64, key: &str) {
+        let mut inner = self.lock();
+        if live_record(&mut inner.plugins, plugin, generation).is_ok()
+            && let Some(map) = inner.state.get_mut(plugin)
+        {
+            map.remove(key);
+        }
+    }
+
+    pub(crate) fn state_keys(&self, plugin: &str) -> Vec<String> {
+        self.lock()
+            .state
+            .get(plugin)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Why `service` has no provider right now, for the caller.
+    fn explain_missing(inner: &Inner, service: &str) -> String {
+        let declared: Vec<String> = inner
+            .plugins
+            .values()
+            .filter(|r| r.manifest.provides.contains_key(service))
+            .map(|r| match &r.state {
+                PluginState::Pending { waiting_for } => format!(
+                    "plugin `{}` would provide it but is waiting for {}",
+                    r.manifest.name,
+                    waiting_for.join(", ")
+                ),
+                PluginState::Failed { reason } => format!(
+                    "plugin `{}` would provide it but failed: {reason}",
+                    r.manifest.name
+                ),
+                other => format!(
+                    "plugin `{}` would provide it but is {}",
+                    r.manifest.name,
+                    other.name()
+                ),
+            })
+            .collect();
+        if declared.is_empty() {
+            format!("no loaded plugin provides service `{service}`; load one that declares it under [provides]")
+        } else {
+            format!("service `{service}` is not available: {}", declared.join("; "))
+        }
+    }
+
+    /// Wait until every reload in progress has released its plugin.
+    async fn wait_for_reloads(&self) {
+        let slots: Vec<Slot> = self
+            .lock()
+            .plugins
+            .values()
+            .filter(|r| r.reloading)
+            .map(|r| r.slot.clone())
+            .collect();
+        for slot in slots {
+            drop(slot.lock().await);
+        }
+    }
+
+    pub(crate) async fn call_service(
+        &self,
+        chain: &CallChain,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, KernelError> {
+        let mut waited = false;
+        loop {
+            let route = {
+                let inner = self.lock();
+                match inner.env.services().get(service) {
+                    Some(entry) => {
+                        let provider = entry.provider.clone();
+                        if chain.contains(&provider) {
+                            return Err(KernelError::Denied(format!(
+                                "re-entrant call refused: {chain} → {provider} (service `{service}`); \
+                                 `{provider}` is already inside a call on this chain"
+                            )));
+                        }
+                        inner
+                            .plugins
+                            .get(&provider)
+                            .map(|r| (provider, r.slot.clone()))
+                    }
+                    None => None,
+                }
+                .ok_or_else(|| Self::explain_missing(&inner, service))
+            };
+            match route {
+                Ok((provider, slot)) => {
+                    return self
+                        .call_into(
+                            chain,
+                            &provider,
+                            slot,
+                            Request::Service { service, method, payload },
+                        )
+                        .await;
+                }
+                Err(why) if waited => return Err(KernelError::Unavailable(why)),
+                Err(why) => {
+                    if !self.lock().plugins.values().any(|r| r.reloading) {
+                        return Err(KernelError::Unavailable(why));
+                    }
+                    self.wait_for_reloads().await;
+                    waited = true;
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn invoke_tool(
+        &self,
+        chain: &CallChain,
+        name: &str,
+        input: &str,
+    ) -> Result<String, KernelError> {
+        let mut waited = false;
+        loop {
+            let route = {
+                let inner = self.lock();
+                inner.env.tools().get(name).and_then(|t| {
+                    inner
+                        .plugins
+                        .get(&t.owner)
+                        .map(|r| (t.owner.clone(), r.slot.clone()))
+                })
+            };
+            match route {
+                Some((owner, slot)) => {
+                    if chain.contains(&owner) {
+                        return Err(KernelError::Denied(format!(
+                            "re-entrant call refused: {chain} → {owner} (tool `{name}`)"
+                        )));
+                    }
+                    return self
+                        .call_into(chain, &owner, slot, Request::Tool { name, input })
+                        .await;
+                }
+                None if waited || !self.lock().plugins.values().any(|r| r.reloading) => {
+                    return Err(KernelError::Unavailable(format!(
+                        "no tool named `{name}` is registered; the registered tools are: {}",
+                        self.lock().env.tools().keys().cloned().collect::<Vec<_>>().join(", ")
+                    )));
+                }
+                None => {
+                    self.wait_for_reloads().await;
+                    waited = true;
+                }
+            }
+        }
+    }
+
+    /// Run `request` on `plugin`'s instance once its slot is free, re-checking after the wait
+    /// that the plugin still owns the target: a reload may have changed that.
+    async fn call_into(
+        &self,
+        chain: &CallChain,
+        plugin: &str,
+        slot: Slot,
+        request: Request<'_>,
+    ) -> Result<String, KernelError> {
+        let what = request.describe();
+        let mut guard = slot.lock().await;
+        let generation = {
+            let inner = self.lock();
+            let Some(r) = inner.plugins.get(plugin) else {
+                return Err(KernelError::Unavailable(format!(
+                    "plugin `{plugin}` was unloaded before the call to {what} could run"
+                )));
+            };
+            if r.state != PluginState::Active || !request.routed_to(&inner.env, plugin) {
+                return Err(KernelError::Unavailable(format!(
+                    "plugin `{plugin}` is {} and no longer serves {what}",
+                    r.state.name()
+                )));
+            }
+            r.generation
+        };
+        let Some(instance) = guard.as_mut() else {
+            return Err(KernelError::Unavailable(format!(
+                "plugin `{plugin}` has no running instance"
+            )));
+        };
+        let inner_chain = chain.then(plugin);
+        let outcome = match request {
+            Request::Service {
+                service,
+                method,
+                payload,
+            } => {
+                instance
+                    .handle_call(&inner_chain, service, method, payload)
+                    .await
+            }
+            Request::Tool { name, input } => instance.invoke_tool(&inner_chain, name, input).await,
+        };
+        match outcome {
+            Ok(out) => Ok(out),
+            Err(e) => {
+                let message = format!("plugin `{plugin}` ({what}): {e}");
+                if e.is_fatal() {
+                    *guard = None;
+                    drop(guard);
+                    self.instance_died(plugin, generation, e.to_string());
+                }
+                Err(KernelError::Failed(message))
+            }
+        }
+    }
+}
+
+/// A call the kernel routes into a plugin.
+enum Request<'a> {
+    Service {
+        service: &'a str,
+        method: &'a str,
+        payload: &'a str,
+    },
+    Tool {
+        name: &'a str,
+        input: &'a str,
+    },
+}
+
+impl Request<'_> {
+    fn describe(&self) -> String {
+        match self {
+            Request::Service {
+                service, method, ..
+            } => format!("service `{service}`, method `{method}`"),
+            Request::Tool { name, .. } => format!("tool `{name}`"),
+        }
+    }
+
+    /// Whether `plugin` still serves this request.
+    fn routed_to(&self, env: &Env, plugin: &str) -> bool {
+        match self {
+            Request::Service { service, .. } => env
+                .services()
+                .get(*service)
+                .is_some_and(|e| e.provider == plugin),
+            Request::Tool { name, .. } => env.tools().get(*name).is_some_and(|t| t.owner == plugin),
+        }
+    }
+}
+
+/// The record of `plugin` if `generation` is its live instance and it may change the
+/// environment now (loading or active); otherwise why not.
+fn live_record<'a>(
+    plugins: &'a mut BTreeMap<String, Record>,
+    plugin: &str,
+    generation: u64,
+) -> Result<&'a mut Record, KernelError> {
+    let r = plugins
+        .get_mut(plugin)
+        .ok_or_else(|| KernelError::Denied(format!("plugin `{plugin}` is not loaded")))?;
+    if r.generation != generation {
+        return Err(KernelError::Denied(format!(
+            "this instance of plugin `{plugin}` was replaced; its requests are refused"
+        )));
+    }
+    match &r.state {
+        PluginState::Loading | PluginState::Active => Ok(r),
+        PluginState::Unloading => Err(KernelError::Denied(format!(
+            "plugin `{plugin}` is unloading; changes to the environment are refused during unload \
+             (register in activate, not deactivate)"
+        ))),
+        other => Err(KernelError::Denied(format!(
+            "plugin `{plugin}` is {}; it cannot change the environment",
+            other.name()
+        ))),
+    }
+}
+
+/// Deliver a plugin's queued events in order, one at a time, through its slot (so delivery
+/// waits for a reload and reaches the new instance).
+async fn deliver_events(
+    shared: Weak<Shared>,
+    name: String,
+    slot: Slot,
+    mut rx: mpsc::Receiver<Event>,
+) {
+    while let Some(event) = rx.recv().await {
+        let Some(s) = shared.upgrade() else { return };
+        let mut guard = slot.lock().await;
+        let generation = match s.lock().plugins.get(&name) {
+            Some(r) if r.state == PluginState::Active => r.generation,
+            Some(_) => continue,
+            None => return,
+        };
+        if let Some(instance) = guard.as_mut()
+            && let Err(e) = instance
+                .on_event(&CallChain::starting_at(&name), &event)
+                .await
+        {
+            tracing::warn!(plugin = %name, topic = %event.topic, "event handler failed: {e}");
+            if e.is_fatal() {
+                *guard = None;
+                drop(guard);
+                s.instance_died(&name, generation, e.to_string());
+            }
+        }
+    }
+}

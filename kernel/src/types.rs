@@ -1,0 +1,87 @@
+//! Plain data shared by the kernel, its hosts and the CLI: the host-side mirror of the WIT
+//! `types` interface.
+
+use serde::{Deserialize, Serialize};
+
+/// Severity of a plugin's log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Very detailed diagnostics.
+    Trace,
+    /// Diagnostics for the plugin's author.
+    Debug,
+    /// Normal progress.
+    Info,
+    /// Something unexpected that the plugin handled.
+    Warn,
+    /// Something failed.
+    Error,
+}
+
+/// What a tool may do when it runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ToolCapabilities {
+    /// The tool reads files.
+    pub reads_files: bool,
+    /// The tool creates, changes or removes files.
+    pub writes_files: bool,
+    /// The tool runs commands or code.
+    pub executes_code: bool,
+    /// The tool talks to the network.
+    pub network: bool,
+}
+
+/// A tool a plugin offers to the agent.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Unique tool name.
+    pub name: String,
+    /// What the tool does, shown to the model.
+    pub description: String,
+    /// JSON Schema of the input, as JSON text.
+    pub input_schema: String,
+    /// What the tool may do.
+    pub capabilities: ToolCapabilities,
+    /// True when calls may run concurrently with other parallel-safe calls.
+    pub parallel_safe: bool,
+}
+
+/// An event on the kernel's bus.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// Dot-separated topic.
+    pub topic: String,
+    /// The plugin that emitted it, or `keel` for the kernel and the host.
+    pub source: String,
+    /// Payload, usually JSON text.
+    pub payload: String,
+}
+
+/// Why the kernel refused or could not complete a plugin's request. Mirrors the WIT
+/// `kernel-error` variant, so every message reaches the plugin unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "message", rename_all = "lowercase")]
+pub enum KernelError {
+    /// The request was malformed: a bad name, version or argument.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// Something else already owns what the request asked for.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The plugin is not allowed to do this now.
+    #[error("denied: {0}")]
+    Denied(String),
+    /// The target is absent, waiting, failed or being unloaded.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The target plugin ran and returned an error or trapped.
+    #[error("failed: {0}")]
+    Failed(String),
+}
+
+/// The name the kernel and the host use as an event source and in call chains.
+pub const KERNEL_NAME: &str = "keel";
+
+/// Service names starting with this prefix belong to the kernel; no plugin may provide them.
+pub const RESERVED_SERVICE_PREFIX: &str = "keel.";

@@ -1,0 +1,176 @@
+//! An in-process plugin for kernel tests: it registers what its manifest and behaviour say,
+//! through the same HostHandle a WebAssembly plugin uses.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use keel_kernel::{
+    CallChain, Event, HostHandle, InstanceError, Manifest, PluginInstance, PluginPackage,
+    PluginSource, ToolCapabilities, ToolSpec,
+};
+
+/// What the fake does besides providing its declared services.
+#[derive(Clone, Default)]
+pub struct Behaviour {
+    /// Register a tool named `tool_<plugin>` (dashes become underscores).
+    pub tool: bool,
+    /// Fail activation after registering everything.
+    pub fail_activate: bool,
+    /// In deactivate, try to register a tool and record the kernel's answer in `log`.
+    pub effect_in_deactivate: Option<Arc<std::sync::Mutex<Vec<String>>>>,
+    /// handle_call sleeps this long before answering.
+    pub call_delay: Duration,
+    /// Method `forward` calls this service through the kernel.
+    pub forward_to: Option<String>,
+}
+
+pub fn manifest(name: &str, version: &str, provides: &[(&str, &str)], requires: &[(&str, &str)]) -> Manifest {
+    let mut text = format!("name = \"{name}\"\nversion = \"{version}\"\nkind = \"wasm\"\n[provides]\n");
+    for (s, v) in provides {
+        text.push_str(&format!("\"{s}\" = \"{v}\"\n"));
+    }
+    text.push_str("[requires]\n");
+    for (s, r) in requires {
+        text.push_str(&format!("\"{s}\" = \"{r}\"\n"));
+    }
+    match Manifest::parse(&text, Path::new("fake/keel.toml")) {
+        Ok(m) => m,
+        Err(e) => panic!("fake manifest does not parse: {e}"),
+    }
+}
+
+pub fn package(manifest: Manifest, behaviour: Behaviour) -> PluginPackage {
+    PluginPackage {
+        source: Arc::new(FakeSource {
+            manifest: manifest.clone(),
+            behaviour,
+        }),
+        manifest,
+    }
+}
+
+struct FakeSource {
+    manifest: Manifest,
+    behaviour: Behaviour,
+}
+
+#[async_trait]
+impl PluginSource for FakeSource {
+    async fn instantiate(&self, host: HostHandle) -> Result<Box<dyn PluginInstance>, InstanceError> {
+        Ok(Box::new(Fake {
+            host,
+            manifest: self.manifest.clone(),
+            behaviour: self.behaviour.clone(),
+        }))
+    }
+}
+
+struct Fake {
+    host: HostHandle,
+    manifest: Manifest,
+    behaviour: Behaviour,
+}
+
+fn ke(e: keel_kernel::KernelError) -> InstanceError {
+    InstanceError::Returned(e.to_string())
+}
+
+#[async_trait]
+impl PluginInstance for Fake {
+    async fn activate(&mut self, chain: &CallChain, _config: &str) -> Result<(), InstanceError> {
+        self.host.enter(chain);
+        for (service, version) in &self.manifest.provides {
+            self.host.provide(service, &version.to_string()).map_err(ke)?;
+        }
+        if self.behaviour.tool {
+            self.host
+                .register_tool(ToolSpec {
+                    name: format!("tool_{}", self.manifest.name.replace('-', "_")),
+                    description: format!("tool of {}", self.manifest.name),
+                    input_schema: "{\"type\":\"object\"}".into(),
+                    capabilities: ToolCapabilities::default(),
+                    parallel_safe: true,
+                })
+                .map_err(ke)?;
+        }
+        self.host.subscribe("test.*").map_err(ke)?;
+        self.host
+            .add_prompt_fragment("intro", &format!("{} {}", self.manifest.name, self.manifest.version))
+            .map_err(ke)?;
+        if self.behaviour.fail_activate {
+            return Err(InstanceError::Returned("configured to fail".into()));
+        }
+        Ok(())
+    }
+
+    async fn deactivate(&mut self, chain: &CallChain) -> Result<(), InstanceError> {
+        self.host.enter(chain);
+        if let Some(log) = &self.behaviour.effect_in_deactivate {
+            let answer = self.host.register_tool(ToolSpec {
+                name: "late_tool".into(),
+                description: String::new(),
+                input_schema: "{}".into(),
+                capabilities: ToolCapabilities::default(),
+                parallel_safe: false,
+            });
+            if let Ok(mut log) = log.lock() {
+                log.push(match answer {
+                    Ok(()) => "accepted".into(),
+                    Err(e) => e.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_call(
+        &mut self,
+        chain: &CallChain,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, InstanceError> {
+        self.host.enter(chain);
+        if !self.behaviour.call_delay.is_zero() {
+            tokio::time::sleep(self.behaviour.call_delay).await;
+        }
+        match method {
+            "forward" => {
+                let target = self.behaviour.forward_to.clone().unwrap_or_default();
+                self.host.call(&target, "echo", payload).await.map_err(ke)
+            }
+            "count" => {
+                let n = self
+                    .host
+                    .state_get("count")
+                    .and_then(|v| String::from_utf8(v).ok())
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .unwrap_or(0)
+                    + 1;
+                self.host.state_set("count", n.to_string().into_bytes()).map_err(ke)?;
+                Ok(n.to_string())
+            }
+            "last-event" => Ok(self
+                .host
+                .state_get("last-event")
+                .and_then(|v| String::from_utf8(v).ok())
+                .unwrap_or_default()),
+            _ => Ok(format!("{}@{} {service}.{method}({payload})", self.manifest.name, self.manifest.version)),
+        }
+    }
+
+    async fn invoke_tool(&mut self, chain: &CallChain, name: &str, input: &str) -> Result<String, InstanceError> {
+        self.host.enter(chain);
+        Ok(format!("{name}:{input}"))
+    }
+
+    async fn on_event(&mut self, chain: &CallChain, event: &Event) -> Result<(), InstanceError> {
+        self.host.enter(chain);
+        self.host
+            .state_set("last-event", event.payload.clone().into_bytes())
+            .map_err(ke)
+    }
+}

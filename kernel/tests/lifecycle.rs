@@ -1,0 +1,248 @@
+//! Lifecycle and mediation through the kernel's public API, with in-process plugins.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Behaviour, manifest, package};
+use keel_kernel::{Env, Kernel, KernelConfig, KernelError, LifecycleError, PluginState};
+
+fn provider(version: &str) -> keel_kernel::PluginPackage {
+    package(manifest("prov", version, &[("s.greet", version)], &[]), Behaviour { tool: true, ..Behaviour::default() })
+}
+
+fn consumer() -> keel_kernel::PluginPackage {
+    package(
+        manifest("cons", "1.0.0", &[("s.cons", "1.0.0")], &[("s.greet", "^1")]),
+        Behaviour { forward_to: Some("s.greet".into()), ..Behaviour::default() },
+    )
+}
+
+fn state(kernel: &Kernel, name: &str) -> PluginState {
+    kernel.status(name).map(|s| s.state).unwrap_or(PluginState::Disposed)
+}
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+#[tokio::test]
+async fn consumer_waits_for_its_provider_and_follows_it() -> R {
+    let kernel = Kernel::default();
+    kernel.load(consumer()).await?;
+    match state(&kernel, "cons") {
+        PluginState::Pending { waiting_for } => {
+            assert!(waiting_for[0].contains("s.greet") && waiting_for[0].contains("no loaded plugin provides it"), "{waiting_for:?}");
+        }
+        other => panic!("consumer should wait, is {other:?}"),
+    }
+    kernel.load(provider("1.0.0")).await?;
+    assert_eq!(state(&kernel, "cons"), PluginState::Active);
+    assert_eq!(kernel.call_service("s.cons", "forward", "hi").await?, "prov@1.0.0 s.greet.echo(hi)");
+
+    kernel.unload("prov").await?;
+    assert!(matches!(state(&kernel, "cons"), PluginState::Pending { .. }));
+    let e = kernel.call_service("s.cons", "forward", "hi").await.err();
+    assert!(matches!(&e, Some(KernelError::Unavailable(m)) if m.contains("waiting for")), "{e:?}");
+
+    kernel.load(provider("1.3.0")).await?;
+    assert_eq!(state(&kernel, "cons"), PluginState::Active);
+    assert_eq!(kernel.call_service("s.cons", "forward", "x").await?, "prov@1.3.0 s.greet.echo(x)");
+    Ok(())
+}
+
+#[tokio::test]
+async fn incompatible_provider_names_both_sides_and_versions() -> R {
+    let kernel = Kernel::default();
+    kernel.load(provider("2.0.0")).await?;
+    kernel.load(consumer()).await?;
+    match state(&kernel, "cons") {
+        PluginState::Pending { waiting_for } => {
+            let w = &waiting_for[0];
+            assert!(w.contains("s.greet") && w.contains("^1") && w.contains("`prov` 2.0.0"), "{w}");
+        }
+        other => panic!("expected pending, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn failed_activation_undoes_its_effects_and_spares_the_others() -> R {
+    let kernel = Kernel::default();
+    kernel.load(provider("1.0.0")).await?;
+    let before = kernel.fingerprint();
+    let bad = package(
+        manifest("bad", "1.0.0", &[("s.bad", "1.0.0")], &[]),
+        Behaviour { tool: true, fail_activate: true, ..Behaviour::default() },
+    );
+    let status = kernel.load(bad).await?;
+    assert!(matches!(&status.state, PluginState::Failed { reason } if reason.contains("configured to fail")), "{status:?}");
+    assert_eq!(kernel.fingerprint(), before, "a failed plugin leaves nothing behind");
+    assert_eq!(state(&kernel, "prov"), PluginState::Active);
+    assert_eq!(kernel.call_service("s.greet", "m", "").await?, "prov@1.0.0 s.greet.m()");
+    Ok(())
+}
+
+#[tokio::test]
+async fn effects_during_unload_are_refused() -> R {
+    let kernel = Kernel::default();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let p = package(
+        manifest("late", "1.0.0", &[], &[]),
+        Behaviour { effect_in_deactivate: Some(log.clone()), ..Behaviour::default() },
+    );
+    kernel.load(p).await?;
+    kernel.unload("late").await?;
+    let answers = log.lock().map(|l| l.clone()).unwrap_or_default();
+    assert_eq!(answers.len(), 1);
+    assert!(answers[0].contains("unloading"), "{answers:?}");
+    assert!(kernel.env().is_empty());
+    assert_eq!(kernel.fingerprint(), Env::default().fingerprint());
+    Ok(())
+}
+
+#[tokio::test]
+async fn reentrant_call_is_refused_with_the_chain() -> R {
+    let kernel = Kernel::default();
+    let p = package(
+        manifest("loop", "1.0.0", &[("s.loop", "1.0.0")], &[]),
+        Behaviour { forward_to: Some("s.loop".into()), ..Behaviour::default() },
+    );
+    kernel.load(p).await?;
+    let e = kernel.call_service("s.loop", "forward", "").await.err();
+    match e {
+        Some(KernelError::Failed(m)) => assert!(m.contains("re-entrant") && m.contains("keel → loop → loop"), "{m}"),
+        other => panic!("expected a refused re-entrant call, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn missing_service_is_named() {
+    let kernel = Kernel::default();
+    let e = kernel.call_service("s.none", "m", "").await.err();
+    assert!(matches!(e, Some(KernelError::Unavailable(m)) if m.contains("`s.none`")));
+}
+
+#[tokio::test]
+async fn cycle_is_refused_at_load_naming_it() -> R {
+    let kernel = Kernel::default();
+    kernel.load(package(manifest("a", "1.0.0", &[("s.a", "1.0.0")], &[("s.b", "^1")]), Behaviour::default())).await?;
+    let e = kernel
+        .load(package(manifest("b", "1.0.0", &[("s.b", "1.0.0")], &[("s.a", "^1")]), Behaviour::default()))
+        .await
+        .err();
+    assert!(matches!(&e, Some(LifecycleError::Graph(_))), "{e:?}");
+    assert!(e.map(|e| e.to_string()).unwrap_or_default().contains("a → b → a"));
+    assert!(kernel.status("b").is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn reload_waits_for_the_call_in_flight_and_routes_new_calls_to_the_new_version() -> R {
+    let kernel = Kernel::default();
+    let slow = |v: &str| {
+        package(
+            manifest("prov", v, &[("s.greet", "1.0.0")], &[]),
+            Behaviour { call_delay: Duration::from_millis(300), ..Behaviour::default() },
+        )
+    };
+    kernel.load(slow("1.0.0")).await?;
+    let k = kernel.clone();
+    let in_flight = tokio::spawn(async move { k.call_service("s.greet", "m", "first").await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let k = kernel.clone();
+    let reload = tokio::spawn(async move { k.reload(slow("1.1.0")).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let during = kernel.call_service("s.greet", "m", "second").await?;
+    assert_eq!(in_flight.await??, "prov@1.0.0 s.greet.m(first)");
+    reload.await??;
+    assert_eq!(during, "prov@1.1.0 s.greet.m(second)");
+    Ok(())
+}
+
+#[tokio::test]
+async fn reload_hands_state_over_and_unload_discards_it() -> R {
+    let kernel = Kernel::default();
+    kernel.load(provider("1.0.0")).await?;
+    kernel.call_service("s.greet", "count", "").await?;
+    kernel.call_service("s.greet", "count", "").await?;
+    kernel.reload(provider("1.1.0")).await?;
+    assert_eq!(kernel.call_service("s.greet", "count", "").await?, "3");
+    kernel.unload("prov").await?;
+    kernel.load(provider("1.0.0")).await?;
+    assert_eq!(kernel.call_service("s.greet", "count", "").await?, "1");
+    Ok(())
+}
+
+#[tokio::test]
+async fn failed_reload_rolls_back() -> R {
+    let kernel = Kernel::default();
+    kernel.load(provider("1.0.0")).await?;
+    kernel.load(consumer()).await?;
+    let before = kernel.fingerprint();
+    let broken = package(
+        manifest("prov", "1.1.0", &[("s.greet", "1.1.0")], &[]),
+        Behaviour { fail_activate: true, ..Behaviour::default() },
+    );
+    let e = kernel.reload(broken).await.err();
+    assert!(matches!(&e, Some(LifecycleError::ReloadFailed { rolled_back: true, .. })), "{e:?}");
+    assert_eq!(state(&kernel, "prov"), PluginState::Active);
+    assert_eq!(kernel.status("prov").map(|s| s.version.to_string()), Some("1.0.0".into()));
+    assert_eq!(state(&kernel, "cons"), PluginState::Active);
+    assert_eq!(kernel.fingerprint(), before);
+    Ok(())
+}
+
+#[tokio::test]
+async fn incompatible_reload_stops_dependents_and_compatible_one_restarts_them() -> R {
+    let kernel = Kernel::default();
+    kernel.load(provider("1.0.0")).await?;
+    kernel.load(consumer()).await?;
+    kernel.reload(provider("2.0.0")).await?;
+    assert!(matches!(state(&kernel, "cons"), PluginState::Pending { .. }));
+    kernel.reload(provider("1.2.0")).await?;
+    assert_eq!(state(&kernel, "cons"), PluginState::Active);
+    Ok(())
+}
+
+#[tokio::test]
+async fn unload_of_a_busy_plugin_times_out_and_changes_nothing() -> R {
+    let kernel = Kernel::new(KernelConfig { quiesce_timeout: Duration::from_millis(100), ..KernelConfig::default() });
+    kernel
+        .load(package(
+            manifest("busy", "1.0.0", &[("s.busy", "1.0.0")], &[]),
+            Behaviour { call_delay: Duration::from_millis(800), ..Behaviour::default() },
+        ))
+        .await?;
+    let k = kernel.clone();
+    let call = tokio::spawn(async move { k.call_service("s.busy", "m", "").await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = kernel.fingerprint();
+    let e = kernel.unload("busy").await.err();
+    assert!(matches!(&e, Some(LifecycleError::Busy { .. })), "{e:?}");
+    assert!(e.map(|e| e.to_string()).unwrap_or_default().contains("busy in a call"));
+    assert_eq!(state(&kernel, "busy"), PluginState::Active);
+    assert_eq!(kernel.fingerprint(), before);
+    call.await??;
+    kernel.unload("busy").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn events_reach_subscribers_in_order() -> R {
+    let kernel = Kernel::default();
+    kernel.load(provider("1.0.0")).await?;
+    for i in 0..20 {
+        kernel.emit("test.ping", &i.to_string())?;
+    }
+    let mut last = String::new();
+    for _ in 0..100 {
+        last = kernel.call_service("s.greet", "last-event", "").await?;
+        if last == "19" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(last, "19");
+    Ok(())
+}
