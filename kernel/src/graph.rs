@@ -34,7 +34,9 @@ pub enum GraphError {
         second: String,
     },
     /// Two manifests have the same name.
-    #[error("two plugins are named `{0}`; plugin names must be unique (use reload to replace a plugin)")]
+    #[error(
+        "two plugins are named `{0}`; plugin names must be unique (use reload to replace a plugin)"
+    )]
     DuplicateName(String),
 }
 
@@ -47,7 +49,9 @@ pub struct PluginGraph {
 
 impl PluginGraph {
     /// Build and validate the graph of `manifests`.
-    pub fn build<'a>(manifests: impl IntoIterator<Item = &'a Manifest>) -> Result<Self, GraphError> {
+    pub fn build<'a>(
+        manifests: impl IntoIterator<Item = &'a Manifest>,
+    ) -> Result<Self, GraphError> {
         let manifests: Vec<&Manifest> = manifests.into_iter().collect();
         let mut graph = DiGraph::new();
         let mut nodes = BTreeMap::new();
@@ -125,7 +129,12 @@ impl PluginGraph {
                 if next == start || !seen.insert(next) {
                     // Trim to the repeated node so the path is a proper cycle.
                     let first = path.iter().position(|n| *n == next).unwrap_or(0);
-                    return Some(path[first..].iter().map(|n| self.graph[*n].clone()).collect());
+                    return Some(
+                        path[first..]
+                            .iter()
+                            .map(|n| self.graph[*n].clone())
+                            .collect(),
+                    );
                 }
                 current = next;
             }
@@ -142,7 +151,9 @@ impl PluginGraph {
             .map(|&n| {
                 (
                     n,
-                    self.graph.neighbors_directed(n, Direction::Incoming).count(),
+                    self.graph
+                        .neighbors_directed(n, Direction::Incoming)
+                        .count(),
                 )
             })
             .collect();
@@ -196,21 +207,28 @@ impl PluginGraph {
     /// Graphviz `dot` text; `label` gives extra text per plugin (its state, say).
     pub fn to_dot(&self, label: impl Fn(&str) -> String) -> String {
         let mut out = String::from("digraph keel {\n  rankdir=LR;\n  node [shape=box];\n");
-        for (name, _) in &self.nodes {
+        for name in self.nodes.keys() {
             let extra = label(name);
             let text = if extra.is_empty() {
                 name.clone()
             } else {
                 format!("{name}\\n{extra}")
             };
-            out.push_str(&format!("  \"{name}\" [label=\"{}\"];\n", text.replace('"', "'")));
+            out.push_str(&format!(
+                "  \"{name}\" [label=\"{}\"];\n",
+                text.replace('"', "'")
+            ));
         }
         let mut edges: Vec<(String, String, String)> = self
             .graph
             .edge_indices()
             .filter_map(|e| {
                 let (p, d) = self.graph.edge_endpoints(e)?;
-                Some((self.graph[d].clone(), self.graph[p].clone(), self.graph[e].clone()))
+                Some((
+                    self.graph[d].clone(),
+                    self.graph[p].clone(),
+                    self.graph[e].clone(),
+                ))
             })
             .collect();
         edges.sort();
@@ -230,7 +248,11 @@ impl PluginGraph {
             .edge_indices()
             .filter_map(|e| {
                 let (p, d) = self.graph.edge_endpoints(e)?;
-                Some((self.graph[d].clone(), self.graph[p].clone(), self.graph[e].clone()))
+                Some((
+                    self.graph[d].clone(),
+                    self.graph[p].clone(),
+                    self.graph[e].clone(),
+                ))
             })
             .collect();
         edges.sort();
@@ -244,7 +266,8 @@ mod tests {
     use std::path::Path;
 
     pub(crate) fn manifest(name: &str, provides: &[&str], requires: &[&str]) -> Manifest {
-        let mut text = format!("name = \"{name}\"\nversion = \"1.0.0\"\nkind = \"wasm\"\n[provides]\n");
+        let mut text =
+            format!("name = \"{name}\"\nversion = \"1.0.0\"\nkind = \"wasm\"\n[provides]\n");
         for p in provides {
             text.push_str(&format!("\"{p}\" = \"1.0.0\"\n"));
         }
@@ -268,7 +291,9 @@ mod tests {
             Err(GraphError::Cycle { path }) => assert_eq!(path, ["a", "b", "c", "a"]),
             other => panic!("expected a cycle, got {other:?}"),
         }
-        let e = PluginGraph::build([&a, &b, &c]).err().map(|e| e.to_string());
+        let e = PluginGraph::build([&a, &b, &c])
+            .err()
+            .map(|e| e.to_string());
         assert!(e.is_some_and(|e| e.contains("a → b → c → a")));
     }
 
@@ -285,8 +310,14 @@ mod tests {
     fn duplicate_provider_names_both() {
         let a = manifest("a", &["s"], &[]);
         let b = manifest("b", &["s"], &[]);
-        let e = PluginGraph::build([&a, &b]).err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(e.contains("`a`") && e.contains("`b`") && e.contains("replaces"), "{e}");
+        let e = PluginGraph::build([&a, &b])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("`a`") && e.contains("`b`") && e.contains("replaces"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -302,7 +333,10 @@ mod tests {
         assert!(pos("base") < pos("mid") && pos("mid") < pos("a-top"));
         assert_eq!(g.stop_order(), ["a-top", "mid", "lone", "base"]);
         assert_eq!(g.dependents_of("base"), ["a-top", "mid"]);
-        assert!(g.to_dot(|_| String::new()).contains("\"mid\" -> \"base\" [label=\"s.base\"]"));
+        assert!(
+            g.to_dot(|_| String::new())
+                .contains("\"mid\" -> \"base\" [label=\"s.base\"]")
+        );
         Ok(())
     }
 }

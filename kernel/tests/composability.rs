@@ -29,9 +29,10 @@ enum Op {
 fn dag(max: usize) -> impl Strategy<Value = Dag> {
     (1..=max).prop_flat_map(|n| {
         (0..n)
-            .map(|i| proptest::collection::btree_set(0..i.max(1), 0..=i.min(3)).prop_map(move |s| {
-                if i == 0 { BTreeSet::new() } else { s }
-            }))
+            .map(|i| {
+                proptest::collection::btree_set(0..i.max(1), 0..=i.min(3))
+                    .prop_map(move |s| if i == 0 { BTreeSet::new() } else { s })
+            })
             .collect::<Vec<_>>()
             .prop_map(|requires| Dag { requires })
     })
@@ -50,11 +51,17 @@ fn ops(n: usize) -> impl Strategy<Value = Vec<Op>> {
 
 fn pkg(dag: &Dag, i: usize, version: &str) -> PluginPackage {
     let service = format!("s.p{i}");
-    let requires: Vec<(String, &str)> = dag.requires[i].iter().map(|j| (format!("s.p{j}"), "^1")).collect();
+    let requires: Vec<(String, &str)> = dag.requires[i]
+        .iter()
+        .map(|j| (format!("s.p{j}"), "^1"))
+        .collect();
     let requires: Vec<(&str, &str)> = requires.iter().map(|(s, r)| (s.as_str(), *r)).collect();
     package(
         manifest(&format!("p{i}"), version, &[(&service, version)], &requires),
-        Behaviour { tool: i % 2 == 0, ..Behaviour::default() },
+        Behaviour {
+            tool: i.is_multiple_of(2),
+            ..Behaviour::default()
+        },
     )
 }
 
@@ -77,14 +84,21 @@ async fn fresh_fingerprint(dag: &Dag, loaded: &BTreeMap<usize, String>, order: &
     let kernel = Kernel::default();
     for i in order {
         if let Some(v) = loaded.get(i) {
-            kernel.load(pkg(dag, *i, v)).await.map_err(|e| e.to_string()).ok();
+            kernel
+                .load(pkg(dag, *i, v))
+                .await
+                .map_err(|e| e.to_string())
+                .ok();
         }
     }
     kernel.fingerprint()
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => panic!("tokio runtime: {e}"),
     }
@@ -117,9 +131,9 @@ proptest! {
                         minor += 1;
                         let v = if compatible { format!("1.{minor}.0") } else { "2.0.0".to_owned() };
                         let r = kernel.reload(pkg(&dag, i, &v)).await;
-                        if loaded.contains_key(&i) {
+                        if let Some(current) = loaded.get_mut(&i) {
                             prop_assert!(r.is_ok(), "reload {}: {:?}", i, r);
-                            loaded.insert(i, v);
+                            *current = v;
                         } else {
                             prop_assert!(r.is_err());
                         }

@@ -1,0 +1,250 @@
+//! Which keel ABI a component was built against, what it imports, and whether keel can satisfy
+//! those imports.
+
+use semver::Version;
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+use super::WasmError;
+use crate::manifest::Capabilities;
+
+/// The keel plugin ABI (WIT package `keel:plugin`) this kernel hosts.
+pub const SUPPORTED_ABI: Version = Version::new(0, 1, 0);
+
+/// The WIT package every keel interface lives in.
+const KEEL_PACKAGE: &str = "keel:plugin";
+
+/// The interface every plugin exports.
+const PLUGIN_INTERFACE: &str = "plugin";
+
+/// What a component declares: the keel ABI version it targets, and the names of its imports
+/// and exports (e.g. `keel:plugin/log@0.1.0`, `wasi:cli/environment@0.2.6`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ComponentReport {
+    /// The keel ABI version of the component's `keel:plugin/plugin` export.
+    pub abi_version: Version,
+    /// Names of every import, in the component's order.
+    pub imports: Vec<String>,
+    /// Names of every export, in the component's order.
+    pub exports: Vec<String>,
+}
+
+/// A WIT interface name split into its parts: `ns:pkg/iface@version`.
+struct InterfaceName<'a> {
+    package: &'a str,
+    interface: &'a str,
+    version: Option<&'a str>,
+}
+
+fn split_name(name: &str) -> Option<InterfaceName<'_>> {
+    let (path, version) = match name.split_once('@') {
+        Some((path, version)) => (path, Some(version)),
+        None => (name, None),
+    };
+    let (package, interface) = path.split_once('/')?;
+    package.contains(':').then_some(InterfaceName {
+        package,
+        interface,
+        version,
+    })
+}
+
+/// Refuse bytes that are not a component before handing them to the compiler, with a message
+/// that says what they are instead.
+pub(crate) fn precheck(plugin: &str, bytes: &[u8]) -> Result<(), WasmError> {
+    let not = |reason: &str| WasmError::NotAComponent {
+        plugin: plugin.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if bytes.is_empty() {
+        return Err(not("the file is empty"));
+    }
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(not("the file is not WebAssembly (no `\\0asm` header)"));
+    }
+    match bytes[4..8] {
+        // Component binary format: version 0x0d, layer 1.
+        [_, _, 1, 0] => Ok(()),
+        [1, 0, 0, 0] => Err(not(
+            "it is a core WebAssembly module, not a component; build the plugin with \
+             keel-sdk for the `wasm32-wasip2` target, which produces a component",
+        )),
+        _ => Err(not("unknown WebAssembly binary version or layer")),
+    }
+}
+
+/// Read the report of a compiled component and check that it is a keel plugin of the ABI this
+/// kernel hosts.
+pub(crate) fn report(
+    engine: &Engine,
+    plugin: &str,
+    component: &Component,
+) -> Result<ComponentReport, WasmError> {
+    let ty = component.component_type();
+    let imports: Vec<String> = ty.imports(engine).map(|(n, _)| n.to_owned()).collect();
+    let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_owned()).collect();
+
+    // Every keel name must carry the supported version; the first one that does not decides
+    // the error, exports first (that is where a plugin's ABI is defined).
+    let mut abi_version = None;
+    for name in exports.iter().chain(imports.iter()) {
+        let Some(parts) = split_name(name) else {
+            continue;
+        };
+        if parts.package != KEEL_PACKAGE {
+            continue;
+        }
+        let version = parts.version.unwrap_or("(none)");
+        let parsed = Version::parse(version).ok();
+        if parsed.as_ref() != Some(&SUPPORTED_ABI) {
+            return Err(WasmError::AbiMismatch {
+                plugin: plugin.to_owned(),
+                found: version.to_owned(),
+                supported: SUPPORTED_ABI.to_string(),
+            });
+        }
+        if parts.interface == PLUGIN_INTERFACE && exports.contains(name) {
+            abi_version = parsed;
+        }
+    }
+    let abi_version = abi_version.ok_or_else(|| WasmError::NotAPlugin {
+        plugin: plugin.to_owned(),
+        exports: exports.clone(),
+    })?;
+    Ok(ComponentReport {
+        abi_version,
+        imports,
+        exports,
+    })
+}
+
+/// WASI interface families a plugin may import without any capability. The filesystem is
+/// inert without preopened directories, which only granted `dirs` provide.
+const WASI_ALWAYS: &[&str] = &["cli", "io", "clocks", "random", "filesystem"];
+
+/// The problems `keel plugin check` reports for a component's imports given the capabilities
+/// its manifest requests; empty when every import can be satisfied.
+///
+/// `keel:plugin/*` is always allowed (its version was checked when the report was made);
+/// `wasi:cli`, `wasi:io`, `wasi:clocks`, `wasi:random` and `wasi:filesystem` (0.2.x) are
+/// allowed; `wasi:sockets` is never granted (network access is mediated by the kernel);
+/// anything else cannot be satisfied.
+pub fn check_imports(report: &ComponentReport, caps: &Capabilities) -> Vec<String> {
+    let mut problems = Vec::new();
+    for name in &report.imports {
+        let Some(parts) = split_name(name) else {
+            problems.push(format!(
+                "import `{name}` cannot be satisfied by keel: it is not a WIT interface \
+                 (keel provides only `keel:plugin/*` and WASI 0.2 interfaces)"
+            ));
+            continue;
+        };
+        if parts.package == KEEL_PACKAGE {
+            continue;
+        }
+        let Some(family) = parts.package.strip_prefix("wasi:") else {
+            problems.push(format!("import `{name}` cannot be satisfied by keel"));
+            continue;
+        };
+        let version = parts.version.and_then(|v| Version::parse(v).ok());
+        if !version
+            .as_ref()
+            .is_some_and(|v| v.major == 0 && v.minor == 2)
+        {
+            problems.push(format!(
+                "import `{name}` cannot be satisfied by keel: keel hosts WASI 0.2.x \
+                 (wasm32-wasip2); rebuild the plugin for that target"
+            ));
+            continue;
+        }
+        if WASI_ALWAYS.contains(&family) {
+            continue;
+        }
+        match family {
+            // Raw sockets are never granted: every socket address is denied at run time
+            // whatever the manifest says, so accepting the import would over-promise.
+            "sockets" => problems.push(format!(
+                "import `{name}` asks for raw sockets, which keel never grants to plugins{}; \
+                 outbound requests go through the kernel's network gate instead",
+                if caps.network.is_empty() {
+                    ""
+                } else {
+                    " (the `network` capability covers kernel-mediated requests only)"
+                }
+            )),
+            "http" => problems.push(format!(
+                "import `{name}` cannot be satisfied by keel: keel does not host wasi:http; \
+                 reach the network through a kernel service instead"
+            )),
+            _ => problems.push(format!("import `{name}` cannot be satisfied by keel")),
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report_with(imports: &[&str]) -> ComponentReport {
+        ComponentReport {
+            abi_version: SUPPORTED_ABI,
+            imports: imports.iter().map(|s| (*s).to_owned()).collect(),
+            exports: vec!["keel:plugin/plugin@0.1.0".to_owned()],
+        }
+    }
+
+    #[test]
+    fn precheck_names_what_the_bytes_are() {
+        let err = |b: &[u8]| {
+            precheck("x", b)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(err(b"").contains("empty"));
+        assert!(err(b"garbage bytes").contains("not WebAssembly"));
+        assert!(err(b"\0asm\x01\0\0\0").contains("core WebAssembly module"));
+        assert!(err(b"\0asm\x01\0\0\0").contains("plugin `x`"));
+        assert!(precheck("x", b"\0asm\x0d\0\x01\0").is_ok());
+    }
+
+    #[test]
+    fn keel_and_basic_wasi_imports_need_nothing() {
+        let report = report_with(&[
+            "keel:plugin/log@0.1.0",
+            "wasi:cli/environment@0.2.6",
+            "wasi:io/streams@0.2.0",
+            "wasi:clocks/monotonic-clock@0.2.3",
+            "wasi:random/random@0.2.6",
+            "wasi:filesystem/preopens@0.2.6",
+        ]);
+        assert!(check_imports(&report, &Capabilities::default()).is_empty());
+    }
+
+    #[test]
+    fn sockets_are_never_granted_and_the_rest_is_refused() {
+        let report = report_with(&[
+            "wasi:sockets/tcp@0.2.6",
+            "wasi:http/outgoing-handler@0.2.6",
+            "acme:evil/backdoor@1.0.0",
+            "wasi:cli/environment@0.3.0",
+        ]);
+        let problems = check_imports(&report, &Capabilities::default());
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(problems[0].contains("raw sockets"), "{problems:?}");
+        assert!(problems[2].contains("`acme:evil/backdoor@1.0.0` cannot be satisfied by keel"));
+        assert!(problems[3].contains("0.2.x"));
+        let caps = Capabilities {
+            network: vec!["api.example.com".into()],
+            ..Capabilities::default()
+        };
+        // A network capability does not make raw sockets available.
+        let with_network = check_imports(&report, &caps);
+        assert_eq!(with_network.len(), 4);
+        assert!(
+            with_network[0].contains("kernel-mediated"),
+            "{with_network:?}"
+        );
+    }
+}

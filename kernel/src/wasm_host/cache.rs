@@ -1,0 +1,244 @@
+//! The on-disk cache of compiled components.
+//!
+//! An entry is named by its key, `sha256("keel-wasm-cache" ‖ format version ‖ wasmtime version
+//! ‖ engine compatibility hash ‖ sha256(component bytes))`, so a component compiled under other
+//! engine settings or another wasmtime lands in another file. An entry file is:
+//!
+//! ```text
+//! offset  size  field
+//!      0     8  magic  b"KEELWC\x00\x01"
+//!      8    32  key    (the entry's own key, so a file copied or renamed onto another key is refused)
+//!     40     8  payload length, little endian
+//!     48    32  sha256(payload)
+//!     80     n  payload: the output of `Component::serialize`
+//! ```
+//!
+//! Reading verifies all of it before the payload reaches `Component::deserialize` (which must
+//! only ever see bytes wasmtime itself produced). An entry that fails any check is logged,
+//! ignored and rewritten. Writes go to a temporary file in the same directory, are synced, then
+//! renamed into place, so a reader never sees a half-written entry.
+
+use std::fs;
+use std::hash::Hasher;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+
+const MAGIC: &[u8; 8] = b"KEELWC\x00\x01";
+const HEADER_LEN: usize = 8 + 32 + 8 + 32;
+const FORMAT: &str = "keel-wasm-cache-1";
+/// The wasmtime this kernel is built against (kept in step with Cargo.toml / Cargo.lock).
+pub(crate) const WASMTIME_VERSION: &str = "48.0.8";
+
+/// Feeds `Hash` output into SHA-256, so the engine's compatibility hash becomes stable bytes.
+struct ShaHasher(Sha256);
+
+impl Hasher for ShaHasher {
+    fn finish(&self) -> u64 {
+        // Only `write` is used; the digest is read from the inner hasher.
+        0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+/// The part of every key that depends on the engine, computed once per engine.
+pub(crate) fn engine_fingerprint(engine: &Engine) -> [u8; 32] {
+    let mut hasher = ShaHasher(Sha256::new());
+    std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
+    let mut outer = Sha256::new();
+    outer.update(FORMAT.as_bytes());
+    outer.update([0]);
+    outer.update(WASMTIME_VERSION.as_bytes());
+    outer.update([0]);
+    outer.update(hasher.0.finalize());
+    outer.finalize().into()
+}
+
+/// The key of `bytes` compiled by the engine with fingerprint `engine`.
+pub(crate) fn key(engine: &[u8; 32], bytes: &[u8]) -> [u8; 32] {
+    let content: [u8; 32] = Sha256::digest(bytes).into();
+    let mut h = Sha256::new();
+    h.update(engine);
+    h.update(content);
+    h.finalize().into()
+}
+
+/// Why an entry was not used.
+#[derive(Debug)]
+pub(crate) enum Miss {
+    /// There is no entry.
+    Absent,
+    /// There is an entry, but it failed a check; it must be rebuilt.
+    Rejected(String),
+}
+
+/// A cache directory.
+#[derive(Debug)]
+pub(crate) struct DiskCache {
+    dir: PathBuf,
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl DiskCache {
+    pub(crate) fn new(dir: PathBuf) -> Self {
+        DiskCache { dir }
+    }
+
+    /// The file of the entry under `key`.
+    pub(crate) fn path(&self, key: &[u8; 32]) -> PathBuf {
+        self.dir.join(format!("{}.cwasm", hex::encode(key)))
+    }
+
+    /// The verified payload of the entry under `key`.
+    pub(crate) fn read(&self, key: &[u8; 32]) -> Result<Vec<u8>, Miss> {
+        let path = self.path(key);
+        let data = match fs::read(&path) {
+            Ok(data) => data,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Miss::Absent),
+            Err(e) => return Err(Miss::Rejected(format!("cannot read it: {e}"))),
+        };
+        verify(key, data).map_err(Miss::Rejected)
+    }
+
+    /// Store `payload` under `key`, atomically.
+    pub(crate) fn write(&self, key: &[u8; 32], payload: &[u8]) -> std::io::Result<()> {
+        fs::create_dir_all(&self.dir)?;
+        let final_path = self.path(key);
+        let tmp = self.dir.join(format!(
+            ".{}.{}.{}.tmp",
+            hex::encode(&key[..8]),
+            std::process::id(),
+            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let result = write_file(&tmp, &encode(key, payload)).and_then(|()| {
+            fs::rename(&tmp, &final_path)?;
+            sync_dir(&self.dir);
+            Ok(())
+        });
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result
+    }
+}
+
+fn write_file(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let mut file = fs::File::create(path)?;
+    file.write_all(data)?;
+    file.sync_all()
+}
+
+/// Make the rename durable where the platform allows syncing a directory.
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// An entry's bytes: header then payload.
+pub(crate) fn encode(key: &[u8; 32], payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(key);
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&Sha256::digest(payload));
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Check an entry's header against `key` and its payload against the recorded hash; return
+/// the payload.
+pub(crate) fn verify(key: &[u8; 32], mut data: Vec<u8>) -> Result<Vec<u8>, String> {
+    if data.len() < HEADER_LEN {
+        return Err(format!(
+            "it is truncated ({} bytes, shorter than the {HEADER_LEN}-byte header)",
+            data.len()
+        ));
+    }
+    if &data[..8] != MAGIC {
+        return Err("it is not a keel cache entry (bad magic)".into());
+    }
+    if &data[8..40] != key {
+        return Err("it was written for another component or engine (key mismatch)".into());
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&data[40..48]);
+    let len = u64::from_le_bytes(len);
+    let actual = (data.len() - HEADER_LEN) as u64;
+    if len != actual {
+        return Err(format!(
+            "its payload is {actual} bytes but the header says {len} (truncated or extended)"
+        ));
+    }
+    let digest: [u8; 32] = Sha256::digest(&data[HEADER_LEN..]).into();
+    if data[48..80] != digest {
+        return Err("its payload does not match its checksum (corrupt)".into());
+    }
+    Ok(data.split_off(HEADER_LEN))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_every_damage_is_caught() {
+        let key = [7u8; 32];
+        let entry = encode(&key, b"payload");
+        assert_eq!(verify(&key, entry.clone()).ok(), Some(b"payload".to_vec()));
+
+        let mut flipped = entry.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0xff;
+        assert!(
+            verify(&key, flipped)
+                .err()
+                .unwrap_or_default()
+                .contains("checksum")
+        );
+
+        let mut truncated = entry.clone();
+        truncated.truncate(entry.len() - 2);
+        assert!(
+            verify(&key, truncated)
+                .err()
+                .unwrap_or_default()
+                .contains("truncated")
+        );
+
+        assert!(
+            verify(&key, entry[..20].to_vec())
+                .err()
+                .unwrap_or_default()
+                .contains("header")
+        );
+        assert!(
+            verify(&[8u8; 32], entry.clone())
+                .err()
+                .unwrap_or_default()
+                .contains("key")
+        );
+
+        let mut foreign = entry;
+        foreign[0] = b'X';
+        assert!(
+            verify(&key, foreign)
+                .err()
+                .unwrap_or_default()
+                .contains("magic")
+        );
+    }
+
+    #[test]
+    fn keys_depend_on_content_and_engine() {
+        assert_ne!(key(&[0; 32], b"a"), key(&[0; 32], b"b"));
+        assert_ne!(key(&[0; 32], b"a"), key(&[1; 32], b"a"));
+    }
+}

@@ -1,0 +1,444 @@
+//! The WebAssembly host: one wasmtime engine for the whole kernel, components compiled (and
+//! cached on disk) after an ABI check, and instances whose only door into the kernel is their
+//! [`HostHandle`](crate::HostHandle), bounded in memory and in guest CPU per call, with a WASI
+//! context built only from the plugin's grants.
+//!
+//! ```text
+//! bytes ──precheck──▶ compile / cache ──ABI check──▶ link (InstancePre) = WasmComponent
+//! WasmComponent + WasmGrants ──source()──▶ PluginSource ──instantiate(HostHandle)──▶ PluginInstance
+//! ```
+
+mod abi;
+mod bindings;
+mod cache;
+mod limits;
+mod store;
+#[cfg(test)]
+mod tests;
+mod wasi;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, OptLevel};
+
+pub use abi::{ComponentReport, SUPPORTED_ABI, check_imports};
+
+use bindings::{KeelPlugin, KeelPluginPre};
+use cache::{DiskCache, Miss};
+use limits::Ticker;
+use store::{StoreState, WasmSource};
+
+use crate::instance::PluginSource;
+
+const MIB: u64 = 1024 * 1024;
+
+/// Why a component could not be accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WasmError {
+    /// The engine could not be set up.
+    #[error("cannot start the WebAssembly engine: {0}")]
+    Engine(String),
+    /// The bytes are not a WebAssembly component (empty, garbage, a core module).
+    #[error("plugin `{plugin}` is not a WebAssembly component: {reason}")]
+    NotAComponent {
+        /// The plugin's name.
+        plugin: String,
+        /// What the bytes are instead.
+        reason: String,
+    },
+    /// The component is malformed or uses features this engine does not support.
+    #[error("plugin `{plugin}` could not be compiled: {message}")]
+    Compile {
+        /// The plugin's name.
+        plugin: String,
+        /// The compiler's message.
+        message: String,
+    },
+    /// The component was built against another version of the keel ABI.
+    #[error(
+        "plugin `{plugin}` was built against keel ABI {found}; this keel hosts ABI {supported}; \
+         rebuild it with keel-sdk {}", sdk_series(.supported)
+    )]
+    AbiMismatch {
+        /// The plugin's name.
+        plugin: String,
+        /// The ABI version the component declares.
+        found: String,
+        /// The ABI version this kernel hosts.
+        supported: String,
+    },
+    /// The component does not export the keel plugin interface.
+    #[error(
+        "plugin `{plugin}` is not a keel plugin: it does not export `keel:plugin/plugin@{}` \
+         (its exports: {}); build it with keel-sdk", SUPPORTED_ABI, list(.exports)
+    )]
+    NotAPlugin {
+        /// The plugin's name.
+        plugin: String,
+        /// What the component exports instead.
+        exports: Vec<String>,
+    },
+    /// The component imports something keel does not provide.
+    #[error("plugin `{plugin}` cannot be linked: {message}")]
+    Link {
+        /// The plugin's name.
+        plugin: String,
+        /// The linker's message, naming the import.
+        message: String,
+    },
+}
+
+/// "0.1" for "0.1.0": the keel-sdk series that targets an ABI version.
+fn sdk_series(version: &str) -> String {
+    match semver::Version::parse(version) {
+        Ok(v) => format!("{}.{}", v.major, v.minor),
+        Err(_) => version.to_owned(),
+    }
+}
+
+fn list(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Resource limits of one plugin instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WasmLimits {
+    /// Cap on the instance's total linear memory, in bytes (default 64 MiB).
+    pub memory_bytes: u64,
+    /// Guest CPU time one call may use (default 1 s). Time the call spends waiting on the
+    /// kernel (another plugin, a model stream) does not count.
+    pub cpu: Duration,
+}
+
+impl Default for WasmLimits {
+    fn default() -> Self {
+        WasmLimits {
+            memory_bytes: 64 * MIB,
+            cpu: Duration::from_secs(1),
+        }
+    }
+}
+
+impl WasmLimits {
+    /// These limits with the values a manifest's `[limits]` sets replacing them.
+    pub fn with_manifest(self, limits: &crate::manifest::Limits) -> Self {
+        WasmLimits {
+            memory_bytes: limits
+                .memory_mib
+                .map_or(self.memory_bytes, |mib| mib.saturating_mul(MIB)),
+            cpu: limits.cpu_ms.map_or(self.cpu, Duration::from_millis),
+        }
+    }
+}
+
+/// A host directory a plugin instance sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantedDir {
+    /// Absolute host path, already resolved by the kernel.
+    pub host: PathBuf,
+    /// Where the plugin sees it, e.g. `/workspace`.
+    pub guest: String,
+    /// Whether the plugin may only read.
+    pub read_only: bool,
+}
+
+/// Everything a plugin instance is granted. The WASI context is built from this and nothing
+/// else: no environment, no arguments, no stdin, no sockets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WasmGrants {
+    /// Preopened directories.
+    pub dirs: Vec<GrantedDir>,
+    /// Memory and CPU limits.
+    pub limits: WasmLimits,
+}
+
+/// Settings of the [`WasmHost`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WasmHostConfig {
+    /// Directory of the compiled-component cache; `None` compiles every time.
+    pub cache_dir: Option<PathBuf>,
+    /// Limits for plugins whose manifest sets none (see [`WasmLimits::with_manifest`]).
+    pub default_limits: WasmLimits,
+}
+
+/// Where a [`WasmComponent`]'s machine code came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    /// No cache is configured, or the caller asked to bypass it.
+    Disabled,
+    /// Loaded from a verified cache entry.
+    Hit,
+    /// Compiled; there was no entry (one has been written).
+    Miss,
+    /// Compiled; there was an entry, but it was corrupt, truncated or foreign, so it was
+    /// ignored and rewritten.
+    Replaced,
+}
+
+struct HostInner {
+    engine: Engine,
+    linker: Linker<StoreState>,
+    cache: Option<DiskCache>,
+    fingerprint: [u8; 32],
+    default_limits: WasmLimits,
+    _ticker: Ticker,
+}
+
+/// The kernel's WebAssembly host: one engine, one linker, one epoch ticker. Cheap to clone.
+///
+/// The ticker thread runs while the host, or any component or instance made from it, is alive.
+#[derive(Clone)]
+pub struct WasmHost {
+    inner: Arc<HostInner>,
+}
+
+impl fmt::Debug for WasmHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WasmHost")
+            .field("cache", &self.inner.cache)
+            .field("default_limits", &self.inner.default_limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WasmHost {
+    /// Set up the engine (component model, epoch interruption, Cranelift optimizing for
+    /// speed), the linker with WASI 0.2 and the keel imports, and the epoch ticker.
+    pub fn new(config: WasmHostConfig) -> Result<WasmHost, WasmError> {
+        Self::with_engine_config(config, |_| {})
+    }
+
+    fn with_engine_config(
+        config: WasmHostConfig,
+        tweak: impl FnOnce(&mut Config),
+    ) -> Result<WasmHost, WasmError> {
+        let engine_error = |e: wasmtime::Error| WasmError::Engine(format!("{e:#}"));
+        let mut engine_config = Config::new();
+        engine_config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .cranelift_opt_level(OptLevel::Speed);
+        tweak(&mut engine_config);
+        let engine = Engine::new(&engine_config).map_err(engine_error)?;
+
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
+        KeelPlugin::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
+            .map_err(engine_error)?;
+
+        let ticker = Ticker::start(engine.clone())
+            .map_err(|e| WasmError::Engine(format!("cannot start the epoch ticker: {e}")))?;
+        Ok(WasmHost {
+            inner: Arc::new(HostInner {
+                fingerprint: cache::engine_fingerprint(&engine),
+                engine,
+                linker,
+                cache: config.cache_dir.map(DiskCache::new),
+                default_limits: config.default_limits,
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    /// The limits for a plugin: the host's defaults, overridden by its manifest's `[limits]`.
+    pub fn limits_for(&self, limits: &crate::manifest::Limits) -> WasmLimits {
+        self.inner.default_limits.with_manifest(limits)
+    }
+
+    /// Check, compile (or load from the cache) and link the component of `plugin`.
+    ///
+    /// Compiling takes tens to hundreds of milliseconds of CPU; call it off the async
+    /// executor (`tokio::task::spawn_blocking`) when that matters.
+    pub fn compile(&self, plugin: &str, bytes: &[u8]) -> Result<WasmComponent, WasmError> {
+        self.compile_with(plugin, bytes, true)
+    }
+
+    /// [`compile`](Self::compile) without reading or writing the cache (to measure a cold
+    /// compile).
+    pub fn compile_uncached(&self, plugin: &str, bytes: &[u8]) -> Result<WasmComponent, WasmError> {
+        self.compile_with(plugin, bytes, false)
+    }
+
+    /// Instances of `component` with `grants`, for the kernel's lifecycle.
+    pub fn source(&self, component: &WasmComponent, grants: WasmGrants) -> Arc<dyn PluginSource> {
+        Arc::new(WasmSource {
+            component: component.clone(),
+            grants,
+        })
+    }
+
+    fn compile_with(
+        &self,
+        plugin: &str,
+        bytes: &[u8],
+        use_cache: bool,
+    ) -> Result<WasmComponent, WasmError> {
+        abi::precheck(plugin, bytes)?;
+        let (component, cache) = self.load(plugin, bytes, use_cache)?;
+        let report = abi::report(&self.inner.engine, plugin, &component)?;
+        let link_error = |e: wasmtime::Error| WasmError::Link {
+            plugin: plugin.to_owned(),
+            message: format!("{e:#}"),
+        };
+        let pre = self
+            .inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(link_error)?;
+        let pre = KeelPluginPre::new(pre).map_err(link_error)?;
+        Ok(WasmComponent {
+            inner: Arc::new(ComponentInner {
+                plugin: plugin.to_owned(),
+                pre,
+                report,
+                cache,
+                host: Arc::clone(&self.inner),
+            }),
+        })
+    }
+
+    fn build(&self, plugin: &str, bytes: &[u8]) -> Result<Component, WasmError> {
+        Component::new(&self.inner.engine, bytes).map_err(|e| WasmError::Compile {
+            plugin: plugin.to_owned(),
+            message: format!("{e:#}"),
+        })
+    }
+
+    /// The compiled component, from the cache when allowed and valid.
+    fn load(
+        &self,
+        plugin: &str,
+        bytes: &[u8],
+        use_cache: bool,
+    ) -> Result<(Component, CacheStatus), WasmError> {
+        let Some(cache) = self.inner.cache.as_ref().filter(|_| use_cache) else {
+            return Ok((self.build(plugin, bytes)?, CacheStatus::Disabled));
+        };
+        let key = cache::key(&self.inner.fingerprint, bytes);
+        let path = cache.path(&key);
+        let status = match cache.read(&key) {
+            Ok(payload) => {
+                // SAFETY: `Component::deserialize` requires bytes produced by
+                // `Component::serialize` of a compatible engine; anything else may be
+                // executed as machine code. The payload passed every check first: the entry
+                // is named by, and its header repeats, a key that covers the component's
+                // sha256, this engine's compatibility hash and the wasmtime version, and the
+                // payload matches the sha256 recorded when this host wrote it, so it is the
+                // unmodified output of `serialize` for these bytes and this engine (wasmtime
+                // additionally checks its own header and engine settings). The checksum
+                // guards against corruption, not against someone able to write to the cache
+                // directory, who could as well replace the keel binary: the directory must be
+                // as trusted as the binary (it is the user's own cache directory).
+                #[allow(unsafe_code)]
+                let loaded = unsafe { Component::deserialize(&self.inner.engine, &payload) };
+                match loaded {
+                    Ok(component) => return Ok((component, CacheStatus::Hit)),
+                    Err(e) => {
+                        tracing::warn!(
+                            plugin,
+                            path = %path.display(),
+                            "ignoring a compiled-component cache entry wasmtime refused ({e:#}); recompiling"
+                        );
+                        CacheStatus::Replaced
+                    }
+                }
+            }
+            Err(Miss::Absent) => CacheStatus::Miss,
+            Err(Miss::Rejected(why)) => {
+                tracing::warn!(
+                    plugin,
+                    path = %path.display(),
+                    "ignoring a compiled-component cache entry: {why}; recompiling"
+                );
+                CacheStatus::Replaced
+            }
+        };
+        let component = self.build(plugin, bytes)?;
+        let written = component
+            .serialize()
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|payload| cache.write(&key, &payload).map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            tracing::warn!(
+                plugin,
+                path = %path.display(),
+                "cannot write the compiled-component cache ({e}); the plugin still loads"
+            );
+        }
+        Ok((component, status))
+    }
+}
+
+/// Read what a component declares, checking that it is a keel plugin of the ABI this kernel
+/// hosts (the component is compiled, or loaded from the cache, to read its type). For
+/// `keel plugin check`, pass the report to [`check_imports`].
+pub fn inspect_component(
+    host: &WasmHost,
+    plugin: &str,
+    bytes: &[u8],
+) -> Result<ComponentReport, WasmError> {
+    abi::precheck(plugin, bytes)?;
+    let (component, _) = host.load(plugin, bytes, true)?;
+    abi::report(&host.inner.engine, plugin, &component)
+}
+
+struct ComponentInner {
+    plugin: String,
+    pre: KeelPluginPre<StoreState>,
+    report: ComponentReport,
+    cache: CacheStatus,
+    host: Arc<HostInner>,
+}
+
+/// A compiled, ABI-checked and linked component, ready to instantiate. Cheap to clone.
+#[derive(Clone)]
+pub struct WasmComponent {
+    inner: Arc<ComponentInner>,
+}
+
+impl fmt::Debug for WasmComponent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WasmComponent")
+            .field("plugin", &self.inner.plugin)
+            .field("abi", &self.inner.report.abi_version)
+            .field("cache", &self.inner.cache)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WasmComponent {
+    /// The plugin name it was compiled under.
+    pub fn plugin(&self) -> &str {
+        &self.inner.plugin
+    }
+
+    /// Its ABI version, imports and exports.
+    pub fn report(&self) -> &ComponentReport {
+        &self.inner.report
+    }
+
+    /// Whether its machine code came from the cache.
+    pub fn cache_status(&self) -> CacheStatus {
+        self.inner.cache
+    }
+
+    fn engine(&self) -> &Engine {
+        &self.inner.host.engine
+    }
+
+    fn pre(&self) -> &KeelPluginPre<StoreState> {
+        &self.inner.pre
+    }
+}
