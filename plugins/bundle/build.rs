@@ -1,0 +1,36 @@
+//! Compiles the bundled plugins to components and generates the table behind
+//! `keel_bundled_plugins::all()`.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use keel_guest_build::{GuestCrate, build_components, workspace_root};
+
+/// The plugin crates (directories under `plugins/`) bundled into the binary.
+const BUNDLED: &[&str] = &["greeter", "greeter-client", "echo-tool"];
+
+fn main() {
+    let plugins = workspace_root().join("plugins");
+    let crates: Vec<GuestCrate> = BUNDLED
+        .iter()
+        .map(|dir| GuestCrate::from_dir(plugins.join(dir)))
+        .collect();
+    let built = build_components(&crates);
+
+    let mut code = String::from(
+        "/// Every bundled plugin, in a fixed order.\nstatic BUNDLED: &[Bundled] = &[\n",
+    );
+    for component in &built {
+        let _ = writeln!(
+            code,
+            "    Bundled {{\n        name: {:?},\n        manifest: {},\n        component: {},\n    }},",
+            component.name,
+            component.include_manifest_expr(),
+            component.include_component_expr(),
+        );
+    }
+    code.push_str("];\n");
+
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    std::fs::write(out_dir.join("bundled.rs"), code).expect("cannot write bundled.rs to OUT_DIR");
+}

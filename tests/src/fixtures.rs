@@ -1,0 +1,88 @@
+//! Hostile and special-purpose plugin fixtures for the kernel's integration tests.
+//!
+//! The crates under `tests/fixtures/plugins/` are compiled to components by this crate's build
+//! script; each comes with its `keel.toml` manifest. Every fixture is documented in its own
+//! crate; in short:
+//!
+//! - `spin-loop`: service `fixture.spin`; method `spin` never returns, `ping` returns `pong`.
+//!   Manifest limit `cpu-ms = 500`.
+//! - `memory-bomb`: service `fixture.bomb`; method `allocate` with payload `N` allocates and
+//!   touches N MiB (empty payload: 1024) and returns the byte count, or an error when the
+//!   allocation fails without trapping; `ping` returns `pong`. Manifest limit
+//!   `memory-mib = 64`.
+//! - `trap-activate`: registers the tool `trap_tool` and provides `fixture.trap`, then traps
+//!   (panics) in `activate`.
+//! - `path-escape`: service `fixture.fs` with the capability `dirs = [{ path = ".", guest =
+//!   "/workspace", access = "read" }]`; method `read` (payload: a path) returns the file's
+//!   text, `write` (payload: `PATH\nCONTENT`) writes it and returns `ok`; failures return the
+//!   I/O error's text as the call's error.
+//! - `tool-squatter`: registers the tool `echo` (owned by the bundled `echo-tool`); when
+//!   refused, activation fails with the kernel error's text.
+//! - `unload-effect`: service `fixture.unload` (`ping` → `pong`); in `deactivate` it tries to
+//!   register the tool `late_tool` and to provide `fixture.unload` again, then reports
+//!   `tool: <ok|error>\nservice: <ok|error>` as a warn log line, in state key
+//!   `deactivate-attempts` and as an event on `fixture.unload.attempts`.
+//! - `reentrant`: service `fixture.reentrant`; method `call-self` calls its own `ping` through
+//!   the kernel and returns the answer or `error: <kernel error>`; `ping` returns `pong`.
+
+include!(concat!(env!("OUT_DIR"), "/fixtures.rs"));
+
+/// The manifest text and component bytes of the fixture `name`, if there is one.
+pub fn fixture(name: &str) -> Option<(&'static str, &'static [u8])> {
+    FIXTURES
+        .iter()
+        .find(|(fixture, _, _)| *fixture == name)
+        .map(|&(_, manifest, component)| (manifest, component))
+}
+
+/// The name of every fixture, sorted.
+pub fn names() -> &'static [&'static str] {
+    NAMES
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fixture_is_a_component_with_its_manifest() {
+        assert_eq!(
+            names(),
+            [
+                MEMORY_BOMB,
+                PATH_ESCAPE,
+                REENTRANT,
+                SPIN_LOOP,
+                TOOL_SQUATTER,
+                TRAP_ACTIVATE,
+                UNLOAD_EFFECT
+            ]
+        );
+        for name in names() {
+            let (manifest, component) = fixture(name).expect("listed fixtures exist");
+            assert_eq!(
+                component.get(..8),
+                Some(&b"\0asm\x0d\x00\x01\x00"[..]),
+                "{name}"
+            );
+            assert!(manifest.contains(&format!("name = \"{name}\"")), "{name}");
+        }
+        assert!(fixture("no-such-fixture").is_none());
+    }
+
+    #[test]
+    fn fixture_and_bundled_manifests_parse_with_the_kernel() {
+        let bundled = keel_bundled_plugins::all()
+            .iter()
+            .map(|b| (b.name, b.manifest));
+        let fixtures = names().iter().map(|&name| {
+            let (manifest, _) = fixture(name).expect("listed fixtures exist");
+            (name, manifest)
+        });
+        for (name, text) in bundled.chain(fixtures) {
+            let manifest = keel_kernel::Manifest::parse(text, std::path::Path::new(name))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(manifest.name, name);
+        }
+    }
+}
