@@ -263,7 +263,11 @@ impl Env {
                 }
             }
             Inverse::RemovePromptFragment { id } => {
-                if self.prompt.remove(&(plugin.to_owned(), id.clone())).is_some() {
+                if self
+                    .prompt
+                    .remove(&(plugin.to_owned(), id.clone()))
+                    .is_some()
+                {
                     Ok(())
                 } else {
                     Err(format!("prompt fragment `{id}` was already gone"))

@@ -136,7 +136,12 @@ impl HostHandle {
     }
 
     /// Call `method` of service `name` through the kernel.
-    pub async fn call(&self, name: &str, method: &str, payload: &str) -> Result<String, KernelError> {
+    pub async fn call(
+        &self,
+        name: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, KernelError> {
         self.shared()?
             .call_service(&self.chain, name, method, payload)
             .await

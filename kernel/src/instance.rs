@@ -115,5 +115,6 @@ pub trait PluginInstance: Send {
 #[async_trait]
 pub trait PluginSource: Send + Sync {
     /// A fresh instance whose only door into the kernel is `host`.
-    async fn instantiate(&self, host: HostHandle) -> Result<Box<dyn PluginInstance>, InstanceError>;
+    async fn instantiate(&self, host: HostHandle)
+    -> Result<Box<dyn PluginInstance>, InstanceError>;
 }

@@ -9,17 +9,28 @@ mod graph;
 mod host_api;
 mod instance;
 mod lifecycle;
+mod loader;
 mod manifest;
+mod native_host;
 mod types;
 mod undo;
+mod wasm_host;
 
 pub use env::{Env, ServiceEntry, ToolEntry};
 pub use graph::{GraphError, PluginGraph};
 pub use host_api::HostHandle;
 pub use instance::{CallChain, InstanceError, PluginInstance, PluginSource};
-pub use lifecycle::{Kernel, KernelConfig, LifecycleError, PluginPackage, PluginState, PluginStatus};
+pub use lifecycle::{
+    Kernel, KernelConfig, LifecycleError, PluginPackage, PluginState, PluginStatus,
+};
+pub use loader::{LoadError, LoaderConfig, PluginLoader, code_path, manifest_path};
 pub use manifest::{
     Capabilities, DirAccess, DirCapability, Limits, Manifest, ManifestError, PluginKind,
     Requirement, is_valid_plugin_name, is_valid_service_name,
 };
+pub use native_host::{KeelBuf, KeelHostApi, NATIVE_ABI_VERSION, NativeError, open as open_native};
 pub use types::{Event, KERNEL_NAME, KernelError, Level, ToolCapabilities, ToolSpec};
+pub use wasm_host::{
+    CacheStatus, ComponentReport, GrantedDir, SUPPORTED_ABI, WasmComponent, WasmError, WasmGrants,
+    WasmHost, WasmHostConfig, WasmLimits, check_imports, inspect_component,
+};

@@ -120,7 +120,9 @@ pub enum LifecycleError {
     #[error("{0}")]
     Graph(#[from] GraphError),
     /// A reload named a different plugin.
-    #[error("cannot reload `{old}` with a plugin named `{new}`; to swap plugins, load `{new}` with `replaces = \"{old}\"`")]
+    #[error(
+        "cannot reload `{old}` with a plugin named `{new}`; to swap plugins, load `{new}` with `replaces = \"{old}\"`"
+    )]
     NameMismatch {
         /// The loaded plugin.
         old: String,
@@ -128,7 +130,9 @@ pub enum LifecycleError {
         new: String,
     },
     /// A plugin stayed busy in a call longer than the quiesce timeout.
-    #[error("plugin `{name}` stayed busy in a call for {waited:?}; nothing was changed; retry when its call has finished, or cancel it")]
+    #[error(
+        "plugin `{name}` stayed busy in a call for {waited:?}; nothing was changed; retry when its call has finished, or cancel it"
+    )]
     Busy {
         /// The busy plugin.
         name: String,
@@ -303,7 +307,12 @@ impl Kernel {
         payload: &str,
     ) -> Result<String, KernelError> {
         self.shared
-            .call_service(&CallChain::starting_at(KERNEL_NAME), service, method, payload)
+            .call_service(
+                &CallChain::starting_at(KERNEL_NAME),
+                service,
+                method,
+                payload,
+            )
             .await
     }
 
@@ -411,7 +420,12 @@ impl Shared {
         let name = package.manifest.name.clone();
         let slot: Slot = Arc::new(tokio::sync::Mutex::new(None));
         let (tx, rx) = mpsc::channel(self.config.event_queue.max(1));
-        tokio::spawn(deliver_events(self.me.clone(), name.clone(), slot.clone(), rx));
+        tokio::spawn(deliver_events(
+            self.me.clone(),
+            name.clone(),
+            slot.clone(),
+            rx,
+        ));
         let mut inner = self.lock();
         inner.plugins.insert(
             name,
@@ -505,9 +519,7 @@ impl Shared {
                             break;
                         }
                         if let Some(r) = inner.plugins.get_mut(&name) {
-                            r.state = PluginState::Pending {
-                                waiting_for: unmet,
-                            };
+                            r.state = PluginState::Pending { waiting_for: unmet };
                         }
                     }
                 }
@@ -530,9 +542,7 @@ impl Shared {
                         .map(|r| Self::unmet(&inner, &r.manifest))
                         .unwrap_or_default();
                     if let Some(r) = inner.plugins.get_mut(&name) {
-                        r.state = PluginState::Pending {
-                            waiting_for: unmet,
-                        };
+                        r.state = PluginState::Pending { waiting_for: unmet };
                     }
                 }
             }
@@ -571,11 +581,12 @@ impl Shared {
             r.state = PluginState::Unloading;
         }
         if let Some(mut instance) = guard.take()
-            && let Err(e) = instance
-                .deactivate(&CallChain::starting_at(name))
-                .await
+            && let Err(e) = instance.deactivate(&CallChain::starting_at(name)).await
         {
-            tracing::warn!(plugin = name, "deactivate returned an error (ignored; its effects are undone anyway): {e}");
+            tracing::warn!(
+                plugin = name,
+                "deactivate returned an error (ignored; its effects are undone anyway): {e}"
+            );
         }
         let mut inner = self.lock();
         let Inner { env, plugins, .. } = &mut *inner;
@@ -656,9 +667,7 @@ impl Shared {
                 .unwrap_or_default();
             if !unmet.is_empty() {
                 if let Some(r) = inner.plugins.get_mut(name) {
-                    r.state = PluginState::Pending {
-                        waiting_for: unmet,
-                    };
+                    r.state = PluginState::Pending { waiting_for: unmet };
                     r.reloading = false;
                 }
                 return Ok(());
@@ -912,9 +921,14 @@ impl Shared {
             })
             .collect();
         if declared.is_empty() {
-            format!("no loaded plugin provides service `{service}`; load one that declares it under [provides]")
+            format!(
+                "no loaded plugin provides service `{service}`; load one that declares it under [provides]"
+            )
         } else {
-            format!("service `{service}` is not available: {}", declared.join("; "))
+            format!(
+                "service `{service}` is not available: {}",
+                declared.join("; ")
+            )
         }
     }
 
@@ -968,7 +982,11 @@ impl Shared {
                             chain,
                             &provider,
                             slot,
-                            Request::Service { service, method, payload },
+                            Request::Service {
+                                service,
+                                method,
+                                payload,
+                            },
                         )
                         .await;
                 }
@@ -1015,7 +1033,13 @@ impl Shared {
                 None if waited || !self.lock().plugins.values().any(|r| r.reloading) => {
                     return Err(KernelError::Unavailable(format!(
                         "no tool named `{name}` is registered; the registered tools are: {}",
-                        self.lock().env.tools().keys().cloned().collect::<Vec<_>>().join(", ")
+                        self.lock()
+                            .env
+                            .tools()
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     )));
                 }
                 None => {

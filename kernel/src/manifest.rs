@@ -363,7 +363,11 @@ impl Manifest {
             None => Limits::default(),
         };
         let config = serde_json::to_value(&raw.config).map_err(|e| {
-            err(0..0, "config", format!("cannot be represented as JSON: {e}"))
+            err(
+                0..0,
+                "config",
+                format!("cannot be represented as JSON: {e}"),
+            )
         })?;
         Ok(Manifest {
             name,

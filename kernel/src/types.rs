@@ -20,7 +20,9 @@ pub enum Level {
 }
 
 /// What a tool may do when it runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct ToolCapabilities {
     /// The tool reads files.
     pub reads_files: bool,

@@ -45,7 +45,8 @@ mod tests {
     use std::path::Path;
 
     fn manifest() -> Manifest {
-        let text = "name = \"p\"\nversion = \"1.0.0\"\nkind = \"wasm\"\n[provides]\n\"s.a\" = \"1.0.0\"\n";
+        let text =
+            "name = \"p\"\nversion = \"1.0.0\"\nkind = \"wasm\"\n[provides]\n\"s.a\" = \"1.0.0\"\n";
         match Manifest::parse(text, Path::new("t.toml")) {
             Ok(m) => m,
             Err(e) => panic!("{e}"),
@@ -65,10 +66,18 @@ mod tests {
     fn apply_all(env: &mut Env, log: &mut UndoLog) -> Result<(), KernelError> {
         let m = manifest();
         let effects = [
-            Effect::ProvideService { name: "s.a".into(), version: semver::Version::new(1, 0, 0) },
+            Effect::ProvideService {
+                name: "s.a".into(),
+                version: semver::Version::new(1, 0, 0),
+            },
             Effect::RegisterTool(tool("t")),
-            Effect::Subscribe { topic: "x.*".into() },
-            Effect::AddPromptFragment { id: "f".into(), text: "hello".into() },
+            Effect::Subscribe {
+                topic: "x.*".into(),
+            },
+            Effect::AddPromptFragment {
+                id: "f".into(),
+                text: "hello".into(),
+            },
         ];
         for e in effects {
             if let Some(inv) = env.apply("p", &m, e)? {
@@ -125,9 +134,23 @@ mod tests {
     fn undeclared_and_reserved_services_are_refused() {
         let mut env = Env::default();
         let m = manifest();
-        let undeclared = env.apply("p", &m, Effect::ProvideService { name: "s.b".into(), version: semver::Version::new(1, 0, 0) });
+        let undeclared = env.apply(
+            "p",
+            &m,
+            Effect::ProvideService {
+                name: "s.b".into(),
+                version: semver::Version::new(1, 0, 0),
+            },
+        );
         assert!(matches!(undeclared, Err(KernelError::Denied(m)) if m.contains("[provides]")));
-        let reserved = env.apply("p", &m, Effect::ProvideService { name: "keel.gates".into(), version: semver::Version::new(1, 0, 0) });
+        let reserved = env.apply(
+            "p",
+            &m,
+            Effect::ProvideService {
+                name: "keel.gates".into(),
+                version: semver::Version::new(1, 0, 0),
+            },
+        );
         assert!(matches!(reserved, Err(KernelError::Denied(m)) if m.contains("reserved")));
         assert!(env.is_empty());
     }

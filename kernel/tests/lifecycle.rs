@@ -9,18 +9,35 @@ use common::{Behaviour, manifest, package};
 use keel_kernel::{Env, Kernel, KernelConfig, KernelError, LifecycleError, PluginState};
 
 fn provider(version: &str) -> keel_kernel::PluginPackage {
-    package(manifest("prov", version, &[("s.greet", version)], &[]), Behaviour { tool: true, ..Behaviour::default() })
+    package(
+        manifest("prov", version, &[("s.greet", version)], &[]),
+        Behaviour {
+            tool: true,
+            ..Behaviour::default()
+        },
+    )
 }
 
 fn consumer() -> keel_kernel::PluginPackage {
     package(
-        manifest("cons", "1.0.0", &[("s.cons", "1.0.0")], &[("s.greet", "^1")]),
-        Behaviour { forward_to: Some("s.greet".into()), ..Behaviour::default() },
+        manifest(
+            "cons",
+            "1.0.0",
+            &[("s.cons", "1.0.0")],
+            &[("s.greet", "^1")],
+        ),
+        Behaviour {
+            forward_to: Some("s.greet".into()),
+            ..Behaviour::default()
+        },
     )
 }
 
 fn state(kernel: &Kernel, name: &str) -> PluginState {
-    kernel.status(name).map(|s| s.state).unwrap_or(PluginState::Disposed)
+    kernel
+        .status(name)
+        .map(|s| s.state)
+        .unwrap_or(PluginState::Disposed)
 }
 
 type R = Result<(), Box<dyn std::error::Error>>;
@@ -31,22 +48,38 @@ async fn consumer_waits_for_its_provider_and_follows_it() -> R {
     kernel.load(consumer()).await?;
     match state(&kernel, "cons") {
         PluginState::Pending { waiting_for } => {
-            assert!(waiting_for[0].contains("s.greet") && waiting_for[0].contains("no loaded plugin provides it"), "{waiting_for:?}");
+            assert!(
+                waiting_for[0].contains("s.greet")
+                    && waiting_for[0].contains("no loaded plugin provides it"),
+                "{waiting_for:?}"
+            );
         }
         other => panic!("consumer should wait, is {other:?}"),
     }
     kernel.load(provider("1.0.0")).await?;
     assert_eq!(state(&kernel, "cons"), PluginState::Active);
-    assert_eq!(kernel.call_service("s.cons", "forward", "hi").await?, "prov@1.0.0 s.greet.echo(hi)");
+    assert_eq!(
+        kernel.call_service("s.cons", "forward", "hi").await?,
+        "prov@1.0.0 s.greet.echo(hi)"
+    );
 
     kernel.unload("prov").await?;
-    assert!(matches!(state(&kernel, "cons"), PluginState::Pending { .. }));
+    assert!(matches!(
+        state(&kernel, "cons"),
+        PluginState::Pending { .. }
+    ));
     let e = kernel.call_service("s.cons", "forward", "hi").await.err();
-    assert!(matches!(&e, Some(KernelError::Unavailable(m)) if m.contains("waiting for")), "{e:?}");
+    assert!(
+        matches!(&e, Some(KernelError::Unavailable(m)) if m.contains("waiting for")),
+        "{e:?}"
+    );
 
     kernel.load(provider("1.3.0")).await?;
     assert_eq!(state(&kernel, "cons"), PluginState::Active);
-    assert_eq!(kernel.call_service("s.cons", "forward", "x").await?, "prov@1.3.0 s.greet.echo(x)");
+    assert_eq!(
+        kernel.call_service("s.cons", "forward", "x").await?,
+        "prov@1.3.0 s.greet.echo(x)"
+    );
     Ok(())
 }
 
@@ -58,7 +91,10 @@ async fn incompatible_provider_names_both_sides_and_versions() -> R {
     match state(&kernel, "cons") {
         PluginState::Pending { waiting_for } => {
             let w = &waiting_for[0];
-            assert!(w.contains("s.greet") && w.contains("^1") && w.contains("`prov` 2.0.0"), "{w}");
+            assert!(
+                w.contains("s.greet") && w.contains("^1") && w.contains("`prov` 2.0.0"),
+                "{w}"
+            );
         }
         other => panic!("expected pending, got {other:?}"),
     }
@@ -72,13 +108,27 @@ async fn failed_activation_undoes_its_effects_and_spares_the_others() -> R {
     let before = kernel.fingerprint();
     let bad = package(
         manifest("bad", "1.0.0", &[("s.bad", "1.0.0")], &[]),
-        Behaviour { tool: true, fail_activate: true, ..Behaviour::default() },
+        Behaviour {
+            tool: true,
+            fail_activate: true,
+            ..Behaviour::default()
+        },
     );
     let status = kernel.load(bad).await?;
-    assert!(matches!(&status.state, PluginState::Failed { reason } if reason.contains("configured to fail")), "{status:?}");
-    assert_eq!(kernel.fingerprint(), before, "a failed plugin leaves nothing behind");
+    assert!(
+        matches!(&status.state, PluginState::Failed { reason } if reason.contains("configured to fail")),
+        "{status:?}"
+    );
+    assert_eq!(
+        kernel.fingerprint(),
+        before,
+        "a failed plugin leaves nothing behind"
+    );
     assert_eq!(state(&kernel, "prov"), PluginState::Active);
-    assert_eq!(kernel.call_service("s.greet", "m", "").await?, "prov@1.0.0 s.greet.m()");
+    assert_eq!(
+        kernel.call_service("s.greet", "m", "").await?,
+        "prov@1.0.0 s.greet.m()"
+    );
     Ok(())
 }
 
@@ -88,7 +138,10 @@ async fn effects_during_unload_are_refused() -> R {
     let log = Arc::new(Mutex::new(Vec::new()));
     let p = package(
         manifest("late", "1.0.0", &[], &[]),
-        Behaviour { effect_in_deactivate: Some(log.clone()), ..Behaviour::default() },
+        Behaviour {
+            effect_in_deactivate: Some(log.clone()),
+            ..Behaviour::default()
+        },
     );
     kernel.load(p).await?;
     kernel.unload("late").await?;
@@ -105,12 +158,18 @@ async fn reentrant_call_is_refused_with_the_chain() -> R {
     let kernel = Kernel::default();
     let p = package(
         manifest("loop", "1.0.0", &[("s.loop", "1.0.0")], &[]),
-        Behaviour { forward_to: Some("s.loop".into()), ..Behaviour::default() },
+        Behaviour {
+            forward_to: Some("s.loop".into()),
+            ..Behaviour::default()
+        },
     );
     kernel.load(p).await?;
     let e = kernel.call_service("s.loop", "forward", "").await.err();
     match e {
-        Some(KernelError::Failed(m)) => assert!(m.contains("re-entrant") && m.contains("keel → loop → loop"), "{m}"),
+        Some(KernelError::Failed(m)) => assert!(
+            m.contains("re-entrant") && m.contains("keel → loop → loop"),
+            "{m}"
+        ),
         other => panic!("expected a refused re-entrant call, got {other:?}"),
     }
     Ok(())
@@ -126,13 +185,25 @@ async fn missing_service_is_named() {
 #[tokio::test]
 async fn cycle_is_refused_at_load_naming_it() -> R {
     let kernel = Kernel::default();
-    kernel.load(package(manifest("a", "1.0.0", &[("s.a", "1.0.0")], &[("s.b", "^1")]), Behaviour::default())).await?;
+    kernel
+        .load(package(
+            manifest("a", "1.0.0", &[("s.a", "1.0.0")], &[("s.b", "^1")]),
+            Behaviour::default(),
+        ))
+        .await?;
     let e = kernel
-        .load(package(manifest("b", "1.0.0", &[("s.b", "1.0.0")], &[("s.a", "^1")]), Behaviour::default()))
+        .load(package(
+            manifest("b", "1.0.0", &[("s.b", "1.0.0")], &[("s.a", "^1")]),
+            Behaviour::default(),
+        ))
         .await
         .err();
     assert!(matches!(&e, Some(LifecycleError::Graph(_))), "{e:?}");
-    assert!(e.map(|e| e.to_string()).unwrap_or_default().contains("a → b → a"));
+    assert!(
+        e.map(|e| e.to_string())
+            .unwrap_or_default()
+            .contains("a → b → a")
+    );
     assert!(kernel.status("b").is_none());
     Ok(())
 }
@@ -143,7 +214,10 @@ async fn reload_waits_for_the_call_in_flight_and_routes_new_calls_to_the_new_ver
     let slow = |v: &str| {
         package(
             manifest("prov", v, &[("s.greet", "1.0.0")], &[]),
-            Behaviour { call_delay: Duration::from_millis(300), ..Behaviour::default() },
+            Behaviour {
+                call_delay: Duration::from_millis(300),
+                ..Behaviour::default()
+            },
         )
     };
     kernel.load(slow("1.0.0")).await?;
@@ -182,12 +256,27 @@ async fn failed_reload_rolls_back() -> R {
     let before = kernel.fingerprint();
     let broken = package(
         manifest("prov", "1.1.0", &[("s.greet", "1.1.0")], &[]),
-        Behaviour { fail_activate: true, ..Behaviour::default() },
+        Behaviour {
+            fail_activate: true,
+            ..Behaviour::default()
+        },
     );
     let e = kernel.reload(broken).await.err();
-    assert!(matches!(&e, Some(LifecycleError::ReloadFailed { rolled_back: true, .. })), "{e:?}");
+    assert!(
+        matches!(
+            &e,
+            Some(LifecycleError::ReloadFailed {
+                rolled_back: true,
+                ..
+            })
+        ),
+        "{e:?}"
+    );
     assert_eq!(state(&kernel, "prov"), PluginState::Active);
-    assert_eq!(kernel.status("prov").map(|s| s.version.to_string()), Some("1.0.0".into()));
+    assert_eq!(
+        kernel.status("prov").map(|s| s.version.to_string()),
+        Some("1.0.0".into())
+    );
     assert_eq!(state(&kernel, "cons"), PluginState::Active);
     assert_eq!(kernel.fingerprint(), before);
     Ok(())
@@ -199,7 +288,10 @@ async fn incompatible_reload_stops_dependents_and_compatible_one_restarts_them()
     kernel.load(provider("1.0.0")).await?;
     kernel.load(consumer()).await?;
     kernel.reload(provider("2.0.0")).await?;
-    assert!(matches!(state(&kernel, "cons"), PluginState::Pending { .. }));
+    assert!(matches!(
+        state(&kernel, "cons"),
+        PluginState::Pending { .. }
+    ));
     kernel.reload(provider("1.2.0")).await?;
     assert_eq!(state(&kernel, "cons"), PluginState::Active);
     Ok(())
@@ -207,11 +299,17 @@ async fn incompatible_reload_stops_dependents_and_compatible_one_restarts_them()
 
 #[tokio::test]
 async fn unload_of_a_busy_plugin_times_out_and_changes_nothing() -> R {
-    let kernel = Kernel::new(KernelConfig { quiesce_timeout: Duration::from_millis(100), ..KernelConfig::default() });
+    let kernel = Kernel::new(KernelConfig {
+        quiesce_timeout: Duration::from_millis(100),
+        ..KernelConfig::default()
+    });
     kernel
         .load(package(
             manifest("busy", "1.0.0", &[("s.busy", "1.0.0")], &[]),
-            Behaviour { call_delay: Duration::from_millis(800), ..Behaviour::default() },
+            Behaviour {
+                call_delay: Duration::from_millis(800),
+                ..Behaviour::default()
+            },
         ))
         .await?;
     let k = kernel.clone();
@@ -220,7 +318,11 @@ async fn unload_of_a_busy_plugin_times_out_and_changes_nothing() -> R {
     let before = kernel.fingerprint();
     let e = kernel.unload("busy").await.err();
     assert!(matches!(&e, Some(LifecycleError::Busy { .. })), "{e:?}");
-    assert!(e.map(|e| e.to_string()).unwrap_or_default().contains("busy in a call"));
+    assert!(
+        e.map(|e| e.to_string())
+            .unwrap_or_default()
+            .contains("busy in a call")
+    );
     assert_eq!(state(&kernel, "busy"), PluginState::Active);
     assert_eq!(kernel.fingerprint(), before);
     call.await??;

@@ -27,8 +27,14 @@ pub struct Behaviour {
     pub forward_to: Option<String>,
 }
 
-pub fn manifest(name: &str, version: &str, provides: &[(&str, &str)], requires: &[(&str, &str)]) -> Manifest {
-    let mut text = format!("name = \"{name}\"\nversion = \"{version}\"\nkind = \"wasm\"\n[provides]\n");
+pub fn manifest(
+    name: &str,
+    version: &str,
+    provides: &[(&str, &str)],
+    requires: &[(&str, &str)],
+) -> Manifest {
+    let mut text =
+        format!("name = \"{name}\"\nversion = \"{version}\"\nkind = \"wasm\"\n[provides]\n");
     for (s, v) in provides {
         text.push_str(&format!("\"{s}\" = \"{v}\"\n"));
     }
@@ -59,7 +65,10 @@ struct FakeSource {
 
 #[async_trait]
 impl PluginSource for FakeSource {
-    async fn instantiate(&self, host: HostHandle) -> Result<Box<dyn PluginInstance>, InstanceError> {
+    async fn instantiate(
+        &self,
+        host: HostHandle,
+    ) -> Result<Box<dyn PluginInstance>, InstanceError> {
         Ok(Box::new(Fake {
             host,
             manifest: self.manifest.clone(),
@@ -83,7 +92,9 @@ impl PluginInstance for Fake {
     async fn activate(&mut self, chain: &CallChain, _config: &str) -> Result<(), InstanceError> {
         self.host.enter(chain);
         for (service, version) in &self.manifest.provides {
-            self.host.provide(service, &version.to_string()).map_err(ke)?;
+            self.host
+                .provide(service, &version.to_string())
+                .map_err(ke)?;
         }
         if self.behaviour.tool {
             self.host
@@ -98,7 +109,10 @@ impl PluginInstance for Fake {
         }
         self.host.subscribe("test.*").map_err(ke)?;
         self.host
-            .add_prompt_fragment("intro", &format!("{} {}", self.manifest.name, self.manifest.version))
+            .add_prompt_fragment(
+                "intro",
+                &format!("{} {}", self.manifest.name, self.manifest.version),
+            )
             .map_err(ke)?;
         if self.behaviour.fail_activate {
             return Err(InstanceError::Returned("configured to fail".into()));
@@ -150,7 +164,9 @@ impl PluginInstance for Fake {
                     .and_then(|s| s.parse::<u64>().ok())
                     .unwrap_or(0)
                     + 1;
-                self.host.state_set("count", n.to_string().into_bytes()).map_err(ke)?;
+                self.host
+                    .state_set("count", n.to_string().into_bytes())
+                    .map_err(ke)?;
                 Ok(n.to_string())
             }
             "last-event" => Ok(self
@@ -158,11 +174,19 @@ impl PluginInstance for Fake {
                 .state_get("last-event")
                 .and_then(|v| String::from_utf8(v).ok())
                 .unwrap_or_default()),
-            _ => Ok(format!("{}@{} {service}.{method}({payload})", self.manifest.name, self.manifest.version)),
+            _ => Ok(format!(
+                "{}@{} {service}.{method}({payload})",
+                self.manifest.name, self.manifest.version
+            )),
         }
     }
 
-    async fn invoke_tool(&mut self, chain: &CallChain, name: &str, input: &str) -> Result<String, InstanceError> {
+    async fn invoke_tool(
+        &mut self,
+        chain: &CallChain,
+        name: &str,
+        input: &str,
+    ) -> Result<String, InstanceError> {
         self.host.enter(chain);
         Ok(format!("{name}:{input}"))
     }

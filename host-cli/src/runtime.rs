@@ -1,0 +1,67 @@
+//! Building a kernel with the bundled plugins and the user's own.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use keel_kernel::{
+    Kernel, KernelConfig, LoaderConfig, Manifest, PluginLoader, PluginStatus, WasmHost,
+    WasmHostConfig,
+};
+
+use crate::config::Context;
+
+/// A kernel with its loader.
+pub struct Runtime {
+    pub kernel: Kernel,
+    pub loader: PluginLoader,
+}
+
+impl Runtime {
+    /// A kernel with no plugins yet.
+    pub fn new(ctx: &Context) -> anyhow::Result<Runtime> {
+        let wasm = WasmHost::new(WasmHostConfig {
+            cache_dir: Some(ctx.component_cache()),
+            ..WasmHostConfig::default()
+        })
+        .context("cannot start the WebAssembly host")?;
+        let loader = PluginLoader::new(
+            wasm,
+            LoaderConfig {
+                workspace: ctx.workspace.clone(),
+                trusted_native: ctx.config.trust.native.clone(),
+            },
+        );
+        Ok(Runtime {
+            kernel: Kernel::new(KernelConfig::default()),
+            loader,
+        })
+    }
+
+    /// A kernel holding the bundled plugins, the user's configured ones and `extra`.
+    pub async fn with_plugins(
+        ctx: &Context,
+        extra: &[std::path::PathBuf],
+    ) -> anyhow::Result<Runtime> {
+        let rt = Runtime::new(ctx)?;
+        for bundled in keel_bundled_plugins::all() {
+            let manifest = Manifest::parse(
+                bundled.manifest,
+                Path::new(&format!("<bundled {}>/keel.toml", bundled.name)),
+            )?;
+            let package = rt.loader.from_component(manifest, bundled.component)?;
+            rt.kernel.load(package).await?;
+        }
+        for path in ctx.config.plugins.paths.iter().chain(extra) {
+            let package = rt
+                .loader
+                .from_path(path)
+                .with_context(|| format!("cannot load the plugin at `{}`", path.display()))?;
+            rt.kernel.load(package).await?;
+        }
+        Ok(rt)
+    }
+
+    pub fn list(&self) -> Vec<PluginStatus> {
+        self.kernel.list()
+    }
+}

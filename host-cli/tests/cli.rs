@@ -1,0 +1,162 @@
+//! The `keel` binary end to end: plugin list, graph and check on a fresh home.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+fn keel(home: &std::path::Path) -> Result<Command, Box<dyn std::error::Error>> {
+    let mut cmd = Command::cargo_bin("keel")?;
+    cmd.env("KEEL_HOME", home)
+        .env("NO_COLOR", "1")
+        .env_remove("KEEL_LOG");
+    Ok(cmd)
+}
+
+#[test]
+fn plugin_list_shows_the_bundled_plugins_active() -> R {
+    let home = tempfile::tempdir()?;
+    keel(home.path())?
+        .args(["plugin", "list"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("NAME"))
+        .stdout(predicate::str::is_match(
+            r"greeter\s+0\.1\.0\s+wasm\s+active\s+example\.greeting 1\.0\.0",
+        )?)
+        .stdout(predicate::str::is_match(
+            r"greeter-client\s+\S+\s+wasm\s+active",
+        )?);
+    let out = keel(home.path())?
+        .args(["plugin", "list", "--json"])
+        .output()?;
+    assert!(out.status.success());
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let names: Vec<&str> = list
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["echo-tool", "greeter", "greeter-client"]);
+    assert!(
+        list.as_array()
+            .is_some_and(|a| a.iter().all(|p| p["state"] == "active"))
+    );
+    // The second run loads from the compiled-component cache the first one wrote.
+    assert!(
+        home.path()
+            .join("cache/components")
+            .read_dir()?
+            .next()
+            .is_some()
+    );
+    Ok(())
+}
+
+#[test]
+fn plugin_graph_renders_dot() -> R {
+    let home = tempfile::tempdir()?;
+    keel(home.path())?
+        .args(["plugin", "graph", "--dot"])
+        .assert()
+        .success()
+        .stdout(predicate::str::starts_with("digraph keel {"))
+        .stdout(predicate::str::contains(
+            "\"greeter-client\" -> \"greeter\" [label=\"example.greeting\"]",
+        ));
+    keel(home.path())?
+        .args(["plugin", "graph"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "greeter-client → greeter  (example.greeting)",
+        ));
+    Ok(())
+}
+
+#[test]
+fn a_waiting_plugin_says_what_it_waits_for() -> R {
+    let home = tempfile::tempdir()?;
+    let plugin = home.path().join("needy");
+    std::fs::create_dir(&plugin)?;
+    std::fs::write(
+        plugin.join("keel.toml"),
+        "name = \"needy\"\nversion = \"0.1.0\"\nkind = \"wasm\"\ncomponent = \"c.wasm\"\n[requires]\n\"example.missing\" = \"^2\"\n",
+    )?;
+    let component = keel_bundled_plugins::get("echo-tool")
+        .map(|b| b.component)
+        .unwrap_or_default();
+    std::fs::write(plugin.join("c.wasm"), component)?;
+    keel(home.path())?
+        .args(["plugin", "list", "--plugin"])
+        .arg(&plugin)
+        .assert()
+        .success()
+        .stdout(predicate::str::is_match(
+            r"needy\s+0\.1\.0\s+wasm\s+pending.*waits for service `example\.missing` \^2 \(no loaded plugin provides it\)",
+        )?);
+    Ok(())
+}
+
+#[test]
+fn plugin_check_validates_and_refuses_clearly() -> R {
+    let home = tempfile::tempdir()?;
+    let plugin = home.path().join("echo");
+    std::fs::create_dir(&plugin)?;
+    let bundled = keel_bundled_plugins::get("echo-tool").ok_or("echo-tool is bundled")?;
+    std::fs::write(plugin.join("keel.toml"), bundled.manifest)?;
+    std::fs::write(plugin.join("echo-tool.wasm"), bundled.component)?;
+    keel(home.path())?
+        .args(["plugin", "check"])
+        .arg(&plugin)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("ABI keel:plugin@0.1.0"))
+        .stdout(predicate::str::ends_with("ok\n"));
+
+    // A malformed manifest: the file, the line and the field.
+    std::fs::write(
+        plugin.join("keel.toml"),
+        "name = \"echo-tool\"\nversion = \"one\"\nkind = \"wasm\"\n",
+    )?;
+    keel(home.path())?
+        .args(["plugin", "check"])
+        .arg(&plugin)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("keel.toml:2:"))
+        .stderr(predicate::str::contains("field `version`"));
+
+    // Garbage instead of a component.
+    std::fs::write(plugin.join("keel.toml"), bundled.manifest)?;
+    std::fs::write(plugin.join("echo-tool.wasm"), b"garbage")?;
+    keel(home.path())?
+        .args(["plugin", "check"])
+        .arg(&plugin)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("echo-tool"));
+
+    // A missing directory.
+    keel(home.path())?
+        .args(["plugin", "check", "/nonexistent/plugin"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("/nonexistent/plugin"));
+    Ok(())
+}
+
+#[test]
+fn an_unknown_config_key_is_refused() -> R {
+    let home = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[trust]\nnativ = [\"x\"]\n",
+    )?;
+    keel(home.path())?
+        .args(["plugin", "list"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("config.toml:2"))
+        .stderr(predicate::str::contains("nativ"));
+    Ok(())
+}
