@@ -16,6 +16,9 @@ pub struct UserConfig {
     /// Plugins loaded in addition to the bundled ones.
     #[serde(default)]
     pub plugins: Plugins,
+    /// Per-plugin settings, `[config.<plugin>]`, laid over the manifest's `[config]` defaults.
+    #[serde(default)]
+    pub config: std::collections::BTreeMap<String, toml::Table>,
 }
 
 /// `[trust]`

@@ -4,8 +4,8 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use keel_kernel::{
-    Kernel, KernelConfig, LoaderConfig, Manifest, PluginLoader, PluginStatus, WasmHost,
-    WasmHostConfig,
+    Kernel, KernelConfig, LoaderConfig, Manifest, PluginLoader, PluginPackage, PluginStatus,
+    WasmHost, WasmHostConfig,
 };
 
 use crate::config::Context;
@@ -49,16 +49,33 @@ impl Runtime {
                 Path::new(&format!("<bundled {}>/keel.toml", bundled.name)),
             )?;
             let package = rt.loader.from_component(manifest, bundled.component)?;
-            rt.kernel.load(package).await?;
+            rt.load(ctx, package).await?;
         }
         for path in ctx.config.plugins.paths.iter().chain(extra) {
             let package = rt
                 .loader
                 .from_path(path)
                 .with_context(|| format!("cannot load the plugin at `{}`", path.display()))?;
-            rt.kernel.load(package).await?;
+            rt.load(ctx, package).await?;
         }
         Ok(rt)
+    }
+
+    /// Load `package` with the user's `[config.<name>]` settings laid over its defaults.
+    async fn load(&self, ctx: &Context, mut package: PluginPackage) -> anyhow::Result<()> {
+        if let Some(user) = ctx.config.config.get(&package.manifest.name) {
+            let defaults = &mut package.manifest.config;
+            if !defaults.is_object() {
+                *defaults = serde_json::Value::Object(Default::default());
+            }
+            if let Some(map) = defaults.as_object_mut() {
+                for (key, value) in user {
+                    map.insert(key.clone(), serde_json::to_value(value)?);
+                }
+            }
+        }
+        self.kernel.load(package).await?;
+        Ok(())
     }
 
     pub fn list(&self) -> Vec<PluginStatus> {

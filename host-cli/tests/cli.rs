@@ -160,3 +160,20 @@ fn an_unknown_config_key_is_refused() -> R {
         .stderr(predicate::str::contains("nativ"));
     Ok(())
 }
+
+#[test]
+fn user_config_overrides_plugin_defaults() -> R {
+    let home = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[config.greeter]\ngreeting = 42\n",
+    )?;
+    // The greeter refuses a non-string greeting, so the override must have reached activate.
+    keel(home.path())?
+        .args(["plugin", "list"])
+        .assert()
+        .success()
+        .stdout(predicate::str::is_match(r"greeter\s+0\.1\.0\s+wasm\s+failed\s+example\.greeting 1\.0\.0\s+activation failed: .*`greeting` must be a string")?)
+        .stdout(predicate::str::is_match(r"greeter-client\s+\S+\s+wasm\s+pending")?);
+    Ok(())
+}
