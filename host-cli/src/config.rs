@@ -19,6 +19,10 @@ pub struct UserConfig {
     /// Per-plugin settings, `[config.<plugin>]`, laid over the manifest's `[config]` defaults.
     #[serde(default)]
     pub config: std::collections::BTreeMap<String, toml::Table>,
+    /// The exec policy, `[exec]`: parsed and validated from the raw text by the kernel's
+    /// policy parser, only accepted here.
+    #[serde(default, rename = "exec")]
+    _exec: Option<serde::de::IgnoredAny>,
 }
 
 /// `[trust]`
@@ -47,6 +51,8 @@ pub struct Context {
     pub workspace: PathBuf,
     /// The user's settings.
     pub config: UserConfig,
+    /// The text of the user's config file (empty when there is none).
+    pub config_text: String,
 }
 
 impl Context {
@@ -64,11 +70,12 @@ impl Context {
                 workspace.display()
             )
         })?;
-        let config = load_config(&home.join("config.toml"))?;
+        let (config, config_text) = load_config(&home.join("config.toml"))?;
         Ok(Context {
             home,
             workspace,
             config,
+            config_text,
         })
     }
 
@@ -78,13 +85,15 @@ impl Context {
     }
 }
 
-fn load_config(path: &Path) -> anyhow::Result<UserConfig> {
+fn load_config(path: &Path) -> anyhow::Result<(UserConfig, String)> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(UserConfig::default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok((UserConfig::default(), String::new()));
+        }
         Err(e) => bail!("{}: cannot read your keel config: {e}", path.display()),
     };
-    toml::from_str(&text).map_err(|e| {
+    let config = toml::from_str(&text).map_err(|e| {
         let line = e
             .span()
             .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
@@ -94,5 +103,19 @@ fn load_config(path: &Path) -> anyhow::Result<UserConfig> {
             path.display(),
             e.message().trim()
         )
-    })
+    })?;
+    Ok((config, text))
+}
+
+impl Context {
+    /// The project-local config, `<workspace>/.keel/config.toml`, if there is one. It may only
+    /// tighten what the user's config allows.
+    pub fn project_config(&self) -> anyhow::Result<Option<(PathBuf, String)>> {
+        let path = self.workspace.join(".keel").join("config.toml");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some((path, text))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => bail!("{}: cannot read the project config: {e}", path.display()),
+        }
+    }
 }

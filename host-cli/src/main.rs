@@ -28,6 +28,9 @@ enum Command {
     /// Inspect and check plugins.
     #[command(subcommand)]
     Plugin(commands::plugin::PluginCommand),
+    /// Ask the exec policy about a command.
+    #[command(subcommand)]
+    Policy(commands::policy::PolicyCommand),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
         let ctx = config::Context::new(cli.home, cli.workspace)?;
         match cli.command {
             Command::Plugin(cmd) => commands::plugin::run(&ctx, cmd).await,
+            Command::Policy(cmd) => commands::policy::run(&ctx, cmd),
         }
     });
     match result {

@@ -5,6 +5,7 @@
 //! [`Kernel`].
 
 mod env;
+pub mod gates;
 mod graph;
 mod host_api;
 mod instance;

@@ -1,3 +1,4 @@
 //! One module per command group.
 
 pub mod plugin;
+pub mod policy;

@@ -1,0 +1,7 @@
+//! The sealed gates. Nothing here is reachable from a plugin: the WIT interfaces and the
+//! native callback table expose no gate state, and every decision is made in the kernel.
+
+mod exec_danger;
+pub mod exec_policy;
+mod exec_rules;
+pub mod shell_split;
