@@ -1,0 +1,68 @@
+//! A kernel with a WebAssembly host, for end-to-end tests and benchmarks.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use keel_kernel::{
+    Kernel, KernelConfig, LoaderConfig, Manifest, PluginLoader, PluginPackage, PluginStatus,
+    WasmHost, WasmHostConfig,
+};
+
+/// A kernel and the loader that feeds it.
+pub struct Harness {
+    /// The kernel.
+    pub kernel: Kernel,
+    /// Compiles components and resolves grants.
+    pub loader: PluginLoader,
+}
+
+impl Harness {
+    /// A kernel whose relative directory grants resolve against `workspace`, caching compiled
+    /// components in `cache` (if given).
+    pub fn new(workspace: &Path, cache: Option<PathBuf>) -> anyhow::Result<Harness> {
+        let wasm = WasmHost::new(WasmHostConfig {
+            cache_dir: cache,
+            ..WasmHostConfig::default()
+        })?;
+        Ok(Harness {
+            kernel: Kernel::new(KernelConfig::default()),
+            loader: PluginLoader::new(
+                wasm,
+                LoaderConfig {
+                    workspace: workspace.to_owned(),
+                    ..LoaderConfig::default()
+                },
+            ),
+        })
+    }
+
+    /// The package of a bundled plugin.
+    pub fn bundled(&self, name: &str) -> anyhow::Result<PluginPackage> {
+        let b = keel_bundled_plugins::get(name)
+            .with_context(|| format!("no bundled plugin `{name}`"))?;
+        let manifest = Manifest::parse(
+            b.manifest,
+            Path::new(&format!("<bundled {name}>/keel.toml")),
+        )?;
+        Ok(self.loader.from_component(manifest, b.component)?)
+    }
+
+    /// The package of a test fixture.
+    pub fn fixture(&self, name: &str) -> anyhow::Result<PluginPackage> {
+        let (manifest, component) =
+            crate::fixtures::fixture(name).with_context(|| format!("no fixture `{name}`"))?;
+        let manifest =
+            Manifest::parse(manifest, Path::new(&format!("<fixture {name}>/keel.toml")))?;
+        Ok(self.loader.from_component(manifest, component)?)
+    }
+
+    /// Load a bundled plugin.
+    pub async fn load_bundled(&self, name: &str) -> anyhow::Result<PluginStatus> {
+        Ok(self.kernel.load(self.bundled(name)?).await?)
+    }
+
+    /// Load a fixture.
+    pub async fn load_fixture(&self, name: &str) -> anyhow::Result<PluginStatus> {
+        Ok(self.kernel.load(self.fixture(name)?).await?)
+    }
+}

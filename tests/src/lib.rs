@@ -1,0 +1,6 @@
+//! keel end-to-end test support: the hostile plugin fixtures and a kernel harness.
+
+pub mod fixtures;
+pub mod harness;
+
+pub use harness::Harness;
