@@ -527,6 +527,23 @@ greeting = "Hi"
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in "\\PC{0,400}") {
+            let _ = parse(&text);
+        }
+
+        #[test]
+        fn mutated_manifests_never_panic(cut in 0usize..400, insert in "[\\[\\]=\"{}.,a-z0-9 \n]{0,8}") {
+            let at = GOOD.floor_char_boundary(cut.min(GOOD.len()));
+            let text = format!("{}{insert}{}", &GOOD[..at], &GOOD[at..]);
+            if let Err(e) = parse(&text) {
+                // Every refusal names the file.
+                proptest::prop_assert!(e.to_string().starts_with("plugins/x/keel.toml"));
+            }
+        }
+    }
+
     #[test]
     fn missing_file_names_the_file() {
         let e = Manifest::load(Path::new("/nonexistent/keel.toml"));
