@@ -2,7 +2,7 @@
 
 use std::hint::black_box;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use keel_kernel::gates::exec_policy::ExecPolicy;
 
 fn exec_policy(c: &mut Criterion) {
@@ -21,5 +21,8 @@ fn exec_policy(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, exec_policy);
-criterion_main!(benches);
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    exec_policy(&mut criterion);
+    criterion.final_summary();
+}
