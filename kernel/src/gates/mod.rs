@@ -1,7 +1,11 @@
 //! The sealed gates. Nothing here is reachable from a plugin: the WIT interfaces and the
 //! native callback table expose no gate state, and every decision is made in the kernel.
 
+pub mod arg_repair;
 mod exec_danger;
 pub mod exec_policy;
 mod exec_rules;
+pub mod net_policy;
+pub mod redact;
+pub mod sanitize;
 pub mod shell_split;

@@ -1,0 +1,1968 @@
+//! The network policy gate: decides whether an outbound HTTP request a plugin makes may go out
+//! (Allow), needs the user's approval (Prompt), or must not go out at all (Deny).
+//!
+//! This module is pure: it parses URLs and judges host names and addresses, but it never
+//! resolves a name, opens a connection or writes a file. The HTTP client that uses it, and the
+//! append-only audit log writer, live elsewhere. The client is expected to:
+//!
+//! 1. call [`NetPolicy::decide_url`] before anything else, refuse on [`NetDecision::Deny`] and
+//!    ask the user on [`NetDecision::Prompt`];
+//! 2. resolve the host itself, pass *every* answer to [`NetPolicy::check_resolved`] and connect
+//!    only to the address it returns (DNS pinning: a second resolution at connect time could
+//!    point somewhere else);
+//! 3. follow redirects by hand, passing each `Location` to [`NetPolicy::check_redirect`]
+//!    (at most [`MAX_REDIRECTS`] hops, every hop re-checked from step 1);
+//! 4. hand an HTTP error status (4xx, 5xx) back to the plugin as a normal response with its
+//!    body rather than as a failure: an API's error body is the plugin's best diagnostic;
+//! 5. write one [`audit_line`] per request to the audit log.
+//!
+//! # Decisions
+//!
+//! Rules map a host pattern to `allow`, `prompt` or `deny`. A pattern `example.com` covers
+//! exactly that host; `.example.com` covers every subdomain (`api.example.com`,
+//! `a.b.example.com`) but *not* the bare `example.com` — to cover both, list both. When several
+//! rules match, the strictest wins (`allow < prompt < deny`, so deny always wins). When none
+//! matches, the `default` applies (itself `prompt` when not configured). An unrecognised decision
+//! value — a typo such as `"alow"`, a number — is read as `prompt` and reported as a warning: a
+//! typo never silently opens the network.
+//!
+//! ```toml
+//! [network]
+//! default = "prompt"
+//! rules = [
+//!   { host = "api.openai.com", decision = "allow" },
+//!   { host = ".evil.com", decision = "deny" },
+//! ]
+//! allow_private = ["127.0.0.1:11434", "localhost:11434"]
+//! ```
+//!
+//! # What is refused whatever the rules say
+//!
+//! - Schemes other than `http` and `https`.
+//! - URLs with userinfo (`http://user:pass@host/`). They are refused, not stripped: a password
+//!   in a URL is either a mistake that would be logged or the classic disguise
+//!   `https://api.openai.com@evil.com/`, and silently rewriting the request would hide both.
+//! - Host names that always mean this machine or a cloud metadata service: `localhost`,
+//!   `*.localhost`, `localhost.localdomain`, `ip6-localhost`, `ip6-loopback`,
+//!   `metadata.google.internal`. (The real guard is [`NetPolicy::check_resolved`]: whatever a
+//!   name resolves to is checked address by address.)
+//! - Addresses in the ranges of [`forbidden_range`]: loopback, RFC 1918, link-local (with the
+//!   metadata address 169.254.169.254), CGNAT, benchmarking, documentation, multicast, class E
+//!   and broadcast, unspecified, unique-local, site-local and the other special IPv6 blocks.
+//!   IPv6 addresses that embed an IPv4 address are unwrapped and the IPv4 address is judged:
+//!   IPv4-mapped `::ffff:a.b.c.d`, NAT64 `64:ff9b::/96` (so IPv6-only networks with DNS64 keep
+//!   working for public hosts) and 6to4 `2002::/16`. The deprecated IPv4-compatible form
+//!   `::a.b.c.d`, local-use NAT64 `64:ff9b:1::/48` and Teredo `2001::/32` are refused outright:
+//!   where they lead cannot be judged from the address.
+//!
+//! The one way through is `allow_private`: an exact `host:port` listed there (for example a
+//! local model server at `127.0.0.1:11434`) is exempt from the name and address refusals — only
+//! that host spelled that way (after normalization) and only that port. It does not bypass the
+//! rules: a listed endpoint still gets the matching rule's decision or the default, and a deny
+//! rule still wins.
+//!
+//! IP literals in odd forms (`http://2130706433/`, `http://0177.0.0.1/`, `http://0x7f.1/`,
+//! `http://127.1/`, percent-encoded or full-width digits) are normalized by the WHATWG URL parser
+//! of the `url` crate before any check, so they are judged as the address they denote. Host names
+//! are lowercased, converted to ASCII with IDNA, and a single trailing dot is removed.
+//!
+//! Every refusal says what was refused, why, and what to do instead.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use url::{Host, Url};
+
+/// The most redirects [`NetPolicy::check_redirect`] lets a request follow.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// Where the user's config lives, as named in suggestions.
+const CONFIG_PATH: &str = "~/.keel/config.toml";
+
+/// Host names that always mean this machine or a cloud metadata service.
+const LOCAL_NAMES: &[&str] = &[
+    "localhost",
+    "localhost.localdomain",
+    "ip6-localhost",
+    "ip6-loopback",
+    "metadata.google.internal",
+];
+
+/// The three-valued network decision, ordered `Allow < Prompt < Deny` and combined by maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetDecision {
+    /// The request may go out without asking.
+    Allow,
+    /// The user must approve the request first.
+    Prompt,
+    /// The request must not go out.
+    Deny,
+}
+
+impl NetDecision {
+    /// The lowercase name used in config files and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetDecision::Allow => "allow",
+            NetDecision::Prompt => "prompt",
+            NetDecision::Deny => "deny",
+        }
+    }
+
+    /// Parses `allow`, `prompt` or `deny` (ASCII case and surrounding blanks ignored).
+    pub fn parse(s: &str) -> Option<NetDecision> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("allow") {
+            Some(NetDecision::Allow)
+        } else if s.eq_ignore_ascii_case("prompt") {
+            Some(NetDecision::Prompt)
+        } else if s.eq_ignore_ascii_case("deny") {
+            Some(NetDecision::Deny)
+        } else {
+            None
+        }
+    }
+}
+
+impl fmt::Display for NetDecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which check produced a verdict or a refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetCheck {
+    /// The URL (or host) could not be parsed or is not a usable host.
+    Url,
+    /// The scheme is not `http` or `https`.
+    Scheme,
+    /// The URL carries a user name or password.
+    Userinfo,
+    /// The host name always means this machine or a metadata service.
+    HostName,
+    /// The host is, or resolved to, a forbidden address.
+    Address,
+    /// A `[network]` rule decided.
+    Rule,
+    /// No rule matched; the `[network]` default decided.
+    Default,
+    /// The target needs the user's approval (a redirect to a `prompt` host).
+    Approval,
+    /// The name resolved to no address at all.
+    Resolution,
+    /// The redirect limit was reached or the `Location` was unusable.
+    Redirect,
+}
+
+/// The decision for one URL, with what it concerns and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NetVerdict {
+    /// The decision.
+    pub decision: NetDecision,
+    /// The normalized host (`api.example.com`, `127.0.0.1`, `[::1]`); empty when the URL has
+    /// none or could not be parsed.
+    pub host: String,
+    /// The port the request would use (explicit or the scheme's default), when known.
+    pub port: Option<u16>,
+    /// Which check decided.
+    pub check: NetCheck,
+    /// Why, in one sentence, naming the rule or range involved.
+    pub reason: String,
+    /// What to do instead (for Deny) or how to stop being asked (for Prompt).
+    pub suggestion: Option<String>,
+}
+
+impl NetVerdict {
+    /// The refusal this verdict amounts to: `Some` exactly for [`NetDecision::Deny`].
+    pub fn refusal(&self) -> Option<NetRefusal> {
+        (self.decision == NetDecision::Deny).then(|| NetRefusal {
+            check: self.check,
+            target: if self.host.is_empty() {
+                String::from("(unparsable URL)")
+            } else {
+                self.host.clone()
+            },
+            reason: self.reason.clone(),
+            suggestion: self.suggestion.clone().unwrap_or_default(),
+        })
+    }
+}
+
+/// A refused request: what was refused, why, and what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("network request to {target} refused: {reason}. {suggestion}")]
+pub struct NetRefusal {
+    /// Which check refused.
+    pub check: NetCheck,
+    /// What was refused: a host, `host:port`, or `host (address)`. Never a full URL, whose
+    /// query may carry secrets.
+    pub target: String,
+    /// Why.
+    pub reason: String,
+    /// What to do instead.
+    pub suggestion: String,
+}
+
+/// Why a `[network]` config was refused. Structural mistakes are errors; an unrecognised
+/// decision value is not (it reads as `prompt`, see [`NetPolicyWarning`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NetPolicyError {
+    /// The document is not TOML.
+    #[error("config is not valid TOML: {message}")]
+    Toml {
+        /// The parser's message.
+        message: String,
+    },
+    /// A key of `[network]` has the wrong shape.
+    #[error("config: [network] {key}: {message}")]
+    Invalid {
+        /// The key (`rules`, `rules[2]`, `allow_private[0]`, ...).
+        key: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// A rule's host pattern is not a host name.
+    #[error("config: [network] rule host `{host}` is not valid: {problem}")]
+    BadHost {
+        /// The pattern as written.
+        host: String,
+        /// What is wrong and what to write instead.
+        problem: String,
+    },
+    /// An `allow_private` entry is not an exact `host:port`.
+    #[error("config: [network] allow_private entry `{entry}` is not valid: {problem}")]
+    BadAllowPrivate {
+        /// The entry as written.
+        entry: String,
+        /// What is wrong and what to write instead.
+        problem: String,
+    },
+}
+
+/// Something in a `[network]` config that was accepted with a different effect than written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NetPolicyWarning {
+    /// What was read differently or ignored, and why.
+    pub message: String,
+}
+
+impl fmt::Display for NetPolicyWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "config: [network] {}", self.message)
+    }
+}
+
+/// A normalized host: a domain name (lowercase ASCII, no trailing dot) or an IP address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NormHost {
+    Domain(String),
+    Ip(IpAddr),
+}
+
+impl NormHost {
+    /// The canonical spelling: the domain, a dotted quad, or a bracketed IPv6 address.
+    fn key(&self) -> String {
+        match self {
+            NormHost::Domain(d) => d.clone(),
+            NormHost::Ip(IpAddr::V4(a)) => a.to_string(),
+            NormHost::Ip(IpAddr::V6(a)) => format!("[{a}]"),
+        }
+    }
+}
+
+/// A rule's host pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HostPattern {
+    /// Exactly this host (canonical key).
+    Exact(String),
+    /// Every subdomain of a domain; stored with its leading dot (`.example.com`).
+    Subdomains(String),
+}
+
+impl HostPattern {
+    fn matches(&self, host: &NormHost) -> bool {
+        match (self, host) {
+            (HostPattern::Exact(k), h) => *k == h.key(),
+            (HostPattern::Subdomains(suffix), NormHost::Domain(d)) => {
+                d.len() > suffix.len() && d.ends_with(suffix.as_str())
+            }
+            (HostPattern::Subdomains(_), NormHost::Ip(_)) => false,
+        }
+    }
+
+    fn as_written(&self) -> &str {
+        match self {
+            HostPattern::Exact(k) | HostPattern::Subdomains(k) => k,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HostRule {
+    pattern: HostPattern,
+    decision: NetDecision,
+}
+
+/// The network policy: rules, a default, and the private endpoints the user named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetPolicy {
+    default: NetDecision,
+    rules: Vec<HostRule>,
+    /// Exact `(canonical host, port)` pairs exempt from the name and address refusals.
+    allow_private: Vec<(String, u16)>,
+}
+
+impl Default for NetPolicy {
+    /// No rules, no private endpoints, default `prompt`: what a config without `[network]`
+    /// gets.
+    fn default() -> Self {
+        NetPolicy::new(NetDecision::Prompt)
+    }
+}
+
+impl NetPolicy {
+    /// A policy with no rules and no private endpoints, deciding `default` for every host.
+    pub fn new(default: NetDecision) -> Self {
+        NetPolicy {
+            default,
+            rules: Vec::new(),
+            allow_private: Vec::new(),
+        }
+    }
+
+    /// Adds a rule (`example.com` for exactly that host, `.example.com` for its subdomains).
+    pub fn with_rule(mut self, host: &str, decision: NetDecision) -> Result<Self, NetPolicyError> {
+        let pattern = parse_pattern(host)?;
+        self.rules.push(HostRule { pattern, decision });
+        Ok(self)
+    }
+
+    /// Adds an exact `host:port` (`127.0.0.1:11434`, `localhost:11434`, `[::1]:8080`) that is
+    /// exempt from the name and address refusals.
+    pub fn with_allow_private(mut self, entry: &str) -> Result<Self, NetPolicyError> {
+        let pair = parse_allow_private(entry)?;
+        if !self.allow_private.contains(&pair) {
+            self.allow_private.push(pair);
+        }
+        Ok(self)
+    }
+
+    /// The decision for hosts no rule matches.
+    pub fn default_decision(&self) -> NetDecision {
+        self.default
+    }
+
+    /// Reads the `[network]` table of a whole config document (other tables are ignored). A
+    /// document without `[network]` gives [`NetPolicy::default`]. Unrecognised decision values
+    /// and unknown keys come back as warnings (the value reads as `prompt`); anything else
+    /// malformed — a rule without a host, a host that is not a host name, an `allow_private`
+    /// entry without a port — is an error.
+    pub fn from_toml(text: &str) -> Result<(NetPolicy, Vec<NetPolicyWarning>), NetPolicyError> {
+        let doc: toml::Table = toml::from_str(text).map_err(|e| NetPolicyError::Toml {
+            message: e.message().to_owned(),
+        })?;
+        let mut warnings = Vec::new();
+        let Some(network) = doc.get("network") else {
+            return Ok((NetPolicy::default(), warnings));
+        };
+        let network = network.as_table().ok_or_else(|| NetPolicyError::Invalid {
+            key: String::from("network"),
+            message: format!(
+                "`network` must be a table (`[network]`), found {}",
+                network.type_str()
+            ),
+        })?;
+
+        let mut policy = NetPolicy::default();
+        for (key, value) in network {
+            match key.as_str() {
+                "default" => policy.default = read_decision(value, "default", &mut warnings),
+                "rules" => {
+                    let rules = value.as_array().ok_or_else(|| NetPolicyError::Invalid {
+                        key: String::from("rules"),
+                        message: format!(
+                            "must be an array of tables like `[{{ host = \"api.example.com\", decision = \"allow\" }}]`, found {}",
+                            value.type_str()
+                        ),
+                    })?;
+                    for (i, rule) in rules.iter().enumerate() {
+                        policy.rules.push(read_rule(rule, i, &mut warnings)?);
+                    }
+                }
+                "allow_private" => {
+                    let entries = value.as_array().ok_or_else(|| NetPolicyError::Invalid {
+                        key: String::from("allow_private"),
+                        message: format!(
+                            "must be an array of \"host:port\" strings like `[\"127.0.0.1:11434\"]`, found {}",
+                            value.type_str()
+                        ),
+                    })?;
+                    for (i, entry) in entries.iter().enumerate() {
+                        let entry = entry.as_str().ok_or_else(|| NetPolicyError::Invalid {
+                            key: format!("allow_private[{i}]"),
+                            message: format!(
+                                "must be a \"host:port\" string, found {}",
+                                entry.type_str()
+                            ),
+                        })?;
+                        let pair = parse_allow_private(entry)?;
+                        if !policy.allow_private.contains(&pair) {
+                            policy.allow_private.push(pair);
+                        }
+                    }
+                }
+                other => warnings.push(NetPolicyWarning {
+                    message: format!(
+                        "unknown key `{other}` ignored; the keys are `default`, `rules` and `allow_private`"
+                    ),
+                }),
+            }
+        }
+        Ok((policy, warnings))
+    }
+
+    /// Judges one URL before any connection: scheme, userinfo, host name, IP literal, then the
+    /// rules. Never panics; an unparsable URL is denied.
+    pub fn decide_url(&self, url: &str) -> NetVerdict {
+        let deny = |host: String, port, check, reason: String, suggestion: String| NetVerdict {
+            decision: NetDecision::Deny,
+            host,
+            port,
+            check,
+            reason,
+            suggestion: Some(suggestion),
+        };
+
+        let parsed = match Url::parse(url) {
+            Ok(u) => u,
+            Err(e) => {
+                return deny(
+                    String::new(),
+                    None,
+                    NetCheck::Url,
+                    format!("the URL cannot be parsed ({e})"),
+                    String::from("send an absolute http(s) URL such as `https://example.com/path`"),
+                );
+            }
+        };
+
+        let scheme = parsed.scheme();
+        if scheme != "http" && scheme != "https" {
+            let host = parsed.host_str().unwrap_or_default().to_owned();
+            let extra = if scheme == "file" {
+                "; read local files with the file tools instead"
+            } else {
+                ""
+            };
+            return deny(
+                host,
+                None,
+                NetCheck::Scheme,
+                format!("the scheme `{scheme}` is not allowed; only http and https are"),
+                format!("use an http:// or https:// URL{extra}"),
+            );
+        }
+
+        let port = parsed.port_or_known_default();
+        let Some(raw_host) = parsed.host() else {
+            return deny(
+                String::new(),
+                port,
+                NetCheck::Url,
+                String::from("the URL has no host"),
+                String::from("send an absolute http(s) URL such as `https://example.com/path`"),
+            );
+        };
+        let host = match normalize_url_host(raw_host) {
+            Ok(h) => h,
+            Err(problem) => {
+                return deny(
+                    parsed.host_str().unwrap_or_default().to_owned(),
+                    port,
+                    NetCheck::Url,
+                    format!("the host is not a valid host name: {problem}"),
+                    String::from("check the host name in the URL"),
+                );
+            }
+        };
+        let key = host.key();
+
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            return deny(
+                key,
+                port,
+                NetCheck::Userinfo,
+                String::from(
+                    "the URL contains a user name or password (`user:pass@host`), which would leak into logs and can disguise the real host",
+                ),
+                String::from(
+                    "remove the `user:password@` part and send credentials in a request header such as `Authorization` instead",
+                ),
+            );
+        }
+
+        let exempt = port.is_some_and(|p| self.is_allowed_private(&key, p));
+        if !exempt && let Some(refusal) = refuse_host(&host, port) {
+            return deny(key, port, refusal.check, refusal.reason, refusal.suggestion);
+        }
+
+        self.rule_verdict(&host, key, port)
+    }
+
+    /// Judges the addresses `host` resolved to, before connecting. Every address is checked;
+    /// if *any* is forbidden the whole answer is refused, so a DNS answer mixing public and
+    /// internal addresses cannot be used for rebinding. On success returns the first address,
+    /// which the client must pin the connection to (never resolve the name again).
+    ///
+    /// An exact `host:port` listed in `allow_private` may resolve anywhere. This checks
+    /// addresses only; the rules were applied by [`NetPolicy::decide_url`].
+    pub fn check_resolved(
+        &self,
+        host: &str,
+        port: u16,
+        addrs: &[IpAddr],
+    ) -> Result<IpAddr, NetRefusal> {
+        let host = normalize_bare_host(host).map_err(|problem| NetRefusal {
+            check: NetCheck::Url,
+            target: host.to_owned(),
+            reason: format!("the host is not a valid host name: {problem}"),
+            suggestion: String::from("check the host name in the URL"),
+        })?;
+        let key = host.key();
+        let Some(first) = addrs.first().copied() else {
+            return Err(NetRefusal {
+                check: NetCheck::Resolution,
+                target: format!("{key}:{port}"),
+                reason: String::from("the host name resolved to no address"),
+                suggestion: String::from("check the host name for typos"),
+            });
+        };
+        if self.is_allowed_private(&key, port) {
+            return Ok(first);
+        }
+        if let Some(refusal) = refuse_host(&host, Some(port)) {
+            return Err(refusal);
+        }
+        for addr in addrs {
+            if let Some(range) = forbidden_range(*addr) {
+                return Err(NetRefusal {
+                    check: NetCheck::Address,
+                    target: format!("{key} ({addr})"),
+                    reason: format!(
+                        "`{key}` resolves to {addr}, which is {}; a name that resolves to an internal address is refused even when its other addresses are public (DNS rebinding)",
+                        range.describe()
+                    ),
+                    suggestion: private_suggestion(&key, port),
+                });
+            }
+        }
+        Ok(first)
+    }
+
+    /// Judges a redirect: resolves `location` against `from` and re-checks the result with
+    /// [`NetPolicy::decide_url`]. `hop` is how many redirects this request has already followed
+    /// (0 for the first); at most [`MAX_REDIRECTS`] are followed. Returns the absolute URL to
+    /// request next.
+    ///
+    /// A target whose decision is Prompt is refused with [`NetCheck::Approval`]: the client
+    /// may ask the user (or use an approval already given for that host in this session) and
+    /// then continue with [`resolve_location`]. The new host's addresses must still go through
+    /// [`NetPolicy::check_resolved`].
+    pub fn check_redirect(
+        &self,
+        from: &str,
+        location: &str,
+        hop: usize,
+    ) -> Result<String, NetRefusal> {
+        if hop >= MAX_REDIRECTS {
+            let target = Url::parse(from)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned))
+                .unwrap_or_else(|| String::from("(unparsable URL)"));
+            return Err(NetRefusal {
+                check: NetCheck::Redirect,
+                target,
+                reason: format!(
+                    "the redirect limit was reached ({MAX_REDIRECTS} redirects already followed)"
+                ),
+                suggestion: String::from(
+                    "request the final URL directly, or check the server for a redirect loop",
+                ),
+            });
+        }
+        let next = resolve_location(from, location)?;
+        let verdict = self.decide_url(&next);
+        match verdict.decision {
+            NetDecision::Allow => Ok(next),
+            NetDecision::Deny => Err(verdict.refusal().unwrap_or_else(|| NetRefusal {
+                check: verdict.check,
+                target: verdict.host.clone(),
+                reason: verdict.reason.clone(),
+                suggestion: String::new(),
+            })),
+            NetDecision::Prompt => Err(NetRefusal {
+                check: NetCheck::Approval,
+                target: verdict.host.clone(),
+                reason: format!(
+                    "the request was redirected to `{}`, which needs approval: {}",
+                    verdict.host, verdict.reason
+                ),
+                suggestion: verdict.suggestion.unwrap_or_else(|| {
+                    String::from("approve the new host, or request a URL on an allowed host")
+                }),
+            }),
+        }
+    }
+
+    fn is_allowed_private(&self, key: &str, port: u16) -> bool {
+        self.allow_private
+            .iter()
+            .any(|(h, p)| *p == port && h == key)
+    }
+
+    /// The rules' verdict for a host that passed the fixed refusals.
+    fn rule_verdict(&self, host: &NormHost, key: String, port: Option<u16>) -> NetVerdict {
+        let mut best: Option<&HostRule> = None;
+        for rule in &self.rules {
+            if rule.pattern.matches(host) && best.is_none_or(|b| rule.decision > b.decision) {
+                best = Some(rule);
+            }
+        }
+        let allow_rule = format!(
+            "add `{{ host = \"{key}\", decision = \"allow\" }}` under [network] rules in {CONFIG_PATH}"
+        );
+        match best {
+            Some(rule) => {
+                let pattern = rule.pattern.as_written();
+                let (reason, suggestion) = match rule.decision {
+                    NetDecision::Allow => {
+                        (format!("`{key}` is allowed by the rule `{pattern}`"), None)
+                    }
+                    NetDecision::Prompt => (
+                        format!("the rule `{pattern}` asks before every request to `{key}`"),
+                        Some(format!(
+                            "approve the request, or change the rule `{pattern}` under [network] rules in {CONFIG_PATH} to `allow`"
+                        )),
+                    ),
+                    NetDecision::Deny => (
+                        format!(
+                            "`{key}` is denied by the rule `{pattern}` (a deny rule wins over any allow rule)"
+                        ),
+                        Some(format!(
+                            "use another host, or remove the rule `{pattern}` under [network] rules in {CONFIG_PATH} if `{key}` should be reachable"
+                        )),
+                    ),
+                };
+                NetVerdict {
+                    decision: rule.decision,
+                    host: key,
+                    port,
+                    check: NetCheck::Rule,
+                    reason,
+                    suggestion,
+                }
+            }
+            None => {
+                let (reason, suggestion) = match self.default {
+                    NetDecision::Allow => (
+                        format!("no [network] rule matches `{key}` and the default is `allow`"),
+                        None,
+                    ),
+                    NetDecision::Prompt => (
+                        format!("no [network] rule matches `{key}` and the default is `prompt`"),
+                        Some(format!(
+                            "approve the request, or {allow_rule} to stop being asked"
+                        )),
+                    ),
+                    NetDecision::Deny => (
+                        format!("no [network] rule matches `{key}` and the default is `deny`"),
+                        Some(format!("{allow_rule} if this host should be reachable")),
+                    ),
+                };
+                NetVerdict {
+                    decision: self.default,
+                    host: key,
+                    port,
+                    check: NetCheck::Default,
+                    reason,
+                    suggestion,
+                }
+            }
+        }
+    }
+}
+
+/// Resolves a redirect's `Location` against the URL that answered with it, giving the absolute
+/// URL (fragment kept). Refuses an empty or unparsable `Location` and an unparsable `from`.
+pub fn resolve_location(from: &str, location: &str) -> Result<String, NetRefusal> {
+    let base = Url::parse(from).map_err(|e| NetRefusal {
+        check: NetCheck::Redirect,
+        target: String::from("(unparsable URL)"),
+        reason: format!("the redirecting URL cannot be parsed ({e})"),
+        suggestion: String::from("send an absolute http(s) URL such as `https://example.com/path`"),
+    })?;
+    let target = base.host_str().unwrap_or_default().to_owned();
+    let location = location.trim();
+    if location.is_empty() {
+        return Err(NetRefusal {
+            check: NetCheck::Redirect,
+            target,
+            reason: String::from("the server sent a redirect with an empty `Location`"),
+            suggestion: String::from("request the final URL directly"),
+        });
+    }
+    base.join(location)
+        .map(String::from)
+        .map_err(|e| NetRefusal {
+            check: NetCheck::Redirect,
+            target,
+            reason: format!("the redirect `Location` cannot be parsed ({e})"),
+            suggestion: String::from("request the final URL directly"),
+        })
+}
+
+/// A forbidden address range, as named in refusals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ForbiddenRange {
+    /// The range in CIDR notation (`127.0.0.0/8`), or the single address.
+    pub cidr: &'static str,
+    /// What the range is (`loopback`, `private network (RFC 1918)`, ...).
+    pub name: &'static str,
+    /// How the IPv4 address was found inside an IPv6 one (`IPv4-mapped IPv6`, ...), if it was.
+    pub embedded_in: Option<&'static str>,
+}
+
+impl ForbiddenRange {
+    /// One phrase for messages: `in the loopback range 127.0.0.0/8`.
+    pub fn describe(&self) -> String {
+        match self.embedded_in {
+            Some(via) => format!("in the {} range {} (via {via})", self.name, self.cidr),
+            None => format!("in the {} range {}", self.name, self.cidr),
+        }
+    }
+}
+
+const fn range(cidr: &'static str, name: &'static str) -> Option<ForbiddenRange> {
+    Some(ForbiddenRange {
+        cidr,
+        name,
+        embedded_in: None,
+    })
+}
+
+/// The forbidden range `ip` falls in, if any (IPv6 forms embedding an IPv4 address are
+/// unwrapped first, see the module docs). `None` means the address is public.
+pub fn forbidden_range(ip: IpAddr) -> Option<ForbiddenRange> {
+    match ip {
+        IpAddr::V4(v4) => forbidden_v4(v4),
+        IpAddr::V6(v6) => forbidden_v6(v6),
+    }
+}
+
+fn forbidden_v4(ip: Ipv4Addr) -> Option<ForbiddenRange> {
+    let [a, b, c, _] = ip.octets();
+    match (a, b, c) {
+        (0, _, _) => range("0.0.0.0/8", "unspecified (\"this network\")"),
+        (10, _, _) => range("10.0.0.0/8", "private network (RFC 1918)"),
+        (100, 64..=127, _) => range("100.64.0.0/10", "carrier-grade NAT (RFC 6598)"),
+        (127, _, _) => range("127.0.0.0/8", "loopback"),
+        (169, 254, _) if ip == Ipv4Addr::new(169, 254, 169, 254) => {
+            range("169.254.169.254", "cloud metadata service")
+        }
+        (169, 254, _) => range("169.254.0.0/16", "link-local"),
+        (172, 16..=31, _) => range("172.16.0.0/12", "private network (RFC 1918)"),
+        (192, 0, 0) => range("192.0.0.0/24", "IETF protocol assignments"),
+        (192, 0, 2) => range("192.0.2.0/24", "documentation (TEST-NET-1)"),
+        (192, 88, 99) => range("192.88.99.0/24", "6to4 relay anycast"),
+        (192, 168, _) => range("192.168.0.0/16", "private network (RFC 1918)"),
+        (198, 18..=19, _) => range("198.18.0.0/15", "benchmarking (RFC 2544)"),
+        (198, 51, 100) => range("198.51.100.0/24", "documentation (TEST-NET-2)"),
+        (203, 0, 113) => range("203.0.113.0/24", "documentation (TEST-NET-3)"),
+        (224..=239, _, _) => range("224.0.0.0/4", "multicast"),
+        _ if ip == Ipv4Addr::BROADCAST => range("255.255.255.255", "broadcast"),
+        (240..=255, _, _) => range("240.0.0.0/4", "reserved (class E)"),
+        _ => None,
+    }
+}
+
+fn embedded(v4: Ipv4Addr, via: &'static str) -> Option<ForbiddenRange> {
+    forbidden_v4(v4).map(|r| ForbiddenRange {
+        embedded_in: Some(via),
+        ..r
+    })
+}
+
+fn forbidden_v6(ip: Ipv6Addr) -> Option<ForbiddenRange> {
+    let s = ip.segments();
+    let o = ip.octets();
+    let low_v4 = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
+    if ip.is_unspecified() {
+        return range("::/128", "unspecified");
+    }
+    if ip.is_loopback() {
+        return range("::1/128", "loopback");
+    }
+    match s {
+        [0, 0, 0, 0, 0, 0xffff, _, _] => embedded(low_v4, "IPv4-mapped IPv6 ::ffff:0:0/96"),
+        [0, 0, 0, 0, 0, 0, _, _] => range("::/96", "deprecated IPv4-compatible IPv6"),
+        [0, 0, 0, 0, 0xffff, 0, _, _] => range("::ffff:0:0:0/96", "IPv4-translated IPv6"),
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => embedded(low_v4, "NAT64 64:ff9b::/96"),
+        [0x64, 0xff9b, 1, ..] => range("64:ff9b:1::/48", "local-use NAT64"),
+        [0x100, 0, 0, 0, ..] => range("100::/64", "discard-only"),
+        [0x2001, 0, ..] => range("2001::/32", "Teredo tunnelling"),
+        [0x2001, 0xdb8, ..] => range("2001:db8::/32", "documentation"),
+        [0x2002, hi, lo, ..] => {
+            let [a, b] = hi.to_be_bytes();
+            let [c, d] = lo.to_be_bytes();
+            embedded(Ipv4Addr::new(a, b, c, d), "6to4 2002::/16")
+        }
+        [first, ..] if first & 0xfe00 == 0xfc00 => range("fc00::/7", "unique-local"),
+        [first, ..] if first & 0xffc0 == 0xfe80 => range("fe80::/10", "link-local"),
+        [first, ..] if first & 0xffc0 == 0xfec0 => range("fec0::/10", "deprecated site-local"),
+        [first, ..] if first & 0xff00 == 0xff00 => range("ff00::/8", "multicast"),
+        _ => None,
+    }
+}
+
+/// The fixed refusals for a host (ignoring `allow_private`, which the caller checks): local
+/// and metadata names, forbidden IP literals.
+fn refuse_host(host: &NormHost, port: Option<u16>) -> Option<NetRefusal> {
+    let key = host.key();
+    let port = port.unwrap_or(80);
+    match host {
+        NormHost::Domain(d) => {
+            let local = LOCAL_NAMES.contains(&d.as_str()) || d.ends_with(".localhost");
+            local.then(|| NetRefusal {
+                check: NetCheck::HostName,
+                target: format!("{key}:{port}"),
+                reason: format!(
+                    "`{key}` names this machine or a cloud metadata service, which plugins may not reach"
+                ),
+                suggestion: private_suggestion(&key, port),
+            })
+        }
+        NormHost::Ip(ip) => forbidden_range(*ip).map(|range| NetRefusal {
+            check: NetCheck::Address,
+            target: format!("{key}:{port}"),
+            reason: format!("{key} is {}", range.describe()),
+            suggestion: private_suggestion(&key, port),
+        }),
+    }
+}
+
+fn private_suggestion(key: &str, port: u16) -> String {
+    format!(
+        "use the service's public host name; if this is a local service you trust (such as a model server), add \"{key}:{port}\" to [network] allow_private in {CONFIG_PATH}"
+    )
+}
+
+/// Normalizes the host of a parsed URL.
+fn normalize_url_host(host: Host<&str>) -> Result<NormHost, String> {
+    match host {
+        Host::Ipv4(a) => Ok(NormHost::Ip(IpAddr::V4(a))),
+        Host::Ipv6(a) => Ok(NormHost::Ip(IpAddr::V6(a))),
+        Host::Domain(d) => normalize_domain(d),
+    }
+}
+
+/// Normalizes a host written on its own (a rule, an `allow_private` entry, the `host` given
+/// to [`NetPolicy::check_resolved`]): IPv6 with or without brackets, IDNA, odd IPv4 forms.
+fn normalize_bare_host(text: &str) -> Result<NormHost, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(String::from("it is empty"));
+    }
+    let unbracketed = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    if let Ok(v6) = unbracketed.parse::<Ipv6Addr>() {
+        return Ok(NormHost::Ip(IpAddr::V6(v6)));
+    }
+    match Host::parse(text) {
+        Ok(Host::Ipv4(a)) => Ok(NormHost::Ip(IpAddr::V4(a))),
+        Ok(Host::Ipv6(a)) => Ok(NormHost::Ip(IpAddr::V6(a))),
+        Ok(Host::Domain(d)) => normalize_domain(&d),
+        Err(e) => Err(format!(
+            "{e}; write a bare host name such as `api.example.com`"
+        )),
+    }
+}
+
+/// Checks and canonicalizes an (already IDNA-processed) domain: one trailing dot removed, no
+/// empty labels, only `a-z 0-9 - _ .`, DNS length limits. A domain that turns out to be an IPv4
+/// literal once the dot is gone becomes an address.
+fn normalize_domain(domain: &str) -> Result<NormHost, String> {
+    let lower = domain.to_ascii_lowercase();
+    let d = lower.strip_suffix('.').unwrap_or(&lower);
+    if d.is_empty() {
+        return Err(String::from("it is empty"));
+    }
+    if d.starts_with('.') || d.ends_with('.') || d.contains("..") {
+        return Err(String::from("it has an empty label"));
+    }
+    if let Some(bad) = d
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(format!(
+            "the character `{}` cannot appear in a host name",
+            bad.escape_default()
+        ));
+    }
+    if d.len() > 253 || d.split('.').any(|label| label.len() > 63) {
+        return Err(String::from("it is longer than DNS allows"));
+    }
+    match Host::parse(d) {
+        Ok(Host::Ipv4(a)) => Ok(NormHost::Ip(IpAddr::V4(a))),
+        Ok(Host::Ipv6(a)) => Ok(NormHost::Ip(IpAddr::V6(a))),
+        Ok(Host::Domain(_)) => Ok(NormHost::Domain(d.to_owned())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn parse_pattern(host: &str) -> Result<HostPattern, NetPolicyError> {
+    let bad = |problem: String| NetPolicyError::BadHost {
+        host: host.to_owned(),
+        problem,
+    };
+    let text = host.trim();
+    if let Some(rest) = text.strip_prefix("*.") {
+        return Err(bad(format!(
+            "wildcards are written with a leading dot: `.{rest}` covers every subdomain of `{rest}` (add `{rest}` too for the bare domain)"
+        )));
+    }
+    if text.contains("://") || text.contains('/') {
+        return Err(bad(String::from(
+            "write only the host, without scheme or path, e.g. `api.example.com`",
+        )));
+    }
+    if let Some(rest) = text.strip_prefix('.') {
+        return match normalize_bare_host(rest).map_err(&bad)? {
+            NormHost::Domain(d) => Ok(HostPattern::Subdomains(format!(".{d}"))),
+            NormHost::Ip(_) => Err(bad(String::from(
+                "a leading dot means \"every subdomain\", which an IP address does not have; write the address without the dot",
+            ))),
+        };
+    }
+    Ok(HostPattern::Exact(
+        normalize_bare_host(text).map_err(&bad)?.key(),
+    ))
+}
+
+fn parse_allow_private(entry: &str) -> Result<(String, u16), NetPolicyError> {
+    let bad = |problem: String| NetPolicyError::BadAllowPrivate {
+        entry: entry.to_owned(),
+        problem,
+    };
+    let text = entry.trim();
+    let (host, port) = if text.starts_with('[') {
+        let (h, p) = text.split_once("]:").ok_or_else(|| {
+            bad(String::from(
+                "an IPv6 entry needs brackets and a port, e.g. \"[::1]:11434\"",
+            ))
+        })?;
+        (format!("{h}]"), p)
+    } else {
+        let (h, p) = text.rsplit_once(':').ok_or_else(|| {
+            bad(format!(
+                "it needs an exact port, e.g. \"{text}:11434\" (only that host and port are exempted)"
+            ))
+        })?;
+        if h.contains(':') {
+            return Err(bad(String::from(
+                "write IPv6 addresses in brackets, e.g. \"[::1]:11434\"",
+            )));
+        }
+        (h.to_owned(), p)
+    };
+    let port: u16 = match port.parse() {
+        Ok(p) if p != 0 => p,
+        _ => {
+            return Err(bad(format!(
+                "`{port}` is not a port number between 1 and 65535"
+            )));
+        }
+    };
+    if host.starts_with('.') || host.starts_with('*') {
+        return Err(bad(String::from(
+            "only an exact host is accepted here, not a pattern",
+        )));
+    }
+    let host = normalize_bare_host(&host).map_err(bad)?;
+    Ok((host.key(), port))
+}
+
+fn read_decision(
+    value: &toml::Value,
+    key: &str,
+    warnings: &mut Vec<NetPolicyWarning>,
+) -> NetDecision {
+    if let Some(d) = value.as_str().and_then(NetDecision::parse) {
+        return d;
+    }
+    let shown = match value.as_str() {
+        Some(s) => format!("\"{}\"", s.escape_default()),
+        None => value.type_str().to_owned(),
+    };
+    warnings.push(NetPolicyWarning {
+        message: format!(
+            "{key}: unknown decision {shown} read as \"prompt\" (never as allow); expected \"allow\", \"prompt\" or \"deny\""
+        ),
+    });
+    NetDecision::Prompt
+}
+
+fn read_rule(
+    rule: &toml::Value,
+    index: usize,
+    warnings: &mut Vec<NetPolicyWarning>,
+) -> Result<HostRule, NetPolicyError> {
+    let key = format!("rules[{index}]");
+    let table = rule.as_table().ok_or_else(|| NetPolicyError::Invalid {
+        key: key.clone(),
+        message: format!(
+            "must be a table like `{{ host = \"api.example.com\", decision = \"allow\" }}`, found {}",
+            rule.type_str()
+        ),
+    })?;
+    let host = table
+        .get("host")
+        .and_then(toml::Value::as_str)
+        .ok_or_else(|| NetPolicyError::Invalid {
+            key: key.clone(),
+            message: String::from(
+                "needs a string `host`, like `{ host = \"api.example.com\", decision = \"allow\" }`",
+            ),
+        })?;
+    let pattern = parse_pattern(host)?;
+    let decision = match table.get("decision") {
+        Some(v) => read_decision(v, &format!("{key} (`{host}`)"), warnings),
+        None => {
+            warnings.push(NetPolicyWarning {
+                message: format!(
+                    "{key} (`{host}`): no `decision`, read as \"prompt\"; write decision = \"allow\", \"prompt\" or \"deny\""
+                ),
+            });
+            NetDecision::Prompt
+        }
+    };
+    for other in table.keys().filter(|k| *k != "host" && *k != "decision") {
+        warnings.push(NetPolicyWarning {
+            message: format!(
+                "{key} (`{host}`): unknown key `{other}` ignored; a rule has `host` and `decision`"
+            ),
+        });
+    }
+    Ok(HostRule { pattern, decision })
+}
+
+/// One line of the network audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditRecord {
+    /// When, as RFC 3339 UTC with milliseconds (`2025-01-31T12:00:00.000Z`).
+    pub time: String,
+    /// The plugin that made the request.
+    pub plugin: String,
+    /// The normalized host.
+    pub host: String,
+    /// The decision.
+    pub decision: NetDecision,
+    /// Why.
+    pub reason: String,
+}
+
+impl AuditRecord {
+    /// The record of `verdict` for `plugin`, stamped with `at`.
+    pub fn new(plugin: &str, verdict: &NetVerdict, at: SystemTime) -> Self {
+        AuditRecord {
+            time: rfc3339_utc(at),
+            plugin: plugin.to_owned(),
+            host: verdict.host.clone(),
+            decision: verdict.decision,
+            reason: verdict.reason.clone(),
+        }
+    }
+}
+
+/// The record as one line of JSON (no trailing newline; control characters in fields are
+/// escaped, so the line never breaks).
+pub fn audit_line(record: &AuditRecord) -> String {
+    match serde_json::to_string(record) {
+        Ok(line) => line,
+        // Not reachable for this struct (strings and a unit enum), but never panic.
+        Err(e) => format!(
+            "{{\"error\":\"audit record not serializable: {}\"}}",
+            e.to_string().escape_default()
+        ),
+    }
+}
+
+/// Formats a time as RFC 3339 UTC with milliseconds; times before 1970 are clamped to the epoch.
+pub fn rfc3339_utc(at: SystemTime) -> String {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let millis = since.subsec_millis();
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant's algorithm, unsigned).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    use NetCheck as C;
+    use NetDecision::{Allow, Deny, Prompt};
+
+    fn open() -> NetPolicy {
+        NetPolicy::new(Allow)
+    }
+
+    fn policy(toml: &str) -> NetPolicy {
+        let (p, warnings) = NetPolicy::from_toml(toml).expect("valid config");
+        assert!(warnings.is_empty(), "unexpected warnings: {warnings:?}");
+        p
+    }
+
+    fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+    }
+
+    fn v6(s: &str) -> IpAddr {
+        IpAddr::V6(s.parse().expect("test IPv6 literal"))
+    }
+
+    /// Under a policy that allows every host, only the fixed refusals remain.
+    #[test]
+    fn url_table() {
+        let cases: &[(&str, NetDecision, NetCheck, &str)] = &[
+            // Public hosts and addresses.
+            ("https://example.com/", Allow, C::Default, "example.com"),
+            (
+                "https://EXAMPLE.com./path?q=1",
+                Allow,
+                C::Default,
+                "example.com",
+            ),
+            ("http://93.184.216.34/", Allow, C::Default, "93.184.216.34"),
+            ("http://8.8.8.8:8080/x", Allow, C::Default, "8.8.8.8"),
+            ("http://11.0.0.1/", Allow, C::Default, "11.0.0.1"),
+            (
+                "http://100.63.255.255/",
+                Allow,
+                C::Default,
+                "100.63.255.255",
+            ),
+            ("http://100.128.0.0/", Allow, C::Default, "100.128.0.0"),
+            (
+                "http://172.15.255.255/",
+                Allow,
+                C::Default,
+                "172.15.255.255",
+            ),
+            ("http://172.32.0.0/", Allow, C::Default, "172.32.0.0"),
+            (
+                "http://169.253.255.255/",
+                Allow,
+                C::Default,
+                "169.253.255.255",
+            ),
+            (
+                "http://198.17.255.255/",
+                Allow,
+                C::Default,
+                "198.17.255.255",
+            ),
+            ("http://198.20.0.0/", Allow, C::Default, "198.20.0.0"),
+            (
+                "http://223.255.255.255/",
+                Allow,
+                C::Default,
+                "223.255.255.255",
+            ),
+            (
+                "https://[2606:4700:4700::1111]/",
+                Allow,
+                C::Default,
+                "[2606:4700:4700::1111]",
+            ),
+            (
+                "http://[::ffff:8.8.8.8]/",
+                Allow,
+                C::Default,
+                "[::ffff:8.8.8.8]",
+            ),
+            (
+                "http://[64:ff9b::808:808]/",
+                Allow,
+                C::Default,
+                "[64:ff9b::808:808]",
+            ),
+            (
+                "http://[2002:808:808::1]/",
+                Allow,
+                C::Default,
+                "[2002:808:808::1]",
+            ),
+            ("http://münchen.de/", Allow, C::Default, "xn--mnchen-3ya.de"),
+            (
+                "HTTPS://Api.Example.COM:443/",
+                Allow,
+                C::Default,
+                "api.example.com",
+            ),
+            // Local names.
+            ("http://localhost/", Deny, C::HostName, "localhost"),
+            ("http://LOCALHOST.:8080/x", Deny, C::HostName, "localhost"),
+            ("http://api.localhost/", Deny, C::HostName, "api.localhost"),
+            (
+                "http://localhost.localdomain/",
+                Deny,
+                C::HostName,
+                "localhost.localdomain",
+            ),
+            (
+                "http://metadata.google.internal/",
+                Deny,
+                C::HostName,
+                "metadata.google.internal",
+            ),
+            // Loopback and unspecified.
+            ("http://127.0.0.1/", Deny, C::Address, "127.0.0.1"),
+            (
+                "http://127.255.255.254:9000/",
+                Deny,
+                C::Address,
+                "127.255.255.254",
+            ),
+            ("http://[::1]/", Deny, C::Address, "[::1]"),
+            ("http://0.0.0.0/", Deny, C::Address, "0.0.0.0"),
+            ("http://0/", Deny, C::Address, "0.0.0.0"),
+            ("http://0.1.2.3/", Deny, C::Address, "0.1.2.3"),
+            ("http://[::]/", Deny, C::Address, "[::]"),
+            // RFC 1918.
+            ("http://10.1.2.3/", Deny, C::Address, "10.1.2.3"),
+            ("http://172.16.0.1/", Deny, C::Address, "172.16.0.1"),
+            ("http://172.31.255.255/", Deny, C::Address, "172.31.255.255"),
+            ("http://192.168.1.1/", Deny, C::Address, "192.168.1.1"),
+            // Link-local and metadata.
+            (
+                "http://169.254.169.254/latest/meta-data/",
+                Deny,
+                C::Address,
+                "169.254.169.254",
+            ),
+            ("http://169.254.1.1/", Deny, C::Address, "169.254.1.1"),
+            ("http://[fe80::1]/", Deny, C::Address, "[fe80::1]"),
+            ("http://[febf::1]/", Deny, C::Address, "[febf::1]"),
+            // CGNAT (Alibaba's metadata address is in it), benchmarking.
+            ("http://100.64.0.1/", Deny, C::Address, "100.64.0.1"),
+            (
+                "http://100.127.255.255/",
+                Deny,
+                C::Address,
+                "100.127.255.255",
+            ),
+            (
+                "http://100.100.100.200/",
+                Deny,
+                C::Address,
+                "100.100.100.200",
+            ),
+            ("http://198.18.0.1/", Deny, C::Address, "198.18.0.1"),
+            ("http://198.19.255.255/", Deny, C::Address, "198.19.255.255"),
+            // Documentation and IETF blocks.
+            ("http://192.0.0.170/", Deny, C::Address, "192.0.0.170"),
+            ("http://192.0.2.1/", Deny, C::Address, "192.0.2.1"),
+            ("http://198.51.100.7/", Deny, C::Address, "198.51.100.7"),
+            ("http://203.0.113.9/", Deny, C::Address, "203.0.113.9"),
+            ("http://[2001:db8::1]/", Deny, C::Address, "[2001:db8::1]"),
+            // Multicast, class E, broadcast.
+            ("http://224.0.0.1/", Deny, C::Address, "224.0.0.1"),
+            (
+                "http://239.255.255.250/",
+                Deny,
+                C::Address,
+                "239.255.255.250",
+            ),
+            ("http://[ff02::1]/", Deny, C::Address, "[ff02::1]"),
+            ("http://240.0.0.1/", Deny, C::Address, "240.0.0.1"),
+            (
+                "http://255.255.255.255/",
+                Deny,
+                C::Address,
+                "255.255.255.255",
+            ),
+            // Unique-local (AWS's IPv6 metadata address is in it), site-local.
+            ("http://[fc00::1]/", Deny, C::Address, "[fc00::1]"),
+            (
+                "http://[fd00:ec2::254]/",
+                Deny,
+                C::Address,
+                "[fd00:ec2::254]",
+            ),
+            ("http://[fec0::1]/", Deny, C::Address, "[fec0::1]"),
+            // IPv4 inside IPv6.
+            (
+                "http://[::ffff:127.0.0.1]/",
+                Deny,
+                C::Address,
+                "[::ffff:127.0.0.1]",
+            ),
+            (
+                "http://[::ffff:7f00:1]/",
+                Deny,
+                C::Address,
+                "[::ffff:127.0.0.1]",
+            ),
+            (
+                "http://[::ffff:169.254.169.254]/",
+                Deny,
+                C::Address,
+                "[::ffff:169.254.169.254]",
+            ),
+            (
+                "http://[::ffff:10.0.0.1]/",
+                Deny,
+                C::Address,
+                "[::ffff:10.0.0.1]",
+            ),
+            (
+                "http://[0:0:0:0:0:ffff:c0a8:101]/",
+                Deny,
+                C::Address,
+                "[::ffff:192.168.1.1]",
+            ),
+            ("http://[::127.0.0.1]/", Deny, C::Address, "[::7f00:1]"),
+            ("http://[::8.8.8.8]/", Deny, C::Address, "[::808:808]"),
+            (
+                "http://[64:ff9b::7f00:1]/",
+                Deny,
+                C::Address,
+                "[64:ff9b::7f00:1]",
+            ),
+            (
+                "http://[64:ff9b::a9fe:a9fe]/",
+                Deny,
+                C::Address,
+                "[64:ff9b::a9fe:a9fe]",
+            ),
+            ("http://[64:ff9b:1::1]/", Deny, C::Address, "[64:ff9b:1::1]"),
+            (
+                "http://[2002:7f00:1::]/",
+                Deny,
+                C::Address,
+                "[2002:7f00:1::]",
+            ),
+            ("http://[2001::1]/", Deny, C::Address, "[2001::1]"),
+            ("http://[100::1]/", Deny, C::Address, "[100::1]"),
+            // Odd IPv4 literal forms, normalized by the URL parser.
+            ("http://2130706433/", Deny, C::Address, "127.0.0.1"),
+            ("http://0177.0.0.1/", Deny, C::Address, "127.0.0.1"),
+            ("http://0x7f.1/", Deny, C::Address, "127.0.0.1"),
+            ("http://0x7f000001/", Deny, C::Address, "127.0.0.1"),
+            ("http://017700000001/", Deny, C::Address, "127.0.0.1"),
+            ("http://127.1/", Deny, C::Address, "127.0.0.1"),
+            ("http://127.0.0.1./", Deny, C::Address, "127.0.0.1"),
+            ("http://%31%32%37.0.0.1/", Deny, C::Address, "127.0.0.1"),
+            ("http://127。0。0。1/", Deny, C::Address, "127.0.0.1"),
+            ("http://１２７.０.０.１/", Deny, C::Address, "127.0.0.1"),
+            ("http://0xA9FEA9FE/", Deny, C::Address, "169.254.169.254"),
+            (
+                "http://0251.0376.0251.0376/",
+                Deny,
+                C::Address,
+                "169.254.169.254",
+            ),
+            ("http://3232235777/", Deny, C::Address, "192.168.1.1"),
+            ("http://10.1/", Deny, C::Address, "10.0.0.1"),
+            // Schemes.
+            ("file:///etc/passwd", Deny, C::Scheme, ""),
+            ("ftp://example.com/", Deny, C::Scheme, "example.com"),
+            ("gopher://example.com:70/", Deny, C::Scheme, "example.com"),
+            ("javascript:alert(1)", Deny, C::Scheme, ""),
+            ("data:text/plain,hi", Deny, C::Scheme, ""),
+            ("ws://example.com/", Deny, C::Scheme, "example.com"),
+            // Userinfo.
+            (
+                "http://user:pass@example.com/",
+                Deny,
+                C::Userinfo,
+                "example.com",
+            ),
+            (
+                "https://api.openai.com@evil.com/",
+                Deny,
+                C::Userinfo,
+                "evil.com",
+            ),
+            ("http://user@example.com/", Deny, C::Userinfo, "example.com"),
+            (
+                "http://:secret@example.com/",
+                Deny,
+                C::Userinfo,
+                "example.com",
+            ),
+            // Not URLs, or no usable host.
+            ("", Deny, C::Url, ""),
+            ("not a url", Deny, C::Url, ""),
+            ("/relative/path", Deny, C::Url, ""),
+            ("http://", Deny, C::Url, ""),
+            ("http://[::1/", Deny, C::Url, ""),
+            ("http://1.2.3.4.5/", Deny, C::Url, ""),
+            ("http://256.0.0.1/", Deny, C::Url, ""),
+            ("http://a..b/", Deny, C::Url, "a..b"),
+            ("http://.example.com/", Deny, C::Url, ".example.com"),
+            ("http://example.com../", Deny, C::Url, "example.com.."),
+            ("http://*.evil.com/", Deny, C::Url, "*.evil.com"),
+        ];
+        assert!(cases.len() >= 40);
+        let p = open();
+        for (url, decision, check, host) in cases {
+            let v = p.decide_url(url);
+            assert_eq!(
+                (v.decision, v.check, v.host.as_str()),
+                (*decision, *check, *host),
+                "{url}: {v:?}"
+            );
+            if v.decision == Deny {
+                let r = v.refusal().expect("a deny is a refusal");
+                assert!(
+                    !r.reason.is_empty() && !r.suggestion.is_empty(),
+                    "{url}: {r:?}"
+                );
+            } else {
+                assert!(v.refusal().is_none());
+            }
+        }
+    }
+
+    #[test]
+    fn address_table() {
+        let cases: &[(IpAddr, Option<&str>)] = &[
+            (v4(8, 8, 8, 8), None),
+            (v4(1, 1, 1, 1), None),
+            (v4(0, 0, 0, 0), Some("0.0.0.0/8")),
+            (v4(10, 255, 255, 255), Some("10.0.0.0/8")),
+            (v4(100, 64, 0, 0), Some("100.64.0.0/10")),
+            (v4(127, 0, 0, 1), Some("127.0.0.0/8")),
+            (v4(169, 254, 169, 254), Some("169.254.169.254")),
+            (v4(169, 254, 0, 1), Some("169.254.0.0/16")),
+            (v4(172, 20, 1, 1), Some("172.16.0.0/12")),
+            (v4(192, 168, 0, 1), Some("192.168.0.0/16")),
+            (v4(198, 18, 5, 5), Some("198.18.0.0/15")),
+            (v4(230, 1, 1, 1), Some("224.0.0.0/4")),
+            (v4(250, 1, 1, 1), Some("240.0.0.0/4")),
+            (v4(255, 255, 255, 255), Some("255.255.255.255")),
+            (v6("2606:4700::1"), None),
+            (v6("::"), Some("::/128")),
+            (v6("::1"), Some("::1/128")),
+            (v6("::ffff:127.0.0.1"), Some("127.0.0.0/8")),
+            (v6("::ffff:1.1.1.1"), None),
+            (v6("::1.1.1.1"), Some("::/96")),
+            (v6("::ffff:0:1.1.1.1"), Some("::ffff:0:0:0/96")),
+            (v6("64:ff9b::10.0.0.1"), Some("10.0.0.0/8")),
+            (v6("64:ff9b::1.1.1.1"), None),
+            (v6("2002:c0a8:101::"), Some("192.168.0.0/16")),
+            (v6("fe80::abcd"), Some("fe80::/10")),
+            (v6("fdff::1"), Some("fc00::/7")),
+            (v6("ff0e::1"), Some("ff00::/8")),
+        ];
+        for (ip, want) in cases {
+            assert_eq!(forbidden_range(*ip).map(|r| r.cidr), *want, "{ip}");
+        }
+        let mapped = forbidden_range(v6("::ffff:169.254.169.254")).expect("forbidden");
+        assert!(
+            mapped.describe().contains("IPv4-mapped"),
+            "{}",
+            mapped.describe()
+        );
+    }
+
+    #[test]
+    fn subdomain_rule_does_not_cover_the_bare_domain() {
+        let p = policy(
+            r#"[network]
+default = "prompt"
+rules = [{ host = ".example.com", decision = "allow" }]"#,
+        );
+        assert_eq!(p.decide_url("https://api.example.com/").decision, Allow);
+        assert_eq!(p.decide_url("https://a.b.example.com/").decision, Allow);
+        assert_eq!(p.decide_url("https://API.EXAMPLE.COM./").decision, Allow);
+        assert_eq!(p.decide_url("https://example.com/").decision, Prompt);
+        assert_eq!(p.decide_url("https://notexample.com/").decision, Prompt);
+        assert_eq!(
+            p.decide_url("https://example.com.evil.net/").decision,
+            Prompt
+        );
+    }
+
+    #[test]
+    fn exact_rule_covers_only_that_host() {
+        let p = policy(
+            r#"[network]
+default = "deny"
+rules = [{ host = "Example.COM.", decision = "allow" }]"#,
+        );
+        let v = p.decide_url("https://example.com/x");
+        assert_eq!((v.decision, v.check), (Allow, C::Rule));
+        assert_eq!(p.decide_url("https://www.example.com/").decision, Deny);
+        assert_eq!(p.decide_url("https://example.com.au/").decision, Deny);
+    }
+
+    #[test]
+    fn idna_rules_match_idna_hosts() {
+        let p = NetPolicy::new(Deny)
+            .with_rule("münchen.de", Allow)
+            .expect("valid rule");
+        assert_eq!(p.decide_url("https://MÜNCHEN.de/").decision, Allow);
+        assert_eq!(p.decide_url("https://xn--mnchen-3ya.de/").decision, Allow);
+    }
+
+    #[test]
+    fn deny_wins_whatever_the_order() {
+        for rules in [
+            r#"[{ host = "bad.example.com", decision = "allow" }, { host = ".example.com", decision = "deny" }]"#,
+            r#"[{ host = ".example.com", decision = "deny" }, { host = "bad.example.com", decision = "allow" }]"#,
+        ] {
+            let p = policy(&format!("[network]\ndefault = \"allow\"\nrules = {rules}"));
+            let v = p.decide_url("https://bad.example.com/");
+            assert_eq!((v.decision, v.check), (Deny, C::Rule), "{rules}");
+            assert!(v.reason.contains(".example.com"), "{}", v.reason);
+        }
+        let p = NetPolicy::new(Allow)
+            .with_rule("x.com", Allow)
+            .and_then(|p| p.with_rule("x.com", Prompt))
+            .expect("valid rules");
+        assert_eq!(p.decide_url("https://x.com/").decision, Prompt);
+    }
+
+    #[test]
+    fn a_deny_rule_beats_allow_private() {
+        let p = NetPolicy::new(Allow)
+            .with_allow_private("127.0.0.1:11434")
+            .and_then(|p| p.with_rule("127.0.0.1", Deny))
+            .expect("valid");
+        let v = p.decide_url("http://127.0.0.1:11434/");
+        assert_eq!((v.decision, v.check), (Deny, C::Rule));
+    }
+
+    #[test]
+    fn allow_private_is_exact_host_and_port() {
+        let p = policy(
+            r#"[network]
+default = "allow"
+allow_private = ["127.0.0.1:11434", "localhost:8080", "[::1]:9000"]"#,
+        );
+        let allowed = [
+            "http://127.0.0.1:11434/api/chat",
+            "http://2130706433:11434/",
+            "http://127.1:11434/",
+            "http://localhost:8080/",
+            "http://LOCALHOST.:8080/",
+            "http://[::1]:9000/",
+        ];
+        for url in allowed {
+            assert_eq!(p.decide_url(url).decision, Allow, "{url}");
+        }
+        let refused = [
+            "http://127.0.0.1:11435/",
+            "http://127.0.0.1/",
+            "http://127.0.0.2:11434/",
+            "http://localhost:11434/",
+            "http://api.localhost:8080/",
+            "http://localhost:80/",
+            "http://[::1]:11434/",
+            "http://[::ffff:127.0.0.1]:11434/",
+        ];
+        for url in refused {
+            assert_eq!(p.decide_url(url).decision, Deny, "{url}");
+        }
+        // The rules still apply to a listed endpoint.
+        let p = policy(
+            r#"[network]
+default = "prompt"
+allow_private = ["127.0.0.1:11434"]"#,
+        );
+        assert_eq!(p.decide_url("http://127.0.0.1:11434/").decision, Prompt);
+    }
+
+    #[test]
+    fn unknown_decisions_read_as_prompt_with_a_warning() {
+        let (p, warnings) = NetPolicy::from_toml(
+            r#"[network]
+default = "yes"
+rules = [
+  { host = "a.com", decision = "alow" },
+  { host = "b.com", decision = 1 },
+  { host = "c.com" },
+  { host = "d.com", decision = "ALLOW", note = "x" },
+]"#,
+        )
+        .expect("loads");
+        assert_eq!(p.default_decision(), Prompt);
+        assert_eq!(p.decide_url("https://a.com/").decision, Prompt);
+        assert_eq!(p.decide_url("https://b.com/").decision, Prompt);
+        assert_eq!(p.decide_url("https://c.com/").decision, Prompt);
+        assert_eq!(p.decide_url("https://d.com/").decision, Allow);
+        assert_eq!(warnings.len(), 5, "{warnings:#?}");
+        assert!(
+            warnings[0].to_string().contains("\"yes\""),
+            "{}",
+            warnings[0]
+        );
+        assert!(warnings.iter().any(|w| w.message.contains("\"alow\"")));
+        assert!(warnings.iter().any(|w| w.message.contains("`note`")));
+
+        let (p, warnings) =
+            NetPolicy::from_toml("[network]\ndefault = 3\ntrusted_fakeip_cidrs = []").expect("ok");
+        assert_eq!(p.default_decision(), Prompt);
+        assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    }
+
+    #[test]
+    fn from_toml_reads_only_network() {
+        let (p, warnings) = NetPolicy::from_toml(
+            r#"
+[exec]
+approval = "ask"
+
+[network]
+default = "deny"
+
+[[network.rules]]
+host = "api.openai.com"
+decision = "allow"
+
+[[network.rules]]
+host = ".evil.com"
+decision = "deny"
+
+[trust]
+native = ["echo"]
+"#,
+        )
+        .expect("loads");
+        assert!(warnings.is_empty());
+        assert_eq!(p.decide_url("https://api.openai.com/v1").decision, Allow);
+        assert_eq!(p.decide_url("https://x.evil.com/").decision, Deny);
+        assert_eq!(p.decide_url("https://other.com/").decision, Deny);
+
+        let (p, warnings) = NetPolicy::from_toml("[exec]\napproval = \"ask\"\n").expect("loads");
+        assert_eq!(p, NetPolicy::default());
+        assert_eq!(p.default_decision(), Prompt);
+        assert!(warnings.is_empty());
+    }
+
+    #[test]
+    fn from_toml_errors() {
+        let bad: &[(&str, &str)] = &[
+            ("[network", "Toml"),
+            ("network = 5", "Invalid"),
+            ("[network]\nrules = \"x\"", "Invalid"),
+            ("[network]\nrules = [\"x.com\"]", "Invalid"),
+            ("[network]\nrules = [{ decision = \"allow\" }]", "Invalid"),
+            (
+                "[network]\nrules = [{ host = \"*.x.com\", decision = \"allow\" }]",
+                "BadHost",
+            ),
+            (
+                "[network]\nrules = [{ host = \"https://x.com/\", decision = \"allow\" }]",
+                "BadHost",
+            ),
+            (
+                "[network]\nrules = [{ host = \".1.2.3.4\", decision = \"deny\" }]",
+                "BadHost",
+            ),
+            (
+                "[network]\nrules = [{ host = \"\", decision = \"deny\" }]",
+                "BadHost",
+            ),
+            (
+                "[network]\nrules = [{ host = \"a b\", decision = \"deny\" }]",
+                "BadHost",
+            ),
+            ("[network]\nallow_private = \"127.0.0.1:1\"", "Invalid"),
+            ("[network]\nallow_private = [11434]", "Invalid"),
+            (
+                "[network]\nallow_private = [\"127.0.0.1\"]",
+                "BadAllowPrivate",
+            ),
+            (
+                "[network]\nallow_private = [\"::1:11434\"]",
+                "BadAllowPrivate",
+            ),
+            ("[network]\nallow_private = [\"[::1]\"]", "BadAllowPrivate"),
+            (
+                "[network]\nallow_private = [\"127.0.0.1:0\"]",
+                "BadAllowPrivate",
+            ),
+            (
+                "[network]\nallow_private = [\"127.0.0.1:70000\"]",
+                "BadAllowPrivate",
+            ),
+            (
+                "[network]\nallow_private = [\".localhost:1\"]",
+                "BadAllowPrivate",
+            ),
+        ];
+        for (text, kind) in bad {
+            let err = NetPolicy::from_toml(text).expect_err(text);
+            let got = match err {
+                NetPolicyError::Toml { .. } => "Toml",
+                NetPolicyError::Invalid { .. } => "Invalid",
+                NetPolicyError::BadHost { .. } => "BadHost",
+                NetPolicyError::BadAllowPrivate { .. } => "BadAllowPrivate",
+            };
+            assert_eq!(got, *kind, "{text}: {err}");
+        }
+        let err = NetPolicy::from_toml("[network]\nrules = [{ host = \"*.x.com\" }]")
+            .expect_err("wildcard");
+        assert!(err.to_string().contains("`.x.com`"), "{err}");
+    }
+
+    #[test]
+    fn refusals_say_what_to_do() {
+        let v = NetPolicy::default().decide_url("http://127.0.0.1:11434/api/chat");
+        let r = v.refusal().expect("refused");
+        let text = r.to_string();
+        assert!(text.contains("127.0.0.1"), "{text}");
+        assert!(text.contains("loopback"), "{text}");
+        assert!(
+            text.contains("add \"127.0.0.1:11434\" to [network] allow_private"),
+            "{text}"
+        );
+
+        let v = NetPolicy::default().decide_url("https://api.example.com/v1?key=SECRET");
+        assert_eq!((v.decision, v.check), (Prompt, C::Default));
+        let s = v.suggestion.expect("prompt explains how to allow");
+        assert!(
+            s.contains(r#"add `{ host = "api.example.com", decision = "allow" }` under [network] rules in ~/.keel/config.toml"#),
+            "{s}"
+        );
+        assert!(!v.reason.contains("SECRET"));
+
+        let v = NetPolicy::new(Deny).decide_url("https://api.example.com/");
+        assert!(
+            v.suggestion
+                .is_some_and(|s| s.contains("decision = \"allow\""))
+        );
+
+        let v = open().decide_url("file:///etc/passwd");
+        assert!(v.suggestion.is_some_and(|s| s.contains("file tools")));
+        let v = open().decide_url("https://user:pw@example.com/");
+        assert!(!v.reason.contains("pw") || !v.reason.contains("user:pw"));
+        assert!(v.suggestion.is_some_and(|s| s.contains("Authorization")));
+    }
+
+    #[test]
+    fn check_resolved_checks_every_address_and_pins_the_first() {
+        let p = open();
+        let public = [v4(93, 184, 216, 34), v6("2606:2800:220:1::1")];
+        assert_eq!(p.check_resolved("example.com", 443, &public), Ok(public[0]));
+
+        for mixed in [
+            [v4(93, 184, 216, 34), v4(127, 0, 0, 1)],
+            [v4(10, 0, 0, 1), v4(93, 184, 216, 34)],
+            [v4(93, 184, 216, 34), v6("::ffff:169.254.169.254")],
+        ] {
+            let r = p
+                .check_resolved("rebind.example", 80, &mixed)
+                .expect_err("mixed");
+            assert_eq!(r.check, C::Address);
+            assert!(r.reason.contains("rebinding"), "{}", r.reason);
+        }
+        let r = p.check_resolved("example.com", 80, &[]).expect_err("empty");
+        assert_eq!(r.check, C::Resolution);
+        let r = p
+            .check_resolved("localhost", 80, &public)
+            .expect_err("local name");
+        assert_eq!(r.check, C::HostName);
+        let r = p.check_resolved("a..b", 80, &public).expect_err("bad host");
+        assert_eq!(r.check, C::Url);
+        let r = p
+            .check_resolved("[::1]", 80, &[v6("::1")])
+            .expect_err("loopback literal");
+        assert_eq!(r.check, C::Address);
+    }
+
+    #[test]
+    fn check_resolved_honours_allow_private_exactly() {
+        let p = NetPolicy::default()
+            .with_allow_private("localhost:11434")
+            .and_then(|p| p.with_allow_private("[::1]:9000"))
+            .expect("valid");
+        let local = [v4(127, 0, 0, 1), v6("::1")];
+        assert_eq!(p.check_resolved("localhost", 11434, &local), Ok(local[0]));
+        assert_eq!(p.check_resolved("LOCALHOST.", 11434, &local), Ok(local[0]));
+        assert!(p.check_resolved("localhost", 11435, &local).is_err());
+        assert!(p.check_resolved("127.0.0.1", 11434, &local).is_err());
+        assert_eq!(p.check_resolved("::1", 9000, &[v6("::1")]), Ok(v6("::1")));
+        assert_eq!(p.check_resolved("[::1]", 9000, &[v6("::1")]), Ok(v6("::1")));
+    }
+
+    #[test]
+    fn redirects_are_rechecked_and_limited() {
+        let p = policy(
+            r#"[network]
+default = "prompt"
+rules = [
+  { host = ".good.com", decision = "allow" },
+  { host = "bad.good.com", decision = "deny" },
+]"#,
+        );
+        let from = "https://a.good.com/start?x=1";
+        assert_eq!(
+            p.check_redirect(from, "/next", 0),
+            Ok(String::from("https://a.good.com/next"))
+        );
+        assert_eq!(
+            p.check_redirect(from, "../up#frag", 1),
+            Ok(String::from("https://a.good.com/up#frag"))
+        );
+        assert_eq!(
+            p.check_redirect(from, "//b.good.com/x", 2),
+            Ok(String::from("https://b.good.com/x"))
+        );
+        assert_eq!(
+            p.check_redirect(from, "  http://c.good.com/  ", 4),
+            Ok(String::from("http://c.good.com/"))
+        );
+
+        let check = |location: &str| {
+            p.check_redirect(from, location, 0)
+                .expect_err(location)
+                .check
+        };
+        assert_eq!(
+            check("http://169.254.169.254/latest/meta-data/"),
+            C::Address
+        );
+        assert_eq!(check("http://[::ffff:127.0.0.1]/"), C::Address);
+        assert_eq!(check("http://localhost:8080/"), C::HostName);
+        assert_eq!(check("file:///etc/passwd"), C::Scheme);
+        assert_eq!(check("https://user:pw@b.good.com/"), C::Userinfo);
+        assert_eq!(check("https://bad.good.com/"), C::Rule);
+        assert_eq!(check("https://elsewhere.com/"), C::Approval);
+        assert_eq!(check(""), C::Redirect);
+        assert_eq!(check("http://[::1"), C::Redirect);
+        assert_eq!(
+            p.check_redirect("not a url", "/x", 0)
+                .expect_err("bad from")
+                .check,
+            C::Redirect
+        );
+
+        // Following a chain: five redirects pass, the sixth is refused.
+        let mut url = String::from("https://a.good.com/0");
+        for hop in 0..MAX_REDIRECTS {
+            url = p
+                .check_redirect(&url, &format!("/{}", hop + 1), hop)
+                .expect("within the limit");
+        }
+        assert_eq!(url, "https://a.good.com/5");
+        let r = p
+            .check_redirect(&url, "/6", MAX_REDIRECTS)
+            .expect_err("over the limit");
+        assert_eq!(r.check, C::Redirect);
+        assert!(r.reason.contains('5'), "{}", r.reason);
+        assert!(p.check_redirect(&url, "/6", usize::MAX).is_err());
+    }
+
+    #[test]
+    fn audit_line_is_one_json_line() {
+        let v = NetPolicy::default().decide_url("http://169.254.169.254/");
+        let at = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        let record = AuditRecord::new("evil\nplugin", &v, at);
+        let line = audit_line(&record);
+        assert!(!line.contains('\n'), "{line}");
+        let json: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+        assert_eq!(json["time"], "2023-11-14T22:13:20.123Z");
+        assert_eq!(json["plugin"], "evil\nplugin");
+        assert_eq!(json["host"], "169.254.169.254");
+        assert_eq!(json["decision"], "deny");
+        assert!(
+            json["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("metadata")),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn rfc3339_dates() {
+        let at = |secs: u64| rfc3339_utc(UNIX_EPOCH + Duration::from_secs(secs));
+        assert_eq!(at(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00.000Z");
+        assert_eq!(at(1_709_164_800), "2024-02-29T00:00:00.000Z");
+        assert_eq!(at(1_735_689_599), "2024-12-31T23:59:59.000Z");
+        assert_eq!(at(4_102_444_800), "2100-01-01T00:00:00.000Z");
+        let before = UNIX_EPOCH
+            .checked_sub(Duration::from_secs(10))
+            .expect("representable");
+        assert_eq!(rfc3339_utc(before), "1970-01-01T00:00:00.000Z");
+    }
+
+    proptest! {
+        #[test]
+        fn decide_url_never_panics(s in any::<String>()) {
+            let p = open();
+            let v = p.decide_url(&s);
+            prop_assert!(v.decision != Deny || v.suggestion.is_some());
+            let _ = p.decide_url(&format!("http://{s}"));
+            let _ = p.decide_url(&format!("https://{s}/"));
+            let _ = p.check_redirect("https://example.com/a", &s, 0);
+        }
+
+        #[test]
+        fn host_inputs_never_panic(host in any::<String>(), port in any::<u16>(), ip in any::<u128>()) {
+            let p = open();
+            let _ = p.check_resolved(&host, port, &[IpAddr::V6(Ipv6Addr::from(ip))]);
+            let _ = NetPolicy::new(Allow).with_rule(&host, Deny);
+            let _ = NetPolicy::new(Allow).with_allow_private(&host);
+            let _ = NetPolicy::from_toml(&host);
+            let _ = NetPolicy::from_toml(&format!(
+                "[network]\nrules = [{{ host = {host:?}, decision = \"deny\" }}]\nallow_private = [{host:?}]"
+            ));
+        }
+
+        #[test]
+        fn ipv4_literal_verdict_matches_the_table(a in any::<u32>()) {
+            let ip = Ipv4Addr::from(a);
+            let v = open().decide_url(&format!("http://{a}/"));
+            prop_assert_eq!(v.host, ip.to_string());
+            let refused = forbidden_range(IpAddr::V4(ip)).is_some();
+            prop_assert_eq!(v.decision == Deny, refused);
+            let mapped = ip.to_ipv6_mapped();
+            prop_assert_eq!(forbidden_range(IpAddr::V6(mapped)).is_some(), refused);
+        }
+    }
+}
