@@ -1,6 +1,7 @@
 //! The sealed gates. Nothing here is reachable from a plugin: the WIT interfaces and the
 //! native callback table expose no gate state, and every decision is made in the kernel.
 
+pub mod approvals;
 pub mod arg_repair;
 mod exec_danger;
 pub mod exec_policy;
