@@ -219,20 +219,7 @@ impl PluginGraph {
                 text.replace('"', "'")
             ));
         }
-        let mut edges: Vec<(String, String, String)> = self
-            .graph
-            .edge_indices()
-            .filter_map(|e| {
-                let (p, d) = self.graph.edge_endpoints(e)?;
-                Some((
-                    self.graph[d].clone(),
-                    self.graph[p].clone(),
-                    self.graph[e].clone(),
-                ))
-            })
-            .collect();
-        edges.sort();
-        for (dependent, provider, service) in edges {
+        for (dependent, provider, service) in self.edges() {
             out.push_str(&format!(
                 "  \"{dependent}\" -> \"{provider}\" [label=\"{service}\"];\n"
             ));
