@@ -178,6 +178,7 @@ pub fn is_valid_plugin_name(name: &str) -> bool {
     name.len() <= 64
         && chars.next().is_some_and(|c| c.is_ascii_lowercase())
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && crate::gates::safe_path::safe_component(name).is_ok()
 }
 
 /// Whether `name` is a valid service name: dot-separated `[a-z][a-z0-9-]*` words, at most 128

@@ -8,5 +8,6 @@ pub mod exec_policy;
 mod exec_rules;
 pub mod net_policy;
 pub mod redact;
+pub mod safe_path;
 pub mod sanitize;
 pub mod shell_split;
