@@ -1111,21 +1111,6 @@ mod tests {
         assert!(!n.contains('\n'));
     }
 
-    fn seed_corpus_dir() -> std::path::PathBuf {
-        let from_manifest =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/arg_repair");
-        if from_manifest.is_dir() {
-            return from_manifest;
-        }
-        // Compiled from another crate (a scratch crate including this file by path): find the
-        // corpus next to this source file instead.
-        std::path::Path::new(file!())
-            .ancestors()
-            .nth(4)
-            .map(|root| root.join("fuzz/corpus/arg_repair"))
-            .unwrap_or(from_manifest)
-    }
-
     /// The properties the fuzz target checks, shared with the proptests.
     fn check_invariants(text: &str) {
         let strict = parse_strict(text);
@@ -1153,18 +1138,11 @@ mod tests {
 
     #[test]
     fn fuzz_seed_corpus_replays() {
-        let dir = seed_corpus_dir();
-        let entries = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("seed corpus {}: {e}", dir.display()));
-        let mut n = 0;
-        for entry in entries {
-            let path = entry.expect("readable directory entry").path();
-            let bytes = std::fs::read(&path).expect("readable seed file");
-            let text = String::from_utf8_lossy(&bytes);
-            check_invariants(&text);
-            n += 1;
+        let seeds = super::super::fuzz_seeds("arg_repair");
+        for (_, text) in &seeds {
+            check_invariants(text);
         }
-        assert!(n >= 16, "expected seeds in {}, found {n}", dir.display());
+        assert!(seeds.len() >= 16, "expected seeds, found {}", seeds.len());
     }
 
     mod props {

@@ -3201,32 +3201,12 @@ mod tests {
         assert_eq!(approval_key(""), None);
     }
 
-    fn seed_corpus_dir() -> std::path::PathBuf {
-        let from_manifest =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/shell_split");
-        if from_manifest.is_dir() {
-            return from_manifest;
-        }
-        // Compiled from another crate (a scratch crate including this file by path): find the
-        // corpus next to this source file instead.
-        let here = std::path::Path::new(file!());
-        here.ancestors()
-            .nth(4)
-            .map(|root| root.join("fuzz/corpus/shell_split"))
-            .unwrap_or(from_manifest)
-    }
-
     #[test]
     fn fuzz_seed_corpus_replays_without_panics() {
-        let dir = seed_corpus_dir();
-        let entries = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("seed corpus {}: {e}", dir.display()));
+        let seeds = super::super::fuzz_seeds("shell_split");
         let policy = ExecPolicy::builtin();
-        let mut n = 0;
-        for entry in entries {
-            let path = entry.expect("readable directory entry").path();
-            let bytes = std::fs::read(&path).expect("readable seed file");
-            let text = String::from_utf8_lossy(&bytes);
+        for (path, text) in &seeds {
+            let text = text.as_str();
             let a = shell_split::split(&text);
             let b = shell_split::split(&text);
             assert_eq!(a, b, "splitting {} is not deterministic", path.display());
@@ -3241,12 +3221,11 @@ mod tests {
             let v2 = policy.check(&text);
             assert_eq!(v1, v2, "checking {} is not deterministic", path.display());
             let _ = policy.approval_key(&text);
-            n += 1;
         }
         assert!(
-            n >= 24,
-            "expected a few dozen seeds in {}, found {n}",
-            dir.display()
+            seeds.len() >= 24,
+            "expected a few dozen seeds, found {}",
+            seeds.len()
         );
     }
 

@@ -11,3 +11,23 @@ pub mod redact;
 pub mod safe_path;
 pub mod sanitize;
 pub mod shell_split;
+
+/// Every seed of the fuzz corpus `fuzz/corpus/<target>`, as (path, text read lossily), sorted;
+/// the gates' unit tests replay them with the checks their fuzz targets make.
+#[cfg(test)]
+pub(crate) fn fuzz_seeds(target: &str) -> Vec<(std::path::PathBuf, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus")
+        .join(target);
+    let entries =
+        std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("seed corpus {}: {e}", dir.display()));
+    let mut seeds: Vec<_> = entries
+        .map(|entry| {
+            let path = entry.expect("readable directory entry").path();
+            let bytes = std::fs::read(&path).expect("readable seed file");
+            (path, String::from_utf8_lossy(&bytes).into_owned())
+        })
+        .collect();
+    seeds.sort();
+    seeds
+}

@@ -1379,31 +1379,11 @@ mod tests {
         assert!(start.elapsed() < std::time::Duration::from_secs(5));
     }
 
-    fn seed_corpus_dir() -> std::path::PathBuf {
-        let from_manifest =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/sanitize");
-        if from_manifest.is_dir() {
-            return from_manifest;
-        }
-        // Compiled from another crate (a scratch crate including this file by path): find the
-        // corpus next to this source file instead.
-        std::path::Path::new(file!())
-            .ancestors()
-            .nth(4)
-            .map(|root| root.join("fuzz/corpus/sanitize"))
-            .unwrap_or(from_manifest)
-    }
-
     #[test]
     fn fuzz_seed_corpus_replays() {
-        let dir = seed_corpus_dir();
-        let entries = std::fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("seed corpus {}: {e}", dir.display()));
-        let mut n = 0;
-        for entry in entries {
-            let path = entry.expect("readable directory entry").path();
-            let bytes = std::fs::read(&path).expect("readable seed file");
-            let text = String::from_utf8_lossy(&bytes);
+        let seeds = super::super::fuzz_seeds("sanitize");
+        for (path, text) in &seeds {
+            let text = text.as_str();
             let r = sanitize_text(&text);
             assert_no_forbidden(&r.text);
             if r.report.converged {
@@ -1425,9 +1405,8 @@ mod tests {
             );
             let t = head_tail(&text, 64, 32);
             assert_eq!(t.truncated, text.len() > 96);
-            n += 1;
         }
-        assert!(n >= 16, "expected seeds in {}, found {n}", dir.display());
+        assert!(seeds.len() >= 16, "expected seeds, found {}", seeds.len());
     }
 
     mod props {
