@@ -3207,8 +3207,8 @@ mod tests {
         let policy = ExecPolicy::builtin();
         for (path, text) in &seeds {
             let text = text.as_str();
-            let a = shell_split::split(&text);
-            let b = shell_split::split(&text);
+            let a = shell_split::split(text);
+            let b = shell_split::split(text);
             assert_eq!(a, b, "splitting {} is not deterministic", path.display());
             for c in &a.commands {
                 assert!(
@@ -3217,10 +3217,10 @@ mod tests {
                     path.display()
                 );
             }
-            let v1 = policy.check(&text);
-            let v2 = policy.check(&text);
+            let v1 = policy.check(text);
+            let v2 = policy.check(text);
             assert_eq!(v1, v2, "checking {} is not deterministic", path.display());
-            let _ = policy.approval_key(&text);
+            let _ = policy.approval_key(text);
         }
         assert!(
             seeds.len() >= 24,

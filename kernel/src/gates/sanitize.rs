@@ -1384,7 +1384,7 @@ mod tests {
         let seeds = super::super::fuzz_seeds("sanitize");
         for (path, text) in &seeds {
             let text = text.as_str();
-            let r = sanitize_text(&text);
+            let r = sanitize_text(text);
             assert_no_forbidden(&r.text);
             if r.report.converged {
                 assert_eq!(
@@ -1394,16 +1394,16 @@ mod tests {
                     path.display()
                 );
             }
-            if let Ok(v) = serde_json::from_str::<Value>(&text) {
+            if let Ok(v) = serde_json::from_str::<Value>(text) {
                 let once = sanitize_json(&v);
                 assert_eq!(sanitize_json(&once), once, "{}", path.display());
             }
-            let w = wrap_external("seed", &text);
+            let w = wrap_external("seed", text);
             assert_eq!(
                 w.to_ascii_lowercase().matches("</external_content").count(),
                 1
             );
-            let t = head_tail(&text, 64, 32);
+            let t = head_tail(text, 64, 32);
             assert_eq!(t.truncated, text.len() > 96);
         }
         assert!(seeds.len() >= 16, "expected seeds, found {}", seeds.len());
