@@ -1,11 +1,9 @@
 //! Building a kernel with the bundled plugins and the user's own.
 
-use std::path::Path;
-
 use anyhow::Context as _;
 use keel_kernel::{
-    Kernel, KernelConfig, LoaderConfig, Manifest, PluginLoader, PluginPackage, PluginStatus,
-    WasmHost, WasmHostConfig,
+    Kernel, KernelConfig, LoaderConfig, PluginLoader, PluginPackage, PluginStatus, WasmHost,
+    WasmHostConfig,
 };
 
 use crate::config::Context;
@@ -44,11 +42,11 @@ impl Runtime {
     ) -> anyhow::Result<Runtime> {
         let rt = Runtime::new(ctx)?;
         for bundled in keel_bundled_plugins::all() {
-            let manifest = Manifest::parse(
+            let package = rt.loader.from_embedded(
+                &format!("bundled {}", bundled.name),
                 bundled.manifest,
-                Path::new(&format!("<bundled {}>/keel.toml", bundled.name)),
+                bundled.component,
             )?;
-            let package = rt.loader.from_component(manifest, bundled.component)?;
             rt.load(ctx, package).await?;
         }
         for path in ctx.config.plugins.paths.iter().chain(extra) {

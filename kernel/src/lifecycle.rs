@@ -623,14 +623,10 @@ impl Shared {
         }
         let mut guard = self.quiesce(name, &slot).await?;
         self.deactivate(name, &mut guard).await;
+        // Deactivation replayed the undo log, and effects are refused from then on (the
+        // record is unloading), so removing the record is all that is left.
         let mut inner = self.lock();
-        if let Some(mut r) = inner.plugins.remove(name) {
-            // Replaying again is a no-op; it is here so disposal stays idempotent even if a
-            // late effect slipped in between deactivation and removal.
-            let Inner { env, .. } = &mut *inner;
-            r.undo.replay(name, env);
-            r.state = PluginState::Disposed;
-        }
+        inner.plugins.remove(name);
         inner.state.remove(name);
         tracing::info!(plugin = name, "disposed");
         Ok(())

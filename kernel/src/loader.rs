@@ -134,6 +134,18 @@ impl PluginLoader {
         Ok(PluginPackage { manifest, source })
     }
 
+    /// A WebAssembly plugin whose manifest text and component are embedded in the binary
+    /// (bundled plugins, test fixtures); `origin` names it in manifest errors.
+    pub fn from_embedded(
+        &self,
+        origin: &str,
+        manifest: &str,
+        component: &[u8],
+    ) -> Result<PluginPackage, LoadError> {
+        let manifest = Manifest::parse(manifest, Path::new(&format!("<{origin}>/keel.toml")))?;
+        self.from_component(manifest, component)
+    }
+
     /// The grants a plugin's instances get: exactly the directories it requests (resolved
     /// against the workspace; each must exist) and its limits.
     pub fn grants(&self, manifest: &Manifest) -> Result<WasmGrants, LoadError> {

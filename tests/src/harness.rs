@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use keel_kernel::{
-    Kernel, KernelConfig, LoaderConfig, Manifest, PluginLoader, PluginPackage, PluginStatus,
-    WasmHost, WasmHostConfig,
+    Kernel, KernelConfig, LoaderConfig, PluginLoader, PluginPackage, PluginStatus, WasmHost,
+    WasmHostConfig,
 };
 
 /// A kernel and the loader that feeds it.
@@ -40,20 +40,18 @@ impl Harness {
     pub fn bundled(&self, name: &str) -> anyhow::Result<PluginPackage> {
         let b = keel_bundled_plugins::get(name)
             .with_context(|| format!("no bundled plugin `{name}`"))?;
-        let manifest = Manifest::parse(
-            b.manifest,
-            Path::new(&format!("<bundled {name}>/keel.toml")),
-        )?;
-        Ok(self.loader.from_component(manifest, b.component)?)
+        Ok(self
+            .loader
+            .from_embedded(&format!("bundled {name}"), b.manifest, b.component)?)
     }
 
     /// The package of a test fixture.
     pub fn fixture(&self, name: &str) -> anyhow::Result<PluginPackage> {
         let (manifest, component) =
             crate::fixtures::fixture(name).with_context(|| format!("no fixture `{name}`"))?;
-        let manifest =
-            Manifest::parse(manifest, Path::new(&format!("<fixture {name}>/keel.toml")))?;
-        Ok(self.loader.from_component(manifest, component)?)
+        Ok(self
+            .loader
+            .from_embedded(&format!("fixture {name}"), manifest, component)?)
     }
 
     /// Load a bundled plugin.
