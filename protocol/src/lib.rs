@@ -1,0 +1,578 @@
+//! keel's neutral trajectory vocabulary (principle 8 of the design): everything that crosses
+//! between the kernel, the agent plugins and the CLI as JSON, in keel's own words. Model
+//! adapters translate each vendor's wire dialect to and from these types at request time;
+//! the session log stores them; nothing here knows about a vendor.
+//!
+//! This crate is data only — no I/O, no policy — so guests (wasm32-wasip2), the kernel and
+//! the CLI can share it.
+
+use serde::{Deserialize, Serialize};
+
+/// Service names the agent plugins provide and the kernel and CLI call.
+pub mod services {
+    /// A model adapter: method `complete` takes a [`ModelRequest`](crate::ModelRequest) and
+    /// returns a [`ModelResponse`](crate::ModelResponse).
+    pub const MODEL: &str = "model";
+    /// The tool registry: methods `list` (→ `Vec<ToolDef>`) and `resolve`
+    /// ([`ResolveRequest`](crate::ResolveRequest) → [`Resolution`](crate::Resolution)).
+    pub const TOOL_REGISTRY: &str = "tool-registry";
+    /// The session log: methods `append`, `read`, `list`.
+    pub const SESSION_LOG: &str = "session-log";
+    /// The agent loop: method `turn` ([`TurnRequest`](crate::TurnRequest) →
+    /// [`TurnReport`](crate::TurnReport)).
+    pub const AGENT: &str = "agent";
+    /// A claim verifier: method `verify` ([`VerifyRequest`](crate::VerifyRequest) →
+    /// `Option<Verdict>`).
+    pub const VERIFIER: &str = "verifier";
+}
+
+/// Event topics on the kernel's bus.
+pub mod topics {
+    /// A live fragment of the model's output ([`StreamDelta`](crate::StreamDelta)); for display
+    /// only, never logged (the complete message is).
+    pub const MODEL_DELTA: &str = "model.delta";
+    /// A session-log entry ([`SessionEvent`](crate::SessionEvent)) to be appended.
+    pub const SESSION_EVENT: &str = "session.event";
+}
+
+/// Who said a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The person, or keel speaking for the person (notices, verdicts, tool results).
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One piece of a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Block {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// The model's visible reasoning, stored as text without any vendor signature.
+    Thinking {
+        /// The reasoning text.
+        text: String,
+    },
+    /// A tool call the model made.
+    ToolCall {
+        /// The call's id, unique within the session.
+        id: String,
+        /// The tool name as the model wrote it.
+        name: String,
+        /// The arguments exactly as they arrived on the wire (JSON text, possibly broken).
+        arguments: String,
+    },
+    /// The result of a tool call, sent back to the model.
+    ToolResult {
+        /// The id of the call this answers.
+        call_id: String,
+        /// What the model reads.
+        content: String,
+        /// Whether the call failed or was refused.
+        is_error: bool,
+    },
+}
+
+/// One message of the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who said it.
+    pub role: Role,
+    /// What was said, in order.
+    pub content: Vec<Block>,
+}
+
+impl Message {
+    /// A user message holding one text block.
+    pub fn user_text(text: impl Into<String>) -> Message {
+        Message {
+            role: Role::User,
+            content: vec![Block::Text { text: text.into() }],
+        }
+    }
+
+    /// The text blocks joined by newlines.
+    pub fn text(&self) -> String {
+        let parts: Vec<&str> = self
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        parts.join("\n")
+    }
+
+    /// The tool calls, in order: `(id, name, raw arguments)`.
+    pub fn tool_calls(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.content.iter().filter_map(|b| match b {
+            Block::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some((id.as_str(), name.as_str(), arguments.as_str())),
+            _ => None,
+        })
+    }
+}
+
+/// A tool as presented to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDef {
+    /// The tool's name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of its input.
+    pub input_schema: serde_json::Value,
+}
+
+/// A request for the next assistant message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRequest {
+    /// The model name; empty means the adapter's configured model.
+    #[serde(default)]
+    pub model: String,
+    /// The system prompt.
+    pub system: String,
+    /// The conversation so far, oldest first.
+    pub messages: Vec<Message>,
+    /// The tools the model may call, sorted by name.
+    pub tools: Vec<ToolDef>,
+    /// The most output tokens the model may produce.
+    pub max_tokens: u32,
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// It finished its answer.
+    EndTurn,
+    /// It wants tool results.
+    ToolUse,
+    /// It hit the output limit (`length` or `max_tokens` on the wire): the last block may be
+    /// cut off.
+    MaxTokens,
+    /// A stop sequence matched.
+    StopSequence,
+    /// The provider refused to continue (content filter, refusal).
+    Refusal,
+    /// The stream ended without its terminal event; what arrived is presented as is.
+    Interrupted,
+}
+
+impl StopReason {
+    /// Whether the output may have been cut off mid-block.
+    pub fn is_truncation(self) -> bool {
+        matches!(self, StopReason::MaxTokens)
+    }
+}
+
+/// Token counts of one model call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Generated tokens.
+    pub output_tokens: u64,
+    /// Prompt tokens read from the provider's cache.
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's cache.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+}
+
+/// The assistant message a model call produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelResponse {
+    /// The assistant message (role assistant).
+    pub message: Message,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+    /// The stop reason exactly as the wire spelled it (`length`, `max_tokens`, …), or what
+    /// keel derived it from when the wire gave none.
+    #[serde(default)]
+    pub stop_reason_raw: String,
+    /// Token counts.
+    #[serde(default)]
+    pub usage: Usage,
+    /// The model that answered, as the provider named it.
+    #[serde(default)]
+    pub model: String,
+    /// Retries the adapter made before this answer (for display and the log).
+    #[serde(default)]
+    pub retries: u32,
+}
+
+/// A live fragment of the model's output, emitted on [`topics::MODEL_DELTA`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum StreamDelta {
+    /// More assistant text.
+    Text {
+        /// The fragment.
+        text: String,
+    },
+    /// More reasoning text.
+    Thinking {
+        /// The fragment.
+        text: String,
+    },
+    /// A tool call began.
+    ToolCallStart {
+        /// The call's id.
+        id: String,
+        /// The tool name.
+        name: String,
+    },
+    /// The adapter is retrying after a failure.
+    Retry {
+        /// Which attempt comes next (1-based).
+        attempt: u32,
+        /// Why, and how long it waits.
+        reason: String,
+    },
+}
+
+/// How a dispatched tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeStatus {
+    /// The tool ran and succeeded.
+    Ok,
+    /// The tool ran and reported an error.
+    Error,
+    /// A gate refused the call (policy, guard, approval denied); the tool did not run.
+    Refused,
+    /// The call's arguments were cut off by the output limit; it did not run and does not
+    /// count as an attempt.
+    NotExecuted,
+}
+
+/// A command the kernel ran on a tool's behalf during a call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecRecord {
+    /// The command line.
+    pub command: String,
+    /// Its exit code; `None` when it was killed or timed out.
+    pub exit_code: Option<i32>,
+    /// Whether the timeout ended it.
+    pub timed_out: bool,
+}
+
+/// What the kernel's dispatcher returns for one tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutcome {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool that ran (after name resolution), or the name as written when none did.
+    pub tool: String,
+    /// How it ended.
+    pub status: OutcomeStatus,
+    /// What the model reads: sanitized, truncated with a pointer to the spilled full text.
+    pub content: String,
+    /// Commands the kernel ran for this call, in order.
+    #[serde(default)]
+    pub exec: Vec<ExecRecord>,
+    /// Where the full output was spilled, when it was truncated.
+    #[serde(default)]
+    pub spill: Option<String>,
+}
+
+impl ToolOutcome {
+    /// Whether the model should see this result as an error.
+    pub fn is_error(&self) -> bool {
+        self.status != OutcomeStatus::Ok
+    }
+}
+
+/// Asking the tool registry to resolve a tool name the model wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolveRequest {
+    /// The name as written.
+    pub name: String,
+}
+
+/// The tool registry's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Resolution {
+    /// The canonical name of a registered tool.
+    Found {
+        /// The registered name.
+        name: String,
+    },
+    /// No tool matched; the closest names (edit distance ≤ 3), best first.
+    Unknown {
+        /// Suggestions.
+        did_you_mean: Vec<String>,
+    },
+    /// The tool exists but its definition was invalid and it is a fail-closed placeholder.
+    Disabled {
+        /// The registered name.
+        name: String,
+        /// What was wrong with the definition.
+        reason: String,
+    },
+}
+
+/// Asking the agent loop to run one turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnRequest {
+    /// The session this turn belongs to.
+    pub session: String,
+    /// What the person typed.
+    pub input: String,
+}
+
+/// Why a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnEnd {
+    /// The model answered without asking for tools.
+    Completed,
+    /// The turn reached its step limit.
+    StepLimit,
+    /// The loop guard stopped it (too many consecutive failures).
+    LoopGuard,
+    /// The person cancelled it (Ctrl-C).
+    Cancelled,
+    /// The model could not be reached or answered with an error.
+    ModelError,
+}
+
+/// What the agent loop reports when a turn ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnReport {
+    /// Why it ended.
+    pub end: TurnEnd,
+    /// The final assistant text.
+    pub text: String,
+    /// Model calls made.
+    pub steps: u32,
+    /// Tool calls dispatched.
+    pub tool_calls: u32,
+    /// Tokens used over the turn.
+    pub usage: Usage,
+    /// A human-readable detail (the model error, the guard's reason).
+    #[serde(default)]
+    pub detail: String,
+}
+
+/// Asking a verifier to check the claims of a finished turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerifyRequest {
+    /// The session.
+    pub session: String,
+    /// The final assistant text of the turn.
+    pub final_text: String,
+    /// The tool calls of the turn with their outcomes, in order.
+    pub calls: Vec<TurnCall>,
+}
+
+/// One tool call of a turn as a verifier sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnCall {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments (parsed).
+    pub input: serde_json::Value,
+    /// How it ended.
+    pub outcome: ToolOutcome,
+}
+
+/// A verifier's finding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// `verified-pass`, `verified-fail`, `verify-error` or `unsubstantiated`.
+    pub status: VerdictStatus,
+    /// What was claimed: `tests` or `build`.
+    pub dimension: String,
+    /// The phrase that made the claim.
+    pub claim: String,
+    /// The replayed command, when there was one.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// The call whose input was replayed.
+    #[serde(default)]
+    pub call_id: Option<String>,
+    /// The replay's exit code.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    /// The head of the replay's output.
+    #[serde(default)]
+    pub evidence: String,
+    /// `test-failure`, `build-failure`, `timeout`, `refused`, … when not a pass.
+    #[serde(default)]
+    pub failure_type: Option<String>,
+}
+
+/// A verifier's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VerdictStatus {
+    /// The replay passed.
+    VerifiedPass,
+    /// The replay failed.
+    VerifiedFail,
+    /// The replay could not run.
+    VerifyError,
+    /// A claim with no verification command behind it.
+    Unsubstantiated,
+}
+
+/// One entry of a session log, as the agent loop emits it on [`topics::SESSION_EVENT`].
+/// The log plugin adds the sequence number and time when it appends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SessionEvent {
+    /// A session began (or was resumed).
+    SessionStarted {
+        /// The session id.
+        session: String,
+        /// The workspace path.
+        workspace: String,
+        /// The model, as configured.
+        model: String,
+    },
+    /// The system prompt and tools of the next model request, when they changed.
+    Context {
+        /// The session id.
+        session: String,
+        /// The system prompt.
+        system: String,
+        /// The tools offered.
+        tools: Vec<ToolDef>,
+    },
+    /// A message added to the conversation (user input, assistant answer, tool results,
+    /// notices and verdicts appended at the tail).
+    Message {
+        /// The session id.
+        session: String,
+        /// The message.
+        message: Message,
+        /// For assistant messages: why the model stopped.
+        #[serde(default)]
+        stop_reason: Option<StopReason>,
+        /// For assistant messages: token counts.
+        #[serde(default)]
+        usage: Option<Usage>,
+    },
+    /// A tool call's outcome, with the details the model does not see.
+    ToolOutcome {
+        /// The session id.
+        session: String,
+        /// The outcome.
+        outcome: ToolOutcome,
+    },
+    /// A verifier's verdict.
+    Verdict {
+        /// The session id.
+        session: String,
+        /// The verdict.
+        verdict: Verdict,
+    },
+    /// A turn ended.
+    TurnEnded {
+        /// The session id.
+        session: String,
+        /// Why.
+        end: TurnEnd,
+        /// Detail.
+        #[serde(default)]
+        detail: String,
+    },
+}
+
+impl SessionEvent {
+    /// The session the entry belongs to.
+    pub fn session(&self) -> &str {
+        match self {
+            SessionEvent::SessionStarted { session, .. }
+            | SessionEvent::Context { session, .. }
+            | SessionEvent::Message { session, .. }
+            | SessionEvent::ToolOutcome { session, .. }
+            | SessionEvent::Verdict { session, .. }
+            | SessionEvent::TurnEnded { session, .. } => session,
+        }
+    }
+}
+
+/// A line of a session's JSONL log: the event with its position and time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogLine {
+    /// 0-based position in the session's log.
+    pub seq: u64,
+    /// Milliseconds since the Unix epoch when it was appended.
+    pub time_ms: u64,
+    /// The event.
+    #[serde(flatten)]
+    pub event: SessionEvent,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_and_events_round_trip_as_tagged_json() {
+        let event = SessionEvent::Message {
+            session: "s1".into(),
+            message: Message {
+                role: Role::Assistant,
+                content: vec![
+                    Block::Thinking { text: "hm".into() },
+                    Block::ToolCall {
+                        id: "c1".into(),
+                        name: "read_file".into(),
+                        arguments: "{\"path\":".into(),
+                    },
+                ],
+            },
+            stop_reason: Some(StopReason::MaxTokens),
+            usage: Some(Usage::default()),
+        };
+        let line = LogLine {
+            seq: 7,
+            time_ms: 1,
+            event,
+        };
+        let text = serde_json::to_string(&line).expect("serializes");
+        assert!(text.contains("\"kind\":\"message\""), "{text}");
+        assert!(text.contains("\"type\":\"tool_call\""), "{text}");
+        assert!(text.contains("\"stop_reason\":\"max_tokens\""), "{text}");
+        let back: LogLine = serde_json::from_str(&text).expect("parses");
+        assert_eq!(back, line);
+    }
+
+    #[test]
+    fn message_helpers_pick_their_blocks() {
+        let m = Message {
+            role: Role::Assistant,
+            content: vec![
+                Block::Text { text: "a".into() },
+                Block::ToolCall {
+                    id: "1".into(),
+                    name: "t".into(),
+                    arguments: "{}".into(),
+                },
+                Block::Text { text: "b".into() },
+            ],
+        };
+        assert_eq!(m.text(), "a\nb");
+        assert_eq!(m.tool_calls().collect::<Vec<_>>(), vec![("1", "t", "{}")]);
+        assert!(StopReason::MaxTokens.is_truncation());
+        assert!(!StopReason::Interrupted.is_truncation());
+    }
+}
