@@ -21,6 +21,7 @@ pub(crate) enum Effect {
     RegisterTool(ToolSpec),
     Subscribe { topic: String },
     AddPromptFragment { id: String, text: String },
+    RegisterGuard { name: String },
 }
 
 /// What undoes one applied [`Effect`].
@@ -30,6 +31,7 @@ pub(crate) enum Inverse {
     UnregisterTool { name: String },
     Unsubscribe { topic: String },
     RemovePromptFragment { id: String },
+    UnregisterGuard { name: String },
 }
 
 /// A service in the environment and who provides it.
@@ -60,6 +62,8 @@ pub struct Env {
     subscriptions: BTreeSet<(String, String)>,
     /// (plugin, fragment id) → text
     prompt: BTreeMap<(String, String), String>,
+    /// guard name → the plugin that answers for it
+    guards: BTreeMap<String, String>,
 }
 
 /// Largest prompt fragment a plugin may add.
@@ -85,6 +89,11 @@ impl Env {
             .map(|((p, id), text)| (p.as_str(), id.as_str(), text.as_str()))
     }
 
+    /// Guards as (name, plugin), sorted by name.
+    pub fn guards(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.guards.iter().map(|(n, p)| (n.as_str(), p.as_str()))
+    }
+
     /// Subscribers whose pattern matches `topic`, each once, sorted.
     pub fn subscribers(&self, topic: &str) -> BTreeSet<&str> {
         self.subscriptions
@@ -100,6 +109,7 @@ impl Env {
             && self.tools.is_empty()
             && self.subscriptions.is_empty()
             && self.prompt.is_empty()
+            && self.guards.is_empty()
     }
 
     /// SHA-256 over the canonical serialization: equal environments, equal fingerprints.
@@ -120,6 +130,9 @@ impl Env {
         for ((plugin, id), text) in &self.prompt {
             h.update(format!("prompt\0{plugin}\0{id}\0{}\n", text.len()));
             h.update(text.as_bytes());
+        }
+        for (name, plugin) in &self.guards {
+            h.update(format!("guard\0{name}\0{plugin}\n"));
         }
         hex::encode(h.finalize())
     }
@@ -223,6 +236,22 @@ impl Env {
                 self.prompt.insert(key, text);
                 Ok(Some(Inverse::RemovePromptFragment { id }))
             }
+            Effect::RegisterGuard { name } => {
+                if !is_valid_service_name(&name) || name.starts_with(RESERVED_SERVICE_PREFIX) {
+                    return Err(KernelError::Invalid(format!(
+                        "guard name `{}` must be a lowercase dotted name outside the reserved \
+                         `keel.` namespace, e.g. `{plugin}.no-force-push`",
+                        name.escape_debug()
+                    )));
+                }
+                if let Some(owner) = self.guards.get(&name) {
+                    return Err(KernelError::Conflict(format!(
+                        "guard `{name}` is already registered by plugin `{owner}`; use another name"
+                    )));
+                }
+                self.guards.insert(name.clone(), plugin.to_owned());
+                Ok(Some(Inverse::UnregisterGuard { name }))
+            }
         }
     }
 
@@ -273,6 +302,14 @@ impl Env {
                     Err(format!("prompt fragment `{id}` was already gone"))
                 }
             }
+            Inverse::UnregisterGuard { name } => match self.guards.get(name) {
+                Some(owner) if owner == plugin => {
+                    self.guards.remove(name);
+                    Ok(())
+                }
+                Some(owner) => Err(format!("guard `{name}` now belongs to `{owner}`")),
+                None => Err(format!("guard `{name}` was already gone")),
+            },
         }
     }
 

@@ -7,6 +7,9 @@ use std::sync::{Arc, Weak};
 use crate::env::Effect;
 use crate::instance::CallChain;
 use crate::lifecycle::Shared;
+use crate::exec_gate::{ExecCommand, ExecOutcome};
+use crate::manifest::Manifest;
+use crate::net_client::{HttpHead, HttpRequest};
 use crate::types::{KernelError, Level, ToolSpec};
 
 /// A plugin instance's handle on the kernel. Cheap to clone; holds the kernel weakly so an
@@ -145,5 +148,135 @@ impl HostHandle {
         self.shared()?
             .call_service(&self.chain, name, method, payload)
             .await
+    }
+
+    /// Every registered tool, sorted by name.
+    pub fn tools(&self) -> Vec<ToolSpec> {
+        self.shared()
+            .map(|s| s.tools())
+            .unwrap_or_default()
+    }
+
+    /// Register the guard `name`; the kernel asks this plugin about every tool call.
+    pub fn register_guard(&self, name: &str) -> Result<(), KernelError> {
+        self.effect(Effect::RegisterGuard {
+            name: name.to_owned(),
+        })
+    }
+
+    fn manifest(&self, shared: &Shared) -> Result<Arc<Manifest>, KernelError> {
+        shared
+            .manifest_of(&self.plugin)
+            .ok_or_else(|| KernelError::Denied(format!("plugin `{}` is not loaded", self.plugin)))
+    }
+
+    /// Send an HTTP request through the network gate.
+    pub async fn http_send(&self, request: HttpRequest) -> Result<(u32, HttpHead), KernelError> {
+        let shared = self.shared()?;
+        let manifest = self.manifest(&shared)?;
+        let caps = &manifest.capabilities;
+        if caps.network.is_empty() {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` has no `network` capability; list the hosts it may reach under \
+                 [capabilities] network in its keel.toml",
+                self.plugin
+            )));
+        }
+        let gates = shared.gates.clone();
+        let result = gates
+            .net
+            .send(&self.plugin, &caps.network, &caps.secrets, request, gates.approver())
+            .await;
+        if let Ok((_, head)) = &result
+            && let Ok(url) = url::Url::parse(&head.url)
+            && let Some(host) = url.host_str()
+        {
+            gates.note_host(&self.plugin, host);
+        }
+        result
+    }
+
+    /// The next chunk of an HTTP response body.
+    pub async fn http_next_chunk(
+        &self,
+        body: u32,
+        idle: std::time::Duration,
+    ) -> Result<Option<Vec<u8>>, KernelError> {
+        let shared = self.shared()?;
+        let gates = shared.gates.clone();
+        gates.net.next_chunk(&self.plugin, body, idle).await
+    }
+
+    /// Release an HTTP response body.
+    pub fn http_close(&self, body: u32) {
+        if let Ok(shared) = self.shared() {
+            shared.gates.net.close(&self.plugin, body);
+        }
+    }
+
+    /// Run a command through the exec gate.
+    pub async fn exec(&self, command: ExecCommand) -> Result<ExecOutcome, KernelError> {
+        let shared = self.shared()?;
+        if !self.manifest(&shared)?.capabilities.exec {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` has no `exec` capability; add `exec = true` under [capabilities] \
+                 in its keel.toml",
+                self.plugin
+            )));
+        }
+        let gates = shared.gates.clone();
+        gates.run_exec(&self.plugin, command).await
+    }
+
+    fn agent_shared(&self) -> Result<Arc<Shared>, KernelError> {
+        let shared = self.shared()?;
+        if !self.manifest(&shared)?.capabilities.agent {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` has no `agent` capability; add `agent = true` under \
+                 [capabilities] in its keel.toml",
+                self.plugin
+            )));
+        }
+        Ok(shared)
+    }
+
+    /// Ask the model for the next assistant message (the kernel records its tool calls).
+    pub async fn agent_complete(&self, request: &str) -> Result<String, KernelError> {
+        self.agent_shared()?
+            .agent_complete(&self.chain, request)
+            .await
+    }
+
+    /// Dispatch recorded tool calls through the gate pipeline.
+    pub async fn agent_dispatch(&self, call_ids: &[String]) -> Vec<String> {
+        match self.agent_shared() {
+            Ok(shared) => shared.agent_dispatch(&self.chain, call_ids).await,
+            Err(e) => call_ids
+                .iter()
+                .map(|id| {
+                    serde_json::to_string(&keel_protocol::ToolOutcome {
+                        call_id: id.clone(),
+                        tool: String::new(),
+                        status: keel_protocol::OutcomeStatus::Refused,
+                        content: e.to_string(),
+                        exec: Vec::new(),
+                        spill: None,
+                    })
+                    .unwrap_or_default()
+                })
+                .collect(),
+        }
+    }
+
+    /// Replay an approved call of the current turn.
+    pub async fn agent_replay(&self, call_id: &str) -> Result<String, KernelError> {
+        self.agent_shared()?
+            .agent_replay(&self.chain, call_id)
+            .await
+    }
+
+    /// Whether the person asked to stop the current turn.
+    pub fn agent_cancelled(&self) -> bool {
+        self.shared().is_ok_and(|s| s.gates.is_cancelled())
     }
 }

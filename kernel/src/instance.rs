@@ -11,7 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::host_api::HostHandle;
-use crate::types::Event;
+use crate::types::{Event, GuardVerdict};
 
 /// The plugins a call has passed through, outermost first. Used to refuse re-entrant calls
 /// (a store is exclusive while a call runs, so A → B → A would otherwise deadlock).
@@ -107,6 +107,20 @@ pub trait PluginInstance: Send {
     ) -> Result<String, InstanceError>;
     /// Deliver an event of a subscribed topic.
     async fn on_event(&mut self, chain: &CallChain, event: &Event) -> Result<(), InstanceError>;
+    /// Answer for the registered guard `guard` whether tool `tool` may run with `input`.
+    /// Hosts that cannot run guards answer with an error, which counts as forbid.
+    async fn check_tool_call(
+        &mut self,
+        chain: &CallChain,
+        guard: &str,
+        tool: &str,
+        input: &str,
+    ) -> Result<GuardVerdict, InstanceError> {
+        let _ = (chain, tool, input);
+        Err(InstanceError::Host(format!(
+            "this plugin's host cannot answer for guard `{guard}`"
+        )))
+    }
 }
 
 /// Makes instances of one plugin version: a compiled component, a loaded library, a Rust type.

@@ -4,7 +4,9 @@
 //! Plugins reach the kernel only through [`HostHandle`]; the host (the CLI) drives it through
 //! [`Kernel`].
 
+mod dispatch;
 mod env;
+mod exec_gate;
 pub mod gates;
 mod graph;
 mod host_api;
@@ -13,11 +15,14 @@ mod lifecycle;
 mod loader;
 mod manifest;
 mod native_host;
+mod net_client;
 mod types;
 mod undo;
 mod wasm_host;
 
+pub use dispatch::{GateConfig, KEEP_HEAD, KEEP_TAIL};
 pub use env::{Env, ServiceEntry, ToolEntry};
+pub use exec_gate::{ExecCommand, ExecOutcome};
 pub use graph::{GraphError, PluginGraph};
 pub use host_api::HostHandle;
 pub use instance::{CallChain, InstanceError, PluginInstance, PluginSource};
@@ -30,7 +35,10 @@ pub use manifest::{
     Requirement, is_valid_plugin_name, is_valid_service_name,
 };
 pub use native_host::{KeelBuf, KeelHostApi, NATIVE_ABI_VERSION, NativeError, open as open_native};
-pub use types::{Event, KERNEL_NAME, KernelError, Level, ToolCapabilities, ToolSpec};
+pub use net_client::{HttpHead, HttpRequest, NetConfig, SecretHeader, Secrets};
+pub use types::{
+    Event, GuardDecision, GuardVerdict, KERNEL_NAME, KernelError, Level, ToolCapabilities, ToolSpec,
+};
 pub use wasm_host::{
     CacheStatus, ComponentReport, GrantedDir, SUPPORTED_ABI, WasmComponent, WasmError, WasmGrants,
     WasmHost, WasmHostConfig, WasmLimits, check_imports, inspect_component,

@@ -16,12 +16,13 @@ use semver::Version;
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
 
+use crate::dispatch::{GateConfig, Mediator, SessionGates};
 use crate::env::{Effect, Env, validate_topic};
 use crate::graph::{GraphError, PluginGraph};
 use crate::host_api::HostHandle;
 use crate::instance::{CallChain, PluginInstance, PluginSource};
 use crate::manifest::{Manifest, PluginKind};
-use crate::types::{Event, KERNEL_NAME, KernelError, ToolSpec};
+use crate::types::{Event, GuardVerdict, KERNEL_NAME, KernelError, ToolSpec};
 use crate::undo::UndoLog;
 
 /// Kernel settings.
@@ -181,6 +182,8 @@ const MAX_STATE_TOTAL: usize = 16 << 20;
 
 pub(crate) struct Shared {
     inner: Mutex<Inner>,
+    /// The sealed gates of this session; reachable only through the kernel's own paths.
+    pub(crate) gates: Arc<SessionGates>,
     lifecycle: tokio::sync::Mutex<()>,
     config: KernelConfig,
     host_events: broadcast::Sender<Event>,
@@ -205,12 +208,19 @@ enum Step {
 }
 
 impl Kernel {
-    /// An empty kernel.
+    /// An empty kernel whose gates are locked down (no workspace, every approval denied,
+    /// every host refused).
     pub fn new(config: KernelConfig) -> Self {
+        Kernel::with_gates(config, GateConfig::locked_down())
+    }
+
+    /// An empty kernel with the session's gates set up by the host.
+    pub fn with_gates(config: KernelConfig, gates: GateConfig) -> Self {
         let (host_events, _) = broadcast::channel(1024);
         Kernel {
             shared: Arc::new_cyclic(|me| Shared {
                 inner: Mutex::new(Inner::default()),
+                gates: Arc::new(SessionGates::new(gates)),
                 lifecycle: tokio::sync::Mutex::new(()),
                 config,
                 host_events,
@@ -320,6 +330,32 @@ impl Kernel {
     pub async fn invoke_tool(&self, name: &str, input: &str) -> Result<String, KernelError> {
         self.shared
             .invoke_tool(&CallChain::starting_at(KERNEL_NAME), name, input)
+            .await
+    }
+
+    /// Start a new turn: replays are limited to calls of the current turn, and a pending
+    /// cancellation is cleared.
+    pub fn begin_turn(&self) {
+        self.shared.gates.begin_turn();
+    }
+
+    /// Ask the current turn to stop (Ctrl-C): the agent sees `cancelled` and ends the turn.
+    pub fn cancel_turn(&self) {
+        self.shared.gates.cancel_turn();
+    }
+
+    /// Ask the `model` service for a completion, as the agent would (the kernel records the
+    /// response's tool calls).
+    pub async fn complete(&self, request: &str) -> Result<String, KernelError> {
+        self.shared
+            .agent_complete(&CallChain::starting_at(KERNEL_NAME), request)
+            .await
+    }
+
+    /// Dispatch recorded tool calls through the gate pipeline, as the agent would.
+    pub async fn dispatch(&self, call_ids: &[String]) -> Vec<String> {
+        self.shared
+            .agent_dispatch(&CallChain::starting_at(KERNEL_NAME), call_ids)
             .await
     }
 
@@ -625,6 +661,7 @@ impl Shared {
         self.deactivate(name, &mut guard).await;
         // Deactivation replayed the undo log, and effects are refused from then on (the
         // record is unloading), so removing the record is all that is left.
+        self.gates.net.close_all(name);
         let mut inner = self.lock();
         inner.plugins.remove(name);
         inner.state.remove(name);
@@ -762,6 +799,7 @@ impl Shared {
             tracing::warn!(plugin = name, "failed: {reason}");
             r.state = PluginState::Failed { reason };
         }
+        self.gates.net.close_all(name);
         let me = self.me.clone();
         tokio::spawn(async move {
             if let Some(shared) = me.upgrade() {
@@ -1089,6 +1127,10 @@ impl Shared {
                     .await
             }
             Request::Tool { name, input } => instance.invoke_tool(&inner_chain, name, input).await,
+            Request::Guard { guard, tool, input } => instance
+                .check_tool_call(&inner_chain, guard, tool, input)
+                .await
+                .map(|v| serde_json::to_string(&v).unwrap_or_default()),
         };
         match outcome {
             Ok(out) => Ok(out),
@@ -1105,6 +1147,164 @@ impl Shared {
     }
 }
 
+/// The doors of a turn (model completion, tool dispatch, replay) and what the gate pipeline
+/// needs from the lifecycle.
+impl Shared {
+    /// Registered tools, sorted by name.
+    pub(crate) fn tools(&self) -> Vec<ToolSpec> {
+        self.lock()
+            .env
+            .tools()
+            .values()
+            .map(|t| t.spec.clone())
+            .collect()
+    }
+
+    /// The manifest of a loaded plugin.
+    pub(crate) fn manifest_of(&self, plugin: &str) -> Option<Arc<Manifest>> {
+        self.lock().plugins.get(plugin).map(|r| r.manifest.clone())
+    }
+
+    async fn check_guard_call(
+        &self,
+        chain: &CallChain,
+        guard: &str,
+        tool: &str,
+        input: &str,
+    ) -> Result<GuardVerdict, KernelError> {
+        let route = {
+            let inner = self.lock();
+            inner
+                .env
+                .guards()
+                .find(|(g, _)| *g == guard)
+                .and_then(|(_, p)| inner.plugins.get(p).map(|r| (p.to_owned(), r.slot.clone())))
+        };
+        let Some((plugin, slot)) = route else {
+            return Err(KernelError::Unavailable(format!("guard `{guard}` is gone")));
+        };
+        if chain.contains(&plugin) {
+            return Err(KernelError::Denied(format!(
+                "re-entrant call refused: {chain} → {plugin} (guard `{guard}`)"
+            )));
+        }
+        let text = self
+            .call_into(chain, &plugin, slot, Request::Guard { guard, tool, input })
+            .await?;
+        serde_json::from_str(&text)
+            .map_err(|e| KernelError::Failed(format!("guard `{guard}` answered malformed data: {e}")))
+    }
+
+    /// `agent.complete`: ask the model service, record the calls, clean the text.
+    pub(crate) async fn agent_complete(
+        &self,
+        chain: &CallChain,
+        request: &str,
+    ) -> Result<String, KernelError> {
+        let answer = self
+            .call_service(chain, keel_protocol::services::MODEL, "complete", request)
+            .await
+            .map_err(|e| redact_error(&self.gates, e))?;
+        let response: keel_protocol::ModelResponse = serde_json::from_str(&answer).map_err(|e| {
+            KernelError::Failed(format!(
+                "the model plugin answered something that is not a ModelResponse ({e})"
+            ))
+        })?;
+        let response = self.gates.record_response(response);
+        serde_json::to_string(&response)
+            .map_err(|e| KernelError::Failed(format!("cannot encode the response: {e}")))
+    }
+
+    /// `agent.dispatch`: run the calls concurrently through the gate pipeline; outcomes in
+    /// the order of `ids`.
+    pub(crate) async fn agent_dispatch(&self, chain: &CallChain, ids: &[String]) -> Vec<String> {
+        let gates = self.gates.clone();
+        let runs = ids
+            .iter()
+            .map(|id| crate::dispatch::dispatch_one(&gates, self, chain, id));
+        futures::future::join_all(runs)
+            .await
+            .into_iter()
+            .map(|o| serde_json::to_string(&o).unwrap_or_default())
+            .collect()
+    }
+
+    /// `agent.replay`: re-run an approved call of this turn with the same input.
+    pub(crate) async fn agent_replay(
+        &self,
+        chain: &CallChain,
+        id: &str,
+    ) -> Result<String, KernelError> {
+        let gates = self.gates.clone();
+        let outcome = crate::dispatch::replay(&gates, self, chain, id).await?;
+        serde_json::to_string(&outcome)
+            .map_err(|e| KernelError::Failed(format!("cannot encode the outcome: {e}")))
+    }
+}
+
+/// Kernel errors carry plugin-produced text; secrets are removed before anyone sees it.
+fn redact_error(gates: &SessionGates, e: KernelError) -> KernelError {
+    match e {
+        KernelError::Invalid(m) => KernelError::Invalid(gates.redact(&m)),
+        KernelError::Conflict(m) => KernelError::Conflict(gates.redact(&m)),
+        KernelError::Denied(m) => KernelError::Denied(gates.redact(&m)),
+        KernelError::Unavailable(m) => KernelError::Unavailable(gates.redact(&m)),
+        KernelError::Failed(m) => KernelError::Failed(gates.redact(&m)),
+        KernelError::TimedOut(m) => KernelError::TimedOut(gates.redact(&m)),
+    }
+}
+
+impl Mediator for Shared {
+    fn call_service<'a>(
+        &'a self,
+        chain: &'a CallChain,
+        service: &'a str,
+        method: &'a str,
+        payload: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<String, KernelError>> {
+        Box::pin(Shared::call_service(self, chain, service, method, payload))
+    }
+
+    fn invoke_tool<'a>(
+        &'a self,
+        chain: &'a CallChain,
+        name: &'a str,
+        input: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<String, KernelError>> {
+        Box::pin(Shared::invoke_tool(self, chain, name, input))
+    }
+
+    fn check_guard<'a>(
+        &'a self,
+        chain: &'a CallChain,
+        guard: &'a str,
+        tool: &'a str,
+        input: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<GuardVerdict, KernelError>> {
+        Box::pin(self.check_guard_call(chain, guard, tool, input))
+    }
+
+    fn tool(&self, name: &str) -> Option<(ToolSpec, String)> {
+        self.lock()
+            .env
+            .tools()
+            .get(name)
+            .map(|t| (t.spec.clone(), t.owner.clone()))
+    }
+
+    fn guards(&self) -> Vec<(String, String)> {
+        self.lock()
+            .env
+            .guards()
+            .map(|(g, p)| (g.to_owned(), p.to_owned()))
+            .collect()
+    }
+
+    fn has_service(&self, name: &str) -> bool {
+        self.lock().env.services().contains_key(name)
+    }
+}
+
 /// A call the kernel routes into a plugin.
 enum Request<'a> {
     Service {
@@ -1116,6 +1316,11 @@ enum Request<'a> {
         name: &'a str,
         input: &'a str,
     },
+    Guard {
+        guard: &'a str,
+        tool: &'a str,
+        input: &'a str,
+    },
 }
 
 impl Request<'_> {
@@ -1125,6 +1330,7 @@ impl Request<'_> {
                 service, method, ..
             } => format!("service `{service}`, method `{method}`"),
             Request::Tool { name, .. } => format!("tool `{name}`"),
+            Request::Guard { guard, .. } => format!("guard `{guard}`"),
         }
     }
 
@@ -1136,6 +1342,7 @@ impl Request<'_> {
                 .get(*service)
                 .is_some_and(|e| e.provider == plugin),
             Request::Tool { name, .. } => env.tools().get(*name).is_some_and(|t| t.owner == plugin),
+            Request::Guard { guard, .. } => env.guards().any(|(g, p)| g == *guard && p == plugin),
         }
     }
 }

@@ -72,6 +72,14 @@ pub struct Capabilities {
     /// Whether it may ask the kernel to run commands.
     #[serde(default)]
     pub exec: bool,
+    /// Whether it may drive the agent: ask the model for completions and dispatch tool
+    /// calls through the gate pipeline (the agent loop and verifiers).
+    #[serde(default)]
+    pub agent: bool,
+    /// Kernel-held secrets (e.g. `OPENAI_API_KEY`) the kernel may place into this plugin's
+    /// outbound requests. The plugin never sees their values.
+    #[serde(default)]
+    pub secrets: Vec<String>,
 }
 
 /// Resource limits; `None` means the kernel's default.

@@ -80,6 +80,31 @@ pub enum KernelError {
     /// The target plugin ran and returned an error or trapped.
     #[error("failed: {0}")]
     Failed(String),
+    /// Nothing arrived within the time the caller allowed.
+    #[error("timed out: {0}")]
+    TimedOut(String),
+}
+
+/// A decision about a tool call, ordered from loosest to strictest; several decisions
+/// combine by maximum, so a guard can only tighten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GuardDecision {
+    /// Let it run.
+    Allow,
+    /// Ask the person first.
+    Prompt,
+    /// Refuse it.
+    Forbid,
+}
+
+/// A guard's answer about one tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuardVerdict {
+    /// The decision.
+    pub decision: GuardDecision,
+    /// Why, when it is not `allow`.
+    pub reason: String,
 }
 
 /// The name the kernel and the host use as an event source and in call chains.

@@ -9,7 +9,7 @@ use super::WasmError;
 use crate::manifest::Capabilities;
 
 /// The keel plugin ABI (WIT package `keel:plugin`) this kernel hosts.
-pub const SUPPORTED_ABI: Version = Version::new(0, 1, 0);
+pub const SUPPORTED_ABI: Version = Version::new(0, 2, 0);
 
 /// The WIT package every keel interface lives in.
 const KEEL_PACKAGE: &str = "keel:plugin";
@@ -18,7 +18,7 @@ const KEEL_PACKAGE: &str = "keel:plugin";
 const PLUGIN_INTERFACE: &str = "plugin";
 
 /// What a component declares: the keel ABI version it targets, and the names of its imports
-/// and exports (e.g. `keel:plugin/log@0.1.0`, `wasi:cli/environment@0.2.6`).
+/// and exports (e.g. `keel:plugin/log@0.2.0`, `wasi:cli/environment@0.2.6`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ComponentReport {
     /// The keel ABI version of the component's `keel:plugin/plugin` export.
@@ -140,6 +140,20 @@ pub fn check_imports(report: &ComponentReport, caps: &Capabilities) -> Vec<Strin
             continue;
         };
         if parts.package == KEEL_PACKAGE {
+            // The doors that reach beyond the plugin need the capability that grants them.
+            let missing = match parts.interface {
+                "http" if caps.network.is_empty() => Some(
+                    "the `network` capability (list the hosts under [capabilities] network)",
+                ),
+                "exec" if !caps.exec => Some("the `exec` capability (`exec = true`)"),
+                "agent" if !caps.agent => Some("the `agent` capability (`agent = true`)"),
+                _ => None,
+            };
+            if let Some(what) = missing {
+                problems.push(format!(
+                    "import `{name}` needs {what} under [capabilities] in keel.toml"
+                ));
+            }
             continue;
         }
         let Some(family) = parts.package.strip_prefix("wasi:") else {
@@ -190,7 +204,7 @@ mod tests {
         ComponentReport {
             abi_version: SUPPORTED_ABI,
             imports: imports.iter().map(|s| (*s).to_owned()).collect(),
-            exports: vec!["keel:plugin/plugin@0.1.0".to_owned()],
+            exports: vec!["keel:plugin/plugin@0.2.0".to_owned()],
         }
     }
 
@@ -212,7 +226,7 @@ mod tests {
     #[test]
     fn keel_and_basic_wasi_imports_need_nothing() {
         let report = report_with(&[
-            "keel:plugin/log@0.1.0",
+            "keel:plugin/log@0.2.0",
             "wasi:cli/environment@0.2.6",
             "wasi:io/streams@0.2.0",
             "wasi:clocks/monotonic-clock@0.2.3",

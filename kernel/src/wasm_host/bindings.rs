@@ -4,16 +4,20 @@
 //! instance's CPU meter while it runs (see [`limits`](super::limits)).
 
 use super::store::StoreState;
+use crate::exec_gate::ExecCommand;
+use crate::net_client::{HttpRequest, SecretHeader};
 use crate::types;
 
 wasmtime::component::bindgen!({
-    path: "../wit/keel-plugin-0.1.0",
+    path: "../wit/keel-plugin-0.2.0",
     world: "keel-plugin",
     imports: { default: async },
     exports: { default: async },
 });
 
-use keel::plugin::types::{KernelError, Level, ToolCapabilities, ToolSpec};
+use keel::plugin::types::{
+    GuardDecision, GuardVerdict, KernelError, Level, ToolCapabilities, ToolSpec,
+};
 
 impl From<types::KernelError> for KernelError {
     fn from(e: types::KernelError) -> Self {
@@ -23,6 +27,7 @@ impl From<types::KernelError> for KernelError {
             types::KernelError::Denied(m) => KernelError::Denied(m),
             types::KernelError::Unavailable(m) => KernelError::Unavailable(m),
             types::KernelError::Failed(m) => KernelError::Failed(m),
+            types::KernelError::TimedOut(m) => KernelError::TimedOut(m),
         }
     }
 }
@@ -35,6 +40,43 @@ impl From<Level> for types::Level {
             Level::Info => types::Level::Info,
             Level::Warn => types::Level::Warn,
             Level::Error => types::Level::Error,
+        }
+    }
+}
+
+impl From<GuardVerdict> for types::GuardVerdict {
+    fn from(v: GuardVerdict) -> Self {
+        types::GuardVerdict {
+            decision: match v.decision {
+                GuardDecision::Allow => types::GuardDecision::Allow,
+                GuardDecision::Prompt => types::GuardDecision::Prompt,
+                GuardDecision::Forbid => types::GuardDecision::Forbid,
+            },
+            reason: v.reason,
+        }
+    }
+}
+
+impl From<types::ToolSpec> for ToolSpec {
+    fn from(spec: types::ToolSpec) -> Self {
+        let c = spec.capabilities;
+        let mut caps = ToolCapabilities::empty();
+        for (on, flag) in [
+            (c.reads_files, ToolCapabilities::READS_FILES),
+            (c.writes_files, ToolCapabilities::WRITES_FILES),
+            (c.executes_code, ToolCapabilities::EXECUTES_CODE),
+            (c.network, ToolCapabilities::NETWORK),
+        ] {
+            if on {
+                caps |= flag;
+            }
+        }
+        ToolSpec {
+            name: spec.name,
+            description: spec.description,
+            input_schema: spec.input_schema,
+            capabilities: caps,
+            parallel_safe: spec.parallel_safe,
         }
     }
 }
@@ -102,6 +144,119 @@ impl keel::plugin::tools::Host for StoreState {
     async fn register(&mut self, spec: ToolSpec) -> Result<(), KernelError> {
         let _host = self.meter.host_call();
         self.host.register_tool(spec.into()).map_err(Into::into)
+    }
+
+    async fn registered(&mut self) -> Vec<ToolSpec> {
+        let _host = self.meter.host_call();
+        self.host.tools().into_iter().map(Into::into).collect()
+    }
+}
+
+impl keel::plugin::guards::Host for StoreState {
+    async fn register(&mut self, name: String) -> Result<(), KernelError> {
+        let _host = self.meter.host_call();
+        self.host.register_guard(&name).map_err(Into::into)
+    }
+}
+
+impl keel::plugin::http::Host for StoreState {
+    async fn send(
+        &mut self,
+        req: keel::plugin::http::Request,
+    ) -> Result<(u32, keel::plugin::http::ResponseHead), KernelError> {
+        let _host = self.meter.host_call();
+        let request = HttpRequest {
+            method: req.method,
+            url: req.url,
+            headers: req.headers.into_iter().map(|h| (h.name, h.value)).collect(),
+            secret_headers: req
+                .secret_headers
+                .into_iter()
+                .map(|h| SecretHeader {
+                    secret: h.secret,
+                    header: h.header,
+                    prefix: h.prefix,
+                })
+                .collect(),
+            body: req.body,
+            timeout: std::time::Duration::from_millis(u64::from(req.timeout_ms)),
+        };
+        let (id, head) = self.host.http_send(request).await?;
+        Ok((
+            id,
+            keel::plugin::http::ResponseHead {
+                status: head.status,
+                headers: head
+                    .headers
+                    .into_iter()
+                    .map(|(name, value)| keel::plugin::http::Header { name, value })
+                    .collect(),
+                url: head.url,
+            },
+        ))
+    }
+
+    async fn next_chunk(
+        &mut self,
+        body: u32,
+        idle_ms: u32,
+    ) -> Result<Option<Vec<u8>>, KernelError> {
+        let _host = self.meter.host_call();
+        self.host
+            .http_next_chunk(body, std::time::Duration::from_millis(u64::from(idle_ms)))
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn close(&mut self, body: u32) {
+        let _host = self.meter.host_call();
+        self.host.http_close(body);
+    }
+}
+
+impl keel::plugin::exec::Host for StoreState {
+    async fn run(
+        &mut self,
+        cmd: keel::plugin::exec::Command,
+    ) -> Result<keel::plugin::exec::Outcome, KernelError> {
+        let _host = self.meter.host_call();
+        let outcome = self
+            .host
+            .exec(ExecCommand {
+                line: cmd.line,
+                cwd: cmd.cwd,
+                timeout: std::time::Duration::from_millis(u64::from(cmd.timeout_ms)),
+            })
+            .await?;
+        Ok(keel::plugin::exec::Outcome {
+            exit_code: outcome.exit_code,
+            output: outcome.output,
+            timed_out: outcome.timed_out,
+            cwd: outcome.cwd,
+            note: outcome.note,
+        })
+    }
+}
+
+impl keel::plugin::agent::Host for StoreState {
+    async fn complete(&mut self, request: String) -> Result<String, KernelError> {
+        let _host = self.meter.host_call();
+        self.host.agent_complete(&request).await.map_err(Into::into)
+    }
+
+    async fn dispatch(&mut self, call_ids: Vec<String>) -> Vec<String> {
+        let _host = self.meter.host_call();
+        self.host.agent_dispatch(&call_ids).await
+    }
+
+    async fn replay(&mut self, call_id: String) -> Result<String, KernelError> {
+        let _host = self.meter.host_call();
+        self.host.agent_replay(&call_id).await.map_err(Into::into)
+    }
+
+    async fn cancelled(&mut self) -> bool {
+        let _host = self.meter.host_call();
+        self.host.agent_cancelled()
     }
 }
 

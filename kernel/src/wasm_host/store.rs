@@ -8,12 +8,12 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::bindings::KeelPlugin;
+use super::bindings::{self, KeelPlugin};
 use super::limits::{CpuMeter, MemoryLimiter, Metered, Verdict, format_limit, format_mib};
 use super::{WasmComponent, WasmGrants, wasi};
 use crate::host_api::HostHandle;
 use crate::instance::{CallChain, InstanceError, PluginInstance, PluginSource};
-use crate::types::Event;
+use crate::types::{Event, GuardDecision, GuardVerdict};
 
 /// The data of a plugin's store.
 pub(crate) struct StoreState {
@@ -279,5 +279,32 @@ impl PluginInstance for WasmInstance {
             .call_on_event(&mut self.store, &event);
         let result = Metered::new(meter, call).await;
         self.finish("on-event", unit(result))
+    }
+
+    async fn check_tool_call(
+        &mut self,
+        chain: &CallChain,
+        guard: &str,
+        tool: &str,
+        input: &str,
+    ) -> Result<GuardVerdict, InstanceError> {
+        let meter = self.begin("check-tool-call", chain)?;
+        let call = self.bindings.keel_plugin_plugin().call_check_tool_call(
+            &mut self.store,
+            guard,
+            tool,
+            input,
+        );
+        let result = Metered::new(meter, call).await;
+        let verdict = self.finish("check-tool-call", result.map(Ok))?;
+        let decision = match verdict.decision {
+            bindings::keel::plugin::types::GuardDecision::Allow => GuardDecision::Allow,
+            bindings::keel::plugin::types::GuardDecision::Prompt => GuardDecision::Prompt,
+            bindings::keel::plugin::types::GuardDecision::Forbid => GuardDecision::Forbid,
+        };
+        Ok(GuardVerdict {
+            decision,
+            reason: verdict.reason,
+        })
     }
 }

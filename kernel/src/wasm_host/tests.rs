@@ -17,14 +17,14 @@ use crate::instance::{CallChain, InstanceError, PluginInstance};
 /// `invoke-tool` echoes the input.
 const PLUGIN_WAT: &str = r#"
 (component $C
-  (import "keel:plugin/log@0.1.0" (instance $log
+  (import "keel:plugin/log@0.2.0" (instance $log
     (type $lvl' (enum "trace" "debug" "info" "warn" "error"))
     (export "level" (type $lvl (eq $lvl')))
     (export "log" (func (param "level" $lvl) (param "message" string)))
   ))
-  (import "keel:plugin/services@0.1.0" (instance $services
+  (import "keel:plugin/services@0.2.0" (instance $services
     (type $ke' (variant (case "invalid" string) (case "conflict" string) (case "denied" string)
-      (case "unavailable" string) (case "failed" string)))
+      (case "unavailable" string) (case "failed" string) (case "timed-out" string)))
     (export "kernel-error" (type $ke (eq $ke')))
     (export "provide" (func (param "name" string) (param "version" string)
       (result (result (error $ke)))))
@@ -158,6 +158,11 @@ const PLUGIN_WAT: &str = r#"
       (i32.store (i32.const 24) (local.get 3))
       (i32.const 16))
     (func (export "on-event") (param i32 i32 i32 i32 i32 i32))
+    (func (export "check-tool-call") (param i32 i32 i32 i32 i32 i32) (result i32)
+      (i32.store8 (i32.const 16) (i32.const 0))
+      (i32.store (i32.const 20) (i32.const 0))
+      (i32.store (i32.const 24) (i32.const 0))
+      (i32.const 16))
   )
   (core instance $main (instantiate $Main
     (with "env" (instance $mem))
@@ -183,14 +188,24 @@ const PLUGIN_WAT: &str = r#"
     (canon lift (core func $main "invoke-tool") (memory $memory) (realloc $realloc)))
   (func $on_event (param "event" $event)
     (canon lift (core func $main "on-event") (memory $memory) (realloc $realloc)))
+  (type $decision' (enum "allow" "prompt" "forbid"))
+  (export $decision "guard-decision" (type $decision'))
+  (type $verdict' (record (field "decision" $decision) (field "reason" string)))
+  (export $verdict "guard-verdict" (type $verdict'))
+  (func $check_tool_call (param "guard" string) (param "tool" string) (param "input" string)
+    (result $verdict)
+    (canon lift (core func $main "check-tool-call") (memory $memory) (realloc $realloc)))
   (instance $plugin
     (export "event" (type $event))
+    (export "guard-decision" (type $decision))
+    (export "guard-verdict" (type $verdict))
     (export "activate" (func $activate))
     (export "deactivate" (func $deactivate))
     (export "handle-call" (func $handle_call))
     (export "invoke-tool" (func $invoke_tool))
-    (export "on-event" (func $on_event)))
-  (export "keel:plugin/plugin@0.1.0" (instance $plugin))
+    (export "on-event" (func $on_event))
+    (export "check-tool-call" (func $check_tool_call)))
+  (export "keel:plugin/plugin@0.2.0" (instance $plugin))
 )
 "#;
 
@@ -252,20 +267,20 @@ fn chain(plugin: &str) -> CallChain {
 #[test]
 fn abi_mismatch_names_both_versions() {
     let err = host()
-        .compile("future", &plugin_of_version("0.2.0"))
+        .compile("future", &plugin_of_version("0.3.0"))
         .expect_err("must be refused");
     assert_eq!(
         err,
         WasmError::AbiMismatch {
             plugin: "future".into(),
-            found: "0.2.0".into(),
-            supported: "0.1.0".into(),
+            found: "0.3.0".into(),
+            supported: "0.2.0".into(),
         }
     );
     assert_eq!(
         err.to_string(),
-        "plugin `future` was built against keel ABI 0.2.0; this keel hosts ABI 0.1.0; \
-         rebuild it with keel-sdk 0.1"
+        "plugin `future` was built against keel ABI 0.3.0; this keel hosts ABI 0.2.0; \
+         rebuild it with keel-sdk 0.2"
     );
 }
 
@@ -299,7 +314,7 @@ fn garbage_empty_and_core_modules_are_refused_by_name() {
         );
     }
     // A component header followed by garbage reaches the compiler, which refuses it.
-    let mut broken = plugin_of_version("0.1.0");
+    let mut broken = plugin_of_version("0.2.0");
     broken.truncate(20);
     let err = host.compile("odd", &broken).expect_err("must be refused");
     assert!(matches!(err, WasmError::Compile { .. }), "{err}");
@@ -310,12 +325,12 @@ fn the_report_lists_names_and_the_abi() {
     let host = host();
     let report = inspect_component(&host, "p", &wat(PLUGIN_WAT)).expect("inspect");
     assert_eq!(report.abi_version, SUPPORTED_ABI);
-    assert!(report.imports.contains(&"keel:plugin/log@0.1.0".to_owned()));
+    assert!(report.imports.contains(&"keel:plugin/log@0.2.0".to_owned()));
     assert!(report.imports.contains(&"wasi:io/poll@0.2.0".to_owned()));
     assert!(
         report
             .exports
-            .contains(&"keel:plugin/plugin@0.1.0".to_owned())
+            .contains(&"keel:plugin/plugin@0.2.0".to_owned())
     );
     assert!(check_imports(&report, &crate::manifest::Capabilities::default()).is_empty());
 }

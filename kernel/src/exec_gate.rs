@@ -1,0 +1,292 @@
+//! Running commands for plugins: the exec gate's runner. The policy decision is made by the
+//! caller (see `dispatch`); this module confines the working directory to the workspace,
+//! runs the command in its own process group with a wall-clock limit, keeps stdout and stderr
+//! interleaved and capped, and reports where the command left its working directory so a
+//! shell tool can carry it to the next call.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+
+/// A command a plugin asks the kernel to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecCommand {
+    /// The command line, run by `sh -c`.
+    pub line: String,
+    /// Working directory relative to the workspace root.
+    pub cwd: String,
+    /// Wall-clock limit.
+    pub timeout: Duration,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutcome {
+    /// Exit code; `None` when killed or timed out.
+    pub exit_code: Option<i32>,
+    /// Interleaved stdout and stderr, capped.
+    pub output: String,
+    /// Whether the timeout ended it.
+    pub timed_out: bool,
+    /// The working directory it ended in, relative to the workspace root.
+    pub cwd: String,
+    /// What the kernel did about it (truncation, a refused directory change), or empty.
+    pub note: String,
+}
+
+/// Longest wall-clock limit a plugin may ask for.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Default limit when a plugin asks for 0.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Output kept in memory per command; the dispatcher spills what it passes on to the model.
+const OUTPUT_CAP: usize = 8 << 20;
+
+/// Why a command could not be started at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    /// The working directory is not inside the workspace.
+    #[error(
+        "working directory `{0}` is outside the workspace; use a path relative to the workspace root"
+    )]
+    OutsideWorkspace(String),
+    /// The working directory does not exist.
+    #[error("working directory `{0}` does not exist; create it first or use `.`")]
+    MissingCwd(String),
+    /// The process could not be spawned.
+    #[error("cannot start `sh`: {0}")]
+    Spawn(String),
+}
+
+/// Resolve a plugin-supplied working directory against the canonical `workspace`.
+pub(crate) fn resolve_cwd(workspace: &Path, cwd: &str) -> Result<PathBuf, ExecError> {
+    let trimmed = cwd.trim();
+    let relative = trimmed
+        .strip_prefix("/workspace")
+        .map(|r| r.trim_start_matches('/'))
+        .unwrap_or(trimmed);
+    let candidate = if relative.is_empty() || relative == "." {
+        workspace.to_path_buf()
+    } else if Path::new(relative).is_absolute() {
+        PathBuf::from(relative)
+    } else {
+        workspace.join(relative)
+    };
+    let canonical = candidate
+        .canonicalize()
+        .map_err(|_| ExecError::MissingCwd(cwd.to_owned()))?;
+    if !canonical.starts_with(workspace) {
+        return Err(ExecError::OutsideWorkspace(cwd.to_owned()));
+    }
+    Ok(canonical)
+}
+
+fn relative_to(workspace: &Path, dir: &Path) -> String {
+    match dir.strip_prefix(workspace) {
+        Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
+        Ok(rel) => rel.to_string_lossy().into_owned(),
+        Err(_) => ".".to_owned(),
+    }
+}
+
+/// Run `cmd` in `workspace` (canonical). Environment variables named in `hidden` (the
+/// kernel-held secrets) are removed from the child's environment.
+pub(crate) async fn run(
+    workspace: &Path,
+    cmd: &ExecCommand,
+    hidden: &[String],
+) -> Result<ExecOutcome, ExecError> {
+    let dir = resolve_cwd(workspace, &cmd.cwd)?;
+    let timeout = match cmd.timeout {
+        Duration::ZERO => DEFAULT_TIMEOUT,
+        t => t.min(MAX_TIMEOUT),
+    };
+    let marker = tempfile::NamedTempFile::new().map_err(|e| ExecError::Spawn(e.to_string()))?;
+    // stderr joins stdout for the whole script, so the model sees both in the order they
+    // happened; the final directory goes to a private file, not into the output.
+    let script = format!(
+        "exec 2>&1\n{}\n__keel_status=$?\npwd -P >\"$KEEL_CWD_FILE\" 2>/dev/null\nexit $__keel_status\n",
+        cmd.line
+    );
+    let mut command = tokio::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg(script)
+        .current_dir(&dir)
+        .env("KEEL_CWD_FILE", marker.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    for name in hidden {
+        command.env_remove(name);
+    }
+    #[cfg(unix)]
+    command.process_group(0);
+    let mut child = command.spawn().map_err(|e| ExecError::Spawn(e.to_string()))?;
+    let mut stdout = child.stdout.take();
+    let mut output = Vec::new();
+    let mut dropped = 0usize;
+    let run = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        if let Some(out) = stdout.as_mut() {
+            loop {
+                match out.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let room = OUTPUT_CAP.saturating_sub(output.len());
+                        let take = n.min(room);
+                        output.extend_from_slice(&buf[..take]);
+                        dropped += n - take;
+                    }
+                }
+            }
+        }
+        child.wait().await
+    };
+    let status = tokio::time::timeout(timeout, run).await;
+    let mut note = Vec::new();
+    let (exit_code, timed_out) = match status {
+        Ok(Ok(status)) => (status.code(), false),
+        Ok(Err(e)) => {
+            note.push(format!("waiting for the command failed: {e}"));
+            (None, false)
+        }
+        Err(_) => {
+            kill_group(&mut child).await;
+            note.push(format!(
+                "the command did not finish within {} s and was killed with its process group; \
+                 the output so far is above. Run long commands in smaller steps or raise the timeout",
+                timeout.as_secs()
+            ));
+            (None, true)
+        }
+    };
+    if dropped > 0 {
+        note.push(format!(
+            "output was cut at {} MiB; {dropped} more bytes were discarded",
+            OUTPUT_CAP >> 20
+        ));
+    }
+    let mut cwd = relative_to(workspace, &dir);
+    if !timed_out
+        && let Ok(text) = std::fs::read_to_string(marker.path())
+        && !text.trim().is_empty()
+    {
+        let ended = PathBuf::from(text.trim());
+        match ended.canonicalize() {
+            Ok(c) if c.starts_with(workspace) => cwd = relative_to(workspace, &c),
+            _ => note.push(format!(
+                "the command changed directory to `{}`, outside the workspace; the next command \
+                 runs in `{cwd}` instead",
+                text.trim()
+            )),
+        }
+    }
+    Ok(ExecOutcome {
+        exit_code,
+        output: String::from_utf8_lossy(&output).into_owned(),
+        timed_out,
+        cwd,
+        note: note.join("; "),
+    })
+}
+
+/// Kill the child's whole process group, so a command's own children do not outlive it.
+async fn kill_group(child: &mut tokio::process::Child) {
+    #[cfg(unix)]
+    if let Some(pid) = child.id()
+        && let Ok(pid) = i32::try_from(pid)
+    {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = child.kill().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let canonical = dir.path().canonicalize().expect("canonical");
+        (dir, canonical)
+    }
+
+    fn cmd(line: &str, cwd: &str, ms: u64) -> ExecCommand {
+        ExecCommand {
+            line: line.to_owned(),
+            cwd: cwd.to_owned(),
+            timeout: Duration::from_millis(ms),
+        }
+    }
+
+    #[tokio::test]
+    async fn output_is_interleaved_and_the_exit_code_kept() {
+        let (_d, ws) = ws();
+        let out = run(&ws, &cmd("echo out; echo err >&2; exit 3", ".", 10_000), &[])
+            .await
+            .expect("runs");
+        assert_eq!(out.exit_code, Some(3));
+        assert_eq!(out.output, "out\nerr\n");
+        assert!(!out.timed_out);
+    }
+
+    #[tokio::test]
+    async fn the_working_directory_is_carried_but_never_leaves_the_workspace() {
+        let (_d, ws) = ws();
+        std::fs::create_dir(ws.join("sub")).expect("mkdir");
+        let out = run(&ws, &cmd("cd sub", ".", 10_000), &[])
+            .await
+            .expect("runs");
+        assert_eq!(out.cwd, "sub");
+        let out = run(&ws, &cmd("pwd", &out.cwd, 10_000), &[])
+            .await
+            .expect("runs");
+        assert!(out.output.trim().ends_with("/sub"), "{}", out.output);
+        let out = run(&ws, &cmd("cd /", "sub", 10_000), &[])
+            .await
+            .expect("runs");
+        assert_eq!(out.cwd, "sub");
+        assert!(out.note.contains("outside the workspace"), "{}", out.note);
+        let err = run(&ws, &cmd("true", "../..", 10_000), &[])
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, ExecError::OutsideWorkspace(_)), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_group_and_keeps_the_output_so_far() {
+        let (_d, ws) = ws();
+        let out = run(
+            &ws,
+            &cmd("echo started; sleep 30 & sleep 30; echo never", ".", 300),
+            &[],
+        )
+        .await
+        .expect("runs");
+        assert!(out.timed_out);
+        assert_eq!(out.exit_code, None);
+        assert_eq!(out.output, "started\n");
+        assert!(out.note.contains("killed"), "{}", out.note);
+    }
+
+    #[tokio::test]
+    async fn hidden_variables_do_not_reach_the_command() {
+        let (_d, ws) = ws();
+        // SAFETY-free: the variable is set on the child only, through the parent's view.
+        let out = run(
+            &ws,
+            &cmd("echo \"[$HOME]\"", ".", 10_000),
+            &["HOME".to_owned()],
+        )
+        .await
+        .expect("runs");
+        assert_eq!(out.output.trim(), "[]");
+    }
+}
