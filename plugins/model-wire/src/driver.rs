@@ -14,6 +14,10 @@
 //! | context length exceeded | one [`crate::recovery`] step, then resend, within the recovery bound |
 //! | other 4xx, malformed stream, transport refusal | an error at once |
 //!
+//! Every resend counts in [`ModelResponse::retries`]; resends after a retryable failure
+//! (stall, drop, 429, 5xx) also count against [`RetryPolicy::max_attempts`], while resends
+//! after a context-recovery step are bounded by [`RecoveryPolicy::max_steps`] instead.
+//!
 //! The driver never sees a key: the request names a kernel-held secret ([`SecretRef`]) that
 //! the transport puts into a header. No error text includes a header value.
 
@@ -234,17 +238,17 @@ impl AdapterConfig {
 pub enum ModelError {
     /// The provider rejected the credential.
     #[error(
-        "the model provider rejected the API key (HTTP {status}); set {hint}. The key is \
-         never shown"
+        "the model provider rejected the API key ({}); set {hint}. The key is never shown",
+        origin(*.status)
     )]
     Authentication {
-        /// 401 or 403.
+        /// 401 or 403 (0 for an error inside the stream).
         status: u16,
         /// Where the key comes from.
         hint: String,
     },
     /// A client error that resending cannot fix.
-    #[error("the model provider rejected the request (HTTP {status}): {message}")]
+    #[error("the model provider rejected the request ({}): {message}", origin(*.status))]
     Rejected {
         /// The HTTP status (0 for an error inside the stream).
         status: u16,
@@ -271,6 +275,14 @@ pub enum ModelError {
     /// The transport refused the request or failed in a way not worth retrying.
     #[error(transparent)]
     Transport(TransportError),
+}
+
+fn origin(status: u16) -> String {
+    if status == 0 {
+        "in the stream".to_string()
+    } else {
+        format!("HTTP {status}")
+    }
 }
 
 /// One failed attempt, before the policy decides.

@@ -474,3 +474,16 @@ fn transparent_retries_share_the_attempt_budget() {
     let timeouts: Vec<u64> = fake.sent.iter().map(|r| r.timeout_ms).collect();
     assert_eq!(timeouts, vec![120_000, 150_000, 180_000, 210_000]);
 }
+
+#[test]
+fn a_client_error_inside_the_stream_is_reported_not_retried() {
+    let body = b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"tools.0.name: String should match pattern\"}}\n\n";
+    let mut fake = Fake::new(vec![ok_stream(body, 1000)]);
+    let (result, _) = run(&mut fake, &AdapterConfig::anthropic("claude"));
+    let err = result.expect_err("fails");
+    assert_eq!(
+        err.to_string(),
+        "the model provider rejected the request (in the stream): tools.0.name: String should match pattern"
+    );
+    assert_eq!(fake.sent.len(), 1);
+}
