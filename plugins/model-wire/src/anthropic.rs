@@ -1,0 +1,384 @@
+//! Anthropic Messages (`POST /v1/messages`).
+//!
+//! [`render_request`] turns a neutral [`ModelRequest`] into the streaming request body;
+//! [`Decoder`] turns the SSE stream back into [`StreamDelta`]s and a [`ModelResponse`].
+//!
+//! Rendering rules: `system` is a top-level string (omitted when empty); text blocks become
+//! `text` blocks (empty ones are dropped: the API rejects them); a tool call becomes a
+//! `tool_use` block whose `input` is the parsed raw arguments — when they are not a JSON
+//! object (a call cut off by the output limit) `{}` is sent and a note says so; a tool result
+//! becomes a `tool_result` block with `is_error`, placed before the other blocks of its
+//! message; thinking is never sent back (it is stored without the vendor signature the API
+//! would demand); messages left empty are dropped and consecutive messages of one role are
+//! merged, because the API requires the roles to alternate.
+//!
+//! Decoding rules: `message_start` gives the model and input usage; `content_block_start`
+//! opens a text, thinking or `tool_use` (id, name) block; `content_block_delta` carries
+//! `text_delta`, `thinking_delta` and `input_json_delta` (accumulated verbatim, so a call cut
+//! off mid-arguments keeps its broken JSON); `signature_delta` and redacted thinking are
+//! dropped; `message_delta` gives the stop reason and output usage; `message_stop` is the
+//! terminal event; `ping` is ignored; an `error` event is a [`DecodeError::Provider`]. Usage
+//! is neutral: `input_tokens` counts every prompt token, cached or not (the sum of the wire's
+//! `input_tokens`, `cache_read_input_tokens` and `cache_creation_input_tokens`), like
+//! OpenAI's `prompt_tokens`.
+
+use std::collections::{HashMap, HashSet};
+
+use keel_protocol::{Block, ModelRequest, ModelResponse, Role, StopReason, StreamDelta, Usage};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::decode::{Assembly, DecodeError, Ending, StreamDecoder, finish_response};
+use crate::sse::SseEvent;
+use crate::{RenderError, Rendered};
+
+/// The `anthropic-version` header value this module speaks.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// How to render requests for one Anthropic endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnthropicOptions {
+    /// The model used when the request names none.
+    pub model: String,
+}
+
+impl AnthropicOptions {
+    /// Options for `model`.
+    pub fn new(model: impl Into<String>) -> AnthropicOptions {
+        AnthropicOptions {
+            model: model.into(),
+        }
+    }
+}
+
+/// Render the streaming request body.
+pub fn render_request(
+    req: &ModelRequest,
+    opts: &AnthropicOptions,
+) -> Result<Rendered, RenderError> {
+    let model = if req.model.is_empty() {
+        &opts.model
+    } else {
+        &req.model
+    };
+    if model.is_empty() {
+        return Err(RenderError::NoModel);
+    }
+    let mut notes = Vec::new();
+    let mut messages: Vec<(Role, Vec<Value>)> = Vec::new();
+    for message in &req.messages {
+        let mut results = Vec::new();
+        let mut others = Vec::new();
+        for block in &message.content {
+            match block {
+                Block::Text { text } if !text.is_empty() => {
+                    others.push(json!({"type": "text", "text": text}));
+                }
+                Block::Text { .. } | Block::Thinking { .. } => {}
+                Block::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => {
+                    let input = match serde_json::from_str::<Value>(arguments) {
+                        Ok(v @ Value::Object(_)) => v,
+                        _ => {
+                            if !arguments.trim().is_empty() {
+                                notes.push(format!(
+                                    "tool call {id} (`{name}`) has arguments that are not a \
+                                     JSON object; sent {{}} as its input"
+                                ));
+                            }
+                            json!({})
+                        }
+                    };
+                    others
+                        .push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+                }
+                Block::ToolResult {
+                    call_id,
+                    content,
+                    is_error,
+                } => results.push(json!({
+                    "type": "tool_result",
+                    "tool_use_id": call_id,
+                    "content": content,
+                    "is_error": is_error,
+                })),
+            }
+        }
+        results.extend(others);
+        if results.is_empty() {
+            continue;
+        }
+        match messages.last_mut() {
+            Some((role, content)) if *role == message.role => {
+                content.extend(results);
+                if message.role == Role::User {
+                    // Tool results first, as the API wants them.
+                    content.sort_by_key(|b| b["type"] != "tool_result");
+                }
+            }
+            _ => messages.push((message.role, results)),
+        }
+    }
+    let messages: Vec<Value> = messages
+        .into_iter()
+        .map(|(role, content)| {
+            let role = match role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            json!({"role": role, "content": content})
+        })
+        .collect();
+    let mut body = json!({
+        "model": model,
+        "max_tokens": req.max_tokens,
+        "stream": true,
+        "messages": messages,
+    });
+    if !req.system.is_empty() {
+        body["system"] = json!(req.system);
+    }
+    if !req.tools.is_empty() {
+        body["tools"] = Value::Array(
+            req.tools
+                .iter()
+                .map(|t| {
+                    json!({
+                        "name": t.name,
+                        "description": t.description,
+                        "input_schema": t.input_schema,
+                    })
+                })
+                .collect(),
+        );
+    }
+    Ok(Rendered { body, notes })
+}
+
+/// Map a `stop_reason` to the neutral stop reason; `None` for values keel does not know.
+/// `pause_turn` (a server-side tool loop paused) ends the turn as `end_turn`.
+pub fn map_stop_reason(raw: &str) -> Option<StopReason> {
+    match raw {
+        "end_turn" | "pause_turn" => Some(StopReason::EndTurn),
+        "tool_use" => Some(StopReason::ToolUse),
+        "max_tokens" | "model_context_window_exceeded" => Some(StopReason::MaxTokens),
+        "stop_sequence" => Some(StopReason::StopSequence),
+        "refusal" => Some(StopReason::Refusal),
+        _ => None,
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct WireUsage {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+    cache_read_input_tokens: Option<u64>,
+    cache_creation_input_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Text,
+    Thinking,
+    ToolUse,
+    Other,
+}
+
+/// The Messages stream decoder. See the [module documentation](self).
+#[derive(Debug, Clone, Default)]
+pub struct Decoder {
+    assembly: Assembly,
+    ending: Ending,
+    stop_raw: Option<String>,
+    blocks: HashMap<u64, Kind>,
+    start_inputs: HashMap<u64, String>,
+    args_seen: HashSet<u64>,
+    wire_input: u64,
+    wire_cache_read: u64,
+    wire_cache_write: u64,
+}
+
+impl Decoder {
+    /// A decoder for a request that allowed `max_tokens` output tokens.
+    pub fn new(max_tokens: u32) -> Decoder {
+        Decoder {
+            ending: Ending {
+                max_tokens,
+                ..Ending::default()
+            },
+            ..Decoder::default()
+        }
+    }
+
+    fn malformed(event: &SseEvent, detail: impl Into<String>) -> DecodeError {
+        DecodeError::Malformed {
+            format: "anthropic",
+            event: event.event.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    fn usage(&mut self, value: &Value) {
+        let Ok(u) = WireUsage::deserialize(value) else {
+            return;
+        };
+        if let Some(n) = u.input_tokens {
+            self.wire_input = n;
+        }
+        if let Some(n) = u.cache_read_input_tokens {
+            self.wire_cache_read = n;
+        }
+        if let Some(n) = u.cache_creation_input_tokens {
+            self.wire_cache_write = n;
+        }
+        if let Some(n) = u.output_tokens {
+            self.ending.usage.output_tokens = n;
+        }
+        self.ending.usage = Usage {
+            input_tokens: self.wire_input + self.wire_cache_read + self.wire_cache_write,
+            output_tokens: self.ending.usage.output_tokens,
+            cache_read_tokens: self.wire_cache_read,
+            cache_write_tokens: self.wire_cache_write,
+        };
+    }
+}
+
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+impl StreamDecoder for Decoder {
+    fn feed(&mut self, event: &SseEvent) -> Result<Vec<StreamDelta>, DecodeError> {
+        if self.ending.terminal {
+            return Ok(Vec::new());
+        }
+        let data = event.data.trim();
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        let value: Value =
+            serde_json::from_str(data).map_err(|e| Decoder::malformed(event, e.to_string()))?;
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(event.event.as_str());
+        let index = value.get("index").and_then(Value::as_u64);
+        let need_index = || {
+            index.ok_or_else(|| Decoder::malformed(event, "content block event without an index"))
+        };
+        let mut out = Vec::new();
+        match kind {
+            "message_start" => {
+                let message = value.get("message").unwrap_or(&Value::Null);
+                let model = str_of(message, "model");
+                if !model.is_empty() {
+                    self.ending.model = model.to_string();
+                }
+                if let Some(u) = message.get("usage") {
+                    self.usage(u);
+                }
+            }
+            "content_block_start" => {
+                let index = need_index()?;
+                let block = value.get("content_block").unwrap_or(&Value::Null);
+                let kind = match str_of(block, "type") {
+                    "text" => {
+                        out.extend(self.assembly.text(str_of(block, "text")));
+                        Kind::Text
+                    }
+                    "thinking" => {
+                        out.extend(self.assembly.thinking(str_of(block, "thinking")));
+                        Kind::Thinking
+                    }
+                    "tool_use" => {
+                        out.extend(self.assembly.call(
+                            index,
+                            str_of(block, "id"),
+                            str_of(block, "name"),
+                        ));
+                        if let Some(input) = block.get("input") {
+                            self.start_inputs.insert(index, input.to_string());
+                        }
+                        Kind::ToolUse
+                    }
+                    _ => Kind::Other,
+                };
+                self.blocks.insert(index, kind);
+            }
+            "content_block_delta" => {
+                let index = need_index()?;
+                let delta = value.get("delta").unwrap_or(&Value::Null);
+                match str_of(delta, "type") {
+                    "text_delta" => out.extend(self.assembly.text(str_of(delta, "text"))),
+                    "thinking_delta" => {
+                        out.extend(self.assembly.thinking(str_of(delta, "thinking")));
+                    }
+                    "input_json_delta" if self.blocks.get(&index) == Some(&Kind::ToolUse) => {
+                        self.args_seen.insert(index);
+                        self.assembly
+                            .arguments(index, str_of(delta, "partial_json"));
+                    }
+                    _ => {} // signature_delta, citations and the like are dropped
+                }
+            }
+            "content_block_stop" => {
+                let index = need_index()?;
+                if self.blocks.get(&index) == Some(&Kind::ToolUse)
+                    && !self.args_seen.contains(&index)
+                    && let Some(input) = self.start_inputs.get(&index).cloned()
+                {
+                    self.assembly.arguments(index, &input);
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = value
+                    .get("delta")
+                    .and_then(|d| d.get("stop_reason"))
+                    .and_then(Value::as_str)
+                {
+                    self.stop_raw = Some(reason.to_string());
+                }
+                if let Some(u) = value.get("usage") {
+                    self.usage(u);
+                }
+            }
+            "message_stop" => self.ending.terminal = true,
+            "error" => {
+                let err = value.get("error").cloned().unwrap_or(Value::Null);
+                return Err(DecodeError::Provider {
+                    kind: str_of(&err, "type").to_string(),
+                    message: str_of(&err, "message").to_string(),
+                });
+            }
+            _ => {} // ping and future event types
+        }
+        Ok(out)
+    }
+
+    fn is_done(&self) -> bool {
+        self.ending.terminal
+    }
+
+    fn received_content(&self) -> bool {
+        self.assembly.received()
+    }
+
+    fn finish(&mut self) -> ModelResponse {
+        let mut ending = self.ending.clone();
+        if let Some(raw) = &self.stop_raw {
+            ending.stop = map_stop_reason(raw).map(|reason| (reason, raw.clone()));
+        }
+        let mut response = finish_response(&self.assembly, &ending);
+        if ending.terminal
+            && ending.stop.is_none()
+            && let Some(raw) = &self.stop_raw
+        {
+            // An unknown wire value: the reason is derived, the raw string kept.
+            response.stop_reason_raw = raw.clone();
+        }
+        response
+    }
+}

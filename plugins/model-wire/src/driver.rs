@@ -1,0 +1,528 @@
+//! The adapter's control loop, generic over a [`Transport`] so that it runs natively against
+//! a fake one in tests and, in a guest plugin, against the kernel-mediated HTTP client.
+//!
+//! [`complete`] renders the request in the configured [`WireFormat`], sends it, feeds the
+//! body through the SSE parser and the format's decoder, passes each display fragment to a
+//! callback, and applies the failure policy:
+//!
+//! | failure | what happens |
+//! | --- | --- |
+//! | idle watchdog fired or connection dropped, nothing received | transparent resend (a drop waits the backoff first); the next watchdog is wider |
+//! | the same after text, thinking or tool-call bytes arrived | the partial response is returned as [`StopReason::Interrupted`], no resend (it was billed) |
+//! | 429, 408, 5xx, an in-stream overloaded/server error | resend after `Retry-After` or the backoff |
+//! | 401/403 | [`ModelError::Authentication`] at once, naming where the key comes from |
+//! | context length exceeded | one [`crate::recovery`] step, then resend, within the recovery bound |
+//! | other 4xx, malformed stream, transport refusal | an error at once |
+//!
+//! Every resend counts in [`ModelResponse::retries`]; resends after a retryable failure
+//! (stall, drop, 429, 5xx) also count against [`RetryPolicy::max_attempts`], while resends
+//! after a context-recovery step are bounded by [`RecoveryPolicy::max_steps`] instead.
+//!
+//! The driver never sees a key: the request names a kernel-held secret ([`SecretRef`]) that
+//! the transport puts into a header. No error text includes a header value.
+
+use keel_protocol::{ModelRequest, ModelResponse, StopReason, StreamDelta};
+use thiserror::Error;
+
+use crate::anthropic::{self, AnthropicOptions};
+use crate::decode::{DecodeError, StreamDecoder};
+use crate::openai::{self, OpenAiOptions};
+use crate::recovery::{ContextRecovery, RecoveryError, RecoveryPolicy};
+use crate::retry::{ApiFailure, ErrorClass, RetryPolicy, classify, classify_stream_error};
+use crate::sse::{DEFAULT_MAX_EVENT_BYTES, SseParser};
+use crate::{RenderError, Rendered};
+
+/// Where the kernel puts a secret it holds: `header: prefix + secret`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRef {
+    /// The secret's name in the kernel's store (e.g. `OPENAI_API_KEY`).
+    pub name: String,
+    /// The header it goes into (e.g. `authorization`).
+    pub header: String,
+    /// What precedes it in the header value (e.g. `Bearer `).
+    pub prefix: String,
+}
+
+/// An HTTP request for the transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    /// `POST`.
+    pub method: String,
+    /// The endpoint.
+    pub url: String,
+    /// Headers, in order (never the secret).
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+    /// The secret the transport adds, when the endpoint needs one.
+    pub secret: Option<SecretRef>,
+    /// How long to wait for the response head, in milliseconds (the idle watchdog).
+    pub timeout_ms: u64,
+}
+
+/// The status line and headers of a response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpHead {
+    /// The HTTP status.
+    pub status: u16,
+    /// The headers.
+    pub headers: Vec<(String, String)>,
+}
+
+/// How a transport operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum TransportError {
+    /// Nothing arrived within the idle timeout.
+    #[error("no data arrived within the idle timeout")]
+    TimedOut,
+    /// The connection failed, was reset or closed early.
+    #[error("the connection was interrupted: {0}")]
+    Dropped(String),
+    /// Policy refused the request (e.g. the host is not allowed). Never retried.
+    #[error("the request was refused: {0}")]
+    Refused(String),
+    /// Anything else. Not retried.
+    #[error("transport failure: {0}")]
+    Other(String),
+}
+
+/// The I/O the driver needs. One response is read at a time: `send` starts it, `next_chunk`
+/// reads its body.
+pub trait Transport {
+    /// Send a request and wait for the response head.
+    fn send(&mut self, req: &HttpRequest) -> Result<HttpHead, TransportError>;
+    /// The next chunk of the current response's body, `None` at its end, or
+    /// [`TransportError::TimedOut`] when nothing arrived for `idle_timeout_ms`.
+    fn next_chunk(&mut self, idle_timeout_ms: u64) -> Result<Option<Vec<u8>>, TransportError>;
+    /// Wait this long.
+    fn sleep_ms(&mut self, ms: u64);
+    /// A uniformly random number in `[0, 1)`, for backoff jitter.
+    fn random_unit(&mut self) -> f64;
+    /// Milliseconds since the Unix epoch, if known; only used for a `Retry-After` date when
+    /// the response has no `Date` header.
+    fn now_unix_ms(&mut self) -> Option<u64> {
+        None
+    }
+}
+
+/// The vendor dialect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WireFormat {
+    /// OpenAI Chat Completions and compatible servers.
+    OpenAi(OpenAiOptions),
+    /// Anthropic Messages.
+    Anthropic(AnthropicOptions),
+}
+
+/// Everything the driver needs to know about one endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdapterConfig {
+    /// The dialect.
+    pub format: WireFormat,
+    /// The endpoint URL.
+    pub url: String,
+    /// Extra headers (e.g. `anthropic-version`, `OpenAI-Organization`).
+    pub headers: Vec<(String, String)>,
+    /// The key, by reference; `None` for servers without authentication.
+    pub secret: Option<SecretRef>,
+    /// Where the key comes from, for the authentication error: e.g. "the OPENAI_API_KEY
+    /// environment variable (config key `model.api_key_env`)".
+    pub credential_hint: String,
+    /// Retry numbers.
+    pub retry: RetryPolicy,
+    /// Context-recovery numbers.
+    pub recovery: RecoveryPolicy,
+    /// The cap on one server-sent event.
+    pub max_event_bytes: usize,
+    /// The cap on an error response body kept for its message.
+    pub max_error_body_bytes: usize,
+}
+
+impl AdapterConfig {
+    /// OpenAI's public endpoint for `model`, key from the `OPENAI_API_KEY` secret as a
+    /// bearer token.
+    pub fn openai(model: impl Into<String>) -> AdapterConfig {
+        AdapterConfig::with_format(
+            WireFormat::OpenAi(OpenAiOptions::new(model)),
+            "https://api.openai.com/v1/chat/completions",
+            Vec::new(),
+            SecretRef {
+                name: "OPENAI_API_KEY".into(),
+                header: "authorization".into(),
+                prefix: "Bearer ".into(),
+            },
+        )
+    }
+
+    /// Anthropic's public endpoint for `model`, key from the `ANTHROPIC_API_KEY` secret in
+    /// `x-api-key`.
+    pub fn anthropic(model: impl Into<String>) -> AdapterConfig {
+        AdapterConfig::with_format(
+            WireFormat::Anthropic(AnthropicOptions::new(model)),
+            "https://api.anthropic.com/v1/messages",
+            vec![(
+                "anthropic-version".to_string(),
+                anthropic::API_VERSION.to_string(),
+            )],
+            SecretRef {
+                name: "ANTHROPIC_API_KEY".into(),
+                header: "x-api-key".into(),
+                prefix: String::new(),
+            },
+        )
+    }
+
+    fn with_format(
+        format: WireFormat,
+        url: &str,
+        headers: Vec<(String, String)>,
+        secret: SecretRef,
+    ) -> AdapterConfig {
+        AdapterConfig {
+            format,
+            url: url.to_string(),
+            headers,
+            credential_hint: format!(
+                "the {} secret (set it in the environment or in keel's secret store)",
+                secret.name
+            ),
+            secret: Some(secret),
+            retry: RetryPolicy::default(),
+            recovery: RecoveryPolicy::default(),
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+            max_error_body_bytes: 64 * 1024,
+        }
+    }
+
+    /// Render `req` in this endpoint's dialect.
+    pub fn render(&self, req: &ModelRequest) -> Result<Rendered, RenderError> {
+        match &self.format {
+            WireFormat::OpenAi(o) => openai::render_request(req, o),
+            WireFormat::Anthropic(o) => anthropic::render_request(req, o),
+        }
+    }
+
+    /// A fresh decoder for this endpoint's dialect.
+    pub fn decoder(&self, max_tokens: u32) -> Box<dyn StreamDecoder> {
+        match &self.format {
+            WireFormat::OpenAi(_) => Box::new(openai::Decoder::new(max_tokens)),
+            WireFormat::Anthropic(_) => Box::new(anthropic::Decoder::new(max_tokens)),
+        }
+    }
+
+    /// The HTTP request for `req`, with the given head timeout.
+    pub fn http_request(
+        &self,
+        req: &ModelRequest,
+        timeout_ms: u64,
+    ) -> Result<HttpRequest, RenderError> {
+        let rendered = self.render(req)?;
+        let mut headers = vec![
+            ("content-type".to_string(), "application/json".to_string()),
+            ("accept".to_string(), "text/event-stream".to_string()),
+        ];
+        headers.extend(self.headers.iter().cloned());
+        Ok(HttpRequest {
+            method: "POST".into(),
+            url: self.url.clone(),
+            headers,
+            body: rendered.body.to_string().into_bytes(),
+            secret: self.secret.clone(),
+            timeout_ms,
+        })
+    }
+}
+
+/// Why a model call failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ModelError {
+    /// The provider rejected the credential.
+    #[error(
+        "the model provider rejected the API key ({}); set {hint}. The key is never shown",
+        origin(*.status)
+    )]
+    Authentication {
+        /// 401 or 403 (0 for an error inside the stream).
+        status: u16,
+        /// Where the key comes from.
+        hint: String,
+    },
+    /// A client error that resending cannot fix.
+    #[error("the model provider rejected the request ({}): {message}", origin(*.status))]
+    Rejected {
+        /// The HTTP status (0 for an error inside the stream).
+        status: u16,
+        /// The API's own message.
+        message: String,
+    },
+    /// Retryable failures outlasted the attempt budget.
+    #[error("the model provider kept failing after {attempts} attempt(s); last: {last}")]
+    RetriesExhausted {
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        last: String,
+    },
+    /// The conversation could not be shrunk enough.
+    #[error(transparent)]
+    ContextLength(#[from] RecoveryError),
+    /// The request could not be rendered.
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// The stream broke a format rule.
+    #[error("the model stream could not be read: {0}")]
+    Stream(String),
+    /// The transport refused the request or failed in a way not worth retrying.
+    #[error(transparent)]
+    Transport(TransportError),
+}
+
+fn origin(status: u16) -> String {
+    if status == 0 {
+        "in the stream".to_string()
+    } else {
+        format!("HTTP {status}")
+    }
+}
+
+/// One failed attempt, before the policy decides.
+enum Failure {
+    /// Nothing was received and resending is safe (`wait` false: resend at once).
+    Transient { reason: String, wait: bool },
+    /// A classified HTTP or in-stream failure.
+    Api(ApiFailure),
+    /// Fatal.
+    Fatal(ModelError),
+}
+
+/// Run one model call through `transport`; see the [module documentation](self).
+pub fn complete<T: Transport + ?Sized>(
+    transport: &mut T,
+    config: &AdapterConfig,
+    request: &ModelRequest,
+    on_delta: &mut dyn FnMut(StreamDelta),
+) -> Result<ModelResponse, ModelError> {
+    let mut req = request.clone();
+    let mut recovery = ContextRecovery::new(config.recovery.clone());
+    let mut retries: u32 = 0; // resends of any kind
+    let mut failures: u32 = 0; // retryable failures, counted against the attempt budget
+    loop {
+        let idle = config.retry.idle_timeout_for(retries);
+        let failure = match attempt(transport, config, &req, idle, on_delta)? {
+            Ok(mut response) => {
+                response.retries = retries;
+                return Ok(response);
+            }
+            Err(failure) => failure,
+        };
+        let (reason, wait_ms) = match failure {
+            Failure::Fatal(e) => return Err(e),
+            Failure::Api(f) if f.class == ErrorClass::Authentication => {
+                return Err(ModelError::Authentication {
+                    status: f.status,
+                    hint: config.credential_hint.clone(),
+                });
+            }
+            Failure::Api(f) if f.class == ErrorClass::ContextLength => {
+                let what = recovery.step(&mut req)?;
+                (format!("the prompt was too long; {what}"), 0)
+            }
+            Failure::Api(f) if f.class.is_retryable() => {
+                failures += 1;
+                let label = match (f.class, f.status) {
+                    (ErrorClass::RateLimited, _) => format!("rate limited (HTTP {})", f.status),
+                    (_, 0) => format!("provider error in the stream: {}", f.message),
+                    _ => format!("provider unavailable (HTTP {})", f.status),
+                };
+                if !config.retry.may_retry(failures - 1) {
+                    return Err(ModelError::RetriesExhausted {
+                        attempts: failures,
+                        last: label,
+                    });
+                }
+                let unit = transport.random_unit();
+                (
+                    label,
+                    config.retry.delay_ms(failures, f.retry_after_ms, unit),
+                )
+            }
+            Failure::Api(f) => {
+                return Err(ModelError::Rejected {
+                    status: f.status,
+                    message: f.message,
+                });
+            }
+            Failure::Transient { reason, wait } => {
+                failures += 1;
+                if !config.retry.may_retry(failures - 1) {
+                    return Err(ModelError::RetriesExhausted {
+                        attempts: failures,
+                        last: reason,
+                    });
+                }
+                let wait_ms = if wait {
+                    let unit = transport.random_unit();
+                    config.retry.backoff_ms(failures, unit)
+                } else {
+                    0
+                };
+                (reason, wait_ms)
+            }
+        };
+        retries += 1;
+        on_delta(StreamDelta::Retry {
+            attempt: retries + 1,
+            reason: if wait_ms > 0 {
+                format!("{reason}; retrying in {:.1} s", wait_ms as f64 / 1000.0)
+            } else {
+                format!("{reason}; retrying now")
+            },
+        });
+        if wait_ms > 0 {
+            transport.sleep_ms(wait_ms);
+        }
+    }
+}
+
+/// The partial response of an interrupted stream.
+fn interrupted(decoder: &mut dyn StreamDecoder, cause: &str) -> ModelResponse {
+    let mut response = decoder.finish();
+    response.stop_reason = StopReason::Interrupted;
+    response.stop_reason_raw = format!("interrupted: {cause}");
+    response
+}
+
+type Attempt = Result<Result<ModelResponse, Failure>, ModelError>;
+
+fn attempt<T: Transport + ?Sized>(
+    transport: &mut T,
+    config: &AdapterConfig,
+    req: &ModelRequest,
+    idle: u64,
+    on_delta: &mut dyn FnMut(StreamDelta),
+) -> Attempt {
+    let http = config.http_request(req, idle)?;
+    let head = match transport.send(&http) {
+        Ok(head) => head,
+        Err(TransportError::TimedOut) => {
+            return Ok(Err(Failure::Transient {
+                reason: format!("no response within {} s", idle / 1000),
+                wait: false,
+            }));
+        }
+        Err(TransportError::Dropped(why)) => {
+            return Ok(Err(Failure::Transient {
+                reason: format!("the connection failed ({why})"),
+                wait: true,
+            }));
+        }
+        Err(e) => return Err(ModelError::Transport(e)),
+    };
+    if !(200..300).contains(&head.status) {
+        let body = read_error_body(transport, idle, config.max_error_body_bytes);
+        let now = transport.now_unix_ms();
+        return Ok(Err(Failure::Api(classify(
+            head.status,
+            &head.headers,
+            &body,
+            now,
+        ))));
+    }
+    let mut parser = SseParser::with_max_event_bytes(config.max_event_bytes);
+    let mut decoder = config.decoder(req.max_tokens);
+    loop {
+        let chunk = match transport.next_chunk(idle) {
+            Ok(chunk) => chunk,
+            Err(e) => {
+                if decoder.received_content() {
+                    let cause = match &e {
+                        TransportError::TimedOut => {
+                            format!("no data for {} s", idle / 1000)
+                        }
+                        other => other.to_string(),
+                    };
+                    return Ok(Ok(interrupted(decoder.as_mut(), &cause)));
+                }
+                return Ok(Err(match e {
+                    TransportError::TimedOut => Failure::Transient {
+                        reason: format!(
+                            "the stream stalled: no data for {} s, nothing received",
+                            idle / 1000
+                        ),
+                        wait: false,
+                    },
+                    TransportError::Dropped(why) => Failure::Transient {
+                        reason: format!("the stream was interrupted ({why}), nothing received"),
+                        wait: true,
+                    },
+                    other => Failure::Fatal(ModelError::Transport(other)),
+                }));
+            }
+        };
+        let events = match &chunk {
+            Some(bytes) => parser.feed(bytes),
+            None => Ok(parser.finish().into_iter().collect()),
+        };
+        let events = match events {
+            Ok(events) => events,
+            Err(e) => {
+                if decoder.received_content() {
+                    return Ok(Ok(interrupted(decoder.as_mut(), &e.to_string())));
+                }
+                return Ok(Err(Failure::Fatal(ModelError::Stream(e.to_string()))));
+            }
+        };
+        for event in &events {
+            match decoder.feed(event) {
+                Ok(deltas) => deltas.into_iter().for_each(&mut *on_delta),
+                Err(e) => {
+                    if decoder.received_content() {
+                        return Ok(Ok(interrupted(decoder.as_mut(), &e.to_string())));
+                    }
+                    return Ok(Err(match e {
+                        DecodeError::Provider { kind, message } => {
+                            let class = classify_stream_error(&kind, &message);
+                            Failure::Api(ApiFailure {
+                                class,
+                                status: 0,
+                                message: if message.is_empty() { kind } else { message },
+                                retry_after_ms: None,
+                            })
+                        }
+                        malformed => Failure::Fatal(ModelError::Stream(malformed.to_string())),
+                    }));
+                }
+            }
+            if decoder.is_done() {
+                // The terminal event proves the stream complete; the rest is not awaited.
+                return Ok(Ok(decoder.finish()));
+            }
+        }
+        if chunk.is_none() {
+            if decoder.received_content() {
+                return Ok(Ok(interrupted(
+                    decoder.as_mut(),
+                    "the stream ended before its terminal event",
+                )));
+            }
+            return Ok(Err(Failure::Transient {
+                reason: "the stream ended before its terminal event, nothing received".into(),
+                wait: true,
+            }));
+        }
+    }
+}
+
+fn read_error_body<T: Transport + ?Sized>(transport: &mut T, idle: u64, max: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < max {
+        match transport.next_chunk(idle) {
+            Ok(Some(chunk)) => {
+                let room = max - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body
+}

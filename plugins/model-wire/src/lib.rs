@@ -1,0 +1,46 @@
+//! The pure core of keel's model adapter plugins.
+//!
+//! Everything here is deterministic computation over bytes and [`keel_protocol`] values — no
+//! I/O, threads, clocks or randomness of its own — so it is tested natively and runs inside
+//! the `wasm32-wasip2` guest plugins (`model-openai`, `model-anthropic`, `model-scripted`)
+//! that wrap it around the kernel-mediated HTTP client.
+//!
+//! - [`sse`]: an incremental, bounded Server-Sent-Events parser.
+//! - [`openai`] and [`anthropic`]: each vendor's request rendering and stream decoding,
+//!   to and from keel's neutral vocabulary (principle 8: the trajectory is stored in keel's
+//!   words; dialects are rendered at request time).
+//! - [`decode`]: what the decoders share — the interruption rule (no terminal event, no
+//!   clean finish) and the derived stop reason.
+//! - [`retry`]: error classification, backoff and the idle watchdog schedule.
+//! - [`recovery`]: bounded context-length recovery on a request.
+//! - [`driver`]: the control loop over a [`driver::Transport`].
+//! - [`scripted`]: a deterministic scripted model.
+
+pub mod anthropic;
+pub mod decode;
+pub mod driver;
+pub mod openai;
+pub mod recovery;
+pub mod retry;
+pub mod scripted;
+pub mod sse;
+
+use thiserror::Error;
+
+/// A request body in a vendor's dialect.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    /// The JSON body.
+    pub body: serde_json::Value,
+    /// What rendering had to change or leave out (e.g. unparseable tool arguments replaced
+    /// by `{}`), for the log; empty when nothing.
+    pub notes: Vec<String>,
+}
+
+/// Why a request could not be rendered.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RenderError {
+    /// Neither the request nor the adapter's configuration names a model.
+    #[error("no model is configured: set the model name in the adapter's configuration")]
+    NoModel,
+}
