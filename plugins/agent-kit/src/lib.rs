@@ -15,6 +15,7 @@
 //! - [`claims`]: detecting "tests pass"/"build succeeds" claims and judging replays.
 
 pub mod registry;
+pub mod session_log;
 pub mod tools;
 
 mod text;
