@@ -14,6 +14,8 @@
 //! - [`batch`]: grouping a turn's tool calls into concurrent and serial batches.
 //! - [`claims`]: detecting "tests pass"/"build succeeds" claims and judging replays.
 
+pub mod batch;
+pub mod loop_guard;
 pub mod registry;
 pub mod session_log;
 pub mod tools;
