@@ -15,6 +15,7 @@
 //! - [`claims`]: detecting "tests pass"/"build succeeds" claims and judging replays.
 
 pub mod batch;
+pub mod claims;
 pub mod loop_guard;
 pub mod registry;
 pub mod session_log;

@@ -1,5 +1,17 @@
 //! Small text helpers shared by the modules.
 
+/// The longest prefix of `s` that is at most `max` bytes and ends on a char boundary.
+pub(crate) fn head_bytes(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// The first `max` chars of `s`, with `…` appended when cut.
 pub(crate) fn preview(s: &str, max_chars: usize) -> String {
     let flat: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -30,6 +42,13 @@ pub(crate) fn levenshtein(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn head_bytes_respects_char_boundaries() {
+        assert_eq!(head_bytes("héllo", 2), "h");
+        assert_eq!(head_bytes("héllo", 3), "hé");
+        assert_eq!(head_bytes("abc", 10), "abc");
+    }
 
     #[test]
     fn levenshtein_counts_edits() {
