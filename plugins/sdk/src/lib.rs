@@ -1,9 +1,10 @@
 //! The keel guest SDK: write a keel plugin as a plain Rust type.
 //!
 //! A plugin is a type implementing [`Plugin`], exported with [`export_plugin!`]. The SDK owns
-//! the WebAssembly component bindings of the plugin ABI (`keel:plugin@0.1.0`, world
+//! the WebAssembly component bindings of the plugin ABI (`keel:plugin@0.2.0`, world
 //! `keel-plugin`), keeps the activated instance, and wraps every kernel import in a safe
-//! function: [`log`], [`services`], [`tools`], [`events`], [`prompt`] and [`state`].
+//! function: [`log`], [`services`], [`tools`], [`events`], [`prompt`], [`state`], [`guards`],
+//! [`http`], [`exec`] and [`agent`].
 //!
 //! ```no_run
 //! use keel_sdk::{Plugin, services};
@@ -48,7 +49,7 @@ use std::fmt;
 #[allow(unsafe_code, missing_docs, clippy::all, clippy::unwrap_used)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit/keel-plugin-0.1.0",
+        path: "../../wit/keel-plugin-0.2.0",
         world: "keel-plugin",
         pub_export_macro: true,
         export_macro_name: "export",
@@ -68,6 +69,9 @@ pub use bindings::keel::plugin::types::ToolCapabilities;
 
 /// A tool a plugin offers to the agent; see [`ToolSpec::new`] and [`tools::register`].
 pub use bindings::keel::plugin::types::ToolSpec;
+
+/// A guard's answer about one tool call; see [`Plugin::check_tool_call`].
+pub use bindings::keel::plugin::types::{GuardDecision, GuardVerdict};
 
 use bindings::keel::plugin::types::KernelError as RawKernelError;
 
@@ -90,11 +94,13 @@ pub enum KernelError {
     Unavailable(String),
     /// The target plugin ran and returned an error or trapped.
     Failed(String),
+    /// Nothing arrived within the time the caller allowed.
+    TimedOut(String),
 }
 
 impl KernelError {
     /// The kind of the error as the ABI names it: `invalid`, `conflict`, `denied`,
-    /// `unavailable` or `failed`.
+    /// `unavailable`, `failed` or `timed-out`.
     pub fn kind(&self) -> &'static str {
         match self {
             KernelError::Invalid(_) => "invalid",
@@ -102,6 +108,7 @@ impl KernelError {
             KernelError::Denied(_) => "denied",
             KernelError::Unavailable(_) => "unavailable",
             KernelError::Failed(_) => "failed",
+            KernelError::TimedOut(_) => "timed-out",
         }
     }
 
@@ -112,7 +119,8 @@ impl KernelError {
             | KernelError::Conflict(m)
             | KernelError::Denied(m)
             | KernelError::Unavailable(m)
-            | KernelError::Failed(m) => m,
+            | KernelError::Failed(m)
+            | KernelError::TimedOut(m) => m,
         }
     }
 }
@@ -133,6 +141,7 @@ impl From<RawKernelError> for KernelError {
             RawKernelError::Denied(m) => KernelError::Denied(m),
             RawKernelError::Unavailable(m) => KernelError::Unavailable(m),
             RawKernelError::Failed(m) => KernelError::Failed(m),
+            RawKernelError::TimedOut(m) => KernelError::TimedOut(m),
         }
     }
 }
@@ -221,6 +230,18 @@ pub trait Plugin: Sized + 'static {
     fn on_event(&mut self, event: Event) {
         let _ = event;
     }
+
+    /// Answers for the guard `guard` (registered with [`guards::register`]) whether the tool
+    /// call `tool` with JSON `input` may run. The kernel combines the answer with its own by
+    /// maximum, so a guard can only tighten. By default: forbid, since a plugin that
+    /// registers a guard and does not answer is broken.
+    fn check_tool_call(&mut self, guard: &str, tool: &str, input: &str) -> GuardVerdict {
+        let _ = (tool, input);
+        GuardVerdict {
+            decision: GuardDecision::Forbid,
+            reason: format!("guard `{guard}` has no implementation"),
+        }
+    }
 }
 
 /// Exports a [`Plugin`] type as the component's implementation of the plugin ABI.
@@ -255,7 +276,8 @@ pub mod __private {
     use std::marker::PhantomData;
 
     use crate::Plugin;
-    use crate::bindings::exports::keel::plugin::plugin::{Event, Guest};
+    use crate::bindings::exports::keel::plugin::plugin::{Event, Guest, GuardVerdict};
+    use crate::bindings::keel::plugin::types::GuardDecision;
 
     thread_local! {
         /// The activated plugin. WebAssembly components are single-threaded and a component
@@ -321,6 +343,15 @@ pub mod __private {
                 p.on_event(event);
                 Ok(())
             });
+        }
+
+        fn check_tool_call(guard: String, tool: String, input: String) -> GuardVerdict {
+            with_instance::<T, _>(|p| Ok(p.check_tool_call(&guard, &tool, &input))).unwrap_or_else(
+                |e| GuardVerdict {
+                    decision: GuardDecision::Forbid,
+                    reason: e,
+                },
+            )
         }
     }
 }
@@ -390,6 +421,87 @@ pub mod tools {
     /// ([`KernelError::Conflict`]) when another plugin owns the name.
     pub fn register(spec: ToolSpec) -> Result<(), KernelError> {
         raw::register(&spec).map_err(KernelError::from)
+    }
+
+    /// Every registered tool (of every plugin), sorted by name.
+    pub fn registered() -> Vec<ToolSpec> {
+        raw::registered()
+    }
+}
+
+/// Guards in front of every tool call; they can only tighten the kernel's decision.
+pub mod guards {
+    use crate::KernelError;
+    use crate::bindings::keel::plugin::guards as raw;
+
+    /// Registers the guard `name` (a dotted lowercase name such as `myplugin.no-push`); the
+    /// kernel then asks [`Plugin::check_tool_call`](crate::Plugin::check_tool_call) before
+    /// every tool call.
+    pub fn register(name: &str) -> Result<(), KernelError> {
+        raw::register(name).map_err(KernelError::from)
+    }
+}
+
+/// Outbound HTTP through the kernel's network gate (needs the `network` capability).
+pub mod http {
+    use crate::KernelError;
+    use crate::bindings::keel::plugin::http as raw;
+    pub use raw::{Header, Request, ResponseHead, SecretHeader};
+
+    /// Sends `request`; returns the body handle and the response head. Error statuses are
+    /// ordinary responses.
+    pub fn send(request: &Request) -> Result<(u32, ResponseHead), KernelError> {
+        raw::send(request).map_err(KernelError::from)
+    }
+
+    /// The next chunk of body `body`, `None` at its end; [`KernelError::TimedOut`] when
+    /// nothing arrives within `idle_ms`.
+    pub fn next_chunk(body: u32, idle_ms: u32) -> Result<Option<Vec<u8>>, KernelError> {
+        raw::next_chunk(body, idle_ms).map_err(KernelError::from)
+    }
+
+    /// Releases body `body`.
+    pub fn close(body: u32) {
+        raw::close(body);
+    }
+}
+
+/// Running commands through the kernel's exec gate (needs the `exec` capability).
+pub mod exec {
+    use crate::KernelError;
+    use crate::bindings::keel::plugin::exec as raw;
+    pub use raw::{Command, Outcome};
+
+    /// Runs `command` in the workspace.
+    pub fn run(command: &Command) -> Result<Outcome, KernelError> {
+        raw::run(command).map_err(KernelError::from)
+    }
+}
+
+/// The agent's door to the model and the tool dispatcher (needs the `agent` capability).
+/// Payloads are JSON in keel's neutral vocabulary (crate `keel-protocol`).
+pub mod agent {
+    use crate::KernelError;
+    use crate::bindings::keel::plugin::agent as raw;
+
+    /// Asks the model for the next assistant message (`ModelRequest` → `ModelResponse`).
+    pub fn complete(request: &str) -> Result<String, KernelError> {
+        raw::complete(request).map_err(KernelError::from)
+    }
+
+    /// Runs recorded tool calls through the gate pipeline; `ToolOutcome`s in call order.
+    pub fn dispatch(call_ids: &[String]) -> Vec<String> {
+        raw::dispatch(call_ids)
+    }
+
+    /// Re-runs an approved call of the current turn with the same input.
+    pub fn replay(call_id: &str) -> Result<String, KernelError> {
+        raw::replay(call_id).map_err(KernelError::from)
+    }
+
+    /// Whether the person asked to stop the current turn.
+    pub fn cancelled() -> bool {
+        raw::cancelled()
     }
 }
 
