@@ -287,7 +287,7 @@ mod bare {
     use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
     wasmtime::component::bindgen!({
-        path: "../wit/keel-plugin-0.1.0",
+        path: "../wit/keel-plugin-0.2.0",
         world: "keel-plugin",
         imports: { default: async },
         exports: { default: async },
@@ -344,6 +344,67 @@ mod bare {
     impl keel::plugin::tools::Host for State {
         async fn register(&mut self, _spec: ToolSpec) -> Result<(), KernelError> {
             Ok(())
+        }
+
+        async fn registered(&mut self) -> Vec<ToolSpec> {
+            Vec::new()
+        }
+    }
+
+    // The bare baseline hosts only what the measured plugins use; the other doors refuse.
+    fn not_hosted() -> KernelError {
+        KernelError::Unavailable("not hosted by the bare baseline".into())
+    }
+
+    impl keel::plugin::guards::Host for State {
+        async fn register(&mut self, _name: String) -> Result<(), KernelError> {
+            Err(not_hosted())
+        }
+    }
+
+    impl keel::plugin::http::Host for State {
+        async fn send(
+            &mut self,
+            _req: keel::plugin::http::Request,
+        ) -> Result<(u32, keel::plugin::http::ResponseHead), KernelError> {
+            Err(not_hosted())
+        }
+
+        async fn next_chunk(
+            &mut self,
+            _body: u32,
+            _idle_ms: u32,
+        ) -> Result<Option<Vec<u8>>, KernelError> {
+            Err(not_hosted())
+        }
+
+        async fn close(&mut self, _body: u32) {}
+    }
+
+    impl keel::plugin::exec::Host for State {
+        async fn run(
+            &mut self,
+            _cmd: keel::plugin::exec::Command,
+        ) -> Result<keel::plugin::exec::Outcome, KernelError> {
+            Err(not_hosted())
+        }
+    }
+
+    impl keel::plugin::agent::Host for State {
+        async fn complete(&mut self, _request: String) -> Result<String, KernelError> {
+            Err(not_hosted())
+        }
+
+        async fn dispatch(&mut self, _call_ids: Vec<String>) -> Vec<String> {
+            Vec::new()
+        }
+
+        async fn replay(&mut self, _call_id: String) -> Result<String, KernelError> {
+            Err(not_hosted())
+        }
+
+        async fn cancelled(&mut self) -> bool {
+            false
         }
     }
 
