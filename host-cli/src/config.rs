@@ -23,6 +23,43 @@ pub struct UserConfig {
     /// policy parser, only accepted here.
     #[serde(default, rename = "exec")]
     _exec: Option<serde::de::IgnoredAny>,
+    /// The network policy, `[network]`: parsed by the kernel's network gate from the raw text.
+    #[serde(default, rename = "network")]
+    _network: Option<serde::de::IgnoredAny>,
+    /// Which model a session talks to.
+    #[serde(default)]
+    pub model: ModelConfig,
+    /// Which plugins a session loads.
+    #[serde(default)]
+    pub profile: Profile,
+    /// Secrets (API keys) by name; the environment variable of the same name wins.
+    #[serde(default)]
+    pub secrets: std::collections::BTreeMap<String, String>,
+}
+
+/// `[model]`: the provider and model of a session. Environment overrides: `KEEL_PROVIDER`,
+/// `KEEL_MODEL`, `KEEL_BASE_URL`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ModelConfig {
+    /// `openai` (also any OpenAI-compatible server), `anthropic` or `scripted`.
+    pub provider: Option<String>,
+    /// The model name.
+    pub model: Option<String>,
+    /// The API's base URL, e.g. `http://127.0.0.1:11434/v1` for a local Ollama.
+    pub base_url: Option<String>,
+    /// For `scripted`: the script file.
+    pub script: Option<PathBuf>,
+}
+
+/// `[profile]`: the plugins of a session.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Bundled plugin names, installed plugin names, or paths to plugin directories. When
+    /// empty, the default set for the provider.
+    #[serde(default)]
+    pub plugins: Vec<String>,
 }
 
 /// `[trust]`
@@ -53,6 +90,8 @@ pub struct Context {
     pub config: UserConfig,
     /// The text of the user's config file (empty when there is none).
     pub config_text: String,
+    /// Whether `KEEL_PROVIDER`, `KEEL_MODEL` and `KEEL_BASE_URL` apply (not in the demo).
+    pub env_overrides: bool,
 }
 
 impl Context {
@@ -76,7 +115,33 @@ impl Context {
             workspace,
             config,
             config_text,
+            env_overrides: true,
         })
+    }
+
+    /// keel's data directory (session logs, verdict ledger).
+    pub fn data_dir(&self) -> PathBuf {
+        self.home.join("data")
+    }
+
+    /// Directory of the session logs.
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.data_dir().join("sessions")
+    }
+
+    /// The verdict ledger of the claim verifier.
+    pub fn verdict_ledger(&self) -> PathBuf {
+        self.data_dir().join("verdicts").join("verdicts.jsonl")
+    }
+
+    /// The network audit log (never inside a directory a plugin can be granted).
+    pub fn audit_log(&self) -> PathBuf {
+        self.home.join("audit.log")
+    }
+
+    /// The "always" approval grants.
+    pub fn grants_file(&self) -> PathBuf {
+        self.home.join("approvals.json")
     }
 
     /// Directory of the compiled-component cache.
@@ -108,6 +173,20 @@ fn load_config(path: &Path) -> anyhow::Result<(UserConfig, String)> {
 }
 
 impl Context {
+    /// The context of `keel demo`: the same home, the demo workspace, the scripted model, the
+    /// default profile and built-in policies (so the demo behaves the same everywhere).
+    pub fn for_demo(&self, workspace: &Path) -> Context {
+        let mut config = UserConfig::default();
+        config.model.provider = Some("scripted".into());
+        Context {
+            home: self.home.clone(),
+            workspace: workspace.to_path_buf(),
+            config,
+            config_text: String::new(),
+            env_overrides: false,
+        }
+    }
+
     /// The project-local config, `<workspace>/.keel/config.toml`, if there is one. It may only
     /// tighten what the user's config allows.
     pub fn project_config(&self) -> anyhow::Result<Option<(PathBuf, String)>> {

@@ -3,6 +3,7 @@
 mod commands;
 mod config;
 mod runtime;
+mod session;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +32,56 @@ enum Command {
     /// Ask the exec policy about a command.
     #[command(subcommand)]
     Policy(commands::policy::PolicyCommand),
+    /// Run an agent session: one turn with PROMPT, or an interactive session without.
+    Run {
+        /// What to ask the agent.
+        prompt: Option<String>,
+        #[command(flatten)]
+        args: commands::run::SessionArgs,
+    },
+    /// Run one turn non-interactively; the exit status says whether it completed.
+    Exec {
+        /// What to ask the agent.
+        prompt: String,
+        /// One JSON event per line on stdout.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        args: commands::run::SessionArgs,
+    },
+    /// Continue a session from its log.
+    Resume {
+        /// The session id (`keel sessions list`).
+        id: String,
+        /// Run one turn with PROMPT instead of going interactive.
+        prompt: Option<String>,
+        #[command(flatten)]
+        args: commands::run::SessionArgs,
+    },
+    /// List and show sessions from their logs.
+    #[command(subcommand)]
+    Sessions(commands::sessions::SessionsCommand),
+    /// The claim verifier's ledger.
+    #[command(subcommand)]
+    Verify(VerifyCommand),
+    /// A scripted session in a temporary project: no API key, no network.
+    Demo {
+        /// Keep the temporary project afterwards.
+        #[arg(long)]
+        keep: bool,
+    },
+    /// Check the config, keys, the model endpoint and the sandbox.
+    Doctor,
+}
+
+#[derive(Subcommand)]
+enum VerifyCommand {
+    /// Verdict counts and the claim-match rate.
+    Stats {
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -58,6 +109,19 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Plugin(cmd) => commands::plugin::run(&ctx, cmd).await,
             Command::Policy(cmd) => commands::policy::run(&ctx, cmd),
+            Command::Run { prompt, args } => commands::run::run(&ctx, args, prompt, None).await,
+            Command::Exec { prompt, json, args } => {
+                commands::run::exec(&ctx, args, prompt, json).await
+            }
+            Command::Resume { id, prompt, args } => {
+                commands::run::run(&ctx, args, prompt, Some(id)).await
+            }
+            Command::Sessions(cmd) => commands::sessions::run(&ctx, cmd),
+            Command::Verify(VerifyCommand::Stats { json }) => {
+                commands::sessions::verify_stats(&ctx, json)
+            }
+            Command::Demo { keep } => commands::run::demo(&ctx, keep).await,
+            Command::Doctor => commands::doctor::run(&ctx).await,
         }
     });
     match result {

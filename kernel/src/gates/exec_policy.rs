@@ -657,6 +657,12 @@ impl ExecPolicy {
         self.approval
     }
 
+    /// The same rules under approval policy `mode` (the `--approval` flag of a session).
+    pub fn with_approval(mut self, mode: ApprovalMode) -> Self {
+        self.approval = mode;
+        self
+    }
+
     /// Judges a command line under the policy's rules, without applying the approval policy.
     pub fn check(&self, command: &str) -> Verdict {
         let mut cx = Cx::default();

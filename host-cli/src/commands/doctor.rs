@@ -1,0 +1,136 @@
+//! `keel doctor`: checks the config, the keys, the configured model endpoint and the sandbox,
+//! and says how to fix what fails.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::commands::policy::load_policy;
+use crate::config::Context;
+use crate::session::{ModelChoice, default_profile, network_policy, secrets};
+
+struct Report {
+    failed: usize,
+}
+
+impl Report {
+    fn ok(&self, what: &str) {
+        println!("ok    {what}");
+    }
+
+    fn fail(&mut self, what: &str, fix: &str) {
+        self.failed += 1;
+        println!("FAIL  {what}\n      fix: {fix}");
+    }
+
+    fn warn(&self, what: &str) {
+        println!("warn  {what}");
+    }
+}
+
+pub async fn run(ctx: &Context) -> anyhow::Result<ExitCode> {
+    let mut r = Report { failed: 0 };
+    r.ok(&format!(
+        "config {} parsed",
+        ctx.home.join("config.toml").display()
+    ));
+    match load_policy(ctx) {
+        Ok(p) => r.ok(&format!("exec policy loaded (approval `{}`)", p.approval().as_str())),
+        Err(e) => r.fail(&format!("exec policy: {e:#}"), "fix the [exec] section it names"),
+    }
+    let choice = ModelChoice::from(ctx);
+    match network_policy(ctx, &choice) {
+        Ok(_) => r.ok("network policy loaded"),
+        Err(e) => r.fail(&format!("network policy: {e:#}"), "fix the [network] or [model] section"),
+    }
+    r.ok(&format!(
+        "model provider `{}`{}",
+        choice.provider,
+        choice
+            .model
+            .as_deref()
+            .map(|m| format!(", model `{m}`"))
+            .unwrap_or_default()
+    ));
+    let held = secrets(ctx);
+    if let Some(name) = choice.secret_name() {
+        if held.contains(name) {
+            r.ok(&format!("{name} is set (its value is never shown)"));
+        } else if choice.base_url.is_some() {
+            r.warn(&format!(
+                "{name} is not set; fine for a local server that needs no key"
+            ));
+        } else {
+            r.fail(
+                &format!("{name} is not set"),
+                &format!("export {name}=… or add it under [secrets] in config.toml"),
+            );
+        }
+    }
+    for name in default_profile(&choice.provider)
+        .iter()
+        .chain(ctx.config.profile.plugins.iter())
+    {
+        if name.contains('/') || keel_bundled_plugins::get(name).is_some() {
+            continue;
+        }
+        r.fail(
+            &format!("profile plugin `{name}` is not bundled"),
+            "use a bundled name or a path under [profile] plugins",
+        );
+    }
+    let endpoint = choice.base_url.clone().or(match choice.provider.as_str() {
+        "openai" => Some("https://api.openai.com/v1".into()),
+        "anthropic" => Some("https://api.anthropic.com/v1".into()),
+        _ => None,
+    });
+    if let Some(url) = endpoint {
+        match reachable(&url).await {
+            Ok(()) => r.ok(&format!("endpoint {url} is reachable")),
+            Err(e) => r.fail(
+                &format!("endpoint {url} is not reachable: {e}"),
+                "check the network, or set [model] base-url to a server that is running",
+            ),
+        }
+    }
+    match sandbox_check(ctx) {
+        Ok(()) => r.ok("WebAssembly sandbox starts and compiles a plugin"),
+        Err(e) => r.fail(&format!("sandbox: {e:#}"), "reinstall keel; report the error"),
+    }
+    if r.failed == 0 {
+        println!("\nall checks passed");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!("\n{} check(s) failed", r.failed);
+        Ok(ExitCode::from(1))
+    }
+}
+
+/// A TCP connection to the endpoint's host and port (no request is sent, no key used).
+async fn reachable(url: &str) -> anyhow::Result<()> {
+    let parsed = url::Url::parse(url)?;
+    let host = parsed
+        .host_str()
+        .ok_or_else(|| anyhow::anyhow!("no host in the URL"))?;
+    let port = parsed
+        .port_or_known_default()
+        .ok_or_else(|| anyhow::anyhow!("no port for the URL's scheme"))?;
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::TcpStream::connect((host, port)),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("no answer within 5 s"))??;
+    Ok(())
+}
+
+fn sandbox_check(ctx: &Context) -> anyhow::Result<()> {
+    let host = keel_kernel::WasmHost::new(keel_kernel::WasmHostConfig {
+        cache_dir: Some(ctx.component_cache()),
+        ..keel_kernel::WasmHostConfig::default()
+    })?;
+    let bundled = keel_bundled_plugins::all()
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("no bundled plugin"))?;
+    host.compile(bundled.name, bundled.component)?;
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! `keel run`, `keel exec`, `keel resume` and `keel demo`: agent sessions.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use keel_protocol::TurnEnd;
+
+use crate::config::Context;
+use crate::session::{ApprovalFlag, Display, Session, SessionOptions};
+
+/// Options every session command shares.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SessionArgs {
+    /// How approvals are answered: `ask` on a terminal (deny without one), `never` refuses
+    /// what needs approval, `auto` approves it (forbidden commands stay forbidden).
+    #[arg(long, value_enum)]
+    pub approval: Option<ApprovalFlag>,
+    /// Load the plugin in DIR for this session only (its capabilities are shown first).
+    #[arg(long = "plugin", value_name = "DIR")]
+    pub plugins: Vec<PathBuf>,
+}
+
+/// Exit status of a turn that did not complete.
+const TURN_INCOMPLETE: u8 = 2;
+
+fn exit_for(end: TurnEnd) -> ExitCode {
+    if end == TurnEnd::Completed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(TURN_INCOMPLETE)
+    }
+}
+
+/// `keel run [PROMPT]`: one turn, or an interactive session.
+pub async fn run(
+    ctx: &Context,
+    args: SessionArgs,
+    prompt: Option<String>,
+    resume: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let session = Session::start(
+        ctx,
+        SessionOptions {
+            approval: args.approval,
+            extra_plugins: args.plugins,
+            display: Display::Human,
+            resume,
+            overrides: Vec::new(),
+        },
+    )
+    .await?;
+    eprintln!("session {} in {}", session.id, session.workspace().display());
+    let code = match prompt {
+        Some(p) => exit_for(session.turn(&p).await?.end),
+        None => {
+            interactive(&session).await?;
+            ExitCode::SUCCESS
+        }
+    };
+    session.close().await;
+    Ok(code)
+}
+
+/// `keel exec PROMPT [--json]`: one turn, non-interactive.
+pub async fn exec(
+    ctx: &Context,
+    args: SessionArgs,
+    prompt: String,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let session = Session::start(
+        ctx,
+        SessionOptions {
+            approval: args.approval,
+            extra_plugins: args.plugins,
+            display: if json { Display::Json } else { Display::Human },
+            resume: None,
+            overrides: Vec::new(),
+        },
+    )
+    .await?;
+    let report = session.turn(&prompt).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"topic": "turn.report", "session": session.id, "report": report})
+        );
+    }
+    session.close().await;
+    Ok(exit_for(report.end))
+}
+
+const HELP: &str = "commands: /plugins, /load DIR, /unload NAME, /reload NAME, /help, /exit";
+
+async fn interactive(session: &Session) -> anyhow::Result<()> {
+    eprintln!("type a request, or {HELP}");
+    let stdin = std::io::stdin();
+    loop {
+        eprint!("› ");
+        let _ = std::io::stderr().flush();
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(command) = line.strip_prefix('/') {
+            let (name, arg) = command.split_once(' ').unwrap_or((command, ""));
+            let arg = arg.trim();
+            let result = match name {
+                "exit" | "quit" => return Ok(()),
+                "help" => {
+                    eprintln!("{HELP}");
+                    Ok(())
+                }
+                "plugins" => {
+                    for s in session.kernel.list() {
+                        eprintln!("  {:<16} {:<8} {:?}", s.name, s.version, s.state);
+                    }
+                    Ok(())
+                }
+                "load" => session.load_path(std::path::Path::new(arg), true).await,
+                "unload" => session.kernel.unload(arg).await.map_err(Into::into),
+                "reload" => session.reload(arg).await,
+                other => Err(anyhow::anyhow!("unknown command `/{other}`; {HELP}")),
+            };
+            match result {
+                Ok(()) if name != "plugins" && name != "help" => eprintln!("ok"),
+                Ok(()) => {}
+                Err(e) => eprintln!("error: {e:#}"),
+            }
+            continue;
+        }
+        if let Err(e) = session.turn(line).await {
+            eprintln!("error: {e:#}");
+        }
+    }
+}
+
+/// The demo project: a tiny crate whose test fails.
+const DEMO_CARGO: &str = "[package]\nname = \"calc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n";
+const DEMO_LIB: &str = "/// Adds two numbers.\npub fn add(a: i64, b: i64) -> i64 {\n    a - b\n}\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n\n    #[test]\n    fn adds() {\n        assert_eq!(add(2, 3), 5);\n    }\n}\n";
+const DEMO_SCRIPT: &str = include_str!("../../demo/script.toml");
+
+/// `keel demo`: the scripted model fixes a failing test in a temporary project.
+pub async fn demo(ctx: &Context, keep: bool) -> anyhow::Result<ExitCode> {
+    let dir = tempfile::Builder::new()
+        .prefix("keel-demo-")
+        .tempdir()
+        .context("cannot create the demo workspace")?;
+    let ws = dir.path().canonicalize()?;
+    std::fs::create_dir_all(ws.join("src"))?;
+    std::fs::write(ws.join("Cargo.toml"), DEMO_CARGO)?;
+    std::fs::write(ws.join("src/lib.rs"), DEMO_LIB)?;
+    let demo_ctx = ctx.for_demo(&ws);
+    eprintln!(
+        "keel demo: a scripted model (no API key, no network) works in {}\n",
+        ws.display()
+    );
+    let session = Session::start(
+        &demo_ctx,
+        SessionOptions {
+            approval: Some(ApprovalFlag::Auto),
+            extra_plugins: Vec::new(),
+            display: Display::Human,
+            resume: None,
+            overrides: vec![("model-scripted".into(), "script".into(), DEMO_SCRIPT.into())],
+        },
+    )
+    .await?;
+    let report = session
+        .turn("The tests of this project fail. Find the bug and fix it.")
+        .await?;
+    session.close().await;
+    eprintln!(
+        "\nsession {} ended: {:?} after {} model calls and {} tool calls; `keel --home {} sessions show {}` replays it",
+        session.id,
+        report.end,
+        report.steps,
+        report.tool_calls,
+        demo_ctx.home.display(),
+        session.id
+    );
+    if keep {
+        let kept = dir.keep();
+        eprintln!("workspace kept at {}", kept.display());
+    }
+    Ok(exit_for(report.end))
+}

@@ -1,0 +1,697 @@
+//! An agent session: the kernel with the session's sealed gates, the profile's plugins, and
+//! the turns the person drives. Nothing here is agent logic — the loop, the model, the tools,
+//! the log and the verifier are plugins; this file wires the gates from the user's config and
+//! shows what the plugins emit.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use keel_kernel::gates::approvals::{
+    Answer, ApprovalRequest, Approver, GrantStore, PolicyApprover,
+};
+use keel_kernel::gates::exec_policy::ApprovalMode;
+use keel_kernel::gates::net_policy::{NetDecision, NetPolicy};
+use keel_kernel::{
+    Event, GateConfig, Kernel, KernelConfig, LoaderConfig, NetConfig, PluginLoader, PluginPackage,
+    Secrets, WasmHost, WasmHostConfig,
+};
+use keel_protocol::{
+    Message, SessionEvent, StreamDelta, TurnEnd, TurnReport, TurnRequest, services, topics,
+};
+
+use crate::commands::policy::load_policy;
+use crate::config::Context;
+
+/// How approvals are answered in this session (`--approval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApprovalFlag {
+    /// Ask on the terminal; without a terminal, deny.
+    Ask,
+    /// Never ask: what needs approval is refused.
+    Never,
+    /// Approve what needs approval (forbidden stays forbidden).
+    Auto,
+}
+
+/// How a session shows what happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Display {
+    /// Streamed text and tool lines for a person.
+    Human,
+    /// One JSON event per line on stdout.
+    Json,
+}
+
+/// Settings of one session.
+pub struct SessionOptions {
+    /// `--approval`; `None` means the config's `[exec] approval`.
+    pub approval: Option<ApprovalFlag>,
+    /// Extra plugin directories for this session only.
+    pub extra_plugins: Vec<PathBuf>,
+    /// How to show events.
+    pub display: Display,
+    /// Resume this session instead of starting a new one.
+    pub resume: Option<String>,
+    /// Plugin config overrides laid over everything else, `(plugin, key, value)`.
+    pub overrides: Vec<(String, String, serde_json::Value)>,
+}
+
+/// A running session.
+pub struct Session {
+    pub kernel: Kernel,
+    pub loader: PluginLoader,
+    pub id: String,
+    display: Display,
+    ctx_workspace: PathBuf,
+    /// Where each plugin came from, for `/reload`.
+    origins: Mutex<Vec<(String, Origin)>>,
+    overrides: Vec<(String, String, serde_json::Value)>,
+    user_config: std::collections::BTreeMap<String, toml::Table>,
+}
+
+#[derive(Clone)]
+enum Origin {
+    Bundled(&'static keel_bundled_plugins::Bundled),
+    Path(PathBuf),
+}
+
+/// The plugins a session loads when the profile does not say.
+pub fn default_profile(provider: &str) -> Vec<String> {
+    vec![
+        format!("model-{provider}"),
+        "tool-registry".into(),
+        "fs-tools".into(),
+        "shell".into(),
+        "session-log".into(),
+        "verifier".into(),
+        "agent-loop".into(),
+    ]
+}
+
+/// The provider, model and endpoint after environment overrides.
+pub struct ModelChoice {
+    pub provider: String,
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+}
+
+impl ModelChoice {
+    pub fn from(ctx: &Context) -> ModelChoice {
+        let env = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .filter(|v| ctx.env_overrides && !v.is_empty())
+        };
+        ModelChoice {
+            provider: env("KEEL_PROVIDER")
+                .or_else(|| ctx.config.model.provider.clone())
+                .unwrap_or_else(|| "openai".into()),
+            model: env("KEEL_MODEL").or_else(|| ctx.config.model.model.clone()),
+            base_url: env("KEEL_BASE_URL").or_else(|| ctx.config.model.base_url.clone()),
+        }
+    }
+
+    /// The secret the provider's plugin sends, if any.
+    pub fn secret_name(&self) -> Option<&'static str> {
+        match self.provider.as_str() {
+            "openai" => Some("OPENAI_API_KEY"),
+            "anthropic" => Some("ANTHROPIC_API_KEY"),
+            _ => None,
+        }
+    }
+}
+
+/// Kernel-held secrets: the environment wins over `[secrets]` in the config.
+pub fn secrets(ctx: &Context) -> Secrets {
+    let mut secrets = Secrets::new();
+    for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(ctx.config.secrets.keys().cloned())
+    {
+        let value = std::env::var(&name)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .or_else(|| ctx.config.secrets.get(&name).cloned());
+        if let Some(v) = value {
+            secrets.insert(&name, &v);
+        }
+    }
+    secrets
+}
+
+/// The network policy: the user's `[network]`, plus the model endpoint the user configured
+/// (named explicitly, so a loopback server such as Ollama becomes reachable).
+pub fn network_policy(ctx: &Context, choice: &ModelChoice) -> anyhow::Result<NetPolicy> {
+    let (mut policy, warnings) = NetPolicy::from_toml(&ctx.config_text)
+        .map_err(|e| anyhow::anyhow!("{}: [network]: {e}", ctx.home.join("config.toml").display()))?;
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    let default_host = match choice.provider.as_str() {
+        "openai" => Some("https://api.openai.com/v1"),
+        "anthropic" => Some("https://api.anthropic.com/v1"),
+        _ => None,
+    };
+    if let Some(base) = choice.base_url.as_deref().or(default_host) {
+        let url = url::Url::parse(base)
+            .with_context(|| format!("model base URL `{base}` is not a URL; fix [model] base-url"))?;
+        if let Some(host) = url.host_str() {
+            policy = policy
+                .with_rule(host, NetDecision::Allow)
+                .map_err(|e| anyhow::anyhow!("model base URL `{base}`: {e}"))?;
+            if choice.base_url.is_some()
+                && let Some(port) = url.port_or_known_default()
+            {
+                let entry = match url.host() {
+                    Some(url::Host::Ipv6(a)) => format!("[{a}]:{port}"),
+                    _ => format!("{host}:{port}"),
+                };
+                policy = policy
+                    .with_allow_private(&entry)
+                    .map_err(|e| anyhow::anyhow!("model base URL `{base}`: {e}"))?;
+            }
+        }
+    }
+    Ok(policy)
+}
+
+/// Asks on the terminal: once, for the session, always, or deny.
+struct TerminalApprover;
+
+impl Approver for TerminalApprover {
+    fn ask(&self, request: &ApprovalRequest) -> Answer {
+        let mut err = std::io::stderr();
+        let always = if request.can_always { " / [a]lways" } else { "" };
+        let _ = writeln!(
+            err,
+            "\n? {} wants to run: {}\n  why: {}\n  [y]es once / [s]ession{always} / [n]o: ",
+            request.tool, request.summary, request.reason
+        );
+        let _ = err.flush();
+        let mut line = String::new();
+        if std::io::stdin().lock().read_line(&mut line).is_err() {
+            return Answer::Deny;
+        }
+        match line.trim().to_ascii_lowercase().as_str() {
+            "y" | "yes" => Answer::Once,
+            "s" | "session" => Answer::Session,
+            "a" | "always" if request.can_always => Answer::Always,
+            _ => Answer::Deny,
+        }
+    }
+}
+
+fn approver_for(mode: ApprovalMode) -> Arc<dyn Approver> {
+    match mode {
+        ApprovalMode::Ask if std::io::stdin().is_terminal() => Arc::new(TerminalApprover),
+        other => Arc::new(PolicyApprover(other)),
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Session {
+    /// Start (or resume) a session in `ctx.workspace`.
+    pub async fn start(ctx: &Context, opts: SessionOptions) -> anyhow::Result<Session> {
+        let choice = ModelChoice::from(ctx);
+        let mut policy = load_policy(ctx)?;
+        if let Some(flag) = opts.approval {
+            policy = policy.with_approval(match flag {
+                ApprovalFlag::Ask => ApprovalMode::Ask,
+                ApprovalFlag::Never => ApprovalMode::Never,
+                ApprovalFlag::Auto => ApprovalMode::Auto,
+            });
+        }
+        let approver = approver_for(policy.approval());
+        let grants = match GrantStore::open(&ctx.grants_file(), &ctx.workspace) {
+            Ok((store, warnings)) => {
+                for w in warnings {
+                    eprintln!("warning: {w}");
+                }
+                Some(store)
+            }
+            Err(e) => {
+                eprintln!("warning: approvals will not be remembered across sessions: {e}");
+                None
+            }
+        };
+        std::fs::create_dir_all(ctx.sessions_dir())
+            .with_context(|| format!("cannot create {}", ctx.sessions_dir().display()))?;
+        if let Some(dir) = ctx.verdict_ledger().parent() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        let gates = GateConfig {
+            workspace: Some(ctx.workspace.clone()),
+            exec_policy: policy,
+            approver,
+            grants,
+            network: NetConfig {
+                policy: network_policy(ctx, &choice)?,
+                secrets: secrets(ctx),
+                audit_log: Some(ctx.audit_log()),
+            },
+            guard_timeout: std::time::Duration::from_secs(2),
+        };
+        let kernel = Kernel::with_gates(KernelConfig::default(), gates);
+        let wasm = WasmHost::new(WasmHostConfig {
+            cache_dir: Some(ctx.component_cache()),
+            ..WasmHostConfig::default()
+        })
+        .context("cannot start the WebAssembly host")?;
+        let loader = PluginLoader::new(wasm, loader_config(ctx));
+        let id = match &opts.resume {
+            Some(id) => id.clone(),
+            None => keel_agent_kit::session_log::new_session_id(now_ms(), rand_u32()),
+        };
+        let mut overrides = model_overrides(ctx, &choice)?;
+        overrides.extend(opts.overrides);
+        let session = Session {
+            kernel,
+            loader,
+            id,
+            display: opts.display,
+            ctx_workspace: ctx.workspace.clone(),
+            origins: Mutex::new(Vec::new()),
+            overrides,
+            user_config: ctx.config.config.clone(),
+        };
+        let mut names = ctx.config.profile.plugins.clone();
+        if names.is_empty() {
+            names = default_profile(&choice.provider);
+        }
+        for name in &names {
+            session.load_entry(name).await?;
+        }
+        for path in &opts.extra_plugins {
+            session.load_path(path, true).await?;
+        }
+        session.check_ready()?;
+        if let Some(resume) = &opts.resume {
+            session.restore(ctx, resume).await?;
+        }
+        session.emit(&SessionEvent::SessionStarted {
+            session: session.id.clone(),
+            workspace: ctx.workspace.display().to_string(),
+            model: choice.model.clone().unwrap_or_else(|| choice.provider.clone()),
+        });
+        Ok(session)
+    }
+
+    /// Every plugin the session needs is active, or say what is missing and how to fix it.
+    fn check_ready(&self) -> anyhow::Result<()> {
+        let mut problems = Vec::new();
+        for status in self.kernel.list() {
+            match &status.state {
+                keel_kernel::PluginState::Active => {}
+                other => problems.push(format!("plugin `{}` is {other:?}", status.name)),
+            }
+        }
+        if !self.kernel.env().services().contains_key(services::AGENT) {
+            bail!(
+                "no plugin provides the `agent` service ({}); add `agent-loop` to [profile] plugins",
+                if problems.is_empty() {
+                    "nothing failed".to_owned()
+                } else {
+                    problems.join("; ")
+                }
+            );
+        }
+        for p in problems {
+            eprintln!("warning: {p}");
+        }
+        Ok(())
+    }
+
+    async fn restore(&self, ctx: &Context, id: &str) -> anyhow::Result<()> {
+        let read = keel_agent_kit::session_log::read_log(&ctx.sessions_dir(), id)
+            .with_context(|| format!("cannot resume session `{id}`; `keel sessions list` shows the sessions"))?;
+        for w in &read.warnings {
+            eprintln!("warning: session `{id}` line {}: {}", w.line, w.message);
+        }
+        let conversation = keel_agent_kit::session_log::conversation(&read.lines);
+        let payload = serde_json::json!({"session": id, "messages": conversation.messages});
+        self.kernel
+            .call_service(services::AGENT, "load", &payload.to_string())
+            .await
+            .map_err(|e| anyhow::anyhow!("the agent plugin could not load session `{id}`: {e}"))?;
+        if self.display == Display::Human {
+            eprintln!(
+                "resumed session {id}: {} messages",
+                conversation.messages.len()
+            );
+        }
+        Ok(())
+    }
+
+    fn emit(&self, event: &SessionEvent) {
+        if let Ok(json) = serde_json::to_string(event)
+            && let Err(e) = self.kernel.emit(topics::SESSION_EVENT, &json)
+        {
+            eprintln!("warning: {e}");
+        }
+    }
+
+    /// Load one profile entry: a path, a bundled plugin, or an installed one.
+    async fn load_entry(&self, entry: &str) -> anyhow::Result<()> {
+        if entry.contains('/') || entry.starts_with('.') {
+            return self.load_path(Path::new(entry), false).await;
+        }
+        if let Some(bundled) = keel_bundled_plugins::get(entry) {
+            let package = self.loader.from_embedded(
+                &format!("bundled {}", bundled.name),
+                bundled.manifest,
+                bundled.component,
+            )?;
+            self.load_package(package, Origin::Bundled(bundled)).await?;
+            return Ok(());
+        }
+        bail!(
+            "profile plugin `{entry}` is neither bundled nor a path; the bundled plugins are: {}",
+            keel_bundled_plugins::all()
+                .iter()
+                .map(|b| b.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+
+    /// Load the plugin directory `path`; with `confirm`, show its capabilities first.
+    pub async fn load_path(&self, path: &Path, confirm: bool) -> anyhow::Result<()> {
+        let package = self
+            .loader
+            .from_path(path)
+            .with_context(|| format!("cannot load the plugin at `{}`", path.display()))?;
+        if confirm {
+            confirm_capabilities(&package)?;
+        }
+        self.load_package(package, Origin::Path(path.to_path_buf()))
+            .await
+    }
+
+    fn configure(&self, package: &mut PluginPackage) -> anyhow::Result<()> {
+        let name = package.manifest.name.clone();
+        let config = &mut package.manifest.config;
+        if !config.is_object() {
+            *config = serde_json::Value::Object(Default::default());
+        }
+        let Some(map) = config.as_object_mut() else {
+            return Ok(());
+        };
+        for (plugin, key, value) in &self.overrides {
+            if *plugin == name {
+                map.insert(key.clone(), value.clone());
+            }
+        }
+        if let Some(user) = self.user_config.get(&name) {
+            for (key, value) in user {
+                map.insert(key.clone(), serde_json::to_value(value)?);
+            }
+        }
+        Ok(())
+    }
+
+    async fn load_package(&self, mut package: PluginPackage, origin: Origin) -> anyhow::Result<()> {
+        self.configure(&mut package)?;
+        let name = package.manifest.name.clone();
+        let status = self.kernel.load(package).await?;
+        if let keel_kernel::PluginState::Failed { reason } = &status.state {
+            bail!("plugin `{name}` failed to activate: {reason}");
+        }
+        let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
+        origins.retain(|(n, _)| *n != name);
+        origins.push((name, origin));
+        Ok(())
+    }
+
+    /// `/reload NAME`: load the plugin again from where it came from.
+    pub async fn reload(&self, name: &str) -> anyhow::Result<()> {
+        let origin = self
+            .origins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, o)| o.clone());
+        let mut package = match origin {
+            Some(Origin::Bundled(b)) => self.loader.from_embedded(
+                &format!("bundled {}", b.name),
+                b.manifest,
+                b.component,
+            )?,
+            Some(Origin::Path(p)) => self.loader.from_path(&p)?,
+            None => bail!("plugin `{name}` was not loaded by this session; `/plugins` lists them"),
+        };
+        self.configure(&mut package)?;
+        self.kernel.reload(package).await?;
+        Ok(())
+    }
+
+    /// Run one turn, showing what happens; Ctrl-C cancels it.
+    pub async fn turn(&self, input: &str) -> anyhow::Result<TurnReport> {
+        self.kernel.begin_turn();
+        let mut events = self.kernel.events();
+        let display = self.display;
+        let printer = tokio::spawn(async move {
+            let mut printer = Printer::default();
+            loop {
+                match events.recv().await {
+                    Ok(event) => printer.show(display, &event),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        if display == Display::Human {
+                            eprintln!("[{n} display events skipped]");
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        let request = TurnRequest {
+            session: self.id.clone(),
+            input: input.to_owned(),
+        };
+        let payload = serde_json::to_string(&request)?;
+        let kernel = self.kernel.clone();
+        let call = kernel.call_service(services::AGENT, "turn", &payload);
+        tokio::pin!(call);
+        let answer = loop {
+            tokio::select! {
+                answer = &mut call => break answer,
+                _ = tokio::signal::ctrl_c() => {
+                    self.kernel.cancel_turn();
+                    if display == Display::Human {
+                        eprintln!("\n[cancelling the turn at the next step…]");
+                    }
+                }
+            }
+        };
+        // Let the printer drain what is already queued, then stop it.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        printer.abort();
+        let answer = answer.map_err(|e| anyhow::anyhow!("the turn failed: {e}"))?;
+        let report: TurnReport = serde_json::from_str(&answer)
+            .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
+        if display == Display::Human {
+            println!();
+            if report.end != TurnEnd::Completed {
+                eprintln!("[turn ended: {:?}: {}]", report.end, report.detail);
+            }
+        }
+        Ok(report)
+    }
+
+    /// The workspace of the session.
+    pub fn workspace(&self) -> &Path {
+        &self.ctx_workspace
+    }
+
+    /// Unload everything (the session log flushes as its plugin deactivates).
+    pub async fn close(&self) {
+        if let Err(e) = self.kernel.shutdown().await {
+            eprintln!("warning: {e}");
+        }
+    }
+}
+
+/// Show what a plugin loaded with `--plugin` asks for, and require a yes.
+fn confirm_capabilities(package: &PluginPackage) -> anyhow::Result<()> {
+    let m = &package.manifest;
+    let caps = &m.capabilities;
+    let mut lines = vec![format!("plugin `{}` {} asks for:", m.name, m.version)];
+    for d in &caps.dirs {
+        lines.push(format!("  directory {} as {} ({:?})", d.path.display(), d.guest, d.access));
+    }
+    if !caps.network.is_empty() {
+        lines.push(format!("  network: {}", caps.network.join(", ")));
+    }
+    if caps.exec {
+        lines.push("  running commands (through the exec policy)".into());
+    }
+    if caps.agent {
+        lines.push("  driving the agent (model calls, tool dispatch)".into());
+    }
+    if !caps.secrets.is_empty() {
+        lines.push(format!("  secrets: {}", caps.secrets.join(", ")));
+    }
+    if lines.len() == 1 {
+        lines.push("  nothing beyond its own sandbox".into());
+    }
+    eprintln!("{}", lines.join("\n"));
+    if std::env::var("KEEL_YES").is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!(
+            "refusing to load `{}` without confirmation: no terminal to ask on; set KEEL_YES=1 \
+             to accept the capabilities above",
+            m.name
+        );
+    }
+    eprint!("load it? [y/N] ");
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    if line.trim().eq_ignore_ascii_case("y") {
+        Ok(())
+    } else {
+        bail!("not loading `{}`", m.name)
+    }
+}
+
+fn loader_config(ctx: &Context) -> LoaderConfig {
+    LoaderConfig {
+        workspace: ctx.workspace.clone(),
+        trusted_native: ctx.config.trust.native.clone(),
+    }
+}
+
+/// Config handed to the model plugin from `[model]` and the environment.
+fn model_overrides(
+    ctx: &Context,
+    choice: &ModelChoice,
+) -> anyhow::Result<Vec<(String, String, serde_json::Value)>> {
+    let plugin = format!("model-{}", choice.provider);
+    let mut out = Vec::new();
+    if let Some(m) = &choice.model {
+        out.push((plugin.clone(), "model".into(), m.clone().into()));
+    }
+    if let Some(b) = &choice.base_url {
+        out.push((plugin.clone(), "base-url".into(), b.clone().into()));
+    }
+    if choice.provider == "scripted"
+        && let Some(path) = &ctx.config.model.script
+    {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the model script {}", path.display()))?;
+        out.push((plugin, "script".into(), text.into()));
+    }
+    Ok(out)
+}
+
+fn rand_u32() -> u32 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    nanos ^ std::process::id().rotate_left(16)
+}
+
+/// Renders bus events.
+#[derive(Default)]
+struct Printer {
+    in_text: bool,
+}
+
+impl Printer {
+    fn show(&mut self, display: Display, event: &Event) {
+        match display {
+            Display::Json => {
+                let payload: serde_json::Value =
+                    serde_json::from_str(&event.payload).unwrap_or(serde_json::Value::Null);
+                let line = serde_json::json!({
+                    "topic": event.topic,
+                    "source": event.source,
+                    "event": payload,
+                });
+                println!("{line}");
+            }
+            Display::Human => self.human(event),
+        }
+    }
+
+    fn human(&mut self, event: &Event) {
+        let mut out = std::io::stdout();
+        if event.topic == topics::MODEL_DELTA {
+            match serde_json::from_str::<StreamDelta>(&event.payload) {
+                Ok(StreamDelta::Text { text }) => {
+                    self.in_text = true;
+                    let _ = write!(out, "{text}");
+                    let _ = out.flush();
+                }
+                Ok(StreamDelta::Retry { attempt, reason }) => {
+                    eprintln!("[model: retry {attempt}: {reason}]");
+                }
+                _ => {}
+            }
+            return;
+        }
+        if event.topic != topics::SESSION_EVENT {
+            return;
+        }
+        let Ok(entry) = serde_json::from_str::<SessionEvent>(&event.payload) else {
+            return;
+        };
+        match entry {
+            SessionEvent::Message {
+                message:
+                    Message {
+                        role: keel_protocol::Role::Assistant,
+                        content,
+                    },
+                ..
+            } => {
+                for (_, name, args) in (Message {
+                    role: keel_protocol::Role::Assistant,
+                    content,
+                })
+                .tool_calls()
+                {
+                    if self.in_text {
+                        println!();
+                        self.in_text = false;
+                    }
+                    println!("⏺ {name} {}", short(args, 160));
+                }
+            }
+            SessionEvent::ToolOutcome { outcome, .. } => {
+                let head = outcome.content.lines().next().unwrap_or_default();
+                println!("  ⎿ {:?}: {}", outcome.status, short(head, 200));
+            }
+            SessionEvent::Verdict { verdict, .. } => {
+                println!(
+                    "✔ verifier: {:?} ({}) {}",
+                    verdict.status,
+                    verdict.dimension,
+                    verdict.command.unwrap_or_default()
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+fn short(s: &str, max: usize) -> String {
+    let flat = s.replace('\n', " ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let cut: String = flat.chars().take(max).collect();
+        format!("{cut}…")
+    }
+}
