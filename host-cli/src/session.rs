@@ -146,8 +146,9 @@ pub fn secrets(ctx: &Context) -> Secrets {
 /// The network policy: the user's `[network]`, plus the model endpoint the user configured
 /// (named explicitly, so a loopback server such as Ollama becomes reachable).
 pub fn network_policy(ctx: &Context, choice: &ModelChoice) -> anyhow::Result<NetPolicy> {
-    let (mut policy, warnings) = NetPolicy::from_toml(&ctx.config_text)
-        .map_err(|e| anyhow::anyhow!("{}: [network]: {e}", ctx.home.join("config.toml").display()))?;
+    let (mut policy, warnings) = NetPolicy::from_toml(&ctx.config_text).map_err(|e| {
+        anyhow::anyhow!("{}: [network]: {e}", ctx.home.join("config.toml").display())
+    })?;
     for w in warnings {
         eprintln!("warning: {w}");
     }
@@ -157,8 +158,9 @@ pub fn network_policy(ctx: &Context, choice: &ModelChoice) -> anyhow::Result<Net
         _ => None,
     };
     if let Some(base) = choice.base_url.as_deref().or(default_host) {
-        let url = url::Url::parse(base)
-            .with_context(|| format!("model base URL `{base}` is not a URL; fix [model] base-url"))?;
+        let url = url::Url::parse(base).with_context(|| {
+            format!("model base URL `{base}` is not a URL; fix [model] base-url")
+        })?;
         if let Some(host) = url.host_str() {
             policy = policy
                 .with_rule(host, NetDecision::Allow)
@@ -185,7 +187,11 @@ struct TerminalApprover;
 impl Approver for TerminalApprover {
     fn ask(&self, request: &ApprovalRequest) -> Answer {
         let mut err = std::io::stderr();
-        let always = if request.can_always { " / [a]lways" } else { "" };
+        let always = if request.can_always {
+            " / [a]lways"
+        } else {
+            ""
+        };
         let _ = writeln!(
             err,
             "\n? {} wants to run: {}\n  why: {}\n  [y]es once / [s]ession{always} / [n]o: ",
@@ -301,7 +307,10 @@ impl Session {
         session.emit(&SessionEvent::SessionStarted {
             session: session.id.clone(),
             workspace: ctx.workspace.display().to_string(),
-            model: choice.model.clone().unwrap_or_else(|| choice.provider.clone()),
+            model: choice
+                .model
+                .clone()
+                .unwrap_or_else(|| choice.provider.clone()),
         });
         Ok(session)
     }
@@ -332,8 +341,10 @@ impl Session {
     }
 
     async fn restore(&self, ctx: &Context, id: &str) -> anyhow::Result<()> {
-        let read = keel_agent_kit::session_log::read_log(&ctx.sessions_dir(), id)
-            .with_context(|| format!("cannot resume session `{id}`; `keel sessions list` shows the sessions"))?;
+        let read =
+            keel_agent_kit::session_log::read_log(&ctx.sessions_dir(), id).with_context(|| {
+                format!("cannot resume session `{id}`; `keel sessions list` shows the sessions")
+            })?;
         for w in &read.warnings {
             eprintln!("warning: session `{id}` line {}: {}", w.line, w.message);
         }
@@ -527,7 +538,12 @@ fn confirm_capabilities(package: &PluginPackage) -> anyhow::Result<()> {
     let caps = &m.capabilities;
     let mut lines = vec![format!("plugin `{}` {} asks for:", m.name, m.version)];
     for d in &caps.dirs {
-        lines.push(format!("  directory {} as {} ({:?})", d.path.display(), d.guest, d.access));
+        lines.push(format!(
+            "  directory {} as {} ({:?})",
+            d.path.display(),
+            d.guest,
+            d.access
+        ));
     }
     if !caps.network.is_empty() {
         lines.push(format!("  network: {}", caps.network.join(", ")));

@@ -34,13 +34,22 @@ pub async fn run(ctx: &Context) -> anyhow::Result<ExitCode> {
         ctx.home.join("config.toml").display()
     ));
     match load_policy(ctx) {
-        Ok(p) => r.ok(&format!("exec policy loaded (approval `{}`)", p.approval().as_str())),
-        Err(e) => r.fail(&format!("exec policy: {e:#}"), "fix the [exec] section it names"),
+        Ok(p) => r.ok(&format!(
+            "exec policy loaded (approval `{}`)",
+            p.approval().as_str()
+        )),
+        Err(e) => r.fail(
+            &format!("exec policy: {e:#}"),
+            "fix the [exec] section it names",
+        ),
     }
     let choice = ModelChoice::from(ctx);
     match network_policy(ctx, &choice) {
         Ok(_) => r.ok("network policy loaded"),
-        Err(e) => r.fail(&format!("network policy: {e:#}"), "fix the [network] or [model] section"),
+        Err(e) => r.fail(
+            &format!("network policy: {e:#}"),
+            "fix the [network] or [model] section",
+        ),
     }
     r.ok(&format!(
         "model provider `{}`{}",
@@ -94,7 +103,10 @@ pub async fn run(ctx: &Context) -> anyhow::Result<ExitCode> {
     }
     match sandbox_check(ctx) {
         Ok(()) => r.ok("WebAssembly sandbox starts and compiles a plugin"),
-        Err(e) => r.fail(&format!("sandbox: {e:#}"), "reinstall keel; report the error"),
+        Err(e) => r.fail(
+            &format!("sandbox: {e:#}"),
+            "reinstall keel; report the error",
+        ),
     }
     if r.failed == 0 {
         println!("\nall checks passed");

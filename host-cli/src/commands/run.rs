@@ -51,7 +51,11 @@ pub async fn run(
         },
     )
     .await?;
-    eprintln!("session {} in {}", session.id, session.workspace().display());
+    eprintln!(
+        "session {} in {}",
+        session.id,
+        session.workspace().display()
+    );
     let code = match prompt {
         Some(p) => exit_for(session.turn(&p).await?.end),
         None => {
@@ -142,7 +146,8 @@ async fn interactive(session: &Session) -> anyhow::Result<()> {
 }
 
 /// The demo project: a tiny crate whose test fails.
-const DEMO_CARGO: &str = "[package]\nname = \"calc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n";
+const DEMO_CARGO: &str =
+    "[package]\nname = \"calc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n";
 const DEMO_LIB: &str = "/// Adds two numbers.\npub fn add(a: i64, b: i64) -> i64 {\n    a - b\n}\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n\n    #[test]\n    fn adds() {\n        assert_eq!(add(2, 3), 5);\n    }\n}\n";
 const DEMO_SCRIPT: &str = include_str!("../../demo/script.toml");
 

@@ -91,22 +91,27 @@ fn show(event: &SessionEvent) {
                     (Role::User, Block::Text { text }) => println!("› {text}"),
                     (Role::Assistant, Block::Text { text }) => println!("{text}"),
                     (_, Block::Thinking { text }) => println!("  (thinking) {text}"),
-                    (_, Block::ToolCall {
-                        name, arguments, ..
-                    }) => println!("⏺ {name} {arguments}"),
-                    (_, Block::ToolResult {
-                        content, is_error, ..
-                    }) => {
+                    (
+                        _,
+                        Block::ToolCall {
+                            name, arguments, ..
+                        },
+                    ) => println!("⏺ {name} {arguments}"),
+                    (
+                        _,
+                        Block::ToolResult {
+                            content, is_error, ..
+                        },
+                    ) => {
                         let head = content.lines().next().unwrap_or_default();
                         println!("  ⎿ {}{head}", if *is_error { "error: " } else { "" });
                     }
                 }
             }
         }
-        SessionEvent::Verdict { verdict, .. } => println!(
-            "✔ verifier: {:?} ({})",
-            verdict.status, verdict.dimension
-        ),
+        SessionEvent::Verdict { verdict, .. } => {
+            println!("✔ verifier: {:?} ({})", verdict.status, verdict.dimension)
+        }
         SessionEvent::TurnEnded { end, detail, .. } => {
             println!("── turn ended: {end:?} {detail}");
         }

@@ -176,7 +176,11 @@ impl AgentLoop {
             let request = ModelRequest {
                 model: String::new(),
                 system: self.config.system.clone(),
-                messages: self.conversations.get(&session).cloned().unwrap_or_default(),
+                messages: self
+                    .conversations
+                    .get(&session)
+                    .cloned()
+                    .unwrap_or_default(),
                 tools,
                 max_tokens: self.config.max_tokens,
             };
@@ -240,16 +244,19 @@ impl AgentLoop {
                     let ids: Vec<String> = run.iter().map(|&i| calls[i].0.clone()).collect();
                     let outcomes = agent::dispatch(&ids);
                     for (&i, json) in run.iter().zip(outcomes) {
-                        let outcome = serde_json::from_str::<ToolOutcome>(&json).unwrap_or_else(
-                            |e| ToolOutcome {
-                                call_id: calls[i].0.clone(),
-                                tool: calls[i].1.clone(),
-                                status: OutcomeStatus::Error,
-                                content: format!("[keel] the kernel answered malformed data: {e}"),
-                                exec: Vec::new(),
-                                spill: None,
-                            },
-                        );
+                        let outcome =
+                            serde_json::from_str::<ToolOutcome>(&json).unwrap_or_else(|e| {
+                                ToolOutcome {
+                                    call_id: calls[i].0.clone(),
+                                    tool: calls[i].1.clone(),
+                                    status: OutcomeStatus::Error,
+                                    content: format!(
+                                        "[keel] the kernel answered malformed data: {e}"
+                                    ),
+                                    exec: Vec::new(),
+                                    spill: None,
+                                }
+                            });
                         results[i] = Some(outcome);
                     }
                 }
@@ -369,7 +376,12 @@ impl Plugin for AgentLoop {
         })
     }
 
-    fn handle_call(&mut self, _service: &str, method: &str, payload: &str) -> Result<String, String> {
+    fn handle_call(
+        &mut self,
+        _service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, String> {
         match method {
             "turn" => {
                 let req: TurnRequest = serde_json::from_str(payload)

@@ -34,7 +34,10 @@ mod tests {
     #[test]
     fn bundles_the_example_plugins() {
         let names: Vec<&str> = all().iter().map(|b| b.name).collect();
-        assert_eq!(names, ["greeter", "greeter-client", "echo-tool", "agent-loop"]);
+        assert_eq!(
+            names,
+            ["greeter", "greeter-client", "echo-tool", "agent-loop"]
+        );
         for bundled in all() {
             // A component, not a core module: magic, then version 0x0d and layer 1.
             assert_eq!(
