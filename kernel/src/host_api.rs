@@ -185,7 +185,13 @@ impl HostHandle {
         let gates = shared.gates.clone();
         let result = gates
             .net
-            .send(&self.plugin, &caps.network, &caps.secrets, request, gates.approver())
+            .send(
+                &self.plugin,
+                &caps.network,
+                &caps.secrets,
+                request,
+                Arc::new(crate::net_client::GateApprover(gates.clone())),
+            )
             .await;
         if let Ok((_, head)) = &result
             && let Ok(url) = url::Url::parse(&head.url)
