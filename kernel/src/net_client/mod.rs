@@ -16,8 +16,10 @@
 //!    refuses.
 //! 4. The host is resolved here, every address goes through
 //!    [`NetPolicy::check_resolved`], and the connection is pinned to the checked address:
-//!    the per-request reqwest client gets `resolve(host, addr)` *and* a resolver that answers
-//!    every name with that address, so no second lookup can happen.
+//!    the per-request reqwest client gets `resolve_to_addrs(host, checked)` *and* a resolver
+//!    that answers every name with the checked addresses, so no second lookup can happen. The
+//!    address `check_resolved` returns is tried first, the answer's other (equally checked)
+//!    addresses after it.
 //! 5. The audit line is written (an allowed request whose line cannot be written is not sent).
 //!
 //! Redirects are not followed by reqwest: a 3xx with `Location` goes through
@@ -186,16 +188,16 @@ impl Approver for GateApprover {
     }
 }
 
-/// A resolver that answers every name with the one address the gate checked. The client
-/// also gets a `resolve(host, addr)` override for the URL's host; this catches any other
+/// A resolver that answers every name with the addresses the gate checked. The client also
+/// gets a `resolve_to_addrs(host, addrs)` override for the URL's host; this catches any other
 /// spelling of a name (a trailing dot, say) so the system resolver is never asked.
-struct Pinned(SocketAddr);
+struct Pinned(Vec<SocketAddr>);
 
 impl reqwest::dns::Resolve for Pinned {
     fn resolve(&self, _name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let addr = self.0;
+        let addrs = self.0.clone();
         Box::pin(async move {
-            let addrs: reqwest::dns::Addrs = Box::new(std::iter::once(addr));
+            let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
             Ok(addrs)
         })
     }
@@ -209,8 +211,11 @@ struct Admitted {
     bare: String,
     /// The port.
     port: u16,
-    /// The checked address the connection is pinned to.
-    addr: SocketAddr,
+    /// The checked addresses the connection is pinned to, the one `check_resolved` chose
+    /// first. Every address of the answer passed the check (one forbidden address refuses
+    /// the whole answer), so falling back to the others is safe — `localhost` may answer
+    /// `::1` first while the server listens on `127.0.0.1` only.
+    addrs: Vec<SocketAddr>,
 }
 
 /// The kernel's HTTP client.
@@ -707,7 +712,10 @@ impl NetClient {
             host,
             bare,
             port,
-            addr: SocketAddr::new(ip, port),
+            addrs: std::iter::once(ip)
+                .chain(addrs.into_iter().filter(|a| *a != ip))
+                .map(|a| SocketAddr::new(a, port))
+                .collect(),
         })
     }
 
@@ -723,9 +731,9 @@ impl NetClient {
             .connect_timeout(connect_timeout)
             .pool_max_idle_per_host(0)
             .user_agent(concat!("keel/", env!("CARGO_PKG_VERSION")))
-            .dns_resolver(Arc::new(Pinned(target.addr)));
+            .dns_resolver(Arc::new(Pinned(target.addrs.clone())));
         if target.bare.parse::<IpAddr>().is_err() {
-            builder = builder.resolve(&target.bare, target.addr);
+            builder = builder.resolve_to_addrs(&target.bare, &target.addrs);
         }
         builder.build().map_err(|e| {
             KernelError::Unavailable(format!(

@@ -212,6 +212,37 @@ async fn loopback_needs_allow_private() {
 }
 
 #[tokio::test]
+async fn a_name_is_resolved_by_the_gate_and_pinned() {
+    let server = Server::start(|_, _| ok("by name")).await;
+    let endpoint = format!("localhost:{}", server.port);
+    let url = format!("http://localhost:{}/named", server.port);
+    // `localhost` is a local name: refused unless listed exactly, port included.
+    let m = denied(
+        client(allow_private(&[server.endpoint()]))
+            .send("p", &star(), &[], get(&url), deny_all())
+            .await,
+    );
+    assert!(m.contains("localhost"), "{m}");
+    // Listed: the gate resolves it (whatever order `127.0.0.1` and `::1` come in) and
+    // connects only to what it checked.
+    let c = client(allow_private(&[endpoint]));
+    let (id, head) = c
+        .send("p", &star(), &[], get(&url), deny_all())
+        .await
+        .expect("resolved and connected");
+    assert_eq!(head.status, 200);
+    assert_eq!(read_all(&c, "p", id).await.expect("body"), b"by name");
+    assert_eq!(server.requests().len(), 1);
+    assert!(
+        server.requests()[0]
+            .to_ascii_lowercase()
+            .contains(&format!("host: localhost:{}", server.port)),
+        "the Host header keeps the name: {}",
+        server.requests()[0]
+    );
+}
+
+#[tokio::test]
 async fn metadata_private_and_mapped_addresses_are_refused() {
     let c = client(NetPolicy::new(NetDecision::Allow));
     for (url, word) in [
