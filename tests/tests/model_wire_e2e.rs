@@ -34,6 +34,21 @@ fn cache_dir() -> PathBuf {
         .to_owned()
 }
 
+/// The package of a model plugin. Compiles are serialized so that the tests running in
+/// parallel compile each component once and then hit the shared cache instead of compiling
+/// it a dozen times at once.
+fn package(
+    loader: &PluginLoader,
+    plugin: &str,
+    config: Value,
+) -> anyhow::Result<keel_kernel::PluginPackage> {
+    static COMPILING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = COMPILING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    models::package(loader, plugin, config)
+}
+
 /// A kernel whose network policy denies everything but the loopback server, with the model
 /// plugin loaded.
 struct Session {
@@ -80,9 +95,7 @@ impl Session {
                 ..LoaderConfig::default()
             },
         );
-        let status = kernel
-            .load(models::package(&loader, plugin, config)?)
-            .await?;
+        let status = kernel.load(package(&loader, plugin, config)?).await?;
         anyhow::ensure!(status.state == PluginState::Active, "{status:?}");
         Ok(Session {
             kernel,
@@ -915,7 +928,7 @@ async fn scripted_model_without_a_script_fails_to_activate_clearly() -> R {
         },
     );
     let status = kernel
-        .load(models::package(&loader, "model-scripted", json!({}))?)
+        .load(package(&loader, "model-scripted", json!({}))?)
         .await?;
     match status.state {
         PluginState::Failed { reason } => {
