@@ -188,7 +188,7 @@ impl HostHandle {
                 &caps.network,
                 &caps.secrets,
                 request,
-                gates.approver(),
+                Arc::new(crate::net_client::GateApprover(gates.clone())),
             )
             .await;
         if let Ok((_, head)) = &result

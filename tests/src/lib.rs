@@ -1,6 +1,9 @@
-//! keel end-to-end test support: the hostile plugin fixtures and a kernel harness.
+//! keel end-to-end test support: the hostile plugin fixtures, the model adapter plugins and a
+//! kernel harness.
 
 pub mod fixtures;
 pub mod harness;
+pub mod model_server;
+pub mod models;
 
 pub use harness::Harness;

@@ -1,0 +1,44 @@
+//! keel plugin `model-openai`: the `model` service over the OpenAI Chat Completions API and
+//! the many servers that speak it (Ollama, vLLM, llama.cpp, OpenRouter, ...).
+//!
+//! `complete` takes a `ModelRequest` JSON and answers a `ModelResponse` JSON; while the
+//! response streams, every `StreamDelta` is emitted on `model.delta`. Requests go to
+//! `{base-url}/chat/completions` through the kernel's network gate; the key is the
+//! kernel-held secret named by `api-key-secret` (default `OPENAI_API_KEY`), sent as
+//! `authorization: Bearer …` without the plugin ever seeing it. When the secret is not set,
+//! requests go out without it (local servers need none). Configuration: see
+//! [`keel_model_http::settings`].
+
+use keel_model_http::settings;
+use keel_model_http::transport::SdkTransport;
+use keel_model_wire::driver::{self, AdapterConfig};
+use keel_protocol::services;
+use keel_sdk::Plugin;
+
+/// The active adapter.
+struct OpenAiModel {
+    adapter: AdapterConfig,
+}
+
+impl Plugin for OpenAiModel {
+    fn activate(config: &str) -> Result<Self, String> {
+        let adapter = settings::openai(config)?;
+        keel_sdk::services::provide(services::MODEL, keel_model_http::MODEL_SERVICE_VERSION)?;
+        Ok(OpenAiModel { adapter })
+    }
+
+    fn handle_call(
+        &mut self,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, String> {
+        keel_model_http::serve(service, method, payload, |request, on_delta| {
+            let mut transport = SdkTransport::new();
+            driver::complete(&mut transport, &self.adapter, request, on_delta)
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+keel_sdk::export_plugin!(OpenAiModel);

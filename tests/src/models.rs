@@ -1,0 +1,55 @@
+//! The model adapter plugins (`plugins/model-openai`, `plugins/model-anthropic`,
+//! `plugins/model-scripted`), compiled by this crate's build script so end-to-end tests can
+//! load them before they are part of the bundled set.
+
+use anyhow::Context as _;
+use keel_kernel::{PluginLoader, PluginPackage};
+
+include!(concat!(env!("OUT_DIR"), "/models.rs"));
+
+/// The manifest text and component bytes of the model plugin `name`, if there is one.
+pub fn model_plugin(name: &str) -> Option<(&'static str, &'static [u8])> {
+    MODELS
+        .iter()
+        .find(|(model, _, _)| *model == name)
+        .map(|&(_, manifest, component)| (manifest, component))
+}
+
+/// The package of the model plugin `name` with its configuration overridden by `config` (a
+/// JSON object merged over the manifest's `[config]`, as the user's `[config.<name>]` is).
+pub fn package(
+    loader: &PluginLoader,
+    name: &str,
+    config: serde_json::Value,
+) -> anyhow::Result<PluginPackage> {
+    let (manifest, component) =
+        model_plugin(name).with_context(|| format!("no model plugin `{name}`"))?;
+    let mut package = loader.from_embedded(&format!("model plugin {name}"), manifest, component)?;
+    if let (Some(defaults), serde_json::Value::Object(overrides)) =
+        (package.manifest.config.as_object_mut(), config)
+    {
+        defaults.extend(overrides);
+    }
+    Ok(package)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_model_plugin_is_a_component_providing_model() {
+        for name in ["model-openai", "model-anthropic", "model-scripted"] {
+            let (manifest, component) = model_plugin(name).expect("built");
+            assert_eq!(
+                component.get(..8),
+                Some(&b"\0asm\x0d\x00\x01\x00"[..]),
+                "{name}"
+            );
+            let manifest = keel_kernel::Manifest::parse(manifest, std::path::Path::new(name))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(manifest.name, name);
+            assert!(manifest.provides.contains_key("model"), "{name}");
+        }
+    }
+}
