@@ -7,7 +7,15 @@ use std::path::PathBuf;
 use keel_guest_build::{GuestCrate, build_components, workspace_root};
 
 /// The plugin crates (directories under `plugins/`) bundled into the binary.
-const BUNDLED: &[&str] = &["greeter", "greeter-client", "echo-tool", "agent-loop"];
+const BUNDLED: &[&str] = &[
+    "greeter",
+    "greeter-client",
+    "echo-tool",
+    "agent-loop",
+    "model-openai",
+    "model-anthropic",
+    "model-scripted",
+];
 
 fn main() {
     let plugins = workspace_root().join("plugins");

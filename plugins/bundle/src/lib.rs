@@ -36,7 +36,15 @@ mod tests {
         let names: Vec<&str> = all().iter().map(|b| b.name).collect();
         assert_eq!(
             names,
-            ["greeter", "greeter-client", "echo-tool", "agent-loop"]
+            [
+                "greeter",
+                "greeter-client",
+                "echo-tool",
+                "agent-loop",
+                "model-openai",
+                "model-anthropic",
+                "model-scripted",
+            ]
         );
         for bundled in all() {
             // A component, not a core module: magic, then version 0x0d and layer 1.
