@@ -23,7 +23,9 @@ use keel_protocol::{
 use serde_json::Value;
 
 use crate::exec_gate::{self, ExecCommand, ExecOutcome};
-use crate::gates::approvals::{Approvals, Approver, DenyAll, GrantStore, Outcome, SessionApprovals};
+use crate::gates::approvals::{
+    Approvals, Approver, DenyAll, GrantStore, Outcome, SessionApprovals,
+};
 use crate::gates::arg_repair;
 use crate::gates::exec_policy::{Decision, ExecPolicy, Verdict};
 use crate::gates::net_policy::{NetDecision, NetPolicy};
@@ -186,7 +188,10 @@ impl SessionGates {
                     // Ids come from the model; a missing, unsafe or repeated one gets a
                     // kernel-made id so every call is addressable exactly once.
                     if safe_path::safe_component(id).is_err() || calls.contains_key(id.as_str()) {
-                        *id = format!("keel-call-{}", self.next_call.fetch_add(1, Ordering::SeqCst));
+                        *id = format!(
+                            "keel-call-{}",
+                            self.next_call.fetch_add(1, Ordering::SeqCst)
+                        );
                     }
                     calls.insert(
                         id.clone(),
@@ -473,7 +478,12 @@ pub(crate) async fn dispatch_one(
     let decision = judge(gates, m, chain, &tool, &spec, &input, command.as_deref()).await;
     let (approved_command, verdict) = match decision {
         Judged::Refused(reason) => {
-            return outcome(id, &tool, OutcomeStatus::Refused, format!("[keel] {reason}"));
+            return outcome(
+                id,
+                &tool,
+                OutcomeStatus::Refused,
+                format!("[keel] {reason}"),
+            );
         }
         Judged::Run {
             approved_command,
@@ -482,7 +492,18 @@ pub(crate) async fn dispatch_one(
     };
     let _ = verdict;
     gates.mark_executed(id, &tool, &input);
-    run_tool(gates, m, chain, id, &tool, &spec, &owner, &input, approved_command).await
+    run_tool(
+        gates,
+        m,
+        chain,
+        id,
+        &tool,
+        &spec,
+        &owner,
+        &input,
+        approved_command,
+    )
+    .await
 }
 
 /// Replay an approved, executed call of the current turn with exactly the same input.
@@ -535,7 +556,12 @@ async fn resolve(
     let answer = m
         .call_service(chain, services::TOOL_REGISTRY, "resolve", &payload)
         .await
-        .map_err(|e| (OutcomeStatus::Error, format!("[keel] resolving tool `{name}` failed: {e}")))?;
+        .map_err(|e| {
+            (
+                OutcomeStatus::Error,
+                format!("[keel] resolving tool `{name}` failed: {e}"),
+            )
+        })?;
     match serde_json::from_str::<Resolution>(&answer) {
         Ok(Resolution::Found { name }) => Ok(name),
         Ok(Resolution::Unknown { did_you_mean }) if did_you_mean.is_empty() => Err((
@@ -594,14 +620,18 @@ async fn ask_guards(
     let mut decision = GuardDecision::Allow;
     let mut reasons = Vec::new();
     for (guard, plugin) in m.guards() {
-        let answer =
-            tokio::time::timeout(gates.guard_timeout, m.check_guard(chain, &guard, tool, &input_text))
-                .await;
+        let answer = tokio::time::timeout(
+            gates.guard_timeout,
+            m.check_guard(chain, &guard, tool, &input_text),
+        )
+        .await;
         let verdict = match answer {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => GuardVerdict {
                 decision: GuardDecision::Forbid,
-                reason: format!("guard `{guard}` of plugin `{plugin}` failed ({e}), which counts as forbid"),
+                reason: format!(
+                    "guard `{guard}` of plugin `{plugin}` failed ({e}), which counts as forbid"
+                ),
             },
             Err(_) => GuardVerdict {
                 decision: GuardDecision::Forbid,
@@ -877,7 +907,10 @@ mod tests {
         let e = check_schema(&s, &serde_json::json!({"path": "a", "limit": 1.5})).expect_err("int");
         assert!(e.contains("integer"), "{e}");
         let e = check_schema(&s, &serde_json::json!({"path": "a", "x": 1})).expect_err("extra");
-        assert!(e.contains("unknown field `x`") && e.contains("`limit`"), "{e}");
+        assert!(
+            e.contains("unknown field `x`") && e.contains("`limit`"),
+            "{e}"
+        );
         let e = check_schema(&s, &serde_json::json!("text")).expect_err("not an object");
         assert!(e.contains("should be object"), "{e}");
     }

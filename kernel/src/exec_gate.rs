@@ -125,7 +125,9 @@ pub(crate) async fn run(
     }
     #[cfg(unix)]
     command.process_group(0);
-    let mut child = command.spawn().map_err(|e| ExecError::Spawn(e.to_string()))?;
+    let mut child = command
+        .spawn()
+        .map_err(|e| ExecError::Spawn(e.to_string()))?;
     let mut stdout = child.stdout.take();
     let mut output = Vec::new();
     let mut dropped = 0usize;
@@ -229,9 +231,13 @@ mod tests {
     #[tokio::test]
     async fn output_is_interleaved_and_the_exit_code_kept() {
         let (_d, ws) = ws();
-        let out = run(&ws, &cmd("echo out; echo err >&2; exit 3", ".", 10_000), &[])
-            .await
-            .expect("runs");
+        let out = run(
+            &ws,
+            &cmd("echo out; echo err >&2; exit 3", ".", 10_000),
+            &[],
+        )
+        .await
+        .expect("runs");
         assert_eq!(out.exit_code, Some(3));
         assert_eq!(out.output, "out\nerr\n");
         assert!(!out.timed_out);

@@ -5,9 +5,9 @@
 use std::sync::{Arc, Weak};
 
 use crate::env::Effect;
+use crate::exec_gate::{ExecCommand, ExecOutcome};
 use crate::instance::CallChain;
 use crate::lifecycle::Shared;
-use crate::exec_gate::{ExecCommand, ExecOutcome};
 use crate::manifest::Manifest;
 use crate::net_client::{HttpHead, HttpRequest};
 use crate::types::{KernelError, Level, ToolSpec};
@@ -152,9 +152,7 @@ impl HostHandle {
 
     /// Every registered tool, sorted by name.
     pub fn tools(&self) -> Vec<ToolSpec> {
-        self.shared()
-            .map(|s| s.tools())
-            .unwrap_or_default()
+        self.shared().map(|s| s.tools()).unwrap_or_default()
     }
 
     /// Register the guard `name`; the kernel asks this plugin about every tool call.
@@ -185,7 +183,13 @@ impl HostHandle {
         let gates = shared.gates.clone();
         let result = gates
             .net
-            .send(&self.plugin, &caps.network, &caps.secrets, request, gates.approver())
+            .send(
+                &self.plugin,
+                &caps.network,
+                &caps.secrets,
+                request,
+                gates.approver(),
+            )
             .await;
         if let Ok((_, head)) = &result
             && let Ok(url) = url::Url::parse(&head.url)

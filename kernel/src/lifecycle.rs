@@ -1191,8 +1191,9 @@ impl Shared {
         let text = self
             .call_into(chain, &plugin, slot, Request::Guard { guard, tool, input })
             .await?;
-        serde_json::from_str(&text)
-            .map_err(|e| KernelError::Failed(format!("guard `{guard}` answered malformed data: {e}")))
+        serde_json::from_str(&text).map_err(|e| {
+            KernelError::Failed(format!("guard `{guard}` answered malformed data: {e}"))
+        })
     }
 
     /// `agent.complete`: ask the model service, record the calls, clean the text.
@@ -1205,11 +1206,12 @@ impl Shared {
             .call_service(chain, keel_protocol::services::MODEL, "complete", request)
             .await
             .map_err(|e| redact_error(&self.gates, e))?;
-        let response: keel_protocol::ModelResponse = serde_json::from_str(&answer).map_err(|e| {
-            KernelError::Failed(format!(
-                "the model plugin answered something that is not a ModelResponse ({e})"
-            ))
-        })?;
+        let response: keel_protocol::ModelResponse =
+            serde_json::from_str(&answer).map_err(|e| {
+                KernelError::Failed(format!(
+                    "the model plugin answered something that is not a ModelResponse ({e})"
+                ))
+            })?;
         let response = self.gates.record_response(response);
         serde_json::to_string(&response)
             .map_err(|e| KernelError::Failed(format!("cannot encode the response: {e}")))

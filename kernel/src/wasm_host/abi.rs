@@ -142,9 +142,9 @@ pub fn check_imports(report: &ComponentReport, caps: &Capabilities) -> Vec<Strin
         if parts.package == KEEL_PACKAGE {
             // The doors that reach beyond the plugin need the capability that grants them.
             let missing = match parts.interface {
-                "http" if caps.network.is_empty() => Some(
-                    "the `network` capability (list the hosts under [capabilities] network)",
-                ),
+                "http" if caps.network.is_empty() => {
+                    Some("the `network` capability (list the hosts under [capabilities] network)")
+                }
                 "exec" if !caps.exec => Some("the `exec` capability (`exec = true`)"),
                 "agent" if !caps.agent => Some("the `agent` capability (`agent = true`)"),
                 _ => None,

@@ -276,7 +276,7 @@ pub mod __private {
     use std::marker::PhantomData;
 
     use crate::Plugin;
-    use crate::bindings::exports::keel::plugin::plugin::{Event, Guest, GuardVerdict};
+    use crate::bindings::exports::keel::plugin::plugin::{Event, GuardVerdict, Guest};
     use crate::bindings::keel::plugin::types::GuardDecision;
 
     thread_local! {
