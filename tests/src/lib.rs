@@ -2,5 +2,6 @@
 
 pub mod fixtures;
 pub mod harness;
+pub mod plugins;
 
 pub use harness::Harness;
