@@ -1,14 +1,11 @@
-//! Compiles the hostile plugin fixtures under `fixtures/plugins/` and the model adapter plugins
-//! (`plugins/model-*`) to components and generates the tables behind `keel_tests::fixtures`
-//! and `keel_tests::models`.
+//! Compiles the hostile plugin fixtures under `fixtures/plugins/` to components and generates
+//! the table behind `keel_tests::fixtures`. The agent plugins come from the bundled set
+//! (`keel-bundled-plugins`), so they are compiled once.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use keel_guest_build::{BuiltComponent, GuestCrate, build_components, discover, workspace_root};
-
-/// The model adapter plugins the end-to-end tests load (until they are bundled).
-const MODEL_PLUGINS: &[&str] = &["model-openai", "model-anthropic", "model-scripted"];
+use keel_guest_build::{build_components, discover};
 
 fn main() {
     let manifest_dir = PathBuf::from(
@@ -18,24 +15,7 @@ fn main() {
     // A new fixture directory must re-run this script even before it is built.
     println!("cargo:rerun-if-changed={}", fixtures_dir.display());
     let fixtures = discover(&fixtures_dir);
-    let plugins = workspace_root().join("plugins");
-    let models: Vec<GuestCrate> = MODEL_PLUGINS
-        .iter()
-        .map(|dir| GuestCrate::from_dir(plugins.join(dir)))
-        .collect();
-    // The shared crates of the model plugins are not guests themselves; a change there must
-    // rebuild the components too.
-    for shared in ["model-http", "model-wire"] {
-        println!("cargo:rerun-if-changed={}", plugins.join(shared).display());
-    }
-    println!(
-        "cargo:rerun-if-changed={}",
-        workspace_root().join("protocol").display()
-    );
-    // One nested build for all guests.
-    let mut built = build_components(&[fixtures.clone(), models].concat());
-    let built_models = built.split_off(fixtures.len());
-    write_models(&built_models);
+    let built = build_components(&fixtures);
 
     let mut code = String::new();
     for component in &built {
@@ -65,22 +45,7 @@ fn main() {
 
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     std::fs::write(out_dir.join("fixtures.rs"), code).expect("cannot write fixtures.rs to OUT_DIR");
+
+
 }
 
-/// The table behind `keel_tests::models`.
-fn write_models(built: &[BuiltComponent]) {
-    let mut code = String::from("/// Every model plugin: name, manifest text, component bytes.\n");
-    code.push_str("static MODELS: &[(&str, &str, &[u8])] = &[\n");
-    for component in built {
-        let _ = writeln!(
-            code,
-            "    ({:?}, {}, {}),",
-            component.name,
-            component.include_manifest_expr(),
-            component.include_component_expr(),
-        );
-    }
-    code.push_str("];\n");
-    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    std::fs::write(out_dir.join("models.rs"), code).expect("cannot write models.rs to OUT_DIR");
-}

@@ -131,7 +131,7 @@ impl Context {
 
     /// The verdict ledger of the claim verifier.
     pub fn verdict_ledger(&self) -> PathBuf {
-        self.data_dir().join("verdicts").join("verdicts.jsonl")
+        self.data_dir().join("verifier").join("verdicts.jsonl")
     }
 
     /// The network audit log (never inside a directory a plugin can be granted).

@@ -27,6 +27,7 @@ impl Runtime {
             LoaderConfig {
                 workspace: ctx.workspace.clone(),
                 trusted_native: ctx.config.trust.native.clone(),
+                data_dir: Some(ctx.data_dir()),
             },
         );
         Ok(Runtime {

@@ -249,12 +249,6 @@ impl Session {
                 None
             }
         };
-        std::fs::create_dir_all(ctx.sessions_dir())
-            .with_context(|| format!("cannot create {}", ctx.sessions_dir().display()))?;
-        if let Some(dir) = ctx.verdict_ledger().parent() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-        }
         let gates = GateConfig {
             workspace: Some(ctx.workspace.clone()),
             exec_policy: policy,
@@ -585,6 +579,7 @@ fn loader_config(ctx: &Context) -> LoaderConfig {
     LoaderConfig {
         workspace: ctx.workspace.clone(),
         trusted_native: ctx.config.trust.native.clone(),
+        data_dir: Some(ctx.data_dir()),
     }
 }
 

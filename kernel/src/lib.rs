@@ -29,7 +29,9 @@ pub use instance::{CallChain, InstanceError, PluginInstance, PluginSource};
 pub use lifecycle::{
     Kernel, KernelConfig, LifecycleError, PluginPackage, PluginState, PluginStatus,
 };
-pub use loader::{LoadError, LoaderConfig, PluginLoader, code_path, manifest_path};
+pub use loader::{
+    DATA_DIR_PREFIX, LoadError, LoaderConfig, PluginLoader, code_path, manifest_path,
+};
 pub use manifest::{
     Capabilities, DirAccess, DirCapability, Limits, Manifest, ManifestError, PluginKind,
     Requirement, is_valid_plugin_name, is_valid_service_name,

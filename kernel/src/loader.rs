@@ -17,7 +17,15 @@ pub struct LoaderConfig {
     pub workspace: PathBuf,
     /// Native plugins the user trusts, by name.
     pub trusted_native: BTreeSet<String>,
+    /// keel's data directory (session logs, verdict ledgers). A manifest directory path
+    /// starting with [`DATA_DIR_PREFIX`] resolves under it, and is created when missing;
+    /// `None` refuses such paths.
+    pub data_dir: Option<PathBuf>,
 }
+
+/// The prefix of a manifest directory path that names keel's data directory
+/// ([`LoaderConfig::data_dir`]): `$KEEL_DATA/sessions` is the `sessions` folder in it.
+pub const DATA_DIR_PREFIX: &str = "$KEEL_DATA";
 
 /// Why a plugin could not be prepared for loading.
 #[derive(Debug, thiserror::Error)]
@@ -156,12 +164,7 @@ impl PluginLoader {
                 path: d.path.clone(),
                 reason,
             };
-            let host = self
-                .config
-                .workspace
-                .join(&d.path)
-                .canonicalize()
-                .map_err(|e| grant_err(format!("{e}; create it or change the manifest")))?;
+            let host = self.host_dir(&d.path).map_err(grant_err)?;
             if !host.is_dir() {
                 return Err(grant_err("it is not a directory".into()));
             }
@@ -175,5 +178,108 @@ impl PluginLoader {
             dirs,
             limits: self.wasm.limits_for(&manifest.limits),
         })
+    }
+
+    /// The host directory a manifest path names, canonical: under the data directory for
+    /// `$KEEL_DATA/…` (created when missing), else relative to the workspace (must exist).
+    fn host_dir(&self, path: &Path) -> Result<PathBuf, String> {
+        let mut components = path.components();
+        let in_data = components
+            .next()
+            .is_some_and(|c| c.as_os_str() == DATA_DIR_PREFIX);
+        if !in_data {
+            return self
+                .config
+                .workspace
+                .join(path)
+                .canonicalize()
+                .map_err(|e| format!("{e}; create it or change the manifest"));
+        }
+        let Some(data) = &self.config.data_dir else {
+            return Err(format!(
+                "no data directory is configured, so `{DATA_DIR_PREFIX}` cannot be resolved"
+            ));
+        };
+        let rest = components.as_path();
+        // The data directory is keel's own: a manifest may name folders in it, never climb out.
+        if rest
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(format!(
+                "paths under `{DATA_DIR_PREFIX}` must be plain folder names, without `..` or a root"
+            ));
+        }
+        let host = data.join(rest);
+        std::fs::create_dir_all(&host).map_err(|e| format!("cannot create it: {e}"))?;
+        host.canonicalize().map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wasm_host::WasmHostConfig;
+
+    fn loader(workspace: &Path, data_dir: Option<PathBuf>) -> PluginLoader {
+        let wasm = WasmHost::new(WasmHostConfig::default()).expect("wasm host");
+        PluginLoader::new(
+            wasm,
+            LoaderConfig {
+                workspace: workspace.to_owned(),
+                data_dir,
+                ..LoaderConfig::default()
+            },
+        )
+    }
+
+    fn manifest(path: &str) -> Manifest {
+        let text = format!(
+            "name = \"p\"\nversion = \"0.1.0\"\nkind = \"wasm\"\n[capabilities]\n\
+             dirs = [{{ path = \"{path}\", guest = \"/data\", access = \"read-write\" }}]\n"
+        );
+        Manifest::parse(&text, Path::new("p/keel.toml")).expect("manifest parses")
+    }
+
+    #[test]
+    fn keel_data_paths_resolve_under_the_data_directory() {
+        let ws = tempfile::tempdir().expect("workspace");
+        let data = tempfile::tempdir().expect("data dir");
+        let l = loader(ws.path(), Some(data.path().to_owned()));
+        let grants = l.grants(&manifest("$KEEL_DATA/sessions")).expect("granted");
+        let expected = data
+            .path()
+            .join("sessions")
+            .canonicalize()
+            .expect("created");
+        assert_eq!(grants.dirs[0].host, expected);
+        assert_eq!(grants.dirs[0].guest, "/data");
+        assert!(!grants.dirs[0].read_only);
+        // The bare prefix is the data directory itself.
+        let grants = l.grants(&manifest("$KEEL_DATA")).expect("granted");
+        assert_eq!(
+            grants.dirs[0].host,
+            data.path().canonicalize().expect("canonical")
+        );
+        // Workspace-relative paths are unchanged.
+        let grants = l.grants(&manifest(".")).expect("granted");
+        assert_eq!(
+            grants.dirs[0].host,
+            ws.path().canonicalize().expect("canonical")
+        );
+    }
+
+    #[test]
+    fn keel_data_paths_are_refused_without_a_data_directory_or_with_escapes() {
+        let ws = tempfile::tempdir().expect("workspace");
+        let data = tempfile::tempdir().expect("data dir");
+        let e = loader(ws.path(), None)
+            .grants(&manifest("$KEEL_DATA/sessions"))
+            .expect_err("no data dir");
+        assert!(e.to_string().contains("no data directory"), "{e}");
+        let e = loader(ws.path(), Some(data.path().to_owned()))
+            .grants(&manifest("$KEEL_DATA/../escape"))
+            .expect_err("escape");
+        assert!(e.to_string().contains("without `..`"), "{e}");
     }
 }

@@ -15,6 +15,11 @@ const BUNDLED: &[&str] = &[
     "model-openai",
     "model-anthropic",
     "model-scripted",
+    "fs-tools",
+    "shell",
+    "tool-registry",
+    "session-log",
+    "verifier",
 ];
 
 fn main() {
@@ -23,6 +28,15 @@ fn main() {
         .iter()
         .map(|dir| GuestCrate::from_dir(plugins.join(dir)))
         .collect();
+    // Libraries the plugins share are not guests themselves; a change there changes the
+    // components too.
+    for shared in ["agent-kit", "model-wire", "model-http"] {
+        println!("cargo:rerun-if-changed={}", plugins.join(shared).display());
+    }
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace_root().join("protocol").display()
+    );
     let built = build_components(&crates);
 
     let mut code = String::from(

@@ -24,6 +24,9 @@
 //!   `deactivate-attempts` and as an event on `fixture.unload.attempts`.
 //! - `reentrant`: service `fixture.reentrant`; method `call-self` calls its own `ping` through
 //!   the kernel and returns the answer or `error: <kernel error>`; `ping` returns `pong`.
+//! - `canned-model`: service `model`; `complete` answers with the assistant message (text,
+//!   tool calls, stop reason) spelled out as JSON in the request's last message, so tests
+//!   drive tool calls through the kernel's gate pipeline without a model.
 
 include!(concat!(env!("OUT_DIR"), "/fixtures.rs"));
 
@@ -49,6 +52,7 @@ mod tests {
         assert_eq!(
             names(),
             [
+                CANNED_MODEL,
                 MEMORY_BOMB,
                 PATH_ESCAPE,
                 REENTRANT,

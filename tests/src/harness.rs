@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use keel_kernel::{
-    Kernel, KernelConfig, LoaderConfig, PluginLoader, PluginPackage, PluginStatus, WasmHost,
-    WasmHostConfig,
+    GateConfig, Kernel, KernelConfig, LoaderConfig, PluginLoader, PluginPackage, PluginStatus,
+    WasmHost, WasmHostConfig,
 };
 
 /// A kernel and the loader that feeds it.
@@ -34,6 +34,45 @@ impl Harness {
                 },
             ),
         })
+    }
+
+    /// A kernel whose gates are set up by `gates` and whose loader resolves relative
+    /// directory grants against `workspace` and `$KEEL_DATA/…` under `data_dir`.
+    pub fn with_gates(
+        workspace: &Path,
+        data_dir: Option<PathBuf>,
+        cache: Option<PathBuf>,
+        gates: GateConfig,
+    ) -> anyhow::Result<Harness> {
+        let wasm = WasmHost::new(WasmHostConfig {
+            cache_dir: cache,
+            ..WasmHostConfig::default()
+        })?;
+        Ok(Harness {
+            kernel: Kernel::with_gates(KernelConfig::default(), gates),
+            loader: PluginLoader::new(
+                wasm,
+                LoaderConfig {
+                    workspace: workspace.to_owned(),
+                    data_dir,
+                    ..LoaderConfig::default()
+                },
+            ),
+        })
+    }
+
+    /// The package of a plugin under test (see [`crate::plugins`]).
+    pub fn plugin(&self, name: &str) -> anyhow::Result<PluginPackage> {
+        let (manifest, component) = crate::plugins::plugin(name)
+            .with_context(|| format!("no plugin under test `{name}`"))?;
+        Ok(self
+            .loader
+            .from_embedded(&format!("plugin {name}"), manifest, component)?)
+    }
+
+    /// Load a plugin under test.
+    pub async fn load_plugin(&self, name: &str) -> anyhow::Result<PluginStatus> {
+        Ok(self.kernel.load(self.plugin(name)?).await?)
     }
 
     /// The package of a bundled plugin.

@@ -5,5 +5,6 @@ pub mod fixtures;
 pub mod harness;
 pub mod model_server;
 pub mod models;
+pub mod plugins;
 
 pub use harness::Harness;

@@ -1,18 +1,14 @@
-//! The model adapter plugins (`plugins/model-openai`, `plugins/model-anthropic`,
-//! `plugins/model-scripted`), compiled by this crate's build script so end-to-end tests can
-//! load them before they are part of the bundled set.
+//! The model adapter plugins (`model-openai`, `model-anthropic`, `model-scripted`) from the
+//! bundled set, with their configuration overridden for a test.
 
 use anyhow::Context as _;
 use keel_kernel::{PluginLoader, PluginPackage};
 
-include!(concat!(env!("OUT_DIR"), "/models.rs"));
-
 /// The manifest text and component bytes of the model plugin `name`, if there is one.
 pub fn model_plugin(name: &str) -> Option<(&'static str, &'static [u8])> {
-    MODELS
-        .iter()
-        .find(|(model, _, _)| *model == name)
-        .map(|&(_, manifest, component)| (manifest, component))
+    keel_bundled_plugins::get(name)
+        .filter(|b| b.name.starts_with("model-"))
+        .map(|b| (b.manifest, b.component))
 }
 
 /// The package of the model plugin `name` with its configuration overridden by `config` (a

@@ -875,9 +875,13 @@ pub fn append_verdict(
         .map_err(io_err("opening"))?;
     let len = file.metadata().map_err(io_err("reading"))?.len();
     if len > 0 {
+        // Read through a read-only handle: reading through an append-mode handle sees
+        // nothing inside a WASI guest.
         let mut last = [0u8; 1];
-        file.seek(SeekFrom::Start(len - 1))
-            .and_then(|_| file.read_exact(&mut last))
+        let mut reader = fs::File::open(path).map_err(io_err("opening"))?;
+        reader
+            .seek(SeekFrom::Start(len - 1))
+            .and_then(|_| reader.read_exact(&mut last))
             .map_err(io_err("reading"))?;
         if last[0] != b'\n' {
             line.insert(0, b'\n');

@@ -134,7 +134,10 @@ impl LogWriter {
             .read(true)
             .open(&path)
             .map_err(io_err("opening", &path))?;
-        let tail = scan_tail(&mut file).map_err(io_err("reading", &path))?;
+        // Scanned through a read-only handle: reading through an append-mode handle sees
+        // nothing inside a WASI guest.
+        let mut reader = File::open(&path).map_err(io_err("opening", &path))?;
+        let tail = scan_tail(&mut reader).map_err(io_err("reading", &path))?;
         let next_seq = match (&tail.torn, tail.last_seq) {
             (Some(line), _) => line.seq + 1,
             (None, Some(seq)) => seq + 1,

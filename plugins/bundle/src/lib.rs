@@ -44,6 +44,11 @@ mod tests {
                 "model-openai",
                 "model-anthropic",
                 "model-scripted",
+                "fs-tools",
+                "shell",
+                "tool-registry",
+                "session-log",
+                "verifier",
             ]
         );
         for bundled in all() {

@@ -9,7 +9,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Writes `bytes` to `target` atomically, keeping an existing file's permissions.
+///
+/// Inside a WASI guest an existing file is rewritten in place instead: WASI has no permission
+/// bits (`set_permissions` is unsupported), so a replacement file would get the default mode
+/// and an executable script would lose its `x` bit. Writing in place keeps mode, owner and
+/// links at the cost of atomicity; new files are still created atomically.
 pub(crate) fn write_atomic(target: &Path, bytes: &[u8]) -> io::Result<()> {
+    #[cfg(target_os = "wasi")]
+    if target.is_file() {
+        let mut file = OpenOptions::new().write(true).truncate(true).open(target)?;
+        file.write_all(bytes)?;
+        return file.sync_all();
+    }
     let dir = target
         .parent()
         .filter(|p| !p.as_os_str().is_empty())

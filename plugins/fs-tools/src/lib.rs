@@ -1,0 +1,54 @@
+//! keel plugin `fs-tools`: the file tools of `keel-agent-kit` (`read_file`, `write_file`,
+//! `edit_file`, `list_dir`, `grep`) as registered tools.
+//!
+//! The workspace is the plugin's only preopened directory, seen as `/workspace`; every tool
+//! runs against that root, so the sandbox confines them even where the tools' own path checks
+//! would not. A tool's failure comes back as `Err(message)`; the kernel turns it into an error
+//! result the model reads.
+
+use std::path::Path;
+
+use keel_agent_kit::tools::{self, ToolSpec as KitSpec, paths::WORKSPACE_PREFIX};
+use keel_sdk::{Plugin, ToolCapabilities, ToolSpec, tools as kernel_tools};
+
+/// The plugin instance; it holds nothing itself.
+struct FsTools;
+
+/// The ABI registration of an agent-kit tool spec.
+fn to_abi(spec: &KitSpec) -> ToolSpec {
+    let mut caps = ToolCapabilities::empty();
+    if spec.capabilities.reads_files {
+        caps |= ToolCapabilities::READS_FILES;
+    }
+    if spec.capabilities.writes_files {
+        caps |= ToolCapabilities::WRITES_FILES;
+    }
+    ToolSpec::new(
+        spec.name.clone(),
+        spec.description.clone(),
+        spec.input_schema.clone(),
+    )
+    .capabilities(caps)
+    .parallel_safe(spec.parallel_safe)
+}
+
+impl Plugin for FsTools {
+    fn activate(_config: &str) -> Result<Self, String> {
+        for spec in tools::all_specs() {
+            kernel_tools::register(to_abi(&spec))
+                .map_err(|e| format!("cannot register `{}`: {e}", spec.name))?;
+        }
+        Ok(FsTools)
+    }
+
+    fn invoke_tool(&mut self, name: &str, input: &str) -> Result<String, String> {
+        let input: serde_json::Value = serde_json::from_str(input)
+            .map_err(|e| format!("{name}: the input is not JSON ({e}); send a JSON object"))?;
+        match tools::run_tool(name, Path::new(WORKSPACE_PREFIX), &input) {
+            Some(result) => result.map_err(|e| e.to_string()),
+            None => Err(format!("fs-tools has no tool named `{name}`")),
+        }
+    }
+}
+
+keel_sdk::export_plugin!(FsTools);

@@ -1,0 +1,167 @@
+//! keel plugin `session-log`: the append-only JSONL session log.
+//!
+//! It subscribes to `session.event` and appends each [`SessionEvent`] (the event's payload,
+//! JSON) as a [`LogLine`](keel_protocol::LogLine) — sequence number and wall-clock time added
+//! — to `/sessions/<session>.jsonl`, the `sessions` folder of keel's data directory.
+//!
+//! It provides the service `session-log` 1.0.0 (payloads JSON):
+//! - `append` (`SessionEvent`) → `{"seq": n}`: the same as the event, synchronously.
+//! - `list` (payload ignored) → `[SessionSummary]`, most recently active first.
+//! - `read` (`{"session": id}`) → `{"lines": [LogLine], "warnings": [{"line", "message"}]}`.
+//! - `conversation` (`{"session": id}`) → `{"messages": [Message], "context": {"system",
+//!   "tools"} | null, "warnings": [...]}`.
+//!
+//! A torn last line (an interrupted writer) is skipped with a warning, never fatal; the next
+//! append closes it off and continues the sequence.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use keel_agent_kit::session_log::{self, LogRead, LogWriter};
+use keel_protocol::{SessionEvent, services, topics};
+use keel_sdk::{Event, Plugin, events, log, services as kernel_services};
+use serde::Deserialize;
+use serde_json::json;
+
+/// Where the sessions folder is preopened.
+const DIR: &str = "/sessions";
+/// Open writers kept at most; older ones are closed (reopening is cheap).
+const MAX_OPEN: usize = 16;
+
+/// The payload of `read` and `conversation`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionRequest {
+    session: String,
+}
+
+/// The plugin instance: the open writers, by session.
+struct SessionLog {
+    writers: BTreeMap<String, LogWriter>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String, String> {
+    serde_json::to_string(value).map_err(|e| format!("cannot encode the answer: {e}"))
+}
+
+fn warnings_json(read: &LogRead) -> serde_json::Value {
+    read.warnings
+        .iter()
+        .map(|w| json!({"line": w.line, "message": w.message}))
+        .collect()
+}
+
+impl SessionLog {
+    fn append(&mut self, event: &SessionEvent) -> Result<u64, String> {
+        let id = event.session().to_string();
+        if !self.writers.contains_key(&id) {
+            if self.writers.len() >= MAX_OPEN
+                && let Some(oldest) = self.writers.keys().next().cloned()
+            {
+                self.writers.remove(&oldest);
+            }
+            let writer = LogWriter::open(Path::new(DIR), &id).map_err(|e| e.to_string())?;
+            self.writers.insert(id.clone(), writer);
+        }
+        let Some(writer) = self.writers.get_mut(&id) else {
+            return Err(format!("no writer for session {id}"));
+        };
+        match writer.append(now_ms(), event) {
+            Ok(seq) => Ok(seq),
+            Err(e) => {
+                // The file may have been moved or truncated under us: drop the writer so
+                // the next event reopens (and re-scans) it.
+                self.writers.remove(&id);
+                Err(e.to_string())
+            }
+        }
+    }
+
+    fn read(payload: &str) -> Result<(String, LogRead), String> {
+        let request: SessionRequest = serde_json::from_str(payload)
+            .map_err(|e| format!("the payload must be {{\"session\": \"<id>\"}} ({e})"))?;
+        let read =
+            session_log::read_log(Path::new(DIR), &request.session).map_err(|e| e.to_string())?;
+        Ok((request.session, read))
+    }
+}
+
+impl Plugin for SessionLog {
+    fn activate(_config: &str) -> Result<Self, String> {
+        std::fs::metadata(DIR).map_err(|e| {
+            format!("the sessions directory {DIR} is not available ({e}); the manifest's `$KEEL_DATA/sessions` grant is missing")
+        })?;
+        events::subscribe(topics::SESSION_EVENT)?;
+        kernel_services::provide(services::SESSION_LOG, "1.0.0")?;
+        Ok(SessionLog {
+            writers: BTreeMap::new(),
+        })
+    }
+
+    fn on_event(&mut self, event: Event) {
+        if event.topic != topics::SESSION_EVENT {
+            return;
+        }
+        let parsed: SessionEvent = match serde_json::from_str(&event.payload) {
+            Ok(e) => e,
+            Err(e) => {
+                log::warn(&format!(
+                    "session.event from `{}` is not a SessionEvent ({e}); not logged",
+                    event.source
+                ));
+                return;
+            }
+        };
+        if let Err(e) = self.append(&parsed) {
+            log::error(&format!("session event not logged: {e}"));
+        }
+    }
+
+    fn handle_call(
+        &mut self,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, String> {
+        if service != services::SESSION_LOG {
+            return Err(format!("no such service: {service}"));
+        }
+        match method {
+            "append" => {
+                let event: SessionEvent = serde_json::from_str(payload)
+                    .map_err(|e| format!("append: the payload is not a SessionEvent ({e})"))?;
+                let seq = self.append(&event)?;
+                to_json(&json!({ "seq": seq }))
+            }
+            "list" => to_json(&session_log::list(Path::new(DIR)).map_err(|e| e.to_string())?),
+            "read" => {
+                let (_, read) = Self::read(payload)?;
+                to_json(&json!({"lines": read.lines, "warnings": warnings_json(&read)}))
+            }
+            "conversation" => {
+                let (_, read) = Self::read(payload)?;
+                let conversation = session_log::conversation(&read.lines);
+                let context = conversation
+                    .context
+                    .map(|c| json!({"system": c.system, "tools": c.tools}));
+                to_json(&json!({
+                    "messages": conversation.messages,
+                    "context": context,
+                    "warnings": warnings_json(&read),
+                }))
+            }
+            other => Err(format!(
+                "session-log has no method `{other}`; the methods are append, list, read and conversation"
+            )),
+        }
+    }
+}
+
+keel_sdk::export_plugin!(SessionLog);

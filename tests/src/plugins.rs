@@ -1,0 +1,12 @@
+//! The agent plugins the tests load (`fs-tools`, `shell`, `tool-registry`, `session-log`,
+//! `verifier`, …), taken from the bundled set so they are compiled once.
+
+/// The manifest text and component bytes of the bundled plugin `name`, if there is one.
+pub fn plugin(name: &str) -> Option<(&'static str, &'static [u8])> {
+    keel_bundled_plugins::get(name).map(|b| (b.manifest, b.component))
+}
+
+/// The name of every bundled plugin.
+pub fn names() -> Vec<&'static str> {
+    keel_bundled_plugins::all().iter().map(|b| b.name).collect()
+}
