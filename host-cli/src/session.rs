@@ -685,6 +685,10 @@ impl Printer {
                 println!("  ⎿ {:?}: {}", outcome.status, short(head, 200));
             }
             SessionEvent::Verdict { verdict, .. } => {
+                if self.in_text {
+                    println!();
+                    self.in_text = false;
+                }
                 println!(
                     "✔ verifier: {:?} ({}) {}",
                     verdict.status,

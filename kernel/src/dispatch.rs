@@ -356,7 +356,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// The model-facing text of a refused command: what, why, what instead.
 fn refusal_text(verdict: &Verdict) -> String {
-    let mut text = format!("`{}` is forbidden: {}", verdict.command, verdict.reason);
+    let mut text = format!("`{}` is refused: {}", verdict.command, verdict.reason);
     if let Some(s) = &verdict.suggestion {
         text.push_str("; ");
         text.push_str(s);

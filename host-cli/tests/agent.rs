@@ -1,0 +1,246 @@
+//! Agent sessions through the `keel` binary: the offline demo, and `keel exec --json`
+//! against a loopback server streaming the real OpenAI and Anthropic wire formats.
+
+use std::path::Path;
+use std::process::Output;
+
+use assert_cmd::Command;
+use keel_tests::model_server::{ModelServer, Step, chunk, json_response, last_chunk, sse, sse_head};
+use serde_json::{Value, json};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const KEY: &str = "sk-e2e-0123456789abcdefghijklmnop";
+
+fn keel(home: &Path, workspace: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("keel").expect("keel binary");
+    cmd.arg("--home")
+        .arg(home)
+        .arg("--workspace")
+        .arg(workspace)
+        .env_remove("KEEL_PROVIDER")
+        .env_remove("KEEL_MODEL")
+        .env_remove("KEEL_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("NO_COLOR", "1");
+    cmd
+}
+
+/// Run a command on a blocking thread so the loopback server keeps serving.
+async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().expect("keel runs"))
+        .await
+        .expect("join")
+}
+
+fn json_lines(stdout: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn oa(delta: Value, finish: Option<&str>) -> Step {
+    sse(
+        None,
+        &json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
+    )
+}
+
+fn done() -> Vec<Step> {
+    vec![chunk("data: [DONE]\n\n"), last_chunk()]
+}
+
+fn setup(config: &str) -> (tempfile::TempDir, tempfile::TempDir) {
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    std::fs::write(home.path().join("config.toml"), config).expect("config");
+    std::fs::write(ws.path().join("hello.txt"), "hi from the workspace\n").expect("file");
+    (home, ws)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_json_runs_a_turn_against_an_openai_compatible_server() -> R {
+    let server = ModelServer::start(|n, _| {
+        let mut steps = vec![sse_head()];
+        if n == 0 {
+            steps.push(oa(json!({"role": "assistant", "content": "Reading it."}), None));
+            steps.push(oa(
+                json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                        "function": {"name": "read_file", "arguments": ""}}]}),
+                None,
+            ));
+            for piece in ["{\"pa", "th\": \"hel", "lo.txt\"", "}"] {
+                steps.push(oa(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+                    None,
+                ));
+            }
+            steps.push(oa(json!({}), Some("tool_calls")));
+        } else {
+            steps.push(oa(json!({"content": "The file says hi."}), None));
+            steps.push(oa(json!({}), Some("stop")));
+        }
+        steps.extend(done());
+        steps
+    })
+    .await?;
+    let config = format!(
+        "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+        server.url("/v1")
+    );
+    let (home, ws) = setup(&config);
+    let mut cmd = keel(home.path(), ws.path());
+    cmd.env("OPENAI_API_KEY", KEY)
+        .args(["exec", "--json", "What does hello.txt say?"]);
+    let out = run(cmd).await;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let events = json_lines(&out.stdout);
+    let outcome = events
+        .iter()
+        .find(|e| e["event"]["kind"] == "tool_outcome")
+        .ok_or("no tool outcome event")?;
+    assert_eq!(outcome["event"]["outcome"]["status"], "ok", "{outcome}");
+    assert!(
+        outcome["event"]["outcome"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("hi from the workspace")
+    );
+    let report = events.last().ok_or("no events")?;
+    assert_eq!(report["topic"], "turn.report");
+    assert_eq!(report["report"]["end"], "completed");
+    assert_eq!(report["report"]["text"], "The file says hi.");
+    let received = server.received();
+    assert_eq!(received.len(), 2);
+    assert_eq!(
+        received[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert!(received[1].json().to_string().contains("hi from the workspace"));
+    assert!(!stdout.contains(KEY) && !stderr.contains(KEY));
+    // The session log holds the turn; `keel sessions show` reads it without a model.
+    let list = keel(home.path(), ws.path())
+        .args(["sessions", "list", "--json"])
+        .output()?;
+    let sessions = json_lines(&list.stdout);
+    assert_eq!(sessions.len(), 1, "{}", String::from_utf8_lossy(&list.stdout));
+    let id = sessions[0]["id"].as_str().ok_or("id")?.to_owned();
+    let show = keel(home.path(), ws.path())
+        .args(["sessions", "show", &id])
+        .output()?;
+    let shown = String::from_utf8_lossy(&show.stdout);
+    assert!(shown.contains("read_file") && shown.contains("The file says hi."), "{shown}");
+    assert!(!shown.contains(KEY));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_cut_at_max_tokens_is_not_executed_and_the_notice_goes_back() -> R {
+    let server = ModelServer::start(|n, _| {
+        let mut steps = vec![sse_head()];
+        let ev = |name: &str, data: Value| sse(Some(name), &data);
+        steps.push(ev(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "m", "type": "message",
+                   "role": "assistant", "model": "claude-test", "content": [],
+                   "stop_reason": null, "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        ));
+        if n == 0 {
+            steps.push(ev("content_block_start", json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "write_file", "input": {}}})));
+            steps.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": "{\"path\": \"out.txt\", \"content\": \"a very long"}})));
+            steps.push(ev("message_delta", json!({"type": "message_delta",
+                "delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 64}})));
+        } else {
+            steps.push(ev("content_block_start", json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}})));
+            steps.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "I will split it."}})));
+            steps.push(ev("message_delta", json!({"type": "message_delta",
+                "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}})));
+        }
+        steps.push(ev("message_stop", json!({"type": "message_stop"})));
+        steps.push(last_chunk());
+        steps
+    })
+    .await?;
+    let config = format!(
+        "[model]\nprovider = \"anthropic\"\nmodel = \"claude-test\"\nbase-url = \"{}\"\n",
+        server.url("/v1")
+    );
+    let (home, ws) = setup(&config);
+    let mut cmd = keel(home.path(), ws.path());
+    cmd.env("ANTHROPIC_API_KEY", KEY)
+        .args(["exec", "--json", "--approval", "auto", "Write a long file."]);
+    let out = run(cmd).await;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let events = json_lines(&out.stdout);
+    let outcome = events
+        .iter()
+        .find(|e| e["event"]["kind"] == "tool_outcome")
+        .ok_or("no tool outcome")?;
+    assert_eq!(outcome["event"]["outcome"]["status"], "not_executed", "{outcome}");
+    assert!(!ws.path().join("out.txt").exists(), "the cut-off call must not run");
+    let second = server.received()[1].json().to_string();
+    assert!(second.contains("NOT executed"), "{second}");
+    assert_eq!(server.received()[0].header("x-api-key"), Some(KEY));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_authentication_failure_is_not_retried_and_names_the_key_without_showing_it() -> R {
+    let server = ModelServer::start(|_, _| {
+        vec![json_response(
+            "401 Unauthorized",
+            &[],
+            &format!(r#"{{"error": {{"message": "Incorrect API key provided: {KEY}", "type": "invalid_request_error"}}}}"#),
+        )]
+    })
+    .await?;
+    let config = format!(
+        "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+        server.url("/v1")
+    );
+    let (home, ws) = setup(&config);
+    let mut cmd = keel(home.path(), ws.path());
+    cmd.env("OPENAI_API_KEY", KEY).args(["exec", "--json", "hello"]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(2), "the turn did not complete");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("OPENAI_API_KEY"), "{all}");
+    assert!(!all.contains(KEY), "{all}");
+    assert_eq!(server.received().len(), 1, "401 is not retried");
+    let audit = std::fs::read_to_string(home.path().join("audit.log"))?;
+    assert!(!audit.contains(KEY));
+    Ok(())
+}
+
+#[test]
+fn the_demo_fixes_the_bug_refuses_the_dangerous_command_and_verifies_the_claim() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    let out = keel(home.path(), ws.path()).arg("demo").output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("Refused") && stdout.contains("forbidden"), "{stdout}");
+    assert!(stdout.contains("VerifiedPass"), "{stdout}");
+    let stats = keel(home.path(), ws.path())
+        .args(["verify", "stats", "--json"])
+        .output()?;
+    let stats: Value = serde_json::from_slice(&stats.stdout)?;
+    assert_eq!(stats["verified_pass"], 1, "{stats}");
+    assert_eq!(stats["claim_match_rate"], 1.0, "{stats}");
+    Ok(())
+}
