@@ -144,6 +144,16 @@ impl Context {
         self.home.join("approvals.json")
     }
 
+    /// What no plugin may ever see: the audit log, the approvals, the keys, the config.
+    pub fn sealed_paths(&self) -> Vec<PathBuf> {
+        vec![
+            self.audit_log(),
+            self.grants_file(),
+            self.home.join("config.toml"),
+            self.home.join("keys"),
+        ]
+    }
+
     /// Directory of the compiled-component cache.
     pub fn component_cache(&self) -> PathBuf {
         self.home.join("cache").join("components")

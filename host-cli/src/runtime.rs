@@ -28,6 +28,7 @@ impl Runtime {
                 workspace: ctx.workspace.clone(),
                 trusted_native: ctx.config.trust.native.clone(),
                 data_dir: Some(ctx.data_dir()),
+                sealed: ctx.sealed_paths(),
             },
         );
         Ok(Runtime {

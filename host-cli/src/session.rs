@@ -580,6 +580,7 @@ fn loader_config(ctx: &Context) -> LoaderConfig {
         workspace: ctx.workspace.clone(),
         trusted_native: ctx.config.trust.native.clone(),
         data_dir: Some(ctx.data_dir()),
+        sealed: ctx.sealed_paths(),
     }
 }
 

@@ -5,7 +5,9 @@ use std::path::Path;
 use std::process::Output;
 
 use assert_cmd::Command;
-use keel_tests::model_server::{ModelServer, Step, chunk, json_response, last_chunk, sse, sse_head};
+use keel_tests::model_server::{
+    ModelServer, Step, chunk, json_response, last_chunk, sse, sse_head,
+};
 use serde_json::{Value, json};
 
 type R = Result<(), Box<dyn std::error::Error>>;
@@ -66,7 +68,10 @@ async fn exec_json_runs_a_turn_against_an_openai_compatible_server() -> R {
     let server = ModelServer::start(|n, _| {
         let mut steps = vec![sse_head()];
         if n == 0 {
-            steps.push(oa(json!({"role": "assistant", "content": "Reading it."}), None));
+            steps.push(oa(
+                json!({"role": "assistant", "content": "Reading it."}),
+                None,
+            ));
             steps.push(oa(
                 json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
                         "function": {"name": "read_file", "arguments": ""}}]}),
@@ -121,20 +126,33 @@ async fn exec_json_runs_a_turn_against_an_openai_compatible_server() -> R {
         received[0].header("authorization"),
         Some(format!("Bearer {KEY}").as_str())
     );
-    assert!(received[1].json().to_string().contains("hi from the workspace"));
+    assert!(
+        received[1]
+            .json()
+            .to_string()
+            .contains("hi from the workspace")
+    );
     assert!(!stdout.contains(KEY) && !stderr.contains(KEY));
     // The session log holds the turn; `keel sessions show` reads it without a model.
     let list = keel(home.path(), ws.path())
         .args(["sessions", "list", "--json"])
         .output()?;
     let sessions = json_lines(&list.stdout);
-    assert_eq!(sessions.len(), 1, "{}", String::from_utf8_lossy(&list.stdout));
+    assert_eq!(
+        sessions.len(),
+        1,
+        "{}",
+        String::from_utf8_lossy(&list.stdout)
+    );
     let id = sessions[0]["id"].as_str().ok_or("id")?.to_owned();
     let show = keel(home.path(), ws.path())
         .args(["sessions", "show", &id])
         .output()?;
     let shown = String::from_utf8_lossy(&show.stdout);
-    assert!(shown.contains("read_file") && shown.contains("The file says hi."), "{shown}");
+    assert!(
+        shown.contains("read_file") && shown.contains("The file says hi."),
+        "{shown}"
+    );
     assert!(!shown.contains(KEY));
     Ok(())
 }
@@ -176,18 +194,33 @@ async fn a_call_cut_at_max_tokens_is_not_executed_and_the_notice_goes_back() -> 
     );
     let (home, ws) = setup(&config);
     let mut cmd = keel(home.path(), ws.path());
-    cmd.env("ANTHROPIC_API_KEY", KEY)
-        .args(["exec", "--json", "--approval", "auto", "Write a long file."]);
+    cmd.env("ANTHROPIC_API_KEY", KEY).args([
+        "exec",
+        "--json",
+        "--approval",
+        "auto",
+        "Write a long file.",
+    ]);
     let out = run(cmd).await;
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let events = json_lines(&out.stdout);
     let outcome = events
         .iter()
         .find(|e| e["event"]["kind"] == "tool_outcome")
         .ok_or("no tool outcome")?;
-    assert_eq!(outcome["event"]["outcome"]["status"], "not_executed", "{outcome}");
-    assert!(!ws.path().join("out.txt").exists(), "the cut-off call must not run");
+    assert_eq!(
+        outcome["event"]["outcome"]["status"], "not_executed",
+        "{outcome}"
+    );
+    assert!(
+        !ws.path().join("out.txt").exists(),
+        "the cut-off call must not run"
+    );
     let second = server.received()[1].json().to_string();
     assert!(second.contains("NOT executed"), "{second}");
     assert_eq!(server.received()[0].header("x-api-key"), Some(KEY));
@@ -210,7 +243,8 @@ async fn an_authentication_failure_is_not_retried_and_names_the_key_without_show
     );
     let (home, ws) = setup(&config);
     let mut cmd = keel(home.path(), ws.path());
-    cmd.env("OPENAI_API_KEY", KEY).args(["exec", "--json", "hello"]);
+    cmd.env("OPENAI_API_KEY", KEY)
+        .args(["exec", "--json", "hello"]);
     let out = run(cmd).await;
     assert_eq!(out.status.code(), Some(2), "the turn did not complete");
     let all = format!(
@@ -234,7 +268,10 @@ fn the_demo_fixes_the_bug_refuses_the_dangerous_command_and_verifies_the_claim()
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stdout.contains("Refused") && stdout.contains("forbidden"), "{stdout}");
+    assert!(
+        stdout.contains("Refused") && stdout.contains("forbidden"),
+        "{stdout}"
+    );
     assert!(stdout.contains("VerifiedPass"), "{stdout}");
     let stats = keel(home.path(), ws.path())
         .args(["verify", "stats", "--json"])

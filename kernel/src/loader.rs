@@ -21,6 +21,9 @@ pub struct LoaderConfig {
     /// starting with [`DATA_DIR_PREFIX`] resolves under it, and is created when missing;
     /// `None` refuses such paths.
     pub data_dir: Option<PathBuf>,
+    /// Files and directories of the sealed kernel (the audit log, the approvals file, the
+    /// signing keys, the user's config): no granted directory may contain one.
+    pub sealed: Vec<PathBuf>,
 }
 
 /// The prefix of a manifest directory path that names keel's data directory
@@ -168,6 +171,13 @@ impl PluginLoader {
             if !host.is_dir() {
                 return Err(grant_err("it is not a directory".into()));
             }
+            if let Some(sealed) = self.exposes_sealed(&host) {
+                return Err(grant_err(format!(
+                    "it contains `{}`, which belongs to keel's sealed kernel and no plugin may \
+                     see; grant a narrower directory",
+                    sealed.display()
+                )));
+            }
             dirs.push(GrantedDir {
                 host,
                 guest: d.guest.clone(),
@@ -177,6 +187,18 @@ impl PluginLoader {
         Ok(WasmGrants {
             dirs,
             limits: self.wasm.limits_for(&manifest.limits),
+        })
+    }
+
+    /// The first sealed path inside `dir` (canonical), if any.
+    fn exposes_sealed(&self, dir: &Path) -> Option<&Path> {
+        self.config.sealed.iter().map(PathBuf::as_path).find(|s| {
+            // A sealed file may not exist yet; judge where it would be.
+            let canonical = s.canonicalize().ok().or_else(|| {
+                let parent = s.parent()?.canonicalize().ok()?;
+                Some(parent.join(s.file_name()?))
+            });
+            canonical.is_some_and(|c| c.starts_with(dir))
         })
     }
 
@@ -239,6 +261,31 @@ mod tests {
              dirs = [{{ path = \"{path}\", guest = \"/data\", access = \"read-write\" }}]\n"
         );
         Manifest::parse(&text, Path::new("p/keel.toml")).expect("manifest parses")
+    }
+
+    #[test]
+    fn a_grant_that_would_expose_a_sealed_file_is_refused() {
+        let ws = tempfile::tempdir().expect("workspace");
+        let home = ws.path().join("home");
+        std::fs::create_dir_all(home.join("sub")).expect("mkdir");
+        let wasm = WasmHost::new(WasmHostConfig::default()).expect("wasm host");
+        let l = PluginLoader::new(
+            wasm,
+            LoaderConfig {
+                workspace: ws.path().to_owned(),
+                sealed: vec![home.join("audit.log"), home.join("approvals.json")],
+                ..LoaderConfig::default()
+            },
+        );
+        for path in [".", "home"] {
+            let err = l.grants(&manifest(path)).expect_err("refused");
+            let text = err.to_string();
+            assert!(
+                text.contains("audit.log") && text.contains("sealed"),
+                "{text}"
+            );
+        }
+        assert!(l.grants(&manifest("home/sub")).is_ok());
     }
 
     #[test]

@@ -234,6 +234,15 @@ impl Manifest {
                 ),
             ));
         }
+        // The kernel's own name: a plugin called `keel` (or replacing it) could pass for the
+        // kernel in call chains and event sources.
+        if name == crate::types::KERNEL_NAME {
+            return Err(err(
+                raw.name.span(),
+                "name",
+                "`keel` is the kernel's own name; choose another".to_owned(),
+            ));
+        }
         let version = Version::parse(raw.version.get_ref()).map_err(|e| {
             err(
                 raw.version.span(),
@@ -255,14 +264,21 @@ impl Manifest {
                 ));
             }
         };
-        if let Some(r) = &raw.replaces
-            && !is_valid_plugin_name(r.get_ref())
-        {
-            return Err(err(
-                r.span(),
-                "replaces",
-                format!("`{}` is not a valid plugin name", r.get_ref()),
-            ));
+        if let Some(r) = &raw.replaces {
+            if r.get_ref() == crate::types::KERNEL_NAME {
+                return Err(err(
+                    r.span(),
+                    "replaces",
+                    "the kernel and its gates are not a plugin and cannot be replaced".to_owned(),
+                ));
+            }
+            if !is_valid_plugin_name(r.get_ref()) {
+                return Err(err(
+                    r.span(),
+                    "replaces",
+                    format!("`{}` is not a valid plugin name", r.get_ref()),
+                ));
+            }
         }
         let mut provides = BTreeMap::new();
         for (service, v) in &raw.provides {

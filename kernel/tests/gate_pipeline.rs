@@ -489,3 +489,14 @@ fn plugins_cannot_take_the_keel_namespace() {
     .expect_err("a keel.* service is refused");
     assert!(refused.to_string().contains("reserved"), "{refused}");
 }
+
+#[test]
+fn no_plugin_can_pose_as_or_replace_the_kernel() {
+    for text in [
+        "name = \"keel\"\nversion = \"1.0.0\"\nkind = \"wasm\"\n",
+        "name = \"usurper\"\nversion = \"1.0.0\"\nkind = \"wasm\"\nreplaces = \"keel\"\n",
+    ] {
+        let refused = Manifest::parse(text, Path::new("test/keel.toml")).expect_err("refused");
+        assert!(refused.to_string().contains("kernel"), "{refused}");
+    }
+}
