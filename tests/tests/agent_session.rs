@@ -1,0 +1,166 @@
+//! A live session whose plugins are unloaded and reloaded mid-turn: the turn completes, no
+//! session event is lost, and unloaded tools vanish from the next model request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_kernel::gates::approvals::PolicyApprover;
+use keel_kernel::gates::exec_policy::ApprovalMode;
+use keel_kernel::{GateConfig, PluginState};
+use keel_protocol::{LogLine, SessionEvent, TurnEnd, TurnReport, TurnRequest, services, topics};
+use keel_tests::{Harness, models};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const SCRIPT: &str = r#"
+[[step]]
+text = "Waiting for a slow command."
+[[step.tool_calls]]
+name = "exec_shell"
+arguments = { command = "sleep 1" }
+
+[[step]]
+text = "Now reading."
+[[step.tool_calls]]
+name = "exec_shell"
+arguments = { command = "cat notes.txt" }
+
+[[step]]
+expect_tool_result_contains = "remember me"
+text = "Turn one is done."
+
+[[step]]
+text = "Turn two is done."
+"#;
+
+fn log_lines(path: &std::path::Path) -> Vec<LogLine> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn tools_of_contexts(lines: &[LogLine]) -> Vec<Vec<String>> {
+    lines
+        .iter()
+        .filter_map(|l| match &l.event {
+            SessionEvent::Context { tools, .. } => {
+                Some(tools.iter().map(|t| t.name.clone()).collect())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unloading_and_reloading_mid_turn_loses_nothing_and_tools_vanish_from_the_next_request() -> R
+{
+    let ws = tempfile::tempdir()?;
+    let ws_path = ws.path().canonicalize()?;
+    std::fs::write(ws_path.join("notes.txt"), "remember me\n")?;
+    let data = tempfile::tempdir()?;
+    let h = Harness::with_gates(
+        &ws_path,
+        Some(data.path().to_owned()),
+        None,
+        GateConfig {
+            workspace: Some(ws_path.clone()),
+            approver: Arc::new(PolicyApprover(ApprovalMode::Auto)),
+            ..GateConfig::locked_down()
+        },
+    )?;
+    h.kernel
+        .load(models::package(
+            &h.loader,
+            "model-scripted",
+            serde_json::json!({ "script": SCRIPT }),
+        )?)
+        .await?;
+    for name in [
+        "tool-registry",
+        "fs-tools",
+        "shell",
+        "session-log",
+        "agent-loop",
+    ] {
+        let status = h.load_plugin(name).await?;
+        assert_eq!(status.state, PluginState::Active, "{name}: {status:?}");
+    }
+    // Compile the replacement before the turn, so the reload itself is quick.
+    let new_session_log = h.plugin("session-log")?;
+    let mut bus = h.kernel.events();
+    let kernel = h.kernel.clone();
+    let turn = tokio::spawn(async move {
+        let request = serde_json::to_string(&TurnRequest {
+            session: "live".into(),
+            input: "do the thing".into(),
+        })?;
+        let answer = kernel
+            .call_service(services::AGENT, "turn", &request)
+            .await?;
+        Ok::<TurnReport, Box<dyn std::error::Error + Send + Sync>>(serde_json::from_str(&answer)?)
+    });
+    // While `sleep 1` runs: reload the session log, unload the file tools.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.kernel.reload(new_session_log).await?;
+    h.kernel.unload("fs-tools").await?;
+    let report = turn.await?.map_err(|e| e.to_string())?;
+    assert_eq!(report.end, TurnEnd::Completed, "{report:?}");
+    assert_eq!(report.text, "Turn one is done.");
+
+    // Every session event emitted reaches the log, in order, despite the reload.
+    let mut emitted = 0;
+    while let Ok(event) = bus.try_recv() {
+        if event.topic == topics::SESSION_EVENT {
+            emitted += 1;
+        }
+    }
+    let log = data.path().join("sessions").join("live.jsonl");
+    let mut lines = log_lines(&log);
+    for _ in 0..100 {
+        if lines.len() >= emitted {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        lines = log_lines(&log);
+    }
+    assert!(emitted > 0);
+    assert_eq!(lines.len(), emitted, "every emitted event is in the log");
+    let seqs: Vec<u64> = lines.iter().map(|l| l.seq).collect();
+    assert_eq!(seqs, (0..emitted as u64).collect::<Vec<_>>());
+
+    // The first request offered read_file; the one after the unload did not.
+    let contexts = tools_of_contexts(&lines);
+    assert!(contexts.len() >= 2, "{contexts:?}");
+    assert!(
+        contexts[0].contains(&"read_file".to_owned()),
+        "{contexts:?}"
+    );
+    let last = contexts.last().ok_or("no context")?;
+    assert!(!last.contains(&"read_file".to_owned()), "{contexts:?}");
+    assert!(last.contains(&"exec_shell".to_owned()), "{contexts:?}");
+
+    // Loading the tools again brings them back for the next turn.
+    h.load_plugin("fs-tools").await?;
+    let request = serde_json::to_string(&TurnRequest {
+        session: "live".into(),
+        input: "again".into(),
+    })?;
+    let answer = h
+        .kernel
+        .call_service(services::AGENT, "turn", &request)
+        .await?;
+    let report: TurnReport = serde_json::from_str(&answer)?;
+    assert_eq!(report.end, TurnEnd::Completed, "{report:?}");
+    assert_eq!(report.text, "Turn two is done.");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let contexts = tools_of_contexts(&log_lines(&log));
+    assert!(
+        contexts
+            .last()
+            .is_some_and(|t| t.contains(&"read_file".to_owned())),
+        "{contexts:?}"
+    );
+    Ok(())
+}
