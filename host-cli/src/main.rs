@@ -31,6 +31,12 @@ enum Command {
     /// Ask the exec policy about a command.
     #[command(subcommand)]
     Policy(commands::policy::PolicyCommand),
+    /// Publish, install and browse registry plugins; keys and trust.
+    #[command(flatten)]
+    Registry(commands::registry::RegistryCommand),
+    /// Call the tools of the loaded plugins.
+    #[command(subcommand)]
+    Tool(commands::tool::ToolCommand),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +64,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Plugin(cmd) => commands::plugin::run(&ctx, cmd).await,
             Command::Policy(cmd) => commands::policy::run(&ctx, cmd),
+            Command::Registry(cmd) => commands::registry::run(&ctx, cmd).await,
+            Command::Tool(cmd) => commands::tool::run(&ctx, cmd).await,
         }
     });
     match result {
