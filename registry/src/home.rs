@@ -102,6 +102,17 @@ impl Session {
         Ok(log)
     }
 
+    /// Read `name`'s index with the chain and rollback checks but without checking
+    /// signatures (for resolution over a whole registry; see
+    /// [`IndexLog::parse_unsigned_checks`]).
+    pub fn log_for_resolution(&mut self, name: &PluginName) -> Result<IndexLog, RegistryError> {
+        let text = self.registry.read_index(name)?;
+        let log = IndexLog::parse_unsigned_checks(name, &text)?;
+        let location = self.registry.location().to_owned();
+        self.heads.observe(&location, &log)?;
+        Ok(log)
+    }
+
     /// Forget the head seen of `name` (after a deliberate restore of the registry).
     pub fn forget_head(&mut self, name: &PluginName) -> bool {
         let location = self.registry.location().to_owned();

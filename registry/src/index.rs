@@ -31,7 +31,8 @@ pub struct VersionInfo<'a> {
     pub record: &'a Record,
     /// Its body.
     pub release: &'a Release,
-    /// Who signed it, `None` when unsigned.
+    /// Who signed it (verified); `None` when unsigned, or when the log was parsed without
+    /// signature checks.
     pub signer: Option<PublicKey>,
     /// The yank record, when yanked.
     pub yanked_by: Option<&'a Record>,
@@ -54,6 +55,25 @@ impl IndexLog {
     /// version; yanks only of released versions. A last line without its newline is a cut-off
     /// write and is ignored.
     pub fn parse(name: &PluginName, text: &[u8]) -> Result<IndexLog, RegistryError> {
+        Self::parse_with(name, text, true)
+    }
+
+    /// Like [`parse`](Self::parse) but without checking signatures: the chain, order and
+    /// version rules are checked, and [`VersionInfo::signer`] is `None` throughout. For
+    /// resolution over a whole registry, where only the chosen releases' signatures matter
+    /// (the install checks those with [`Record::signer`]).
+    pub fn parse_unsigned_checks(
+        name: &PluginName,
+        text: &[u8],
+    ) -> Result<IndexLog, RegistryError> {
+        Self::parse_with(name, text, false)
+    }
+
+    fn parse_with(
+        name: &PluginName,
+        text: &[u8],
+        check_signatures: bool,
+    ) -> Result<IndexLog, RegistryError> {
         let text = std::str::from_utf8(text).map_err(|_| RegistryError::Corrupt {
             what: format!("the index of {name}"),
             reason: "it is not UTF-8".into(),
@@ -96,7 +116,11 @@ impl IndexLog {
                 }
                 _ => {}
             }
-            let signer = record.signer()?;
+            let signer = if check_signatures {
+                record.signer()?
+            } else {
+                None
+            };
             log.hashes.push(Record::hash_line(line));
             log.signers.push(signer);
             log.records.push(record);

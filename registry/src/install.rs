@@ -108,13 +108,10 @@ impl InstallPlan {
     }
 }
 
-/// The release record and signer of `name@version` in `log`.
-fn release_of<'a>(
-    log: &'a IndexLog,
-    version: &Version,
-) -> Option<(&'a Record, Option<PublicKey>, bool)> {
+/// The release record of `name@version` in `log` and whether it is yanked.
+fn release_of<'a>(log: &'a IndexLog, version: &Version) -> Option<(&'a Record, bool)> {
     log.version(version)
-        .map(|v| (v.record, v.signer, v.yanked_by.is_some()))
+        .map(|v| (v.record, v.yanked_by.is_some()))
 }
 
 /// Check that a release's manifest says what its record says (both are signed; a mismatch
@@ -184,7 +181,7 @@ pub fn plan_install(
             // Its namespace comes from another registry: never from this one.
             continue;
         }
-        match session.log(&name) {
+        match session.log_for_resolution(&name) {
             Ok(log) => {
                 catalog.add_log(&log);
                 logs.insert(name, log);
@@ -218,11 +215,14 @@ pub fn plan_install(
             name: name.to_string(),
             registry: location.clone(),
         })?;
-        let (record, signer, yanked) =
+        let (record, yanked) =
             release_of(log, &version).ok_or_else(|| RegistryError::NoSuchVersion {
                 name: name.to_string(),
                 version: version.to_string(),
             })?;
+        // The catalog was read without signature checks; this release's signature is checked
+        // here, before its signer is judged.
+        let signer = record.signer()?;
         let verdict = session.trust.judge(
             &name,
             &version,
