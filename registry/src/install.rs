@@ -359,8 +359,15 @@ pub fn load_installed(home: &Home) -> Result<Vec<InstalledPlugin>, RegistryError
                 actual,
             };
         let manifest_path = dir.join("keel.toml");
+        let missing = |path: &Path, e: std::io::Error| RegistryError::Io {
+            what: path.display().to_string(),
+            reason: format!(
+                "{e}; the lockfile lists {}@{} as installed; run `keel install {}@={}` to restore it",
+                entry.name, entry.version, entry.name, entry.version
+            ),
+        };
         let manifest_text =
-            std::fs::read(&manifest_path).map_err(|e| RegistryError::io(&manifest_path, e))?;
+            std::fs::read(&manifest_path).map_err(|e| missing(&manifest_path, e))?;
         let actual = sha256_hex(&manifest_text);
         if actual != entry.manifest_sha256 {
             return Err(mismatch(&manifest_path, &entry.manifest_sha256, actual));
@@ -375,7 +382,7 @@ pub fn load_installed(home: &Home) -> Result<Vec<InstalledPlugin>, RegistryError
             return Err(mismatch(&manifest_path, &entry.capabilities, digest));
         }
         let code_path = dir.join(installed_code_name(manifest.kind));
-        let code = std::fs::read(&code_path).map_err(|e| RegistryError::io(&code_path, e))?;
+        let code = std::fs::read(&code_path).map_err(|e| missing(&code_path, e))?;
         let actual = sha256_hex(&code);
         if actual != entry.sha256 {
             return Err(mismatch(&code_path, &entry.sha256, actual));

@@ -60,7 +60,7 @@ impl Catalog {
         Catalog::default()
     }
 
-    /// Add a release. Requirements whose range does not parse make the release unusable.
+    /// Add a release.
     pub fn add(&mut self, name: PluginName, candidate: Candidate) {
         for (service, version) in &candidate.provides {
             self.services
@@ -76,22 +76,23 @@ impl Catalog {
         list.push(candidate);
     }
 
-    /// Add every release of a checked index.
+    /// Add every release of a checked index; a release whose requirement ranges do not parse
+    /// is left out.
     pub fn add_log(&mut self, log: &IndexLog) {
         for v in log.versions() {
-            let requires = v
+            let requires: Result<Vec<(String, VersionReq)>, _> = v
                 .release
                 .requires
                 .iter()
                 .filter(|(_, r)| !r.optional)
                 .map(|(service, r)| {
-                    // A range that does not parse (it parsed at publish time) can match
-                    // nothing: `<0.0.0-0` is empty.
-                    let range = VersionReq::parse(&r.range)
-                        .unwrap_or_else(|_| VersionReq::parse("<0.0.0-0").unwrap_or_default());
-                    (service.clone(), range)
+                    VersionReq::parse(&r.range).map(|range| (service.clone(), range))
                 })
                 .collect();
+            // A range that does not parse (it did at publish time) makes the release unusable.
+            let Ok(requires) = requires else {
+                continue;
+            };
             self.add(
                 log.name().clone(),
                 Candidate {
