@@ -32,6 +32,12 @@ enum Command {
     /// Ask the exec policy about a command.
     #[command(subcommand)]
     Policy(commands::policy::PolicyCommand),
+    /// Publish, install and browse registry plugins; keys and trust.
+    #[command(flatten)]
+    Registry(commands::registry::RegistryCommand),
+    /// Call the tools of the loaded plugins.
+    #[command(subcommand)]
+    Tool(commands::tool::ToolCommand),
     /// Run an agent session: one turn with PROMPT, or an interactive session without.
     Run {
         /// What to ask the agent.
@@ -122,6 +128,8 @@ fn main() -> ExitCode {
             }
             Command::Demo { keep } => commands::run::demo(&ctx, keep).await,
             Command::Doctor => commands::doctor::run(&ctx).await,
+            Command::Registry(cmd) => commands::registry::run(&ctx, cmd).await,
+            Command::Tool(cmd) => commands::tool::run(&ctx, cmd).await,
         }
     });
     match result {

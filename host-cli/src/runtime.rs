@@ -58,6 +58,14 @@ impl Runtime {
                 .with_context(|| format!("cannot load the plugin at `{}`", path.display()))?;
             rt.load(ctx, package).await?;
         }
+        // Plugins installed from a registry, each re-hashed against the lockfile first.
+        for installed in keel_registry::load_installed(&keel_registry::Home::new(&ctx.home))? {
+            let package = match installed.component {
+                Some(bytes) => rt.loader.from_component(installed.manifest, &bytes)?,
+                None => rt.loader.from_path(&installed.dir)?,
+            };
+            rt.load(ctx, package).await?;
+        }
         Ok(rt)
     }
 

@@ -1,7 +1,11 @@
 //! One module per command group.
 
 pub mod doctor;
+pub mod key;
 pub mod plugin;
+mod plugin_template;
 pub mod policy;
+pub mod registry;
 pub mod run;
 pub mod sessions;
+pub mod tool;

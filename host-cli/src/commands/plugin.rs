@@ -1,14 +1,15 @@
 //! `keel plugin …`: list, graph and check plugins.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use clap::Subcommand;
 use keel_kernel::{
     Manifest, PluginState, check_imports, code_path, inspect_component, manifest_path,
 };
 
+use super::plugin_template::{self, Kind};
 use crate::config::Context;
 use crate::runtime::Runtime;
 
@@ -33,8 +34,36 @@ pub enum PluginCommand {
         #[arg(long = "plugin", value_name = "PATH")]
         plugins: Vec<PathBuf>,
     },
-    /// Validate a plugin's manifest and component without running it: ABI version, and that
-    /// every import is covered by a requested capability.
+    /// Create a plugin crate from an exemplar: manifest, SDK usage, one native test. It builds
+    /// to a component with `keel plugin build`.
+    New {
+        /// The plugin's name, `[a-z][a-z0-9-]*`.
+        name: String,
+        /// What to start from.
+        #[arg(long, value_enum, default_value = "tool")]
+        kind: Kind,
+        /// Where to create it (default `./NAME`); must not exist.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// The keel-sdk crate to depend on (default: the SDK of the keel sources this binary
+        /// was built from).
+        #[arg(long, value_name = "PATH")]
+        sdk: Option<PathBuf>,
+    },
+    /// Build a plugin crate to a component (`cargo build --release --target wasm32-wasip2`),
+    /// put it where its manifest's `component` points, and check it as `keel plugin check`
+    /// does.
+    Build {
+        /// The plugin crate (with Cargo.toml and keel.toml).
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        /// The check's result as one JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a plugin's manifest and component without running it: ABI version, that
+    /// every import is covered by a requested capability, and that the component was built as
+    /// the manifest's version.
     Check {
         /// A plugin directory (with keel.toml) or a manifest file.
         path: PathBuf,
@@ -84,7 +113,184 @@ pub async fn run(ctx: &Context, cmd: PluginCommand) -> anyhow::Result<ExitCode> 
             component,
             json,
         } => check(ctx, &path, component, json),
+        PluginCommand::New {
+            name,
+            kind,
+            dir,
+            sdk,
+        } => new_plugin(&name, kind, dir, sdk),
+        PluginCommand::Build { path, json } => build(ctx, &path, json),
     }
+}
+
+/// The keel source tree this binary was built from.
+fn keel_sources() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn new_plugin(
+    name: &str,
+    kind: Kind,
+    dir: Option<PathBuf>,
+    sdk: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    if !keel_kernel::is_valid_plugin_name(name) {
+        bail!(
+            "`{name}` is not a valid plugin name; use lowercase letters, digits and `-`, starting with a letter (e.g. `word-count`)"
+        );
+    }
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    if dir.exists()
+        && dir
+            .read_dir()
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        bail!(
+            "`{}` already exists and is not empty; choose another place with --dir DIR",
+            dir.display()
+        );
+    }
+    let default_sdk = sdk.is_none();
+    let sdk = sdk.unwrap_or_else(|| keel_sources().join("plugins/sdk"));
+    let sdk = sdk.canonicalize().with_context(|| {
+        format!(
+            "cannot find keel-sdk at `{}`; pass --sdk PATH (the `plugins/sdk` directory of the keel sources)",
+            sdk.display()
+        )
+    })?;
+    if !sdk.join("Cargo.toml").is_file() {
+        bail!(
+            "`{}` is not the keel-sdk crate (no Cargo.toml); pass --sdk PATH",
+            sdk.display()
+        );
+    }
+    // With the SDK of these sources, start from their lockfile: the same dependency versions,
+    // already downloaded.
+    let sources = sdk.join("../..");
+    let lockfile = if default_sdk {
+        std::fs::read_to_string(sources.join("Cargo.lock")).ok()
+    } else {
+        None
+    };
+    for (rel, text) in plugin_template::render(name, kind, &sdk, lockfile.as_deref()) {
+        let path = dir.join(&rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create `{}`", parent.display()))?;
+        }
+        std::fs::write(&path, text)
+            .with_context(|| format!("cannot write `{}`", path.display()))?;
+    }
+    // The plugin ABI for reference, from the same sources as the SDK.
+    if let Ok(entries) = std::fs::read_dir(sources.join("wit")) {
+        for entry in entries.flatten() {
+            let Ok(files) = std::fs::read_dir(entry.path()) else {
+                continue;
+            };
+            for file in files.flatten() {
+                let target = dir
+                    .join("wit")
+                    .join(entry.file_name())
+                    .join(file.file_name());
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::copy(file.path(), &target)?;
+            }
+        }
+    }
+    println!(
+        "created {} plugin `{name}` in {}",
+        format!("{kind:?}").to_lowercase(),
+        dir.display()
+    );
+    println!(
+        "next: cd {} && cargo test && keel plugin build",
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn build(ctx: &Context, path: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let file = manifest_path(path);
+    let dir = file
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let manifest = Manifest::load(&file)?;
+    let cargo_toml = dir.join("Cargo.toml");
+    if !cargo_toml.is_file() {
+        bail!(
+            "`{}` has no Cargo.toml; `keel plugin build` builds a plugin crate (create one with `keel plugin new NAME`)",
+            dir.display()
+        );
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut child = std::process::Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--message-format=json-render-diagnostics",
+            "--manifest-path",
+        ])
+        .arg(&cargo_toml)
+        // Flags meant for another build (clippy's wrapper, a host target) must not leak in.
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("cannot run cargo; is the Rust toolchain installed?")?;
+    let mut artifact = None;
+    if let Some(stdout) = child.stdout.take() {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line?;
+            let Ok(msg) = serde_json::from_str::<serde_json::Value>(&line) else {
+                continue;
+            };
+            let is_cdylib = msg["target"]["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "cdylib"));
+            let wasm = msg["filenames"].as_array().and_then(|f| {
+                f.iter()
+                    .filter_map(|f| f.as_str())
+                    .find(|f| f.ends_with(".wasm"))
+            });
+            if let (true, Some(wasm)) = (msg["reason"] == "compiler-artifact" && is_cdylib, wasm) {
+                artifact = Some(PathBuf::from(wasm));
+            }
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!(
+            "cargo build failed ({status}); fix the errors above and run `keel plugin build` again (the target is installed with `rustup target add wasm32-wasip2`)"
+        );
+    }
+    let Some(artifact) = artifact else {
+        bail!(
+            "cargo built no WebAssembly component; the crate needs `crate-type = [\"cdylib\"]` under [lib]"
+        );
+    };
+    let component = code_path(&file, &manifest);
+    if let Some(parent) = component.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::copy(&artifact, &component).with_context(|| {
+        format!(
+            "cannot copy `{}` to `{}`",
+            artifact.display(),
+            component.display()
+        )
+    })?;
+    if !json {
+        eprintln!("built {}", component.display());
+    }
+    check(ctx, &file, Some(component), json)
 }
 
 fn print_table(list: &[keel_kernel::PluginStatus]) {
@@ -148,7 +354,20 @@ fn check(
     })?;
     let rt = Runtime::new(ctx)?;
     let report = inspect_component(rt.loader.wasm(), &manifest.name, &bytes)?;
-    let problems = check_imports(&report, &manifest.capabilities);
+    let mut problems = check_imports(&report, &manifest.capabilities);
+    let built_as = keel_registry::component_version(&bytes);
+    match &built_as {
+        Ok(Some(v)) if *v == manifest.version => {}
+        Ok(Some(v)) => problems.push(format!(
+            "keel.toml says version {}, but the component was built as version {v}; make `version` in keel.toml and Cargo.toml equal and rebuild",
+            manifest.version
+        )),
+        Ok(None) => problems.push(format!(
+            "the component does not declare its version (custom section `{}`); build it with keel-sdk, whose `export_plugin!` records the crate's version",
+            keel_registry::VERSION_SECTION
+        )),
+        Err(e) => problems.push(e.clone()),
+    }
     if json {
         println!(
             "{}",

@@ -264,6 +264,14 @@ macro_rules! export_plugin {
         const _: () = {
             type __KeelPluginExport = $crate::__private::Adapter<$plugin>;
     $crate::bindings::export!(__KeelPluginExport with_types_in $crate::bindings);
+
+            /// The plugin crate's version, as the component's `keel-plugin-version` custom
+            /// section: `keel publish` checks that it equals the manifest's version.
+            #[cfg(target_family = "wasm")]
+            #[unsafe(link_section = "keel-plugin-version")]
+            #[used]
+            static __KEEL_PLUGIN_VERSION: [u8; env!("CARGO_PKG_VERSION").len()] =
+                $crate::__private::version_bytes(env!("CARGO_PKG_VERSION"));
         };
     };
 }
@@ -283,6 +291,18 @@ pub mod __private {
         /// The activated plugin. WebAssembly components are single-threaded and a component
         /// exports exactly one plugin, so one untyped slot suffices.
         static INSTANCE: RefCell<Option<Box<dyn Any>>> = const { RefCell::new(None) };
+    }
+
+    /// `version` as a byte array of its own length, for the version custom section.
+    pub const fn version_bytes<const N: usize>(version: &str) -> [u8; N] {
+        let bytes = version.as_bytes();
+        let mut out = [0u8; N];
+        let mut i = 0;
+        while i < N && i < bytes.len() {
+            out[i] = bytes[i];
+            i += 1;
+        }
+        out
     }
 
     /// Connects a [`Plugin`] type to the generated export trait.

@@ -1,0 +1,645 @@
+//! `keel publish`, `yank`, `install`, `search`, `info`, `key …` and `registry …`: the plugin
+//! registry from the command line. Every command takes `--registry DIR|URL` (default
+//! `<home>/registry`).
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, Subcommand};
+use keel_kernel::{Manifest, WasmHost, WasmHostConfig, code_path, manifest_path};
+use keel_registry::{
+    Home, InstallOptions, InstallPlan, KeyPair, LocalRegistry, PluginName, Registry, ServeOptions,
+    Session, apply_install, check_bind_address, parse_spec, plan_install, publish, validate, yank,
+};
+
+use super::key::KeyCommand;
+use crate::config::Context;
+
+/// `--registry DIR|URL`.
+#[derive(Args, Clone)]
+pub struct RegistryArg {
+    /// The registry: a directory or an `http://` URL of `keel registry serve`
+    /// (default `<home>/registry`).
+    #[arg(long, env = "KEEL_REGISTRY", value_name = "DIR|URL")]
+    pub registry: Option<String>,
+}
+
+#[derive(Subcommand)]
+pub enum RegistryCommand {
+    /// Signing keys and trusted keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+    /// Validate a plugin (manifest, ABI, imports vs capabilities, version) and publish it,
+    /// signed, to the registry.
+    Publish {
+        /// The plugin directory (with keel.toml) or its manifest.
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        /// The namespace to publish under (default: the signing key's namespace).
+        #[arg(long, value_name = "NS")]
+        namespace: Option<String>,
+        /// The signing key's name.
+        #[arg(long, default_value = "default")]
+        key: String,
+        /// Publish without a signature (installs then need --allow-unverified).
+        #[arg(long, conflicts_with = "key")]
+        unsigned: bool,
+        /// The component to publish, if not where the manifest says.
+        #[arg(long, value_name = "FILE")]
+        component: Option<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArg,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Hide NAME@VERSION from new installs (lockfiles that pin it keep it). Appends a signed
+    /// yank record; nothing is removed.
+    Yank {
+        /// `namespace:name@version`.
+        spec: String,
+        /// The signing key's name.
+        #[arg(long, default_value = "default")]
+        key: String,
+        #[command(flatten)]
+        registry: RegistryArg,
+    },
+    /// Install plugins: resolve versions, verify every hash and signature, show what each
+    /// plugin asks to be allowed to do, ask for approval, write them and the lockfile.
+    Install {
+        /// `namespace:name[@range]`, e.g. `acme:echo` or `acme:echo@^1.2`.
+        #[arg(required = true)]
+        specs: Vec<String>,
+        /// Approve without asking (for scripts).
+        #[arg(long)]
+        yes: bool,
+        /// Install unsigned plugins or plugins signed by keys you do not trust; the lockfile
+        /// records it.
+        #[arg(long)]
+        allow_unverified: bool,
+        /// Install native plugins, which run outside the sandbox with your full rights.
+        #[arg(long)]
+        allow_native: bool,
+        #[command(flatten)]
+        registry: RegistryArg,
+        /// The plan and the result as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Find plugins whose name or description contains TEXT.
+    Search {
+        /// Text to look for (case-insensitive); empty lists everything.
+        #[arg(default_value = "")]
+        text: String,
+        #[command(flatten)]
+        registry: RegistryArg,
+        /// One JSON array on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A plugin's versions with their requirements, capabilities, signer and yanked state.
+    Info {
+        /// `namespace:name`.
+        name: String,
+        #[command(flatten)]
+        registry: RegistryArg,
+        /// One JSON object on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create, share and repair registries.
+    #[command(subcommand)]
+    Registry(AdminCommand),
+}
+
+#[derive(Subcommand)]
+pub enum AdminCommand {
+    /// Create an empty registry directory.
+    Init {
+        #[command(flatten)]
+        registry: RegistryArg,
+    },
+    /// Share a registry directory over HTTP (publish, index, blobs) until interrupted.
+    Serve {
+        /// Where to listen; loopback only unless --expose-registry-to-network.
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        addr: SocketAddr,
+        /// Listen on a non-loopback address: every host that can reach it may read the
+        /// registry and publish to it.
+        #[arg(long)]
+        expose_registry_to_network: bool,
+        #[command(flatten)]
+        registry: RegistryArg,
+    },
+    /// Forget the last head seen of NAME's index, accepting the registry's current history
+    /// (after a deliberate restore that the rollback check refuses).
+    ForgetHead {
+        /// `namespace:name`.
+        name: String,
+        #[command(flatten)]
+        registry: RegistryArg,
+    },
+}
+
+/// The registry spec of `arg`, or the default one in keel's home.
+pub fn registry_spec(ctx: &Context, arg: &RegistryArg) -> String {
+    arg.registry
+        .clone()
+        .unwrap_or_else(|| ctx.home.join("registry").display().to_string())
+}
+
+/// Open the registry `arg` names (creating a directory when `create`).
+pub fn open_registry(ctx: &Context, arg: &RegistryArg, create: bool) -> anyhow::Result<Registry> {
+    Ok(Registry::open(&registry_spec(ctx, arg), create)?)
+}
+
+fn wasm_host(ctx: &Context) -> anyhow::Result<WasmHost> {
+    WasmHost::new(WasmHostConfig {
+        cache_dir: Some(ctx.component_cache()),
+        ..WasmHostConfig::default()
+    })
+    .context("cannot start the WebAssembly host")
+}
+
+pub async fn run(ctx: &Context, cmd: RegistryCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        RegistryCommand::Key(cmd) => tokio::task::block_in_place(|| super::key::run(ctx, cmd)),
+        RegistryCommand::Registry(AdminCommand::Serve {
+            addr,
+            expose_registry_to_network,
+            registry,
+        }) => serve(ctx, addr, expose_registry_to_network, &registry).await,
+        // The HTTP client blocks; tell the runtime this worker does.
+        other => tokio::task::block_in_place(|| run_blocking(ctx, other)),
+    }
+}
+
+fn run_blocking(ctx: &Context, cmd: RegistryCommand) -> anyhow::Result<ExitCode> {
+    let home = Home::new(ctx.home.clone());
+    match cmd {
+        RegistryCommand::Key(_) | RegistryCommand::Registry(AdminCommand::Serve { .. }) => {
+            bail!("internal: dispatched to the wrong runner")
+        }
+        RegistryCommand::Publish {
+            path,
+            namespace,
+            key,
+            unsigned,
+            component,
+            registry,
+            json,
+        } => {
+            let file = manifest_path(&path);
+            let text = std::fs::read_to_string(&file).with_context(|| {
+                format!(
+                    "cannot read `{}`; pass the plugin directory (with keel.toml)",
+                    file.display()
+                )
+            })?;
+            let manifest = Manifest::parse(&text, &file)?;
+            let code_file = component.unwrap_or_else(|| code_path(&file, &manifest));
+            let code = std::fs::read(&code_file).with_context(|| {
+                format!(
+                    "cannot read `{}`; build the plugin first (`keel plugin build {}`), or pass --component FILE",
+                    code_file.display(),
+                    path.display()
+                )
+            })?;
+            let key = if unsigned {
+                None
+            } else {
+                Some(KeyPair::load(&home.keys_dir(), &key)?)
+            };
+            let namespace = match namespace
+                .or_else(|| key.as_ref().and_then(|k| k.namespace().map(str::to_owned)))
+            {
+                Some(ns) => ns,
+                None => bail!(
+                    "refused to publish `{}`: no namespace; pass --namespace NS, or create the key with `keel key new --namespace NS`",
+                    manifest.name
+                ),
+            };
+            let name = PluginName::new(&namespace, &manifest.name)?;
+            let package = validate(&wasm_host(ctx)?, &file, &text, code)?;
+            let registry = open_registry(ctx, &registry, true)?;
+            let mut session = Session::new(home, registry)?;
+            let record = publish(&mut session, &name, &package, key.as_ref(), &mut |_| {})?;
+            session.finish()?;
+            let sha = record
+                .release
+                .as_ref()
+                .map(|r| r.sha256.clone())
+                .unwrap_or_default();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "name": name,
+                        "version": record.version.to_string(),
+                        "sha256": sha,
+                        "key": key.as_ref().map(|k| k.public().to_string()),
+                        "registry": session.location(),
+                    })
+                );
+            } else {
+                println!(
+                    "published {name} {} to {}",
+                    record.version,
+                    session.location()
+                );
+                println!("  sha256 {sha}");
+                match &key {
+                    Some(k) => println!("  signed by {} ({})", k.public(), k.name()),
+                    None => println!("  UNSIGNED: installs need --allow-unverified"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RegistryCommand::Yank {
+            spec,
+            key,
+            registry,
+        } => {
+            let Some((name, version)) = spec.split_once('@') else {
+                bail!("`{spec}`: write NAME@VERSION, e.g. `acme:echo@0.2.0`");
+            };
+            let name: PluginName = name.parse()?;
+            let version = semver::Version::parse(version)
+                .with_context(|| format!("`{version}` is not a version; write e.g. 0.2.0"))?;
+            let key = KeyPair::load(&home.keys_dir(), &key)?;
+            let registry = open_registry(ctx, &registry, false)?;
+            let mut session = Session::new(home, registry)?;
+            yank(&mut session, &name, &version, Some(&key))?;
+            session.finish()?;
+            println!(
+                "yanked {name} {version}: new installs skip it; lockfiles that pin it keep it"
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        RegistryCommand::Install {
+            specs,
+            yes,
+            allow_unverified,
+            allow_native,
+            registry,
+            json,
+        } => {
+            let wanted = specs
+                .iter()
+                .map(|s| parse_spec(s))
+                .collect::<Result<Vec<_>, _>>()?;
+            let registry = open_registry(ctx, &registry, false)?;
+            let mut session = Session::new(home.clone(), registry)?;
+            let plan = plan_install(
+                &mut session,
+                &wanted,
+                InstallOptions {
+                    allow_unverified,
+                    allow_native,
+                },
+            )?;
+            session.finish()?;
+            install(&home, &plan, yes, json)
+        }
+        RegistryCommand::Search {
+            text,
+            registry,
+            json,
+        } => {
+            let registry = open_registry(ctx, &registry, false)?;
+            let mut session = Session::new(home, registry)?;
+            let needle = text.to_lowercase();
+            let mut hits = Vec::new();
+            for name in session.registry.names()? {
+                let log = match session.log(&name) {
+                    Ok(log) => log,
+                    Err(e) => {
+                        eprintln!("warning: {e}");
+                        continue;
+                    }
+                };
+                let versions = log.versions();
+                let Some(latest) = versions.iter().rev().find(|v| v.yanked_by.is_none()) else {
+                    continue;
+                };
+                let description = latest.release.description.clone();
+                if name.to_string().contains(&needle)
+                    || description.to_lowercase().contains(&needle)
+                {
+                    hits.push(serde_json::json!({
+                        "name": name,
+                        "version": latest.record.version.to_string(),
+                        "description": description,
+                    }));
+                }
+            }
+            session.finish()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&hits)?);
+            } else if hits.is_empty() {
+                println!("no plugin matches `{text}` in {}", session.location());
+            } else {
+                for h in &hits {
+                    println!(
+                        "{} {}  {}",
+                        h["name"].as_str().unwrap_or_default(),
+                        h["version"].as_str().unwrap_or_default(),
+                        h["description"].as_str().unwrap_or_default()
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RegistryCommand::Info {
+            name,
+            registry,
+            json,
+        } => {
+            let name: PluginName = name.parse()?;
+            let registry = open_registry(ctx, &registry, false)?;
+            let mut session = Session::new(home, registry)?;
+            let log = session.log(&name)?;
+            session.finish()?;
+            if log.is_empty() {
+                bail!(
+                    "registry {} has no plugin {name}; `keel search TEXT --registry {}` lists what it has",
+                    session.location(),
+                    session.location()
+                );
+            }
+            let trusted = |key: &Option<keel_registry::PublicKey>| {
+                key.is_some_and(|k| {
+                    session
+                        .trust
+                        .namespaces
+                        .get(name.namespace())
+                        .is_some_and(|t| t.keys.contains(&k) && t.registry == session.location())
+                })
+            };
+            let versions: Vec<serde_json::Value> = log
+                .versions()
+                .iter()
+                .map(|v| {
+                    serde_json::json!({
+                        "version": v.record.version.to_string(),
+                        "yanked": v.yanked_by.is_some(),
+                        "sha256": v.release.sha256,
+                        "size": v.release.size,
+                        "kind": v.release.kind,
+                        "description": v.release.description,
+                        "requires": v.release.requires,
+                        "provides": v.release.provides,
+                        "capabilities": v.release.capabilities,
+                        "signer": v.signer.map(|k| k.to_string()),
+                        "trusted": trusted(&v.signer),
+                    })
+                })
+                .collect();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "name": name,
+                        "registry": session.location(),
+                        "versions": versions,
+                    }))?
+                );
+            } else {
+                println!("{name}  ({})", session.location());
+                for v in log.versions() {
+                    println!(
+                        "{} {}{}",
+                        v.record.version,
+                        v.release.kind,
+                        if v.yanked_by.is_some() {
+                            "  YANKED"
+                        } else {
+                            ""
+                        }
+                    );
+                    if !v.release.description.is_empty() {
+                        println!("  {}", v.release.description);
+                    }
+                    println!(
+                        "  signer:       {}",
+                        match &v.signer {
+                            Some(k) if trusted(&v.signer) => format!("{k} (trusted)"),
+                            Some(k) => format!("{k} (NOT trusted for `{}`)", name.namespace()),
+                            None => "unsigned".to_owned(),
+                        }
+                    );
+                    let reqs: Vec<String> = v
+                        .release
+                        .requires
+                        .iter()
+                        .map(|(s, r)| {
+                            format!(
+                                "{s} {}{}",
+                                r.range,
+                                if r.optional { " (optional)" } else { "" }
+                            )
+                        })
+                        .collect();
+                    let provides: Vec<String> = v
+                        .release
+                        .provides
+                        .iter()
+                        .map(|(s, ver)| format!("{s} {ver}"))
+                        .collect();
+                    println!("  requires:     {}", none_if_empty(&reqs));
+                    println!("  provides:     {}", none_if_empty(&provides));
+                    println!(
+                        "  capabilities: {}",
+                        none_if_empty(&capability_summary(&v.release.capabilities))
+                    );
+                    println!("  sha256:       {}", v.release.sha256);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        RegistryCommand::Registry(AdminCommand::Init { registry }) => {
+            let registry = open_registry(ctx, &registry, true)?;
+            println!("registry ready at {}", registry.location());
+            Ok(ExitCode::SUCCESS)
+        }
+        RegistryCommand::Registry(AdminCommand::ForgetHead { name, registry }) => {
+            let name: PluginName = name.parse()?;
+            let registry = open_registry(ctx, &registry, false)?;
+            let mut session = Session::new(home, registry)?;
+            let forgot = session.forget_head(&name);
+            session.finish()?;
+            if forgot {
+                println!(
+                    "forgot the head seen of {name}; the next read accepts {}'s current history",
+                    session.location()
+                );
+            } else {
+                println!("nothing remembered of {name} in {}", session.location());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn none_if_empty(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".to_owned()
+    } else {
+        items.join(", ")
+    }
+}
+
+fn capability_summary(caps: &keel_kernel::Capabilities) -> Vec<String> {
+    let mut out: Vec<String> = caps
+        .network
+        .iter()
+        .map(|h| format!("network {h}"))
+        .collect();
+    if caps.exec {
+        out.push("exec".to_owned());
+    }
+    for d in &caps.dirs {
+        out.push(format!("dir {} ({:?})", d.path.display(), d.access).to_lowercase());
+    }
+    out
+}
+
+fn install(home: &Home, plan: &InstallPlan, yes: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let changes: Vec<_> = plan.changes().collect();
+    let describe = |p: &keel_registry::PlannedPlugin| {
+        serde_json::json!({
+            "name": p.name,
+            "version": p.version.to_string(),
+            "previous": p.previous.as_ref().map(ToString::to_string),
+            "kind": p.release.kind,
+            "yanked": p.yanked,
+            "verified": p.verified,
+            "signer": p.signer.map(|k| k.to_string()),
+            "capabilities": p.release.capabilities,
+            "requests": p.capability_lines(),
+            "sha256": p.release.sha256,
+        })
+    };
+    if !json {
+        for p in &plan.plugins {
+            let action = match (&p.previous, p.changes()) {
+                (_, false) => "keep",
+                (Some(_), true) => "change",
+                (None, true) => "install",
+            };
+            let from = match (&p.previous, p.changes()) {
+                (Some(old), true) => format!(" (from {old})"),
+                _ => String::new(),
+            };
+            let yanked = if p.yanked {
+                "  [yanked; kept because the lockfile pins it]"
+            } else {
+                ""
+            };
+            println!("{action} {} {}{from}{yanked}", p.name, p.version);
+            if p.changes() {
+                println!(
+                    "  signed by: {}",
+                    match (&p.signer, p.verified) {
+                        (Some(k), true) => format!("{} (trusted for `{}`)", k, p.name.namespace()),
+                        (Some(k), false) => format!("{k} — UNVERIFIED (--allow-unverified)"),
+                        (None, _) => "nobody — UNVERIFIED (--allow-unverified)".to_owned(),
+                    }
+                );
+                println!("  requests:");
+                for line in p.capability_lines() {
+                    println!("    {line}");
+                }
+            }
+        }
+    }
+    if changes.is_empty() {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({ "installed": [], "plugins": plan.plugins.iter().map(describe).collect::<Vec<_>>() })
+            );
+        } else {
+            println!("nothing to install: everything asked for is installed");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !yes {
+        let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+        if !interactive {
+            bail!(
+                "approval needed: {} plugin(s) would be installed with the access listed above; nothing was installed; run again with --yes to approve",
+                changes.len()
+            );
+        }
+        eprint!("Install with the access listed above? [y/N] ");
+        std::io::stderr().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            eprintln!("not installed: not approved");
+            return Ok(ExitCode::from(1));
+        }
+    }
+    apply_install(home, plan)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "installed": changes.iter().map(|p| describe(p)).collect::<Vec<_>>(),
+                "plugins": plan.plugins.iter().map(describe).collect::<Vec<_>>(),
+                "lockfile": home.lock_path(),
+            }))?
+        );
+    } else {
+        println!(
+            "installed {} plugin(s); lockfile {}",
+            changes.len(),
+            home.lock_path().display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve(
+    ctx: &Context,
+    addr: SocketAddr,
+    expose: bool,
+    registry: &RegistryArg,
+) -> anyhow::Result<ExitCode> {
+    check_bind_address(addr, expose)?;
+    let spec = registry_spec(ctx, registry);
+    if spec.starts_with("http://") || spec.starts_with("https://") {
+        bail!("`keel registry serve` shares a directory; pass --registry DIR");
+    }
+    let local = LocalRegistry::open(std::path::Path::new(&spec), true)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let bound = listener.local_addr()?;
+    if !bound.ip().is_loopback() {
+        eprintln!(
+            "warning: serving {} to the network at {bound}: any host that reaches it can read and publish",
+            local.location()
+        );
+    }
+    // Whoever reads this may stop reading; the server keeps serving regardless.
+    let mut out = std::io::stdout();
+    let _ = writeln!(
+        out,
+        "serving {} at http://{bound}\nuse it with: --registry http://{bound}",
+        local.location()
+    );
+    let _ = out.flush();
+    let options = ServeOptions {
+        validator: Some(wasm_host(ctx)?),
+    };
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    keel_registry::serve(listener, local, options, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}

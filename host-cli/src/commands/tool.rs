@@ -1,0 +1,50 @@
+//! `keel tool call`: invoke a tool of the loaded plugins (bundled, configured and installed).
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use crate::config::Context;
+use crate::runtime::Runtime;
+
+#[derive(Subcommand)]
+pub enum ToolCommand {
+    /// Call the tool NAME with the JSON input INPUT and print its result.
+    Call {
+        /// The tool's name.
+        name: String,
+        /// Its input, a JSON object as one argument, e.g. '{"text":"hi"}'.
+        #[arg(default_value = "{}")]
+        input: String,
+    },
+}
+
+pub async fn run(ctx: &Context, cmd: ToolCommand) -> anyhow::Result<ExitCode> {
+    let ToolCommand::Call { name, input } = cmd;
+    if let Err(e) = serde_json::from_str::<serde_json::Value>(&input) {
+        anyhow::bail!(
+            "the input is not JSON ({e}); pass one JSON object, e.g. '{{\"text\":\"hi\"}}'"
+        );
+    }
+    let rt = Runtime::with_plugins(ctx, &[]).await?;
+    if !rt.kernel.tools().iter().any(|t| t.name == name) {
+        let mut names: Vec<String> = rt.kernel.tools().into_iter().map(|t| t.name).collect();
+        names.sort();
+        anyhow::bail!(
+            "no tool named `{name}` is registered; the loaded plugins offer: {}",
+            names.join(", ")
+        );
+    }
+    let result = rt.kernel.invoke_tool(&name, &input).await;
+    rt.kernel.shutdown().await?;
+    match result {
+        Ok(output) => {
+            println!("{output}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: tool `{name}` failed: {e}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}

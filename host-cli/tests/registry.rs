@@ -1,0 +1,407 @@
+//! The plugin author's workflow and the registry end to end through the `keel` binary:
+//! `plugin new` → `plugin build` → `publish` → `install` into a fresh home → the plugin
+//! loads and its tool is called; refusals, browsing and the loopback server.
+
+use std::io::BufRead as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+fn keel(home: &Path) -> Result<Command, Box<dyn std::error::Error>> {
+    let mut cmd = Command::cargo_bin("keel")?;
+    cmd.env("KEEL_HOME", home)
+        .env("NO_COLOR", "1")
+        .env_remove("KEEL_LOG")
+        .env_remove("KEEL_REGISTRY");
+    Ok(cmd)
+}
+
+/// The target directory the keel sources' guest builds use: building the new plugin there
+/// reuses the already compiled SDK dependencies.
+fn guest_target_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .map(|t| t.join("keel-guests"))
+        .unwrap_or_else(|| PathBuf::from("target/keel-guests"))
+}
+
+fn public_key(home: &Path, namespace: &str) -> Result<String, Box<dyn std::error::Error>> {
+    let out = keel(home)?
+        .args(["key", "new", "--namespace", namespace, "--json"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    Ok(v["public"].as_str().ok_or("public key")?.to_owned())
+}
+
+#[test]
+fn new_build_publish_install_load_and_call() -> R {
+    let tmp = tempfile::tempdir()?;
+    let author = tmp.path().join("author");
+    let user = tmp.path().join("user");
+    let registry = tmp.path().join("registry");
+    let crate_dir = tmp.path().join("word-count");
+
+    keel(&author)?
+        .args(["plugin", "new", "word-count", "--kind", "tool", "--dir"])
+        .arg(&crate_dir)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("created tool plugin `word-count`"));
+    for file in [
+        "Cargo.toml",
+        "keel.toml",
+        "src/lib.rs",
+        "wit/keel-plugin-0.1.0/plugin.wit",
+    ] {
+        assert!(crate_dir.join(file).is_file(), "{file} was generated");
+    }
+    let cargo_toml = std::fs::read_to_string(crate_dir.join("Cargo.toml"))?;
+    assert!(cargo_toml.contains("[workspace]"), "a workspace of its own");
+
+    // One command builds the component and checks it.
+    keel(&author)?
+        .arg("plugin")
+        .arg("build")
+        .arg(&crate_dir)
+        .env("CARGO_TARGET_DIR", guest_target_dir())
+        .env("CARGO_NET_OFFLINE", "true")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("ABI keel:plugin@0.1.0"))
+        .stdout(predicate::str::ends_with("ok\n"));
+    assert!(crate_dir.join("word-count.wasm").is_file());
+
+    let public = public_key(&author, "acme")?;
+    keel(&author)?
+        .arg("publish")
+        .arg(&crate_dir)
+        .arg("--registry")
+        .arg(&registry)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("published acme:word-count 0.1.0"))
+        .stdout(predicate::str::contains(&public));
+
+    // A fresh home: trust the author for `acme` on this registry, then install.
+    keel(&user)?
+        .args(["key", "trust", &public, "--namespace", "acme", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success();
+    // Without --yes (and no terminal) nothing is installed.
+    keel(&user)?
+        .args(["install", "acme:word-count", "--registry"])
+        .arg(&registry)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("install acme:word-count 0.1.0"))
+        .stdout(predicate::str::contains("(trusted for `acme`)"))
+        .stderr(predicate::str::contains("run again with --yes"));
+    assert!(!user.join("keel.lock").exists());
+    keel(&user)?
+        .args(["install", "acme:word-count", "--yes", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("installed 1 plugin(s)"));
+    let lock = std::fs::read_to_string(user.join("keel.lock"))?;
+    for field in [
+        "name = \"acme:word-count\"",
+        "version = \"0.1.0\"",
+        "sha256 = ",
+        "key = ",
+        "capabilities = ",
+    ] {
+        assert!(lock.contains(field), "lockfile has {field}:\n{lock}");
+    }
+
+    // The installed plugin loads into a session and its tool is called.
+    keel(&user)?
+        .args(["plugin", "list"])
+        .assert()
+        .success()
+        .stdout(predicate::str::is_match(
+            r"word-count\s+0\.1\.0\s+wasm\s+active",
+        )?);
+    keel(&user)?
+        .args([
+            "tool",
+            "call",
+            "word_count",
+            r#"{"text":"hello keel world"}"#,
+        ])
+        .assert()
+        .success()
+        .stdout(r#"{"chars":16,"words":3}"#.to_owned() + "\n");
+
+    // An installed component changed on disk is refused at load, with both hashes.
+    let wasm = user.join("plugins/acme/word-count/0.1.0/plugin.wasm");
+    let mut bytes = std::fs::read(&wasm)?;
+    bytes.push(0);
+    std::fs::write(&wasm, &bytes)?;
+    keel(&user)?
+        .args(["plugin", "list"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("does not match the lockfile"))
+        .stderr(predicate::str::contains("expected sha256"))
+        .stderr(predicate::str::contains(
+            "keel install acme:word-count@=0.1.0",
+        ));
+    Ok(())
+}
+
+/// A plugin directory holding the bundled echo-tool component under another manifest.
+fn plugin_dir(root: &Path, name: &str, extra: &str) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("keel.toml"),
+        format!(
+            "name = \"{name}\"\nversion = \"0.1.0\"\nkind = \"wasm\"\ndescription = \"{name} test plugin\"\ncomponent = \"c.wasm\"\n{extra}"
+        ),
+    )?;
+    let component = keel_bundled_plugins::get("echo-tool")
+        .map(|b| b.component)
+        .ok_or("echo-tool is bundled")?;
+    std::fs::write(dir.join("c.wasm"), component)?;
+    Ok(dir)
+}
+
+#[test]
+fn install_shows_requests_and_refusals_say_how_to_fix_them() -> R {
+    let tmp = tempfile::tempdir()?;
+    let author = tmp.path().join("author");
+    let user = tmp.path().join("user");
+    let registry = tmp.path().join("registry");
+    let fetcher = plugin_dir(
+        tmp.path(),
+        "fetcher",
+        "[capabilities]\nnetwork = [\"api.example.com\"]\n",
+    )?;
+    let public = public_key(&author, "acme")?;
+    keel(&author)?
+        .arg("publish")
+        .arg(&fetcher)
+        .arg("--registry")
+        .arg(&registry)
+        .assert()
+        .success();
+    // Publishing the same version again is refused with the fix.
+    keel(&author)?
+        .arg("publish")
+        .arg(&fetcher)
+        .arg("--registry")
+        .arg(&registry)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("already published"))
+        .stderr(predicate::str::contains("raise `version`"));
+
+    // Unknown key: refused, naming the key and the command that trusts it.
+    keel(&user)?
+        .args(["install", "acme:fetcher", "--yes", "--registry"])
+        .arg(&registry)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(format!(
+            "keel key trust {public} --namespace acme"
+        )));
+
+    keel(&user)?
+        .args(["key", "trust", &public, "--namespace", "acme", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success();
+    keel(&user)?
+        .args(["install", "acme:fetcher", "--yes", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "NETWORK: may send requests to api.example.com",
+        ));
+
+    // Browse.
+    let out = keel(&user)?
+        .args(["info", "acme:fetcher", "--json", "--registry"])
+        .arg(&registry)
+        .output()?;
+    assert!(out.status.success());
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(info["versions"][0]["version"], "0.1.0");
+    assert_eq!(info["versions"][0]["yanked"], false);
+    assert_eq!(info["versions"][0]["signer"], public.as_str());
+    assert_eq!(info["versions"][0]["trusted"], true);
+    assert_eq!(
+        info["versions"][0]["capabilities"]["network"][0],
+        "api.example.com"
+    );
+    let out = keel(&user)?
+        .args(["search", "fetch", "--json", "--registry"])
+        .arg(&registry)
+        .output()?;
+    let hits: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(hits[0]["name"], "acme:fetcher");
+
+    // Yank: shown by info, nothing left for a new install, the existing lockfile still loads.
+    keel(&author)?
+        .args(["yank", "acme:fetcher@0.1.0", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success();
+    keel(&user)?
+        .args(["info", "acme:fetcher", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("YANKED"));
+    let fresh = tmp.path().join("fresh");
+    keel(&fresh)?
+        .args(["key", "trust", &public, "--namespace", "acme", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success();
+    keel(&fresh)?
+        .args(["install", "acme:fetcher", "--yes", "--registry"])
+        .arg(&registry)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("0.1.0 (yanked)"));
+    keel(&user)?
+        .args(["install", "acme:fetcher", "--yes", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "kept because the lockfile pins it",
+        ));
+    // It still loads (its files match the lockfile); its borrowed component's `echo` tool
+    // collides with the bundled echo-tool's, which is beside the point here.
+    keel(&user)?
+        .args(["plugin", "list"])
+        .assert()
+        .success()
+        .stdout(predicate::str::is_match(r"fetcher\s+0\.1\.0\s+wasm")?);
+    Ok(())
+}
+
+#[test]
+fn a_conflict_is_explained_through_the_binary() -> R {
+    let tmp = tempfile::tempdir()?;
+    let home = tmp.path().join("home");
+    let registry = tmp.path().join("registry");
+    let public = public_key(&home, "acme")?;
+    let app = plugin_dir(
+        tmp.path(),
+        "app",
+        "[requires]\n\"example.weather\" = \"^2\"\n",
+    )?;
+    keel(&home)?
+        .arg("publish")
+        .arg(&app)
+        .arg("--registry")
+        .arg(&registry)
+        .assert()
+        .success();
+    keel(&home)?
+        .args(["key", "trust", &public, "--namespace", "acme", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success();
+    keel(&home)?
+        .args(["install", "acme:app", "--yes", "--registry"])
+        .arg(&registry)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("cannot resolve"))
+        .stderr(predicate::str::contains(
+            "acme:app 0.1.0 requires service `example.weather` ^2",
+        ))
+        .stderr(predicate::str::contains(
+            "no plugin in this registry provides it",
+        ));
+    Ok(())
+}
+
+#[test]
+fn serve_shares_a_registry_on_loopback_only() -> R {
+    let tmp = tempfile::tempdir()?;
+    let author = tmp.path().join("author");
+    let user = tmp.path().join("user");
+    let registry = tmp.path().join("registry");
+
+    keel(&author)?
+        .args(["registry", "serve", "--addr", "0.0.0.0:0", "--registry"])
+        .arg(&registry)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("--expose-registry-to-network"));
+
+    let mut server = std::process::Command::new(assert_cmd::cargo::cargo_bin("keel"))
+        .env("KEEL_HOME", &author)
+        .args(["registry", "serve", "--addr", "127.0.0.1:0", "--registry"])
+        .arg(&registry)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let result = (|| -> R {
+        let stdout = server.stdout.take().ok_or("server stdout")?;
+        let mut lines = std::io::BufReader::new(stdout);
+        let mut first = String::new();
+        lines.read_line(&mut first)?;
+        let url = first
+            .split_whitespace()
+            .last()
+            .filter(|u| u.starts_with("http://127.0.0.1:"))
+            .ok_or_else(|| format!("no URL in `{first}`"))?
+            .to_owned();
+
+        let public = public_key(&author, "acme")?;
+        let echo = plugin_dir(tmp.path(), "echo-remote", "")?;
+        keel(&author)?
+            .arg("publish")
+            .arg(&echo)
+            .args(["--registry", &url])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains(format!("to {url}")));
+        keel(&user)?
+            .args([
+                "key",
+                "trust",
+                &public,
+                "--namespace",
+                "acme",
+                "--registry",
+                &url,
+            ])
+            .assert()
+            .success();
+        keel(&user)?
+            .args(["search", "--registry", &url])
+            .assert()
+            .success()
+            .stdout(predicate::str::contains("acme:echo-remote 0.1.0"));
+        keel(&user)?
+            .args(["install", "acme:echo-remote", "--yes", "--registry", &url])
+            .assert()
+            .success();
+        let lock = std::fs::read_to_string(user.join("keel.lock"))?;
+        assert!(lock.contains(&format!("registry = \"{url}\"")), "{lock}");
+        drop(lines);
+        Ok(())
+    })();
+    server.kill()?;
+    server.wait()?;
+    result
+}

@@ -1,0 +1,106 @@
+//! Install benchmark: a 5 MiB plugin from a local registry into a fresh home — read and check
+//! the signed index, resolve, read the blob, SHA-256 it, verify the signer, write the plugin
+//! and the lockfile with fsync — and the load-time re-hash against the lockfile.
+
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{BatchSize, Criterion};
+use keel_kernel::{WasmHost, WasmHostConfig};
+use keel_registry::{
+    Home, InstallOptions, KeyPair, Registry, Session, TrustConfig, apply_install, load_installed,
+    parse_spec, plan_install, publish, validate,
+};
+
+const SIZE: usize = 5 * 1024 * 1024;
+
+/// The bundled echo-tool component grown to 5 MiB with a trailing custom section.
+fn big_component() -> Vec<u8> {
+    let mut bytes = keel_bundled_plugins::get("echo-tool")
+        .map(|b| b.component.to_vec())
+        .expect("echo-tool is bundled");
+    let name = b"padding";
+    let payload = SIZE - bytes.len() - 16;
+    let mut section = Vec::new();
+    let mut size = (1 + name.len() + payload) as u64;
+    bytes.push(0); // custom section id
+    loop {
+        let byte = (size & 0x7f) as u8;
+        size >>= 7;
+        if size == 0 {
+            section.push(byte);
+            break;
+        }
+        section.push(byte | 0x80);
+    }
+    bytes.extend(section);
+    bytes.push(name.len() as u8);
+    bytes.extend(name);
+    bytes.resize(bytes.len() + payload, 0xa5);
+    bytes
+}
+
+fn benches(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let host = WasmHost::new(WasmHostConfig::default()).expect("wasm host");
+    let registry_dir = dir.path().join("registry");
+    let registry = Registry::open(&registry_dir.display().to_string(), true).expect("registry");
+    let key = KeyPair::from_seed("bench", Some("acme"), [5; 32]);
+    let manifest = "name = \"big\"\nversion = \"0.1.0\"\nkind = \"wasm\"\n";
+    let code = big_component();
+    eprintln!("component: {} bytes", code.len());
+    let package = validate(&host, Path::new("keel.toml"), manifest, code).expect("valid");
+    let mut session =
+        Session::new(Home::new(dir.path().join("publisher")), registry.clone()).expect("session");
+    publish(
+        &mut session,
+        &"acme:big".parse().expect("name"),
+        &package,
+        Some(&key),
+        &mut |_| {},
+    )
+    .expect("published");
+
+    let mut trust = TrustConfig::default();
+    trust
+        .trust("acme", key.public(), registry.location())
+        .expect("trust");
+    let wanted = vec![parse_spec("acme:big").expect("spec")];
+    let homes = tempfile::tempdir().expect("homes");
+    let mut n = 0u64;
+    c.bench_function("install a 5 MiB plugin from a local registry", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                let home = Home::new(homes.path().join(format!("h{n}")));
+                trust.save(&home.trust_path()).expect("trust saved");
+                home
+            },
+            |home| {
+                let mut session = Session::new(home.clone(), registry.clone()).expect("session");
+                let plan =
+                    plan_install(&mut session, &wanted, InstallOptions::default()).expect("plan");
+                apply_install(&home, &plan).expect("installed");
+                session.finish().expect("heads saved");
+                home
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
+    let home = Home::new(homes.path().join("loaded"));
+    trust.save(&home.trust_path()).expect("trust saved");
+    let mut session = Session::new(home.clone(), registry.clone()).expect("session");
+    let plan = plan_install(&mut session, &wanted, InstallOptions::default()).expect("plan");
+    apply_install(&home, &plan).expect("installed");
+    c.bench_function(
+        "re-hash a 5 MiB installed plugin against the lockfile",
+        |b| b.iter(|| load_installed(black_box(&home)).expect("verified")),
+    );
+}
+
+fn main() {
+    let mut c = Criterion::default().sample_size(20).configure_from_args();
+    benches(&mut c);
+    c.final_summary();
+}

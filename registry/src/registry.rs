@@ -1,0 +1,80 @@
+//! A registry wherever it is: a directory or an HTTP server.
+
+use std::path::Path;
+
+use crate::RegistryError;
+use crate::index::IndexLog;
+use crate::local::{LocalRegistry, Step};
+use crate::name::PluginName;
+use crate::record::Record;
+use crate::remote::RemoteRegistry;
+
+/// A registry, local or remote; both are read and written the same way.
+#[derive(Debug, Clone)]
+pub enum Registry {
+    /// A directory.
+    Local(LocalRegistry),
+    /// `keel registry serve` over HTTP.
+    Remote(RemoteRegistry),
+}
+
+impl Registry {
+    /// Open `spec`: an `http://` URL or a directory (created when `create` is set).
+    pub fn open(spec: &str, create: bool) -> Result<Registry, RegistryError> {
+        if spec.starts_with("http://") || spec.starts_with("https://") {
+            Ok(Registry::Remote(RemoteRegistry::new(spec)?))
+        } else {
+            Ok(Registry::Local(LocalRegistry::open(
+                Path::new(spec),
+                create,
+            )?))
+        }
+    }
+
+    /// Its identity in trust bindings and remembered heads: the canonical directory or the
+    /// normalized URL.
+    pub fn location(&self) -> &str {
+        match self {
+            Registry::Local(r) => r.location(),
+            Registry::Remote(r) => r.location(),
+        }
+    }
+
+    /// Every plugin with an index.
+    pub fn names(&self) -> Result<Vec<PluginName>, RegistryError> {
+        match self {
+            Registry::Local(r) => r.names(),
+            Registry::Remote(r) => r.names(),
+        }
+    }
+
+    /// The raw index of `name` (empty when none).
+    pub fn read_index(&self, name: &PluginName) -> Result<Vec<u8>, RegistryError> {
+        match self {
+            Registry::Local(r) => r.read_index(name),
+            Registry::Remote(r) => r.read_index(name),
+        }
+    }
+
+    /// A blob's bytes, unchecked.
+    pub fn read_blob(&self, sha256: &str) -> Result<Vec<u8>, RegistryError> {
+        match self {
+            Registry::Local(r) => r.read_blob(sha256),
+            Registry::Remote(r) => r.read_blob(sha256),
+        }
+    }
+
+    /// Append a record (and its blob) to `name`'s index; see [`LocalRegistry::append`].
+    pub fn append(
+        &self,
+        name: &PluginName,
+        blob: Option<&[u8]>,
+        build: &mut dyn FnMut(&IndexLog) -> Result<Record, RegistryError>,
+        hook: &mut dyn FnMut(Step),
+    ) -> Result<Record, RegistryError> {
+        match self {
+            Registry::Local(r) => r.append(name, blob, build, hook),
+            Registry::Remote(r) => r.append(name, blob, build, hook),
+        }
+    }
+}
