@@ -45,7 +45,4 @@ fn main() {
 
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     std::fs::write(out_dir.join("fixtures.rs"), code).expect("cannot write fixtures.rs to OUT_DIR");
-
-
 }
-

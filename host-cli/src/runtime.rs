@@ -8,6 +8,9 @@ use keel_kernel::{
 
 use crate::config::Context;
 
+/// The bundled example plugins, always listed.
+const EXAMPLES: &[&str] = &["greeter", "greeter-client", "echo-tool"];
+
 /// A kernel with its loader.
 pub struct Runtime {
     pub kernel: Kernel,
@@ -43,12 +46,23 @@ impl Runtime {
         extra: &[std::path::PathBuf],
     ) -> anyhow::Result<Runtime> {
         let rt = Runtime::new(ctx)?;
-        for bundled in keel_bundled_plugins::all() {
-            let package = rt.loader.from_embedded(
-                &format!("bundled {}", bundled.name),
-                bundled.manifest,
-                bundled.component,
-            )?;
+        // The example plugins, then what a session of this config would load.
+        let mut names: Vec<String> = EXAMPLES.iter().map(|n| (*n).to_owned()).collect();
+        names.extend(crate::session::profile(ctx));
+        for name in &names {
+            let package = match keel_bundled_plugins::get(name) {
+                Some(bundled) => rt.loader.from_embedded(
+                    &format!("bundled {}", bundled.name),
+                    bundled.manifest,
+                    bundled.component,
+                )?,
+                None => rt
+                    .loader
+                    .from_path(std::path::Path::new(name))
+                    .with_context(|| {
+                        format!("profile plugin `{name}` is neither bundled nor a plugin directory")
+                    })?,
+            };
             rt.load(ctx, package).await?;
         }
         for path in ctx.config.plugins.paths.iter().chain(extra) {

@@ -91,6 +91,15 @@ pub fn default_profile(provider: &str) -> Vec<String> {
     ]
 }
 
+/// The plugins of a session: `[profile] plugins`, or the default set for the provider.
+pub fn profile(ctx: &Context) -> Vec<String> {
+    if ctx.config.profile.plugins.is_empty() {
+        default_profile(&ModelChoice::from(ctx).provider)
+    } else {
+        ctx.config.profile.plugins.clone()
+    }
+}
+
 /// The provider, model and endpoint after environment overrides.
 pub struct ModelChoice {
     pub provider: String,
@@ -284,11 +293,7 @@ impl Session {
             overrides,
             user_config: ctx.config.config.clone(),
         };
-        let mut names = ctx.config.profile.plugins.clone();
-        if names.is_empty() {
-            names = default_profile(&choice.provider);
-        }
-        for name in &names {
+        for name in &profile(ctx) {
             session.load_entry(name).await?;
         }
         for path in &opts.extra_plugins {

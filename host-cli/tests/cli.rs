@@ -9,7 +9,8 @@ fn keel(home: &std::path::Path) -> Result<Command, Box<dyn std::error::Error>> {
     let mut cmd = Command::cargo_bin("keel")?;
     cmd.env("KEEL_HOME", home)
         .env("NO_COLOR", "1")
-        .env_remove("KEEL_LOG");
+        .env_remove("KEEL_LOG")
+        .env_remove("KEEL_PROVIDER");
     Ok(cmd)
 }
 
@@ -36,7 +37,22 @@ fn plugin_list_shows_the_bundled_plugins_active() -> R {
         .as_array()
         .map(|a| a.iter().filter_map(|p| p["name"].as_str()).collect())
         .unwrap_or_default();
-    assert_eq!(names, ["echo-tool", "greeter", "greeter-client"]);
+    // The examples and the plugins of a default session (OpenAI provider).
+    assert_eq!(
+        names,
+        [
+            "agent-loop",
+            "echo-tool",
+            "fs-tools",
+            "greeter",
+            "greeter-client",
+            "model-openai",
+            "session-log",
+            "shell",
+            "tool-registry",
+            "verifier"
+        ]
+    );
     assert!(
         list.as_array()
             .is_some_and(|a| a.iter().all(|p| p["state"] == "active"))

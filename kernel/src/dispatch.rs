@@ -212,6 +212,28 @@ impl SessionGates {
         response
     }
 
+    /// Record a call the host makes on the person's behalf (`keel tool call`), so it passes
+    /// the same pipeline as a model's call. Returns its id.
+    pub(crate) fn record_host_call(&self, name: &str, raw: &str) -> String {
+        let id = format!(
+            "keel-host-{}",
+            self.next_call.fetch_add(1, Ordering::SeqCst)
+        );
+        lock(&self.calls).insert(
+            id.clone(),
+            RecordedCall {
+                name: name.to_owned(),
+                raw: raw.to_owned(),
+                stop: StopReason::EndTurn,
+                stop_raw: "host".into(),
+                turn: self.turn.load(Ordering::SeqCst),
+                executed: None,
+                dispatched: false,
+            },
+        );
+        id
+    }
+
     fn plugin_lock(&self, plugin: &str) -> Arc<tokio::sync::Mutex<()>> {
         lock(&self.plugin_locks)
             .entry(plugin.to_owned())

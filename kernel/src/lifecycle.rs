@@ -359,6 +359,13 @@ impl Kernel {
             .await
     }
 
+    /// Run the tool `name` with the JSON `input` on the person's behalf, through the same gate
+    /// pipeline as a model's call; returns the `ToolOutcome` as JSON.
+    pub async fn call_tool(&self, name: &str, input: &str) -> String {
+        let id = self.shared.gates.record_host_call(name, input);
+        self.dispatch(&[id]).await.pop().unwrap_or_default()
+    }
+
     /// Emit an event from the host to every subscriber of `topic`.
     pub fn emit(&self, topic: &str, payload: &str) -> Result<(), KernelError> {
         validate_topic(topic, false)?;

@@ -108,7 +108,9 @@ async fn turn_overhead(turns: usize) -> anyhow::Result<()> {
 fn message_event(i: usize) -> SessionEvent {
     SessionEvent::Message {
         session: "throughput".into(),
-        message: Message::user_text(format!("event {i}: the quick brown fox jumps over the lazy dog")),
+        message: Message::user_text(format!(
+            "event {i}: the quick brown fox jumps over the lazy dog"
+        )),
         stop_reason: None,
         usage: None,
     }
@@ -158,8 +160,8 @@ async fn append_throughput(events: usize) -> anyhow::Result<()> {
 
 fn resume(events: usize) -> anyhow::Result<()> {
     let data = tempfile::tempdir()?;
-    let mut writer = keel_agent_kit::session_log::LogWriter::open(data.path(), "big")
-        .context("open log")?;
+    let mut writer =
+        keel_agent_kit::session_log::LogWriter::open(data.path(), "big").context("open log")?;
     for i in 0..events {
         writer.append(1_700_000_000_000 + i as u64, &message_event(i))?;
     }
@@ -171,7 +173,10 @@ fn resume(events: usize) -> anyhow::Result<()> {
         let conversation = keel_agent_kit::session_log::conversation(&read.lines);
         let elapsed = start.elapsed();
         if conversation.messages.len() != events {
-            bail!("rebuilt {} of {events} messages", conversation.messages.len());
+            bail!(
+                "rebuilt {} of {events} messages",
+                conversation.messages.len()
+            );
         }
         times.push(elapsed);
     }

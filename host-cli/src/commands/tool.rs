@@ -35,16 +35,19 @@ pub async fn run(ctx: &Context, cmd: ToolCommand) -> anyhow::Result<ExitCode> {
             names.join(", ")
         );
     }
-    let result = rt.kernel.invoke_tool(&name, &input).await;
+    // The same gate pipeline as a model's call: schema, guards, policy, approval.
+    let outcome = rt.kernel.call_tool(&name, &input).await;
     rt.kernel.shutdown().await?;
-    match result {
-        Ok(output) => {
-            println!("{output}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("error: tool `{name}` failed: {e}");
-            Ok(ExitCode::from(1))
-        }
+    let outcome: keel_protocol::ToolOutcome = serde_json::from_str(&outcome)
+        .map_err(|e| anyhow::anyhow!("the kernel answered malformed data: {e}"))?;
+    if outcome.is_error() {
+        eprintln!(
+            "error: tool `{name}` {:?}: {}",
+            outcome.status, outcome.content
+        );
+        Ok(ExitCode::from(1))
+    } else {
+        println!("{}", outcome.content);
+        Ok(ExitCode::SUCCESS)
     }
 }
