@@ -81,8 +81,8 @@ fn keel_toml(name: &str, kind: Kind) -> String {
             format!("\"model.{name}\" = \"1.0.0\"\n"),
         ),
         Kind::Guard => (
-            format!("A guard providing `guard.{name}`: judges tool calls"),
-            format!("\"guard.{name}\" = \"1.0.0\"\n"),
+            "A guard in front of every tool call: it can only tighten".to_string(),
+            String::new(),
         ),
     };
     let network_hint = if kind == Kind::Model {
@@ -310,45 +310,42 @@ mod tests {{
 "##
         ),
         Kind::Guard => format!(
-            r##"//! keel plugin `{name}`: a guard. It provides `guard.{name}` with the method `check`,
-//! taking `{{"tool": "...", "input": {{...}}}}` and answering
-//! `{{"decision": "allow" | "prompt" | "forbid", "reason": "..."}}`. Guards can only tighten:
-//! the kernel combines decisions by maximum (allow < prompt < forbid).
+            r##"//! keel plugin `{name}`: a guard. It registers the guard `{name}.check`; the kernel asks it
+//! about every tool call before the call runs and combines its answer with its own by
+//! maximum (allow < prompt < forbid), so a guard can only tighten. A guard that fails or
+//! takes too long counts as forbid.
 
-use keel_sdk::{{Plugin, services}};
-
-/// The service this plugin provides.
-const SERVICE: &str = "guard.{name}";
+use keel_sdk::{{GuardDecision, GuardVerdict, Plugin, guards}};
 
 /// The plugin instance.
 struct Guard;
 
 impl Plugin for Guard {{
     fn activate(_config: &str) -> Result<Self, String> {{
-        services::provide(SERVICE, "1.0.0")?;
+        guards::register("{name}.check")?;
         Ok(Guard)
     }}
 
-    fn handle_call(&mut self, service: &str, method: &str, payload: &str) -> Result<String, String> {{
-        match (service, method) {{
-            (SERVICE, "check") => check(payload),
-            _ => Err(format!("no such method: {{service}}.{{method}}")),
+    fn check_tool_call(&mut self, _guard: &str, tool: &str, input: &str) -> GuardVerdict {{
+        let (decision, reason) = check(tool, input);
+        GuardVerdict {{
+            decision,
+            reason: reason.to_string(),
         }}
     }}
 }}
 
 /// The guard's logic, free of kernel calls so that `cargo test` runs it natively: anything
 /// mentioning a `.env` file needs the user's approval.
-fn check(payload: &str) -> Result<String, String> {{
-    let call: serde_json::Value =
-        serde_json::from_str(payload).map_err(|e| format!("call is not JSON: {{e}}"))?;
-    let input = call.get("input").map(ToString::to_string).unwrap_or_default();
-    let (decision, reason) = if input.contains(".env") {{
-        ("prompt", "the call mentions a .env file, which may hold secrets")
+fn check(_tool: &str, input: &str) -> (GuardDecision, &'static str) {{
+    if input.contains(".env") {{
+        (
+            GuardDecision::Prompt,
+            "the call mentions a .env file, which may hold secrets",
+        )
     }} else {{
-        ("allow", "nothing this guard looks for")
-    }};
-    Ok(serde_json::json!({{ "decision": decision, "reason": reason }}).to_string())
+        (GuardDecision::Allow, "nothing this guard looks for")
+    }}
 }}
 
 keel_sdk::export_plugin!(Guard);
@@ -358,12 +355,9 @@ mod tests {{
     use super::*;
 
     #[test]
-    fn secrets_need_approval() -> Result<(), String> {{
-        let verdict = check(r#"{{"tool":"read","input":{{"path":".env"}}}}"#)?;
-        assert!(verdict.contains(r#""decision":"prompt""#));
-        let verdict = check(r#"{{"tool":"read","input":{{"path":"src/main.rs"}}}}"#)?;
-        assert!(verdict.contains(r#""decision":"allow""#));
-        Ok(())
+    fn secrets_need_approval() {{
+        assert_eq!(check("read_file", r#"{{"path":".env"}}"#).0, GuardDecision::Prompt);
+        assert_eq!(check("read_file", r#"{{"path":"src/main.rs"}}"#).0, GuardDecision::Allow);
     }}
 }}
 "##
