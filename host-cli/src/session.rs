@@ -296,6 +296,15 @@ impl Session {
         for name in &profile(ctx) {
             session.load_entry(name).await?;
         }
+        // Plugins installed from a registry, each re-hashed against the lockfile first.
+        for installed in keel_registry::load_installed(&keel_registry::Home::new(&ctx.home))? {
+            let package = match installed.component {
+                Some(bytes) => session.loader.from_component(installed.manifest, &bytes)?,
+                None => session.loader.from_path(&installed.dir)?,
+            };
+            let origin = Origin::Path(installed.dir.clone());
+            session.load_package(package, origin).await?;
+        }
         for path in &opts.extra_plugins {
             session.load_path(path, true).await?;
         }
