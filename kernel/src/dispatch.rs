@@ -498,7 +498,7 @@ pub(crate) async fn dispatch_one(
     }
     let command = command_of(&spec, &input);
     let decision = judge(gates, m, chain, &tool, &spec, &input, command.as_deref()).await;
-    let (approved_command, verdict) = match decision {
+    let approved_command = match decision {
         Judged::Refused(reason) => {
             return outcome(
                 id,
@@ -507,12 +507,8 @@ pub(crate) async fn dispatch_one(
                 format!("[keel] {reason}"),
             );
         }
-        Judged::Run {
-            approved_command,
-            verdict,
-        } => (approved_command, verdict),
+        Judged::Run { approved_command } => approved_command,
     };
-    let _ = verdict;
     gates.mark_executed(id, &tool, &input);
     run_tool(
         gates,
@@ -625,10 +621,7 @@ fn command_of(spec: &ToolSpec, input: &Value) -> Option<String> {
 
 enum Judged {
     Refused(String),
-    Run {
-        approved_command: Option<String>,
-        verdict: Option<Verdict>,
-    },
+    Run { approved_command: Option<String> },
 }
 
 async fn ask_guards(
@@ -734,7 +727,6 @@ async fn judge(
     match ruling.outcome {
         Outcome::Run => Judged::Run {
             approved_command: command.map(str::to_owned),
-            verdict,
         },
         Outcome::Refused { reason } => Judged::Refused(format!(
             "`{tool}` did not run: {reason}. Do not retry the same call; choose another approach \
