@@ -17,26 +17,90 @@ pub struct Runtime {
     pub loader: PluginLoader,
 }
 
+/// The plugin loader of this config: the component cache, the workspace, the data
+/// directory, the trusted native plugins and the sealed paths no grant may contain.
+pub fn loader(ctx: &Context) -> anyhow::Result<PluginLoader> {
+    let wasm = WasmHost::new(WasmHostConfig {
+        cache_dir: Some(ctx.component_cache()),
+        ..WasmHostConfig::default()
+    })
+    .context("cannot start the WebAssembly host")?;
+    Ok(PluginLoader::new(
+        wasm,
+        LoaderConfig {
+            workspace: ctx.workspace.clone(),
+            trusted_native: ctx.config.trust.native.clone(),
+            data_dir: Some(ctx.data_dir()),
+            sealed: ctx.sealed_paths(),
+        },
+    ))
+}
+
+/// Lay the user's `[config.<name>]` settings over `package`'s `[config]` defaults.
+pub fn apply_user_config(
+    user_config: &std::collections::BTreeMap<String, toml::Table>,
+    package: &mut PluginPackage,
+) -> anyhow::Result<()> {
+    if let Some(user) = user_config.get(&package.manifest.name) {
+        let settings = user
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), serde_json::to_value(v)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        overlay_config(package, settings);
+    }
+    Ok(())
+}
+
+/// Set `settings` in `package`'s config object (made an object if it was not one).
+pub fn overlay_config(
+    package: &mut PluginPackage,
+    settings: impl IntoIterator<Item = (String, serde_json::Value)>,
+) {
+    let config = &mut package.manifest.config;
+    if !config.is_object() {
+        *config = serde_json::Value::Object(Default::default());
+    }
+    if let Some(map) = config.as_object_mut() {
+        map.extend(settings);
+    }
+}
+
+/// The package of a bundled plugin, by name.
+pub fn bundled_package(
+    loader: &PluginLoader,
+    bundled: &keel_bundled_plugins::Bundled,
+) -> anyhow::Result<PluginPackage> {
+    Ok(loader.from_embedded(
+        &format!("bundled {}", bundled.name),
+        bundled.manifest,
+        bundled.component,
+    )?)
+}
+
+/// Plugins installed from a registry, each re-hashed against the lockfile first, with the
+/// directory each was installed to.
+pub fn installed_packages(
+    ctx: &Context,
+    loader: &PluginLoader,
+) -> anyhow::Result<Vec<(PluginPackage, std::path::PathBuf)>> {
+    keel_registry::load_installed(&keel_registry::Home::new(&ctx.home))?
+        .into_iter()
+        .map(|installed| {
+            let package = match installed.component {
+                Some(bytes) => loader.from_component(installed.manifest, &bytes)?,
+                None => loader.from_path(&installed.dir)?,
+            };
+            Ok((package, installed.dir))
+        })
+        .collect()
+}
+
 impl Runtime {
     /// A kernel with no plugins yet.
     pub fn new(ctx: &Context) -> anyhow::Result<Runtime> {
-        let wasm = WasmHost::new(WasmHostConfig {
-            cache_dir: Some(ctx.component_cache()),
-            ..WasmHostConfig::default()
-        })
-        .context("cannot start the WebAssembly host")?;
-        let loader = PluginLoader::new(
-            wasm,
-            LoaderConfig {
-                workspace: ctx.workspace.clone(),
-                trusted_native: ctx.config.trust.native.clone(),
-                data_dir: Some(ctx.data_dir()),
-                sealed: ctx.sealed_paths(),
-            },
-        );
         Ok(Runtime {
             kernel: Kernel::new(KernelConfig::default()),
-            loader,
+            loader: loader(ctx)?,
         })
     }
 
@@ -51,11 +115,7 @@ impl Runtime {
         names.extend(crate::session::profile(ctx));
         for name in &names {
             let package = match keel_bundled_plugins::get(name) {
-                Some(bundled) => rt.loader.from_embedded(
-                    &format!("bundled {}", bundled.name),
-                    bundled.manifest,
-                    bundled.component,
-                )?,
+                Some(bundled) => bundled_package(&rt.loader, bundled)?,
                 None => rt
                     .loader
                     .from_path(std::path::Path::new(name))
@@ -72,12 +132,7 @@ impl Runtime {
                 .with_context(|| format!("cannot load the plugin at `{}`", path.display()))?;
             rt.load(ctx, package).await?;
         }
-        // Plugins installed from a registry, each re-hashed against the lockfile first.
-        for installed in keel_registry::load_installed(&keel_registry::Home::new(&ctx.home))? {
-            let package = match installed.component {
-                Some(bytes) => rt.loader.from_component(installed.manifest, &bytes)?,
-                None => rt.loader.from_path(&installed.dir)?,
-            };
+        for (package, _) in installed_packages(ctx, &rt.loader)? {
             rt.load(ctx, package).await?;
         }
         Ok(rt)
@@ -85,17 +140,7 @@ impl Runtime {
 
     /// Load `package` with the user's `[config.<name>]` settings laid over its defaults.
     async fn load(&self, ctx: &Context, mut package: PluginPackage) -> anyhow::Result<()> {
-        if let Some(user) = ctx.config.config.get(&package.manifest.name) {
-            let defaults = &mut package.manifest.config;
-            if !defaults.is_object() {
-                *defaults = serde_json::Value::Object(Default::default());
-            }
-            if let Some(map) = defaults.as_object_mut() {
-                for (key, value) in user {
-                    map.insert(key.clone(), serde_json::to_value(value)?);
-                }
-            }
-        }
+        apply_user_config(&ctx.config.config, &mut package)?;
         self.kernel.load(package).await?;
         Ok(())
     }

@@ -15,8 +15,7 @@ use keel_kernel::gates::approvals::{
 use keel_kernel::gates::exec_policy::ApprovalMode;
 use keel_kernel::gates::net_policy::{NetDecision, NetPolicy};
 use keel_kernel::{
-    Event, GateConfig, Kernel, KernelConfig, LoaderConfig, NetConfig, PluginLoader, PluginPackage,
-    Secrets, WasmHost, WasmHostConfig,
+    Event, GateConfig, Kernel, KernelConfig, NetConfig, PluginLoader, PluginPackage, Secrets,
 };
 use keel_protocol::{
     Message, SessionEvent, StreamDelta, TurnEnd, TurnReport, TurnRequest, services, topics,
@@ -24,6 +23,7 @@ use keel_protocol::{
 
 use crate::commands::policy::load_policy;
 use crate::config::Context;
+use crate::runtime;
 
 /// How approvals are answered in this session (`--approval`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -123,6 +123,15 @@ impl ModelChoice {
         }
     }
 
+    /// The API endpoint: `[model] base-url`, or the provider's public API.
+    pub fn endpoint(&self) -> Option<String> {
+        self.base_url.clone().or(match self.provider.as_str() {
+            "openai" => Some("https://api.openai.com/v1".into()),
+            "anthropic" => Some("https://api.anthropic.com/v1".into()),
+            _ => None,
+        })
+    }
+
     /// The secret the provider's plugin sends, if any.
     pub fn secret_name(&self) -> Option<&'static str> {
         match self.provider.as_str() {
@@ -161,12 +170,7 @@ pub fn network_policy(ctx: &Context, choice: &ModelChoice) -> anyhow::Result<Net
     for w in warnings {
         eprintln!("warning: {w}");
     }
-    let default_host = match choice.provider.as_str() {
-        "openai" => Some("https://api.openai.com/v1"),
-        "anthropic" => Some("https://api.anthropic.com/v1"),
-        _ => None,
-    };
-    if let Some(base) = choice.base_url.as_deref().or(default_host) {
+    if let Some(base) = choice.endpoint().as_deref() {
         let url = url::Url::parse(base).with_context(|| {
             format!("model base URL `{base}` is not a URL; fix [model] base-url")
         })?;
@@ -271,12 +275,7 @@ impl Session {
             guard_timeout: std::time::Duration::from_secs(2),
         };
         let kernel = Kernel::with_gates(KernelConfig::default(), gates);
-        let wasm = WasmHost::new(WasmHostConfig {
-            cache_dir: Some(ctx.component_cache()),
-            ..WasmHostConfig::default()
-        })
-        .context("cannot start the WebAssembly host")?;
-        let loader = PluginLoader::new(wasm, loader_config(ctx));
+        let loader = runtime::loader(ctx)?;
         let id = match &opts.resume {
             Some(id) => id.clone(),
             None => keel_agent_kit::session_log::new_session_id(now_ms(), rand_u32()),
@@ -296,14 +295,8 @@ impl Session {
         for name in &profile(ctx) {
             session.load_entry(name).await?;
         }
-        // Plugins installed from a registry, each re-hashed against the lockfile first.
-        for installed in keel_registry::load_installed(&keel_registry::Home::new(&ctx.home))? {
-            let package = match installed.component {
-                Some(bytes) => session.loader.from_component(installed.manifest, &bytes)?,
-                None => session.loader.from_path(&installed.dir)?,
-            };
-            let origin = Origin::Path(installed.dir.clone());
-            session.load_package(package, origin).await?;
+        for (package, dir) in runtime::installed_packages(ctx, &session.loader)? {
+            session.load_package(package, Origin::Path(dir)).await?;
         }
         for path in &opts.extra_plugins {
             session.load_path(path, true).await?;
@@ -385,11 +378,7 @@ impl Session {
             return self.load_path(Path::new(entry), false).await;
         }
         if let Some(bundled) = keel_bundled_plugins::get(entry) {
-            let package = self.loader.from_embedded(
-                &format!("bundled {}", bundled.name),
-                bundled.manifest,
-                bundled.component,
-            )?;
+            let package = runtime::bundled_package(&self.loader, bundled)?;
             self.load_package(package, Origin::Bundled(bundled)).await?;
             return Ok(());
         }
@@ -416,26 +405,18 @@ impl Session {
             .await
     }
 
+    /// The session's overrides (model choice, demo script), then the user's
+    /// `[config.<name>]`, over the manifest's defaults.
     fn configure(&self, package: &mut PluginPackage) -> anyhow::Result<()> {
         let name = package.manifest.name.clone();
-        let config = &mut package.manifest.config;
-        if !config.is_object() {
-            *config = serde_json::Value::Object(Default::default());
-        }
-        let Some(map) = config.as_object_mut() else {
-            return Ok(());
-        };
-        for (plugin, key, value) in &self.overrides {
-            if *plugin == name {
-                map.insert(key.clone(), value.clone());
-            }
-        }
-        if let Some(user) = self.user_config.get(&name) {
-            for (key, value) in user {
-                map.insert(key.clone(), serde_json::to_value(value)?);
-            }
-        }
-        Ok(())
+        runtime::overlay_config(
+            package,
+            self.overrides
+                .iter()
+                .filter(|(plugin, _, _)| *plugin == name)
+                .map(|(_, key, value)| (key.clone(), value.clone())),
+        );
+        runtime::apply_user_config(&self.user_config, package)
     }
 
     async fn load_package(&self, mut package: PluginPackage, origin: Origin) -> anyhow::Result<()> {
@@ -461,11 +442,7 @@ impl Session {
             .find(|(n, _)| n == name)
             .map(|(_, o)| o.clone());
         let mut package = match origin {
-            Some(Origin::Bundled(b)) => self.loader.from_embedded(
-                &format!("bundled {}", b.name),
-                b.manifest,
-                b.component,
-            )?,
+            Some(Origin::Bundled(b)) => runtime::bundled_package(&self.loader, b)?,
             Some(Origin::Path(p)) => self.loader.from_path(&p)?,
             None => bail!("plugin `{name}` was not loaded by this session; `/plugins` lists them"),
         };
@@ -586,15 +563,6 @@ fn confirm_capabilities(package: &PluginPackage) -> anyhow::Result<()> {
         Ok(())
     } else {
         bail!("not loading `{}`", m.name)
-    }
-}
-
-fn loader_config(ctx: &Context) -> LoaderConfig {
-    LoaderConfig {
-        workspace: ctx.workspace.clone(),
-        trusted_native: ctx.config.trust.native.clone(),
-        data_dir: Some(ctx.data_dir()),
-        sealed: ctx.sealed_paths(),
     }
 }
 

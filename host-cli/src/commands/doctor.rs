@@ -87,12 +87,7 @@ pub async fn run(ctx: &Context) -> anyhow::Result<ExitCode> {
             "use a bundled name or a path under [profile] plugins",
         );
     }
-    let endpoint = choice.base_url.clone().or(match choice.provider.as_str() {
-        "openai" => Some("https://api.openai.com/v1".into()),
-        "anthropic" => Some("https://api.anthropic.com/v1".into()),
-        _ => None,
-    });
-    if let Some(url) = endpoint {
+    if let Some(url) = choice.endpoint() {
         match reachable(&url).await {
             Ok(()) => r.ok(&format!("endpoint {url} is reachable")),
             Err(e) => r.fail(
