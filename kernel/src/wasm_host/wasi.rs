@@ -38,6 +38,11 @@ pub(crate) fn build_ctx(plugin: &str, dirs: &[GrantedDir]) -> Result<WasiCtx, St
     }
     // Explicit even though these are the defaults today: a plugin's network reaches the world
     // only through the kernel's mediated services, never through WASI sockets.
+    // File operations run on the calling thread instead of a `spawn_blocking` hop per
+    // operation: a guest call is already synchronous work on this thread (its store is
+    // exclusive while it runs), and the hop cost more than the small local reads and appends
+    // plugins make (it capped the session log at ~30k appends/s).
+    builder.allow_blocking_current_thread(true);
     builder
         .allow_tcp(false)
         .allow_udp(false)
