@@ -137,10 +137,19 @@ async fn append_throughput(events: usize) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
     }
+    // Count lines as they arrive, reading only what was appended since the last look, so
+    // the measuring does not compete with the writer for the two cores.
+    let mut lines = 0;
+    let mut seen = 0u64;
     loop {
-        let lines = std::fs::read(&log)
-            .map(|b| b.iter().filter(|&&c| c == b'\n').count())
-            .unwrap_or(0);
+        if let Ok(mut file) = std::fs::File::open(&log) {
+            use std::io::{Read as _, Seek as _};
+            let mut fresh = Vec::new();
+            file.seek(std::io::SeekFrom::Start(seen))?;
+            file.read_to_end(&mut fresh)?;
+            seen += fresh.len() as u64;
+            lines += fresh.iter().filter(|&&c| c == b'\n').count();
+        }
         if lines >= events {
             break;
         }
@@ -150,6 +159,19 @@ async fn append_throughput(events: usize) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let elapsed = start.elapsed();
+    let read = keel_agent_kit::session_log::read_log(&data.path().join("sessions"), "throughput")?;
+    let in_order = read
+        .lines
+        .iter()
+        .enumerate()
+        .all(|(i, l)| l.seq == i as u64);
+    if read.lines.len() != events || !read.warnings.is_empty() || !in_order {
+        bail!(
+            "the log holds {} entries ({} warnings, in order: {in_order}), not {events}",
+            read.lines.len(),
+            read.warnings.len()
+        );
+    }
     println!(
         "session-log append through the kernel and the plugin: {events} events in {:.1} ms = {:.0} events/s (aim ≥ 100,000/s)",
         elapsed.as_secs_f64() * 1e3,

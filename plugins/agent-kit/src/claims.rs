@@ -8,14 +8,16 @@
 //! [`unsubstantiated`]. Verdicts go to the conversation tail ([`verdict_notice`]) and to an
 //! append-only JSONL ledger ([`append_verdict`], [`stats`]).
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::fs;
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use keel_protocol::{OutcomeStatus, ToolOutcome, TurnCall, Verdict, VerdictStatus};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
+
+use crate::append::Appender;
 
 /// The tool whose `command` input is replayed.
 pub const EXEC_TOOL: &str = "exec_shell";
@@ -867,13 +869,8 @@ pub fn append_verdict(
         verdict: verdict.clone(),
     })?;
     line.push(b'\n');
-    let mut file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .read(true)
-        .open(path)
-        .map_err(io_err("opening"))?;
-    let len = file.metadata().map_err(io_err("reading"))?.len();
+    let mut file = Appender::open(path).map_err(io_err("opening"))?;
+    let len = fs::metadata(path).map_err(io_err("reading"))?.len();
     if len > 0 {
         // Read through a read-only handle: reading through an append-mode handle sees
         // nothing inside a WASI guest.
@@ -887,8 +884,7 @@ pub fn append_verdict(
             line.insert(0, b'\n');
         }
     }
-    file.write_all(&line).map_err(io_err("appending to"))?;
-    file.flush().map_err(io_err("flushing"))
+    file.append(&line).map_err(io_err("appending to"))
 }
 
 /// The entries of a ledger and the number of lines skipped (torn or malformed).

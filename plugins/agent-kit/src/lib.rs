@@ -14,6 +14,7 @@
 //! - [`batch`]: grouping a turn's tool calls into concurrent and serial batches.
 //! - [`claims`]: detecting "tests pass"/"build succeeds" claims and judging replays.
 
+pub mod append;
 pub mod batch;
 pub mod claims;
 pub mod loop_guard;

@@ -4,11 +4,13 @@
 //! Reading is never fatal over content: a torn last line (no trailing newline, or unparsable)
 //! and malformed lines in the middle are skipped and reported as [`LogWarning`]s.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use keel_protocol::{LogLine, Message, Role, SessionEvent, ToolDef};
+
+use crate::append::Appender;
 use serde::Serialize;
 
 /// The longest session id.
@@ -115,7 +117,7 @@ struct LogLineRef<'a> {
 /// Appends events to one session's log.
 #[derive(Debug)]
 pub struct LogWriter {
-    file: File,
+    file: Appender,
     path: PathBuf,
     next_seq: u64,
     buf: Vec<u8>,
@@ -128,12 +130,7 @@ impl LogWriter {
     pub fn open(dir: &Path, id: &str) -> Result<LogWriter, LogError> {
         let path = log_path(dir, id)?;
         fs::create_dir_all(dir).map_err(io_err("creating the directory of", dir))?;
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&path)
-            .map_err(io_err("opening", &path))?;
+        let mut file = Appender::open(&path).map_err(io_err("opening", &path))?;
         // Scanned through a read-only handle: reading through an append-mode handle sees
         // nothing inside a WASI guest.
         let mut reader = File::open(&path).map_err(io_err("opening", &path))?;
@@ -148,7 +145,7 @@ impl LogWriter {
             (None, None) => 0,
         };
         if tail.needs_newline {
-            file.write_all(b"\n").map_err(io_err("repairing", &path))?;
+            file.append(b"\n").map_err(io_err("repairing", &path))?;
         }
         Ok(LogWriter {
             file,
@@ -174,9 +171,8 @@ impl LogWriter {
         self.buf.clear();
         let seq = self.encode(time_ms, event)?;
         self.file
-            .write_all(&self.buf)
+            .append(&self.buf)
             .map_err(io_err("appending to", &self.path))?;
-        self.file.flush().map_err(io_err("flushing", &self.path))?;
         self.next_seq += 1;
         Ok(seq)
     }
@@ -195,9 +191,8 @@ impl LogWriter {
             count += 1;
         }
         self.file
-            .write_all(&self.buf)
+            .append(&self.buf)
             .map_err(io_err("appending to", &self.path))?;
-        self.file.flush().map_err(io_err("flushing", &self.path))?;
         self.next_seq += count;
         Ok(first)
     }
@@ -446,6 +441,8 @@ pub fn conversation(lines: &[LogLine]) -> Conversation {
 mod tests {
     use super::*;
     use keel_protocol::{Block, StopReason, TurnEnd, Usage};
+    use std::fs::OpenOptions;
+    use std::io::Write;
 
     fn user(session: &str, text: &str) -> SessionEvent {
         SessionEvent::Message {
