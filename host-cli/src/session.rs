@@ -20,6 +20,7 @@ use keel_kernel::{
 use keel_protocol::{
     Message, SessionEvent, StreamDelta, TurnEnd, TurnReport, TurnRequest, services, topics,
 };
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use crate::commands::policy::load_policy;
 use crate::config::Context;
@@ -456,17 +457,36 @@ impl Session {
         self.kernel.begin_turn();
         let mut events = self.kernel.events();
         let display = self.display;
+        let (turn_over, mut stop) = tokio::sync::oneshot::channel::<()>();
         let printer = tokio::spawn(async move {
             let mut printer = Printer::default();
+            let mut draining = false;
             loop {
-                match events.recv().await {
+                let next = if draining {
+                    // Everything the turn emitted was queued before its call returned: show
+                    // what is left, then stop.
+                    match events.try_recv() {
+                        Ok(event) => Ok(event),
+                        Err(TryRecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
+                        Err(_) => break,
+                    }
+                } else {
+                    tokio::select! {
+                        next = events.recv() => next,
+                        _ = &mut stop => {
+                            draining = true;
+                            continue;
+                        }
+                    }
+                };
+                match next {
                     Ok(event) => printer.show(display, &event),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    Err(RecvError::Lagged(n)) => {
                         if display == Display::Human {
                             eprintln!("[{n} display events skipped]");
                         }
                     }
-                    Err(_) => break,
+                    Err(RecvError::Closed) => break,
                 }
             }
         });
@@ -478,20 +498,28 @@ impl Session {
         let kernel = self.kernel.clone();
         let call = kernel.call_service(services::AGENT, "turn", &payload);
         tokio::pin!(call);
+        let mut interrupts = 0;
         let answer = loop {
             tokio::select! {
                 answer = &mut call => break answer,
                 _ = tokio::signal::ctrl_c() => {
+                    interrupts += 1;
+                    if interrupts > 1 {
+                        // The way out of a turn that does not stop (a plugin stuck in a
+                        // guest loop until its CPU bound); events still queued for the
+                        // session log may be lost, which the person chose.
+                        eprintln!("\n[second Ctrl-C: leaving now]");
+                        std::process::exit(130);
+                    }
                     self.kernel.cancel_turn();
                     if display == Display::Human {
-                        eprintln!("\n[cancelling the turn at the next step…]");
+                        eprintln!("\n[cancelling the turn; press Ctrl-C again to leave at once]");
                     }
                 }
             }
         };
-        // Let the printer drain what is already queued, then stop it.
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        printer.abort();
+        let _ = turn_over.send(());
+        let _ = printer.await;
         let answer = answer.map_err(|e| anyhow::anyhow!("the turn failed: {e}"))?;
         let report: TurnReport = serde_json::from_str(&answer)
             .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
@@ -499,6 +527,8 @@ impl Session {
             println!();
             if report.end != TurnEnd::Completed {
                 eprintln!("[turn ended: {:?}: {}]", report.end, report.detail);
+            } else if !report.detail.is_empty() {
+                eprintln!("[{}]", report.detail);
             }
         }
         Ok(report)

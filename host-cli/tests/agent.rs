@@ -281,3 +281,197 @@ fn the_demo_fixes_the_bug_refuses_the_dangerous_command_and_verifies_the_claim()
     assert_eq!(stats["claim_match_rate"], 1.0, "{stats}");
     Ok(())
 }
+
+/// Start `keel exec --json` with `args`, wait until `ready` says the turn is where the test
+/// wants it, press Ctrl-C (SIGINT, as a terminal does), and collect the output.
+async fn interrupt_exec(
+    home: &Path,
+    ws: &Path,
+    env: (&str, &str),
+    args: &[&str],
+    ready: impl Fn() -> bool,
+) -> Result<Output, Box<dyn std::error::Error>> {
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("keel"));
+    cmd.arg("--home")
+        .arg(home)
+        .arg("--workspace")
+        .arg(ws)
+        .env_remove("KEEL_PROVIDER")
+        .env_remove("KEEL_MODEL")
+        .env_remove("KEEL_BASE_URL")
+        .env("NO_COLOR", "1")
+        .env(env.0, env.1)
+        .arg("exec")
+        .arg("--json")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn()?;
+    let pid = child.id().to_string();
+    // Bounded: the turn under test gets 60 s to reach the point of interest.
+    let mut waited = 0;
+    while !ready() {
+        if waited > 600 {
+            return Err("the turn never reached the point where it is interrupted".into());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    // Let the partial stream reach the agent before the signal.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()?;
+    assert!(status.success(), "kill -INT {pid}");
+    Ok(tokio::task::spawn_blocking(move || child.wait_with_output()).await??)
+}
+
+/// The `turn_ended` entry of the only session log in `home`.
+fn logged_turn_end(home: &Path) -> Result<Value, Box<dyn std::error::Error>> {
+    let dir = home.join("data").join("sessions");
+    let mut logs = std::fs::read_dir(&dir)?.collect::<Result<Vec<_>, _>>()?;
+    assert_eq!(logs.len(), 1, "one session log in {}", dir.display());
+    let text = std::fs::read_to_string(logs.remove(0).path())?;
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["kind"] == "turn_ended")
+        .ok_or_else(|| format!("no turn_ended entry in the log:\n{text}").into())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_ends_a_waiting_model_stream_at_once_and_the_log_records_it() -> R {
+    // The model starts answering, then goes quiet for far longer than the test waits.
+    let server = ModelServer::start(|_, _| {
+        vec![
+            sse_head(),
+            oa(
+                json!({"role": "assistant", "content": "Let me think about th"}),
+                None,
+            ),
+            keel_tests::model_server::Step::Sleep(120_000),
+        ]
+    })
+    .await?;
+    let config = format!(
+        "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+        server.url("/v1")
+    );
+    let (home, ws) = setup(&config);
+    let out = interrupt_exec(
+        home.path(),
+        ws.path(),
+        ("OPENAI_API_KEY", KEY),
+        &["Think hard."],
+        || !server.received().is_empty(),
+    )
+    .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let events = json_lines(&out.stdout);
+    let report = events.last().ok_or("no events")?;
+    assert_eq!(report["topic"], "turn.report", "{stdout}");
+    assert_eq!(report["report"]["end"], "cancelled", "{report}");
+    assert_eq!(
+        report["report"]["text"], "Let me think about th",
+        "{report}"
+    );
+    assert_eq!(
+        server.received().len(),
+        1,
+        "a cancelled stream is not retried"
+    );
+    let ended = logged_turn_end(home.path())?;
+    assert_eq!(ended["end"], "cancelled", "{ended}");
+    assert!(
+        ended["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Ctrl-C"),
+        "{ended}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_kills_a_running_command_with_its_children() -> R {
+    let ws_marker = tempfile::tempdir()?;
+    let started = ws_marker.path().join("started");
+    let survivor = ws_marker.path().join("survivor");
+    let line = format!(
+        "touch {}; (sleep 3; touch {}) & sleep 60",
+        started.display(),
+        survivor.display()
+    );
+    let server = ModelServer::start(move |n, _| {
+        let mut steps = vec![sse_head()];
+        if n == 0 {
+            let args = serde_json::to_string(&json!({ "command": line }))
+                .unwrap_or_default();
+            steps.push(oa(
+                json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1",
+                       "type": "function", "function": {"name": "exec_shell", "arguments": args}}]}),
+                None,
+            ));
+            steps.push(oa(json!({}), Some("tool_calls")));
+        } else {
+            steps.push(oa(json!({"content": "Done."}), None));
+            steps.push(oa(json!({}), Some("stop")));
+        }
+        steps.extend(done());
+        steps
+    })
+    .await?;
+    let config = format!(
+        "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+        server.url("/v1")
+    );
+    let (home, ws) = setup(&config);
+    let out = interrupt_exec(
+        home.path(),
+        ws.path(),
+        ("OPENAI_API_KEY", KEY),
+        &["--approval", "auto", "Wait a minute."],
+        || started.exists(),
+    )
+    .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = json_lines(&out.stdout);
+    let outcome = events
+        .iter()
+        .find(|e| e["event"]["kind"] == "tool_outcome")
+        .ok_or("no tool outcome")?;
+    assert!(
+        outcome["event"]["outcome"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cancelled"),
+        "{outcome}"
+    );
+    let report = events.last().ok_or("no events")?;
+    assert_eq!(report["report"]["end"], "cancelled", "{report}");
+    assert_eq!(
+        server.received().len(),
+        1,
+        "the turn stops after the command"
+    );
+    assert_eq!(logged_turn_end(home.path())?["end"], "cancelled");
+    // The command's background child belonged to its process group and died with it.
+    tokio::time::sleep(std::time::Duration::from_millis(3500)).await;
+    assert!(
+        !survivor.exists(),
+        "a child of the cancelled command outlived it"
+    );
+    Ok(())
+}

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -112,7 +112,9 @@ pub(crate) struct SessionGates {
     /// One dispatch at a time per tool plugin, so `inflight` belongs to exactly one call.
     plugin_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     turn: AtomicU64,
-    cancelled: AtomicBool,
+    /// Set by Ctrl-C, cleared when the next turn begins. A watch rather than a flag, so a
+    /// model stream or command that is waiting can be woken and ended at once.
+    cancel: tokio::sync::watch::Sender<bool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -136,7 +138,7 @@ impl SessionGates {
             inflight: Mutex::new(HashMap::new()),
             plugin_locks: Mutex::new(HashMap::new()),
             turn: AtomicU64::new(0),
-            cancelled: AtomicBool::new(false),
+            cancel: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -146,15 +148,43 @@ impl SessionGates {
 
     pub(crate) fn begin_turn(&self) {
         self.turn.fetch_add(1, Ordering::SeqCst);
-        self.cancelled.store(false, Ordering::SeqCst);
+        self.cancel.send_replace(false);
     }
 
     pub(crate) fn cancel_turn(&self) {
-        self.cancelled.store(true, Ordering::SeqCst);
+        self.cancel.send_replace(true);
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::SeqCst)
+        *self.cancel.borrow()
+    }
+
+    /// Resolves once the current turn is cancelled (at once if it already is).
+    pub(crate) async fn until_cancelled(&self) {
+        let mut rx = self.cancel.subscribe();
+        // The sender lives as long as `self`, so `wait_for` only returns on a cancel.
+        let _ = rx.wait_for(|cancelled| *cancelled).await;
+    }
+
+    /// Run `work` unless the turn is cancelled first: a cancelled turn ends waiting model
+    /// streams and requests at once instead of at the next step boundary.
+    pub(crate) async fn unless_cancelled<T>(
+        &self,
+        what: &str,
+        work: impl Future<Output = Result<T, KernelError>>,
+    ) -> Result<T, KernelError> {
+        let cancelled = || {
+            KernelError::Denied(format!(
+                "{what} was stopped: the person cancelled the turn (Ctrl-C)"
+            ))
+        };
+        if self.is_cancelled() {
+            return Err(cancelled());
+        }
+        tokio::select! {
+            result = work => result,
+            () = self.until_cancelled() => Err(cancelled()),
+        }
     }
 
     /// Redact kernel-held secrets (and key shapes) from text a plugin or a log will see.
@@ -280,7 +310,12 @@ impl SessionGates {
             ));
         };
         self.check_exec(plugin, &cmd.line)?;
-        let outcome = exec_gate::run(workspace, &cmd, &self.secret_names)
+        if self.is_cancelled() {
+            return Err(KernelError::Denied(
+                "the command was not started: the person cancelled the turn (Ctrl-C)".into(),
+            ));
+        }
+        let outcome = exec_gate::run(workspace, &cmd, &self.secret_names, self.until_cancelled())
             .await
             .map_err(|e| KernelError::Invalid(e.to_string()))?;
         let mut outcome = outcome;

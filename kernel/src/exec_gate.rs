@@ -92,11 +92,13 @@ fn relative_to(workspace: &Path, dir: &Path) -> String {
 }
 
 /// Run `cmd` in `workspace` (canonical). Environment variables named in `hidden` (the
-/// kernel-held secrets) are removed from the child's environment.
+/// kernel-held secrets) are removed from the child's environment. When `cancel` resolves
+/// first (the person pressed Ctrl-C), the process group is killed and the output so far kept.
 pub(crate) async fn run(
     workspace: &Path,
     cmd: &ExecCommand,
     hidden: &[String],
+    cancel: impl Future<Output = ()>,
 ) -> Result<ExecOutcome, ExecError> {
     let dir = resolve_cwd(workspace, &cmd.cwd)?;
     let timeout = match cmd.timeout {
@@ -148,15 +150,18 @@ pub(crate) async fn run(
         }
         child.wait().await
     };
-    let status = tokio::time::timeout(timeout, run).await;
+    let status = tokio::select! {
+        status = tokio::time::timeout(timeout, run) => Some(status),
+        () = cancel => None,
+    };
     let mut note = Vec::new();
     let (exit_code, timed_out) = match status {
-        Ok(Ok(status)) => (status.code(), false),
-        Ok(Err(e)) => {
+        Some(Ok(Ok(status))) => (status.code(), false),
+        Some(Ok(Err(e))) => {
             note.push(format!("waiting for the command failed: {e}"));
             (None, false)
         }
-        Err(_) => {
+        Some(Err(_)) => {
             kill_group(&mut child).await;
             note.push(format!(
                 "the command did not finish within {} s and was killed with its process group; \
@@ -164,6 +169,15 @@ pub(crate) async fn run(
                 timeout.as_secs()
             ));
             (None, true)
+        }
+        None => {
+            kill_group(&mut child).await;
+            note.push(
+                "the person cancelled the turn (Ctrl-C); the command was killed with its process \
+                 group and the output so far is above"
+                    .to_owned(),
+            );
+            (None, false)
         }
     };
     if dropped > 0 {
@@ -220,6 +234,15 @@ mod tests {
         (dir, canonical)
     }
 
+    /// `run` of a turn nobody cancels.
+    async fn run_plain(
+        ws: &Path,
+        cmd: &ExecCommand,
+        hidden: &[String],
+    ) -> Result<ExecOutcome, ExecError> {
+        run(ws, cmd, hidden, std::future::pending()).await
+    }
+
     fn cmd(line: &str, cwd: &str, ms: u64) -> ExecCommand {
         ExecCommand {
             line: line.to_owned(),
@@ -231,7 +254,7 @@ mod tests {
     #[tokio::test]
     async fn output_is_interleaved_and_the_exit_code_kept() {
         let (_d, ws) = ws();
-        let out = run(
+        let out = run_plain(
             &ws,
             &cmd("echo out; echo err >&2; exit 3", ".", 10_000),
             &[],
@@ -247,20 +270,20 @@ mod tests {
     async fn the_working_directory_is_carried_but_never_leaves_the_workspace() {
         let (_d, ws) = ws();
         std::fs::create_dir(ws.join("sub")).expect("mkdir");
-        let out = run(&ws, &cmd("cd sub", ".", 10_000), &[])
+        let out = run_plain(&ws, &cmd("cd sub", ".", 10_000), &[])
             .await
             .expect("runs");
         assert_eq!(out.cwd, "sub");
-        let out = run(&ws, &cmd("pwd", &out.cwd, 10_000), &[])
+        let out = run_plain(&ws, &cmd("pwd", &out.cwd, 10_000), &[])
             .await
             .expect("runs");
         assert!(out.output.trim().ends_with("/sub"), "{}", out.output);
-        let out = run(&ws, &cmd("cd /", "sub", 10_000), &[])
+        let out = run_plain(&ws, &cmd("cd /", "sub", 10_000), &[])
             .await
             .expect("runs");
         assert_eq!(out.cwd, "sub");
         assert!(out.note.contains("outside the workspace"), "{}", out.note);
-        let err = run(&ws, &cmd("true", "../..", 10_000), &[])
+        let err = run_plain(&ws, &cmd("true", "../..", 10_000), &[])
             .await
             .expect_err("refused");
         assert!(matches!(err, ExecError::OutsideWorkspace(_)), "{err}");
@@ -269,7 +292,7 @@ mod tests {
     #[tokio::test]
     async fn a_timeout_kills_the_group_and_keeps_the_output_so_far() {
         let (_d, ws) = ws();
-        let out = run(
+        let out = run_plain(
             &ws,
             &cmd("echo started; sleep 30 & sleep 30; echo never", ".", 300),
             &[],
@@ -283,10 +306,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_cancel_kills_the_group_at_once_and_keeps_the_output_so_far() {
+        let (_d, ws) = ws();
+        let marker = ws.join("survivor");
+        // The background child would create the marker after 2 s if the group outlived
+        // the cancel.
+        let line = format!(
+            "echo started; (sleep 2; touch {}) & sleep 60; echo never",
+            marker.display()
+        );
+        let out = run(
+            &ws,
+            &cmd(&line, ".", 120_000),
+            &[],
+            tokio::time::sleep(Duration::from_millis(300)),
+        )
+        .await
+        .expect("runs");
+        assert!(!out.timed_out);
+        assert_eq!(out.exit_code, None);
+        assert_eq!(out.output, "started\n");
+        assert!(out.note.contains("cancelled"), "{}", out.note);
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert!(
+            !marker.exists(),
+            "a child of the cancelled command outlived it"
+        );
+    }
+
+    #[tokio::test]
     async fn hidden_variables_do_not_reach_the_command() {
         let (_d, ws) = ws();
         // SAFETY-free: the variable is set on the child only, through the parent's view.
-        let out = run(
+        let out = run_plain(
             &ws,
             &cmd("echo \"[$HOME]\"", ".", 10_000),
             &["HOME".to_owned()],

@@ -181,16 +181,14 @@ impl HostHandle {
             )));
         }
         let gates = shared.gates.clone();
-        let result = gates
-            .net
-            .send(
-                &self.plugin,
-                &caps.network,
-                &caps.secrets,
-                request,
-                Arc::new(crate::net_client::GateApprover(gates.clone())),
-            )
-            .await;
+        let send = gates.net.send(
+            &self.plugin,
+            &caps.network,
+            &caps.secrets,
+            request,
+            Arc::new(crate::net_client::GateApprover(gates.clone())),
+        );
+        let result = gates.unless_cancelled("the request", send).await;
         if let Ok((_, head)) = &result
             && let Ok(url) = url::Url::parse(&head.url)
             && let Some(host) = url.host_str()
@@ -208,7 +206,8 @@ impl HostHandle {
     ) -> Result<Option<Vec<u8>>, KernelError> {
         let shared = self.shared()?;
         let gates = shared.gates.clone();
-        gates.net.next_chunk(&self.plugin, body, idle).await
+        let chunk = gates.net.next_chunk(&self.plugin, body, idle);
+        gates.unless_cancelled("the response stream", chunk).await
     }
 
     /// Release an HTTP response body.

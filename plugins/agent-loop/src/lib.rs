@@ -19,12 +19,16 @@ use std::collections::HashMap;
 use keel_agent_kit::batch::{self, BatchMode};
 use keel_agent_kit::loop_guard::{CallDecision, FailureSignal, LoopGuard};
 use keel_protocol::{
-    Block, Message, ModelRequest, ModelResponse, OutcomeStatus, Role, SessionEvent, ToolDef,
+    Block, Message, ModelRequest, ModelResponse, OutcomeStatus, Role, SessionEvent, StopReason,
+    ToolDef,
     ToolOutcome, TurnCall, TurnEnd, TurnReport, TurnRequest, Usage, Verdict, VerifyRequest,
     services, topics,
 };
 use keel_sdk::{Plugin, agent, events, log, services as kernel_services, state, tools};
 use serde::Deserialize;
+
+/// Why a turn ended early when the person pressed Ctrl-C.
+const CANCELLED: &str = "the person cancelled the turn (Ctrl-C)";
 
 /// Settings from the manifest's `[config]` and the user's `[config.agent-loop]`.
 #[derive(Debug, Deserialize)]
@@ -168,7 +172,7 @@ impl AgentLoop {
         'steps: while report.steps < self.config.max_steps {
             if agent::cancelled() {
                 report.end = TurnEnd::Cancelled;
-                report.detail = "cancelled by the user".into();
+                report.detail = CANCELLED.into();
                 break;
             }
             let (tools, parallel) = Self::tools();
@@ -193,6 +197,12 @@ impl AgentLoop {
                 });
             let response = match answer {
                 Ok(r) => r,
+                // Ctrl-C ends a waiting model stream at once; that is a cancel, not a failure.
+                Err(_) if agent::cancelled() => {
+                    report.end = TurnEnd::Cancelled;
+                    report.detail = CANCELLED.into();
+                    break;
+                }
                 Err(e) => {
                     report.end = TurnEnd::ModelError;
                     report.detail = e;
@@ -207,8 +217,31 @@ impl AgentLoop {
                 .collect();
             report.text = response.message.text();
             self.push(&session, response.message.clone(), Some(response.clone()));
+            // A stream cut short by Ctrl-C is kept as it arrived; its calls do not run, and
+            // each gets a result so the next request is still well-formed for the provider.
+            if agent::cancelled() {
+                let blocks: Vec<Block> = calls
+                    .iter()
+                    .map(|(id, _, _)| Block::ToolResult {
+                        call_id: id.clone(),
+                        content: format!("[keel] not executed: {CANCELLED}"),
+                        is_error: true,
+                    })
+                    .collect();
+                if !blocks.is_empty() {
+                    let results = Message {
+                        role: Role::User,
+                        content: blocks,
+                    };
+                    self.push(&session, results, None);
+                }
+                report.end = TurnEnd::Cancelled;
+                report.detail = CANCELLED.into();
+                break;
+            }
             if calls.is_empty() {
                 report.end = TurnEnd::Completed;
+                report.detail = cut_short(&response).unwrap_or_default();
                 break;
             }
             // Loop guard first: a blocked call is answered without reaching the kernel.
@@ -354,6 +387,25 @@ impl AgentLoop {
         });
         let notice = keel_agent_kit::claims::verdict_notice(&verdict);
         self.push(session, Message::user_text(notice), None);
+    }
+}
+
+/// Why a final answer may be incomplete, for the person: it is kept as it arrived (an
+/// interrupted stream is not resent once content came), but it must not pass for a whole one.
+fn cut_short(response: &ModelResponse) -> Option<String> {
+    match response.stop_reason {
+        StopReason::Interrupted => Some(format!(
+            "the answer may be incomplete: the model's stream broke off ({}); what arrived is              shown",
+            response
+                .stop_reason_raw
+                .strip_prefix("interrupted: ")
+                .unwrap_or(&response.stop_reason_raw)
+        )),
+        StopReason::MaxTokens => Some(
+            "the answer was cut at the output limit; raise `max-tokens` under              [config.agent-loop] or ask the model to continue"
+                .into(),
+        ),
+        _ => None,
     }
 }
 
