@@ -22,7 +22,9 @@ use crate::graph::{GraphError, PluginGraph};
 use crate::host_api::HostHandle;
 use crate::instance::{CallChain, PluginInstance, PluginSource};
 use crate::manifest::{Manifest, PluginKind};
-use crate::types::{Event, GuardVerdict, KERNEL_NAME, KernelError, ToolSpec};
+use crate::types::{
+    Event, GuardVerdict, KERNEL_NAME, KernelError, RESERVED_SERVICE_PREFIX, ToolSpec,
+};
 use crate::undo::UndoLog;
 
 /// Kernel settings.
@@ -994,6 +996,9 @@ impl Shared {
         method: &str,
         payload: &str,
     ) -> Result<String, KernelError> {
+        if service.starts_with(RESERVED_SERVICE_PREFIX) {
+            return self.kernel_service(service, method);
+        }
         let mut waited = false;
         loop {
             let route = {
@@ -1222,6 +1227,36 @@ impl Shared {
         let response = self.gates.record_response(response);
         serde_json::to_string(&response)
             .map_err(|e| KernelError::Failed(format!("cannot encode the response: {e}")))
+    }
+
+    /// The services in the reserved `keel.` namespace, which the kernel serves itself: read
+    /// only, so no plugin gains anything by calling them.
+    fn kernel_service(&self, service: &str, method: &str) -> Result<String, KernelError> {
+        match (service, method) {
+            (keel_protocol::services::PROMPT, "fragments") => {
+                let fragments: Vec<keel_protocol::PromptFragment> = self
+                    .lock()
+                    .env
+                    .prompt_fragments()
+                    .map(|(plugin, id, text)| keel_protocol::PromptFragment {
+                        plugin: plugin.to_owned(),
+                        id: id.to_owned(),
+                        text: text.to_owned(),
+                    })
+                    .collect();
+                serde_json::to_string(&fragments).map_err(|e| {
+                    KernelError::Failed(format!("cannot encode the prompt fragments: {e}"))
+                })
+            }
+            (keel_protocol::services::PROMPT, other) => Err(KernelError::Invalid(format!(
+                "the kernel's `{service}` service has no method `{other}`; it has `fragments`"
+            ))),
+            _ => Err(KernelError::Unavailable(format!(
+                "no service `{service}`: the `keel.` namespace belongs to the kernel, which \
+                 serves only `{}`",
+                keel_protocol::services::PROMPT
+            ))),
+        }
     }
 
     /// `agent.dispatch`: run the calls concurrently through the gate pipeline; outcomes in

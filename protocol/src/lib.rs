@@ -24,6 +24,21 @@ pub mod services {
     /// A claim verifier: method `verify` ([`VerifyRequest`](crate::VerifyRequest) →
     /// `Option<Verdict>`).
     pub const VERIFIER: &str = "verifier";
+    /// Served by the kernel itself: method `fragments` (payload ignored) returns the prompt
+    /// fragments plugins added, as `[PromptFragment]` sorted by plugin, then id.
+    pub const PROMPT: &str = "keel.prompt";
+}
+
+/// A piece of the system prompt a plugin added (the `prompt` import), as the kernel's
+/// [`services::PROMPT`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptFragment {
+    /// The plugin that added it.
+    pub plugin: String,
+    /// Its id, unique within the plugin.
+    pub id: String,
+    /// The text.
+    pub text: String,
 }
 
 /// Event topics on the kernel's bus.

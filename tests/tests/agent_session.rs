@@ -164,3 +164,88 @@ async fn unloading_and_reloading_mid_turn_loses_nothing_and_tools_vanish_from_th
     );
     Ok(())
 }
+
+fn systems_of_contexts(lines: &[LogLine]) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|l| match &l.event {
+            SessionEvent::Context { system, .. } => Some(system.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plugins_prompt_fragments_reach_the_system_prompt_and_leave_with_their_plugin() -> R {
+    let ws = tempfile::tempdir()?;
+    let data = tempfile::tempdir()?;
+    let h = Harness::with_gates(
+        ws.path(),
+        Some(data.path().to_owned()),
+        None,
+        GateConfig::locked_down(),
+    )?;
+    let script = "[[step]]\ntext = \"One.\"\n\n[[step]]\ntext = \"Two.\"\n";
+    h.kernel
+        .load(models::package(
+            &h.loader,
+            "model-scripted",
+            serde_json::json!({ "script": script }),
+        )?)
+        .await?;
+    for name in ["tool-registry", "session-log", "agent-loop", "greeter"] {
+        let status = h.load_plugin(name).await?;
+        assert_eq!(status.state, PluginState::Active, "{name}: {status:?}");
+    }
+    let turn = |input: &str| {
+        let request = serde_json::to_string(&TurnRequest {
+            session: "prompt".into(),
+            input: input.into(),
+        });
+        let kernel = h.kernel.clone();
+        async move {
+            let answer = kernel
+                .call_service(services::AGENT, "turn", &request?)
+                .await?;
+            let report: TurnReport = serde_json::from_str(&answer)?;
+            Ok::<_, Box<dyn std::error::Error>>(report)
+        }
+    };
+    assert_eq!(turn("hello").await?.end, TurnEnd::Completed);
+    h.kernel.unload("greeter").await?;
+    assert_eq!(turn("again").await?.end, TurnEnd::Completed);
+
+    let log = data.path().join("sessions").join("prompt.jsonl");
+    let mut systems = Vec::new();
+    for _ in 0..100 {
+        systems = systems_of_contexts(&log_lines(&log));
+        if systems.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        systems.len(),
+        2,
+        "one context per distinct prompt: {systems:?}"
+    );
+    assert!(
+        systems[0].ends_with("\n\nYou can greet people."),
+        "the configured prompt, then the fragment: {:?}",
+        systems[0]
+    );
+    assert!(
+        !systems[1].contains("You can greet people."),
+        "the fragment left with its plugin: {:?}",
+        systems[1]
+    );
+    assert!(systems[0].starts_with(&systems[1]));
+    // The kernel's own service refuses what it does not serve.
+    let err = h
+        .kernel
+        .call_service("keel.gates", "open", "{}")
+        .await
+        .expect_err("no such kernel service");
+    assert!(err.to_string().contains("belongs to the kernel"), "{err}");
+    Ok(())
+}

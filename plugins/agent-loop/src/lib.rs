@@ -19,10 +19,9 @@ use std::collections::HashMap;
 use keel_agent_kit::batch::{self, BatchMode};
 use keel_agent_kit::loop_guard::{CallDecision, FailureSignal, LoopGuard};
 use keel_protocol::{
-    Block, Message, ModelRequest, ModelResponse, OutcomeStatus, Role, SessionEvent, StopReason,
-    ToolDef,
-    ToolOutcome, TurnCall, TurnEnd, TurnReport, TurnRequest, Usage, Verdict, VerifyRequest,
-    services, topics,
+    Block, Message, ModelRequest, ModelResponse, OutcomeStatus, PromptFragment, Role, SessionEvent,
+    StopReason, ToolDef, ToolOutcome, TurnCall, TurnEnd, TurnReport, TurnRequest, Usage, Verdict,
+    VerifyRequest, services, topics,
 };
 use keel_sdk::{Plugin, agent, events, log, services as kernel_services, state, tools};
 use serde::Deserialize;
@@ -144,6 +143,32 @@ impl AgentLoop {
         (defs, parallel)
     }
 
+    /// The configured system prompt, then the fragments loaded plugins added (sorted by
+    /// plugin and id, so the prefix stays stable), read anew each step so a plugin loaded or
+    /// unloaded mid-session changes the next request.
+    fn system_prompt(&self) -> String {
+        let fragments = kernel_services::call(services::PROMPT, "fragments", "")
+            .map_err(|e| e.to_string())
+            .and_then(|json| {
+                serde_json::from_str::<Vec<PromptFragment>>(&json).map_err(|e| e.to_string())
+            });
+        let fragments = match fragments {
+            Ok(f) => f,
+            Err(e) => {
+                log::warn(&format!("prompt fragments left out: {e}"));
+                Vec::new()
+            }
+        };
+        let mut system = self.config.system.clone();
+        for fragment in fragments {
+            if !system.is_empty() {
+                system.push_str("\n\n");
+            }
+            system.push_str(fragment.text.trim_end());
+        }
+        system
+    }
+
     fn log_context(&mut self, session: &str, system: &str, tools: &[ToolDef]) {
         let key = serde_json::to_string(&(system, tools)).unwrap_or_default();
         if self.last_context.get(session) != Some(&key) {
@@ -176,10 +201,11 @@ impl AgentLoop {
                 break;
             }
             let (tools, parallel) = Self::tools();
-            self.log_context(&session, &self.config.system.clone(), &tools);
+            let system = self.system_prompt();
+            self.log_context(&session, &system, &tools);
             let request = ModelRequest {
                 model: String::new(),
-                system: self.config.system.clone(),
+                system,
                 messages: self
                     .conversations
                     .get(&session)
