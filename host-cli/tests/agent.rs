@@ -5,9 +5,8 @@ use std::path::Path;
 use std::process::Output;
 
 use assert_cmd::Command;
-use keel_tests::model_server::{
-    ModelServer, Step, chunk, json_response, last_chunk, sse, sse_head,
-};
+use keel_tests::model_server::{ModelServer, json_response, last_chunk, sse, sse_head};
+use keel_tests::wire::{oa, oa_done};
 use serde_json::{Value, json};
 
 type R = Result<(), Box<dyn std::error::Error>>;
@@ -43,18 +42,6 @@ fn json_lines(stdout: &[u8]) -> Vec<Value> {
         .collect()
 }
 
-fn oa(delta: Value, finish: Option<&str>) -> Step {
-    sse(
-        None,
-        &json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
-    )
-}
-
-fn done() -> Vec<Step> {
-    vec![chunk("data: [DONE]\n\n"), last_chunk()]
-}
-
 fn setup(config: &str) -> (tempfile::TempDir, tempfile::TempDir) {
     let home = tempfile::tempdir().expect("home");
     let ws = tempfile::tempdir().expect("workspace");
@@ -88,7 +75,7 @@ async fn exec_json_runs_a_turn_against_an_openai_compatible_server() -> R {
             steps.push(oa(json!({"content": "The file says hi."}), None));
             steps.push(oa(json!({}), Some("stop")));
         }
-        steps.extend(done());
+        steps.extend(oa_done());
         steps
     })
     .await?;
@@ -423,7 +410,7 @@ async fn ctrl_c_kills_a_running_command_with_its_children() -> R {
             steps.push(oa(json!({"content": "Done."}), None));
             steps.push(oa(json!({}), Some("stop")));
         }
-        steps.extend(done());
+        steps.extend(oa_done());
         steps
     })
     .await?;

@@ -15,9 +15,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use assert_cmd::Command;
-use keel_tests::model_server::{
-    ModelServer, Received, Step, chunk, json_response, last_chunk, sse, sse_head,
-};
+use keel_tests::model_server::{ModelServer, Received, Step, json_response, sse_head};
+use keel_tests::wire::*;
 use serde_json::{Value, json};
 
 type R = Result<(), Box<dyn std::error::Error>>;
@@ -212,51 +211,6 @@ fn retry_reasons(run: &Run) -> Vec<String> {
 
 // ---- the OpenAI stream -----------------------------------------------------------------------
 
-/// One `chat.completion.chunk`.
-fn oa(delta: Value, finish: Option<&str>) -> Step {
-    sse(
-        None,
-        &json!({
-            "id": "chatcmpl-wire", "object": "chat.completion.chunk", "created": 1_700_000_000,
-            "model": "gpt-test-2025", "system_fingerprint": "fp_wire",
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-        }),
-    )
-}
-
-/// The `stream_options.include_usage` chunk: no choices, the usage.
-fn oa_usage(prompt: u64, completion: u64, cached: u64) -> Step {
-    sse(
-        None,
-        &json!({
-            "id": "chatcmpl-wire", "object": "chat.completion.chunk", "created": 1_700_000_000,
-            "model": "gpt-test-2025", "choices": [],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion,
-                      "prompt_tokens_details": {"cached_tokens": cached}},
-        }),
-    )
-}
-
-fn oa_done() -> Vec<Step> {
-    vec![chunk("data: [DONE]\n\n"), last_chunk()]
-}
-
-/// A complete text answer ending with `finish`.
-fn oa_text(words: &[&str], finish: &str) -> Vec<Step> {
-    let mut steps = vec![
-        sse_head(),
-        oa(json!({"role": "assistant", "content": ""}), None),
-    ];
-    for w in words {
-        steps.push(oa(json!({"content": w}), None));
-    }
-    steps.push(oa(json!({}), Some(finish)));
-    steps.push(oa_usage(12, words.len() as u64, 0));
-    steps.extend(oa_done());
-    steps
-}
-
 /// `s` in pieces of `n` bytes (ASCII).
 fn pieces(s: &str, n: usize) -> Vec<String> {
     s.as_bytes()
@@ -449,59 +403,11 @@ async fn openai_parallel_tool_calls_with_split_arguments_and_usage_run_in_order(
 
 // ---- the Anthropic stream --------------------------------------------------------------------
 
-fn an(event: &str, data: Value) -> Step {
-    sse(Some(event), &data)
-}
-
-fn an_start(input: u64, cache_read: u64) -> Step {
-    an(
-        "message_start",
-        json!({"type": "message_start", "message": {
-            "id": "msg_wire", "type": "message", "role": "assistant", "model": "claude-test-2025",
-            "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": input, "cache_read_input_tokens": cache_read,
-                      "cache_creation_input_tokens": 0, "output_tokens": 1}}}),
-    )
-}
-
-fn an_block_start(index: u64, block: Value) -> Step {
-    an(
-        "content_block_start",
-        json!({"type": "content_block_start", "index": index, "content_block": block}),
-    )
-}
-
-fn an_delta(index: u64, delta: Value) -> Step {
-    an(
-        "content_block_delta",
-        json!({"type": "content_block_delta", "index": index, "delta": delta}),
-    )
-}
-
-fn an_block_stop(index: u64) -> Step {
-    an(
-        "content_block_stop",
-        json!({"type": "content_block_stop", "index": index}),
-    )
-}
-
 fn an_text_block(index: u64, text: &str) -> Vec<Step> {
     vec![
         an_block_start(index, json!({"type": "text", "text": ""})),
         an_delta(index, json!({"type": "text_delta", "text": text})),
         an_block_stop(index),
-    ]
-}
-
-fn an_end(stop: &str, output: u64) -> Vec<Step> {
-    vec![
-        an(
-            "message_delta",
-            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
-                   "usage": {"output_tokens": output}}),
-        ),
-        an("message_stop", json!({"type": "message_stop"})),
-        last_chunk(),
     ]
 }
 
@@ -938,7 +844,10 @@ async fn a_connection_dropped_after_partial_text_is_an_interruption_not_a_retry(
     // report's detail and the message's stop reason say it broke off.
     run.assert_completed();
     assert_eq!(run.report()["text"], "The answer is", "{}", run.dump());
-    let detail = run.report()["detail"].as_str().unwrap_or_default().to_owned();
+    let detail = run.report()["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     assert!(detail.contains("may be incomplete"), "{detail}");
     assert_eq!(run.report()["steps"], 1);
     assert_eq!(run.report()["tool_calls"], 0);

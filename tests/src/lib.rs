@@ -6,5 +6,6 @@ pub mod harness;
 pub mod model_server;
 pub mod models;
 pub mod plugins;
+pub mod wire;
 
 pub use harness::Harness;

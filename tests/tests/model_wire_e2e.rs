@@ -15,10 +15,9 @@ use keel_kernel::{
 use keel_protocol::{
     Block, Message, ModelRequest, ModelResponse, StopReason, StreamDelta, ToolDef, ToolOutcome,
 };
-use keel_tests::model_server::{
-    ModelServer, Received, Step, chunk, json_response, last_chunk, sse, sse_head,
-};
+use keel_tests::model_server::{ModelServer, Received, Step, json_response, sse_head};
 use keel_tests::models;
+use keel_tests::wire::*;
 use serde_json::{Value, json};
 
 type R = anyhow::Result<()>;
@@ -166,49 +165,6 @@ fn only_request(server: &ModelServer) -> Received {
 }
 
 // ---- OpenAI Chat Completions -------------------------------------------------------------
-
-/// One `chat.completion.chunk` event.
-fn oa(delta: Value, finish: Option<&str>) -> Step {
-    sse(
-        None,
-        &json!({
-            "id": "chatcmpl-e2e", "object": "chat.completion.chunk", "created": 1_700_000_000,
-            "model": "gpt-test-2025", "system_fingerprint": "fp_e2e",
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-        }),
-    )
-}
-
-fn oa_usage(prompt: u64, completion: u64, cached: u64) -> Step {
-    sse(
-        None,
-        &json!({
-            "id": "chatcmpl-e2e", "object": "chat.completion.chunk", "created": 1_700_000_000,
-            "model": "gpt-test-2025", "choices": [],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion,
-                      "prompt_tokens_details": {"cached_tokens": cached}},
-        }),
-    )
-}
-
-fn oa_done() -> Vec<Step> {
-    vec![chunk("data: [DONE]\n\n"), last_chunk()]
-}
-
-fn oa_text(words: &[&str], finish: &str) -> Vec<Step> {
-    let mut steps = vec![
-        sse_head(),
-        oa(json!({"role": "assistant", "content": ""}), None),
-    ];
-    for w in words {
-        steps.push(oa(json!({"content": w}), None));
-    }
-    steps.push(oa(json!({}), Some(finish)));
-    steps.push(oa_usage(12, words.len() as u64, 0));
-    steps.extend(oa_done());
-    steps
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_streams_text_usage_and_deltas_with_the_key_in_the_header() -> R {
@@ -626,54 +582,6 @@ async fn the_network_gate_refuses_a_server_the_policy_does_not_allow() -> R {
 }
 
 // ---- Anthropic Messages ------------------------------------------------------------------
-
-fn an(event: &str, data: Value) -> Step {
-    sse(Some(event), &data)
-}
-
-fn an_start(input: u64, cache_read: u64) -> Step {
-    an(
-        "message_start",
-        json!({"type": "message_start", "message": {
-            "id": "msg_e2e", "type": "message", "role": "assistant", "model": "claude-test-2025",
-            "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": input, "cache_read_input_tokens": cache_read,
-                      "cache_creation_input_tokens": 0, "output_tokens": 1}}}),
-    )
-}
-
-fn an_block_start(index: u64, block: Value) -> Step {
-    an(
-        "content_block_start",
-        json!({"type": "content_block_start", "index": index, "content_block": block}),
-    )
-}
-
-fn an_delta(index: u64, delta: Value) -> Step {
-    an(
-        "content_block_delta",
-        json!({"type": "content_block_delta", "index": index, "delta": delta}),
-    )
-}
-
-fn an_block_stop(index: u64) -> Step {
-    an(
-        "content_block_stop",
-        json!({"type": "content_block_stop", "index": index}),
-    )
-}
-
-fn an_end(stop: &str, output: u64) -> Vec<Step> {
-    vec![
-        an(
-            "message_delta",
-            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null},
-                   "usage": {"output_tokens": output}}),
-        ),
-        an("message_stop", json!({"type": "message_stop"})),
-        last_chunk(),
-    ]
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_thinking_text_and_a_split_tool_call() -> R {
