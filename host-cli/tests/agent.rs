@@ -5,41 +5,22 @@ use std::path::Path;
 use std::process::Output;
 
 use assert_cmd::Command;
+use common::{json_lines, keel};
 use keel_tests::model_server::{ModelServer, json_response, last_chunk, sse, sse_head};
 use keel_tests::wire::{oa, oa_done};
 use serde_json::{Value, json};
 
+mod common;
+
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const KEY: &str = "sk-e2e-0123456789abcdefghijklmnop";
-
-fn keel(home: &Path, workspace: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("keel").expect("keel binary");
-    cmd.arg("--home")
-        .arg(home)
-        .arg("--workspace")
-        .arg(workspace)
-        .env_remove("KEEL_PROVIDER")
-        .env_remove("KEEL_MODEL")
-        .env_remove("KEEL_BASE_URL")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("NO_COLOR", "1");
-    cmd
-}
 
 /// Run a command on a blocking thread so the loopback server keeps serving.
 async fn run(mut cmd: Command) -> Output {
     tokio::task::spawn_blocking(move || cmd.output().expect("keel runs"))
         .await
         .expect("join")
-}
-
-fn json_lines(stdout: &[u8]) -> Vec<Value> {
-    String::from_utf8_lossy(stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
 }
 
 fn setup(config: &str) -> (tempfile::TempDir, tempfile::TempDir) {
@@ -278,16 +259,8 @@ async fn interrupt_exec(
     args: &[&str],
     ready: impl Fn() -> bool,
 ) -> Result<Output, Box<dyn std::error::Error>> {
-    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("keel"));
-    cmd.arg("--home")
-        .arg(home)
-        .arg("--workspace")
-        .arg(ws)
-        .env_remove("KEEL_PROVIDER")
-        .env_remove("KEEL_MODEL")
-        .env_remove("KEEL_BASE_URL")
-        .env("NO_COLOR", "1")
-        .env(env.0, env.1)
+    let mut cmd = common::keel_process(home, ws);
+    cmd.env(env.0, env.1)
         .arg("exec")
         .arg("--json")
         .args(args)

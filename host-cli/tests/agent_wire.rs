@@ -14,10 +14,12 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use assert_cmd::Command;
+use common::keel;
 use keel_tests::model_server::{ModelServer, Received, Step, json_response, sse_head};
 use keel_tests::wire::*;
 use serde_json::{Value, json};
+
+mod common;
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -27,21 +29,6 @@ const HELLO: &str = "hi from the workspace";
 const NOTES: &str = "notes: remember the milk";
 
 // ---- running the binary --------------------------------------------------------------------
-
-fn keel(home: &Path, workspace: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("keel").expect("keel binary");
-    cmd.arg("--home")
-        .arg(home)
-        .arg("--workspace")
-        .arg(workspace)
-        .env_remove("KEEL_PROVIDER")
-        .env_remove("KEEL_MODEL")
-        .env_remove("KEEL_BASE_URL")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env("NO_COLOR", "1");
-    cmd
-}
 
 /// A home with `config`, and a workspace with two small files.
 fn setup(config: &str) -> (tempfile::TempDir, tempfile::TempDir) {
@@ -80,10 +67,7 @@ impl Run {
             .expect("join");
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let events = stdout
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
+        let events = common::json_lines(&out.stdout);
         Run {
             out,
             stdout,
