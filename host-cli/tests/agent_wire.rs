@@ -548,6 +548,42 @@ fn requested_finish(text: &str) -> Option<String> {
     text.strip_prefix("finish:").map(str::to_owned)
 }
 
+/// Run one prompt per case (`finish:<wire stop reason>`, which the test's server answers
+/// with that stop reason) and check the neutral stop reasons logged for its model calls: a
+/// text answer for one, a tool call and then a text answer for two.
+async fn assert_stop_reasons(
+    server: &ModelServer,
+    (home, ws): (&Path, &Path),
+    (key_var, key): (&str, &str),
+    cases: &[(&str, &[&str])],
+) {
+    for &(wire, expected) in cases {
+        let before = server.received().len();
+        let run = Run::exec(home, ws, key_var, key, &format!("finish:{wire}")).await;
+        run.assert_completed();
+        run.assert_no_key(key);
+        assert_eq!(
+            logged_stop_reasons(home, &run.session_id()),
+            *expected,
+            "stop reason {wire}"
+        );
+        assert_eq!(
+            server.received().len() - before,
+            expected.len(),
+            "stop reason {wire}: one request per model call"
+        );
+        if expected.len() == 1 {
+            assert_eq!(run.report()["text"], "Some text", "{wire}: {}", run.dump());
+            assert!(run.session_events("tool_outcome").is_empty(), "{wire}");
+        } else {
+            let outcomes = run.session_events("tool_outcome");
+            assert_eq!(outcomes.len(), 1, "{wire}: {}", run.dump());
+            assert_eq!(outcomes[0]["outcome"]["status"], "ok", "{wire}");
+            assert_eq!(run.report()["text"], "Finished.", "{wire}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn openai_finish_reasons_map_to_the_neutral_stop_reasons() -> R {
     let server = ModelServer::start(|_, request| {
@@ -596,43 +632,13 @@ async fn openai_finish_reasons_map_to_the_neutral_stop_reasons() -> R {
         ("tool_calls", &["tool_use", "end_turn"]),
         ("stop-with-calls", &["tool_use", "end_turn"]),
     ];
-    for (finish, expected) in cases {
-        let before = server.received().len();
-        let run = Run::exec(
-            home.path(),
-            ws.path(),
-            "OPENAI_API_KEY",
-            OPENAI_KEY,
-            &format!("finish:{finish}"),
-        )
-        .await;
-        run.assert_completed();
-        run.assert_no_key(OPENAI_KEY);
-        assert_eq!(
-            logged_stop_reasons(home.path(), &run.session_id()),
-            *expected,
-            "finish_reason {finish}"
-        );
-        assert_eq!(
-            server.received().len() - before,
-            expected.len(),
-            "finish_reason {finish}: one request per model call"
-        );
-        if expected.len() == 1 {
-            assert_eq!(
-                run.report()["text"],
-                "Some text",
-                "{finish}: {}",
-                run.dump()
-            );
-            assert!(run.session_events("tool_outcome").is_empty(), "{finish}");
-        } else {
-            let outcomes = run.session_events("tool_outcome");
-            assert_eq!(outcomes.len(), 1, "{finish}: {}", run.dump());
-            assert_eq!(outcomes[0]["outcome"]["status"], "ok", "{finish}");
-            assert_eq!(run.report()["text"], "Finished.", "{finish}");
-        }
-    }
+    assert_stop_reasons(
+        &server,
+        (home.path(), ws.path()),
+        ("OPENAI_API_KEY", OPENAI_KEY),
+        &cases,
+    )
+    .await;
     Ok(())
 }
 
@@ -680,37 +686,13 @@ async fn anthropic_stop_reasons_map_to_the_neutral_stop_reasons() -> R {
         ("refusal", &["refusal"]),
         ("tool_use", &["tool_use", "end_turn"]),
     ];
-    for (stop, expected) in cases {
-        let before = server.received().len();
-        let run = Run::exec(
-            home.path(),
-            ws.path(),
-            "ANTHROPIC_API_KEY",
-            ANTHROPIC_KEY,
-            &format!("finish:{stop}"),
-        )
-        .await;
-        run.assert_completed();
-        run.assert_no_key(ANTHROPIC_KEY);
-        assert_eq!(
-            logged_stop_reasons(home.path(), &run.session_id()),
-            *expected,
-            "stop_reason {stop}"
-        );
-        assert_eq!(
-            server.received().len() - before,
-            expected.len(),
-            "stop_reason {stop}: one request per model call"
-        );
-        if expected.len() == 1 {
-            assert_eq!(run.report()["text"], "Some text", "{stop}: {}", run.dump());
-        } else {
-            let outcomes = run.session_events("tool_outcome");
-            assert_eq!(outcomes.len(), 1, "{stop}: {}", run.dump());
-            assert_eq!(outcomes[0]["outcome"]["status"], "ok", "{stop}");
-            assert_eq!(run.report()["text"], "Finished.", "{stop}");
-        }
-    }
+    assert_stop_reasons(
+        &server,
+        (home.path(), ws.path()),
+        ("ANTHROPIC_API_KEY", ANTHROPIC_KEY),
+        &cases,
+    )
+    .await;
     Ok(())
 }
 
