@@ -20,7 +20,7 @@ use keel_kernel::gates::approvals::PolicyApprover;
 use keel_kernel::gates::exec_policy::ApprovalMode;
 use keel_kernel::{GateConfig, PluginState};
 use keel_protocol::{Message, SessionEvent, TurnEnd, TurnReport, TurnRequest, services, topics};
-use keel_tests::{Harness, models};
+use keel_tests::Harness;
 
 const SCRIPT: &str = r#"
 [[step]]
@@ -64,13 +64,7 @@ async fn turn_overhead(turns: usize) -> anyhow::Result<()> {
             ..GateConfig::locked_down()
         },
     )?;
-    h.kernel
-        .load(models::package(
-            &h.loader,
-            "model-scripted",
-            serde_json::json!({ "script": SCRIPT }),
-        )?)
-        .await?;
+    h.load_scripted_model(SCRIPT).await?;
     for name in ["tool-registry", "fs-tools", "session-log", "agent-loop"] {
         let status = h.load_plugin(name).await?;
         if status.state != PluginState::Active {

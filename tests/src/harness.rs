@@ -102,4 +102,14 @@ impl Harness {
     pub async fn load_fixture(&self, name: &str) -> anyhow::Result<PluginStatus> {
         Ok(self.kernel.load(self.fixture(name)?).await?)
     }
+
+    /// Load `model-scripted` playing `script` (TOML, see keel-model-wire's `scripted`).
+    pub async fn load_scripted_model(&self, script: &str) -> anyhow::Result<PluginStatus> {
+        let package = crate::models::package(
+            &self.loader,
+            "model-scripted",
+            serde_json::json!({ "script": script }),
+        )?;
+        Ok(self.kernel.load(package).await?)
+    }
 }

@@ -8,7 +8,7 @@ use keel_kernel::gates::approvals::PolicyApprover;
 use keel_kernel::gates::exec_policy::ApprovalMode;
 use keel_kernel::{GateConfig, PluginState};
 use keel_protocol::{LogLine, SessionEvent, TurnEnd, TurnReport, TurnRequest, services, topics};
-use keel_tests::{Harness, models};
+use keel_tests::Harness;
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -70,13 +70,7 @@ async fn unloading_and_reloading_mid_turn_loses_nothing_and_tools_vanish_from_th
             ..GateConfig::locked_down()
         },
     )?;
-    h.kernel
-        .load(models::package(
-            &h.loader,
-            "model-scripted",
-            serde_json::json!({ "script": SCRIPT }),
-        )?)
-        .await?;
+    h.load_scripted_model(SCRIPT).await?;
     for name in [
         "tool-registry",
         "fs-tools",
@@ -186,13 +180,7 @@ async fn plugins_prompt_fragments_reach_the_system_prompt_and_leave_with_their_p
         GateConfig::locked_down(),
     )?;
     let script = "[[step]]\ntext = \"One.\"\n\n[[step]]\ntext = \"Two.\"\n";
-    h.kernel
-        .load(models::package(
-            &h.loader,
-            "model-scripted",
-            serde_json::json!({ "script": script }),
-        )?)
-        .await?;
+    h.load_scripted_model(script).await?;
     for name in ["tool-registry", "session-log", "agent-loop", "greeter"] {
         let status = h.load_plugin(name).await?;
         assert_eq!(status.state, PluginState::Active, "{name}: {status:?}");
