@@ -9,6 +9,7 @@
 //! and settle.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -165,6 +166,9 @@ struct Record {
     generation: u64,
     slot: Slot,
     events: mpsc::Sender<Event>,
+    /// Events queued for the plugin and not yet handled, so an unload can let them arrive
+    /// first (a session log must not lose the last events of a session at exit).
+    undelivered: Arc<AtomicUsize>,
     /// True while a reload holds the slot: calls that miss its services wait for it.
     reloading: bool,
 }
@@ -465,11 +469,13 @@ impl Shared {
         let name = package.manifest.name.clone();
         let slot: Slot = Arc::new(tokio::sync::Mutex::new(None));
         let (tx, rx) = mpsc::channel(self.config.event_queue.max(1));
+        let undelivered = Arc::new(AtomicUsize::new(0));
         tokio::spawn(deliver_events(
             self.me.clone(),
             name.clone(),
             slot.clone(),
             rx,
+            undelivered.clone(),
         ));
         let mut inner = self.lock();
         inner.plugins.insert(
@@ -484,6 +490,7 @@ impl Shared {
                 generation: 0,
                 slot,
                 events: tx,
+                undelivered,
                 reloading: false,
             },
         );
@@ -594,6 +601,18 @@ impl Shared {
         }
     }
 
+    /// Let the events already queued for `name` be handled, waiting at most the quiesce
+    /// timeout (an emitter that never stops must not block an unload forever).
+    async fn drain_events(&self, name: &str) {
+        let Some(undelivered) = self.lock().plugins.get(name).map(|r| r.undelivered.clone()) else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + self.config.quiesce_timeout;
+        while undelivered.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// Wait for `name`'s in-flight call to finish and take its slot.
     async fn quiesce(
         &self,
@@ -657,6 +676,7 @@ impl Shared {
                 None => continue,
             };
             if active {
+                self.drain_events(&dependent).await;
                 let mut guard = self.quiesce(&dependent, &dslot).await?;
                 self.deactivate(&dependent, &mut guard).await;
                 if let Some(r) = self.lock().plugins.get_mut(&dependent) {
@@ -666,6 +686,7 @@ impl Shared {
                 }
             }
         }
+        self.drain_events(name).await;
         let mut guard = self.quiesce(name, &slot).await?;
         self.deactivate(name, &mut guard).await;
         // Deactivation replayed the undo log, and effects are refused from then on (the
@@ -863,10 +884,13 @@ impl Shared {
                 if subscriber == event.source {
                     continue;
                 }
-                if let Some(r) = inner.plugins.get(subscriber)
-                    && r.events.try_send(event.clone()).is_err()
-                {
-                    refused.push(subscriber.to_owned());
+                if let Some(r) = inner.plugins.get(subscriber) {
+                    // Counted before it is queued, so delivery never counts below zero.
+                    r.undelivered.fetch_add(1, Ordering::SeqCst);
+                    if r.events.try_send(event.clone()).is_err() {
+                        r.undelivered.fetch_sub(1, Ordering::SeqCst);
+                        refused.push(subscriber.to_owned());
+                    }
                 }
             }
         }
@@ -1426,26 +1450,32 @@ async fn deliver_events(
     name: String,
     slot: Slot,
     mut rx: mpsc::Receiver<Event>,
+    undelivered: Arc<AtomicUsize>,
 ) {
     while let Some(event) = rx.recv().await {
-        let Some(s) = shared.upgrade() else { return };
-        let mut guard = slot.lock().await;
-        let generation = match s.lock().plugins.get(&name) {
-            Some(r) if r.state == PluginState::Active => r.generation,
-            Some(_) => continue,
-            None => return,
-        };
-        if let Some(instance) = guard.as_mut()
-            && let Err(e) = instance
-                .on_event(&CallChain::starting_at(&name), &event)
-                .await
-        {
-            tracing::warn!(plugin = %name, topic = %event.topic, "event handler failed: {e}");
-            if e.is_fatal() {
-                *guard = None;
-                drop(guard);
-                s.instance_died(&name, generation, e.to_string());
-            }
+        deliver_one(&shared, &name, &slot, event).await;
+        undelivered.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Hand one event to the plugin's current instance, if it is active.
+async fn deliver_one(shared: &Weak<Shared>, name: &str, slot: &Slot, event: Event) {
+    let Some(s) = shared.upgrade() else { return };
+    let mut guard = slot.lock().await;
+    let generation = match s.lock().plugins.get(name) {
+        Some(r) if r.state == PluginState::Active => r.generation,
+        _ => return,
+    };
+    if let Some(instance) = guard.as_mut()
+        && let Err(e) = instance
+            .on_event(&CallChain::starting_at(name), &event)
+            .await
+    {
+        tracing::warn!(plugin = %name, topic = %event.topic, "event handler failed: {e}");
+        if e.is_fatal() {
+            *guard = None;
+            drop(guard);
+            s.instance_died(name, generation, e.to_string());
         }
     }
 }

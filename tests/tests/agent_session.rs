@@ -237,3 +237,32 @@ async fn plugins_prompt_fragments_reach_the_system_prompt_and_leave_with_their_p
     assert!(err.to_string().contains("belongs to the kernel"), "{err}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unloading_the_session_log_first_writes_every_event_already_queued_for_it() -> R {
+    let ws = tempfile::tempdir()?;
+    let data = tempfile::tempdir()?;
+    let h = Harness::with_gates(
+        ws.path(),
+        Some(data.path().to_owned()),
+        None,
+        GateConfig::locked_down(),
+    )?;
+    h.load_plugin("session-log").await?;
+    let events = 2_000;
+    for i in 0..events {
+        let event = SessionEvent::TurnEnded {
+            session: "exit".into(),
+            end: TurnEnd::Completed,
+            detail: format!("turn {i}"),
+        };
+        h.kernel
+            .emit(topics::SESSION_EVENT, &serde_json::to_string(&event)?)?;
+    }
+    // At once, as `keel exec` shuts down after its turn: nothing queued may be dropped.
+    h.kernel.unload("session-log").await?;
+    let lines = log_lines(&data.path().join("sessions").join("exit.jsonl"));
+    assert_eq!(lines.len(), events, "every queued event reached the log");
+    assert_eq!(lines.last().map(|l| l.seq), Some(events as u64 - 1));
+    Ok(())
+}
