@@ -177,8 +177,36 @@ struct Record {
 struct Inner {
     env: Env,
     plugins: BTreeMap<String, Record>,
-    state: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
+    state: BTreeMap<String, KeptState>,
     next_generation: u64,
+}
+
+/// One plugin's kernel-held state, with its size kept as it changes: a plugin that keeps
+/// one key per message must not make every `set` walk all of its keys.
+#[derive(Default)]
+struct KeptState {
+    entries: BTreeMap<String, Vec<u8>>,
+    /// Sum of key and value lengths over `entries`.
+    bytes: usize,
+}
+
+impl KeptState {
+    fn insert(&mut self, key: &str, value: Vec<u8>) -> Result<(), String> {
+        let replaced = self.entries.get(key).map_or(0, |v| key.len() + v.len());
+        let bytes = self.bytes - replaced + key.len() + value.len();
+        if bytes > MAX_STATE_TOTAL {
+            return Err(format!("more than {MAX_STATE_TOTAL} bytes of state"));
+        }
+        self.entries.insert(key.to_owned(), value);
+        self.bytes = bytes;
+        Ok(())
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(v) = self.entries.remove(key) {
+            self.bytes -= key.len() + v.len();
+        }
+    }
 }
 
 /// Largest key and value in a plugin's kernel-held state, and the total per plugin.
@@ -909,7 +937,7 @@ impl Shared {
     }
 
     pub(crate) fn state_get(&self, plugin: &str, key: &str) -> Option<Vec<u8>> {
-        self.lock().state.get(plugin)?.get(key).cloned()
+        self.lock().state.get(plugin)?.entries.get(key).cloned()
     }
 
     pub(crate) fn state_set(
@@ -932,27 +960,24 @@ impl Shared {
         }
         let mut inner = self.lock();
         live_record(&mut inner.plugins, plugin, generation)?;
-        let map = inner.state.entry(plugin.to_owned()).or_default();
-        let total: usize = map
-            .iter()
-            .filter(|(k, _)| k.as_str() != key)
-            .map(|(k, v)| k.len() + v.len())
-            .sum();
-        if total + key.len() + value.len() > MAX_STATE_TOTAL {
-            return Err(KernelError::Invalid(format!(
-                "plugin `{plugin}` would hold more than {MAX_STATE_TOTAL} bytes of state; remove keys first"
-            )));
-        }
-        map.insert(key.to_owned(), value);
-        Ok(())
+        inner
+            .state
+            .entry(plugin.to_owned())
+            .or_default()
+            .insert(key, value)
+            .map_err(|what| {
+                KernelError::Invalid(format!(
+                    "plugin `{plugin}` would hold {what}; remove keys first"
+                ))
+            })
     }
 
     pub(crate) fn state_remove(&self, plugin: &str, generation: u64, key: &str) {
         let mut inner = self.lock();
         if live_record(&mut inner.plugins, plugin, generation).is_ok()
-            && let Some(map) = inner.state.get_mut(plugin)
+            && let Some(kept) = inner.state.get_mut(plugin)
         {
-            map.remove(key);
+            kept.remove(key);
         }
     }
 
@@ -960,7 +985,7 @@ impl Shared {
         self.lock()
             .state
             .get(plugin)
-            .map(|m| m.keys().cloned().collect())
+            .map(|kept| kept.entries.keys().cloned().collect())
             .unwrap_or_default()
     }
 
@@ -1477,5 +1502,39 @@ async fn deliver_one(shared: &Weak<Shared>, name: &str, slot: &Slot, event: Even
             drop(guard);
             s.instance_died(name, generation, e.to_string());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_state_counts_replacements_and_removals_toward_its_limit() {
+        let mut kept = KeptState::default();
+        let half = MAX_STATE_TOTAL / 2;
+        kept.insert("a", vec![0; half - 1]).expect("half fits");
+        // Replacing a key counts its new value only, not both.
+        kept.insert("a", vec![0; half - 1])
+            .expect("a replacement fits");
+        assert_eq!(kept.bytes, half);
+        kept.insert("b", vec![0; half - 1])
+            .expect("the second half fits");
+        assert_eq!(kept.bytes, MAX_STATE_TOTAL);
+        let err = kept
+            .insert("c", vec![0])
+            .expect_err("one byte more is refused");
+        assert!(err.contains("bytes of state"), "{err}");
+        assert_eq!(
+            kept.bytes, MAX_STATE_TOTAL,
+            "a refused insert changes nothing"
+        );
+        assert!(!kept.entries.contains_key("c"));
+        kept.remove("a");
+        kept.remove("missing");
+        assert_eq!(kept.bytes, half);
+        kept.insert("c", vec![0; 10])
+            .expect("room again after a removal");
+        assert_eq!(kept.bytes, half + 11);
     }
 }
