@@ -20,6 +20,12 @@ const MAX_LINE: usize = 8 * 1024;
 /// lookup is off), stdout and stderr forwarded to `tracing` tagged with the plugin's name.
 pub(crate) fn build_ctx(plugin: &str, dirs: &[GrantedDir]) -> Result<WasiCtx, String> {
     let mut builder = WasiCtx::builder();
+    // File operations run on the calling thread instead of a `spawn_blocking` hop per
+    // operation: a guest call is already synchronous work on this thread (its store is
+    // exclusive while it runs), and the hop and its two thread wake-ups cost more than the
+    // small local reads and appends plugins make. Set before the preopens: each preopened
+    // directory (and every file opened under it) keeps the setting it was created with.
+    builder.allow_blocking_current_thread(true);
     for dir in dirs {
         let perms = if dir.read_only {
             FsPerms::ReadOnly
@@ -38,11 +44,6 @@ pub(crate) fn build_ctx(plugin: &str, dirs: &[GrantedDir]) -> Result<WasiCtx, St
     }
     // Explicit even though these are the defaults today: a plugin's network reaches the world
     // only through the kernel's mediated services, never through WASI sockets.
-    // File operations run on the calling thread instead of a `spawn_blocking` hop per
-    // operation: a guest call is already synchronous work on this thread (its store is
-    // exclusive while it runs), and the hop cost more than the small local reads and appends
-    // plugins make (it capped the session log at ~30k appends/s).
-    builder.allow_blocking_current_thread(true);
     builder
         .allow_tcp(false)
         .allow_udp(false)
