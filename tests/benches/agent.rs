@@ -9,8 +9,9 @@
 //! 3. **Resume**: reading a 100,000-event session log and rebuilding its conversation, as
 //!    `keel resume` does.
 //!
-//! Run with `cargo bench -p keel-tests --bench agent`; under `cargo test --benches` it runs a
-//! few iterations as a smoke test.
+//! Run with `cargo bench -p keel-tests --bench agent` (add `-- turn`, `-- append` or
+//! `-- resume` for one part; `KEEL_BENCH_TURNS=N` sets the number of turns); under
+//! `cargo test --benches` it runs a few iterations as a smoke test.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -216,13 +217,32 @@ fn resume(events: usize) -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let bench = std::env::args().any(|a| a == "--bench");
-    let (turns, events) = if bench { (200, 100_000) } else { (3, 1_000) };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let bench = args.iter().any(|a| a == "--bench");
+    // Words that are not flags pick the parts to run, as criterion's filter does:
+    // `cargo bench -p keel-tests --bench agent -- turn` runs only the turn overhead.
+    let filters: Vec<&str> = args
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .map(String::as_str)
+        .collect();
+    let selected = |part: &str| filters.is_empty() || filters.iter().any(|f| part.contains(f));
+    let turns = std::env::var("KEEL_BENCH_TURNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(if bench { 200 } else { 3 });
+    let events = if bench { 100_000 } else { 1_000 };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(turn_overhead(turns))?;
-    rt.block_on(append_throughput(events))?;
-    resume(events)?;
+    if selected("turn") {
+        rt.block_on(turn_overhead(turns))?;
+    }
+    if selected("append") {
+        rt.block_on(append_throughput(events))?;
+    }
+    if selected("resume") {
+        resume(events)?;
+    }
     Ok(())
 }
