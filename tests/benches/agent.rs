@@ -241,11 +241,24 @@ fn main() -> anyhow::Result<()> {
         .filter(|a| !a.starts_with('-'))
         .map(String::as_str)
         .collect();
+    const PARTS: [&str; 3] = ["turn", "append", "resume"];
     let selected = |part: &str| filters.is_empty() || filters.iter().any(|f| part.contains(f));
-    let turns = std::env::var("KEEL_BENCH_TURNS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(if bench { 200 } else { 3 });
+    if !PARTS.iter().any(|p| selected(p)) {
+        bail!("no part matches {filters:?}; the parts are {PARTS:?}");
+    }
+    let turns = match std::env::var("KEEL_BENCH_TURNS") {
+        Ok(n) => match n.parse::<usize>() {
+            Ok(turns) if turns > 0 => turns,
+            _ => bail!("KEEL_BENCH_TURNS=`{n}` is not a number of turns (1 or more)"),
+        },
+        Err(_) => {
+            if bench {
+                200
+            } else {
+                3
+            }
+        }
+    };
     let events = if bench { 100_000 } else { 1_000 };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
