@@ -410,6 +410,16 @@ impl Kernel {
         })
     }
 
+    /// Wait until the events already emitted have been handled by their subscribers (each
+    /// plugin's queue for at most the quiesce timeout), so that what a turn emitted is, for
+    /// example, in the session log before the host reads the log back.
+    pub async fn settle_events(&self) {
+        let names: Vec<String> = self.shared.lock().plugins.keys().cloned().collect();
+        for name in names {
+            self.shared.drain_events(&name).await;
+        }
+    }
+
     /// Every event emitted from now on, whatever its topic.
     pub fn events(&self) -> broadcast::Receiver<Event> {
         self.shared.host_events.subscribe()

@@ -238,8 +238,11 @@ async fn plugins_prompt_fragments_reach_the_system_prompt_and_leave_with_their_p
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn unloading_the_session_log_first_writes_every_event_already_queued_for_it() -> R {
+/// A session log with `events` turn-ended events of session `name` just emitted to it.
+async fn emit_to_session_log(
+    name: &str,
+    events: usize,
+) -> Result<(Harness, tempfile::TempDir, tempfile::TempDir), Box<dyn std::error::Error>> {
     let ws = tempfile::tempdir()?;
     let data = tempfile::tempdir()?;
     let h = Harness::with_gates(
@@ -249,20 +252,41 @@ async fn unloading_the_session_log_first_writes_every_event_already_queued_for_i
         GateConfig::locked_down(),
     )?;
     h.load_plugin("session-log").await?;
-    let events = 2_000;
     for i in 0..events {
         let event = SessionEvent::TurnEnded {
-            session: "exit".into(),
+            session: name.into(),
             end: TurnEnd::Completed,
             detail: format!("turn {i}"),
         };
         h.kernel
             .emit(topics::SESSION_EVENT, &serde_json::to_string(&event)?)?;
     }
+    Ok((h, ws, data))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unloading_the_session_log_first_writes_every_event_already_queued_for_it() -> R {
+    let events = 2_000;
+    let (h, _ws, data) = emit_to_session_log("exit", events).await?;
     // At once, as `keel exec` shuts down after its turn: nothing queued may be dropped.
     h.kernel.unload("session-log").await?;
     let lines = log_lines(&data.path().join("sessions").join("exit.jsonl"));
     assert_eq!(lines.len(), events, "every queued event reached the log");
     assert_eq!(lines.last().map(|l| l.seq), Some(events as u64 - 1));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn settling_events_lets_the_host_read_back_everything_emitted() -> R {
+    let events = 2_000;
+    let (h, _ws, data) = emit_to_session_log("settle", events).await?;
+    // As the CLI does before handing a new agent loop the conversation from the log.
+    h.kernel.settle_events().await;
+    let lines = log_lines(&data.path().join("sessions").join("settle.jsonl"));
+    assert_eq!(lines.len(), events, "every emitted event is in the log");
+    assert_eq!(
+        h.kernel.status("session-log").map(|s| s.state),
+        Some(PluginState::Active)
+    );
     Ok(())
 }
