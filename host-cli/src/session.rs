@@ -67,6 +67,8 @@ pub struct Session {
     pub id: String,
     display: Display,
     ctx_workspace: PathBuf,
+    /// Where the session logs are, to give a newly loaded agent loop this conversation.
+    sessions_dir: PathBuf,
     /// Where each plugin came from, for `/reload`.
     origins: Mutex<Vec<(String, Origin)>>,
     overrides: Vec<(String, String, serde_json::Value)>,
@@ -289,6 +291,7 @@ impl Session {
             id,
             display: opts.display,
             ctx_workspace: ctx.workspace.clone(),
+            sessions_dir: ctx.sessions_dir(),
             origins: Mutex::new(Vec::new()),
             overrides,
             user_config: ctx.config.config.clone(),
@@ -304,7 +307,12 @@ impl Session {
         }
         session.check_ready()?;
         if let Some(resume) = &opts.resume {
-            session.restore(ctx, resume).await?;
+            let n = session.seed_conversation(resume).await.with_context(|| {
+                format!("cannot resume session `{resume}`; `keel sessions list` shows the sessions")
+            })?;
+            if session.display == Display::Human {
+                eprintln!("resumed session {resume}: {n} messages");
+            }
         }
         session.emit(&SessionEvent::SessionStarted {
             session: session.id.clone(),
@@ -342,11 +350,10 @@ impl Session {
         Ok(())
     }
 
-    async fn restore(&self, ctx: &Context, id: &str) -> anyhow::Result<()> {
-        let read =
-            keel_agent_kit::session_log::read_log(&ctx.sessions_dir(), id).with_context(|| {
-                format!("cannot resume session `{id}`; `keel sessions list` shows the sessions")
-            })?;
+    /// Give the agent plugin the conversation of session `id`, read back from its log; the
+    /// number of messages.
+    async fn seed_conversation(&self, id: &str) -> anyhow::Result<usize> {
+        let read = keel_agent_kit::session_log::read_log(&self.sessions_dir, id)?;
         for w in &read.warnings {
             eprintln!("warning: session `{id}` line {}: {}", w.line, w.message);
         }
@@ -356,13 +363,7 @@ impl Session {
             .call_service(services::AGENT, "load", &payload.to_string())
             .await
             .map_err(|e| anyhow::anyhow!("the agent plugin could not load session `{id}`: {e}"))?;
-        if self.display == Display::Human {
-            eprintln!(
-                "resumed session {id}: {} messages",
-                conversation.messages.len()
-            );
-        }
-        Ok(())
+        Ok(conversation.messages.len())
     }
 
     fn emit(&self, event: &SessionEvent) {
@@ -395,6 +396,11 @@ impl Session {
 
     /// Load the plugin directory `path`; with `confirm`, show its capabilities first.
     pub async fn load_path(&self, path: &Path, confirm: bool) -> anyhow::Result<()> {
+        self.load_path_providing(path, confirm).await.map(|_| ())
+    }
+
+    /// [`Self::load_path`], answering whether the plugin provides the agent service.
+    async fn load_path_providing(&self, path: &Path, confirm: bool) -> anyhow::Result<bool> {
         let package = self
             .loader
             .from_path(path)
@@ -402,8 +408,31 @@ impl Session {
         if confirm {
             confirm_capabilities(&package)?;
         }
+        let agent = package.manifest.provides.contains_key(services::AGENT);
         self.load_package(package, Origin::Path(path.to_path_buf()))
-            .await
+            .await?;
+        Ok(agent)
+    }
+
+    /// `/load DIR` in a running session. A plugin that takes over the agent service (one
+    /// loaded after `/unload agent-loop`, say) starts with no conversation, so it is given
+    /// this session's, read back from the log: the session goes on rather than starting over.
+    pub async fn load_mid_session(&self, path: &Path) -> anyhow::Result<()> {
+        if !self.load_path_providing(path, true).await? {
+            return Ok(());
+        }
+        // What the last turn emitted may still be on its way to the log.
+        self.kernel.settle_events().await;
+        // Nothing logged yet (no turn so far, or no session log loaded): nothing to carry.
+        let logged = keel_agent_kit::session_log::log_path(&self.sessions_dir, &self.id)
+            .is_ok_and(|path| path.exists());
+        if logged {
+            let n = self.seed_conversation(&self.id).await.context(
+                "the agent plugin is loaded but starts without this session's conversation",
+            )?;
+            eprintln!("the new agent plugin continues this session ({n} messages)");
+        }
+        Ok(())
     }
 
     /// The session's overrides (model choice, demo script), then the user's

@@ -127,7 +127,7 @@ async fn interactive(session: &Session) -> anyhow::Result<()> {
                     }
                     Ok(())
                 }
-                "load" => session.load_path(std::path::Path::new(arg), true).await,
+                "load" => session.load_mid_session(std::path::Path::new(arg)).await,
                 "unload" => session.kernel.unload(arg).await.map_err(Into::into),
                 "reload" => session.reload(arg).await,
                 other => Err(anyhow::anyhow!("unknown command `/{other}`; {HELP}")),

@@ -1,5 +1,7 @@
 //! What the agent tests of the `keel` binary share: the command with a private home and
 //! workspace and no ambient provider settings or keys, and its `--json` output as values.
+// Each test binary compiles this module and uses only part of it.
+#![allow(dead_code)]
 
 use std::path::Path;
 
