@@ -115,12 +115,7 @@ fn message_event(i: usize) -> SessionEvent {
 async fn append_throughput(events: usize) -> anyhow::Result<()> {
     let ws = tempfile::tempdir()?;
     let data = tempfile::tempdir()?;
-    let h = Harness::with_gates(
-        ws.path(),
-        Some(data.path().to_owned()),
-        None,
-        GateConfig::locked_down(),
-    )?;
+    let h = Harness::with_data_dir(ws.path(), data.path())?;
     h.load_plugin("session-log").await?;
     let payloads: Vec<String> = (0..events)
         .map(|i| serde_json::to_string(&message_event(i)))

@@ -20,20 +20,18 @@ impl Harness {
     /// A kernel whose relative directory grants resolve against `workspace`, caching compiled
     /// components in `cache` (if given).
     pub fn new(workspace: &Path, cache: Option<PathBuf>) -> anyhow::Result<Harness> {
-        let wasm = WasmHost::new(WasmHostConfig {
-            cache_dir: cache,
-            ..WasmHostConfig::default()
-        })?;
-        Ok(Harness {
-            kernel: Kernel::new(KernelConfig::default()),
-            loader: PluginLoader::new(
-                wasm,
-                LoaderConfig {
-                    workspace: workspace.to_owned(),
-                    ..LoaderConfig::default()
-                },
-            ),
-        })
+        Harness::with_gates(workspace, None, cache, GateConfig::locked_down())
+    }
+
+    /// A kernel with locked-down gates whose `$KEEL_DATA/…` grants resolve under `data_dir`
+    /// (the session log's directory, for one), compiling components afresh.
+    pub fn with_data_dir(workspace: &Path, data_dir: &Path) -> anyhow::Result<Harness> {
+        Harness::with_gates(
+            workspace,
+            Some(data_dir.to_owned()),
+            None,
+            GateConfig::locked_down(),
+        )
     }
 
     /// A kernel whose gates are set up by `gates` and whose loader resolves relative

@@ -173,12 +173,7 @@ fn systems_of_contexts(lines: &[LogLine]) -> Vec<String> {
 async fn plugins_prompt_fragments_reach_the_system_prompt_and_leave_with_their_plugin() -> R {
     let ws = tempfile::tempdir()?;
     let data = tempfile::tempdir()?;
-    let h = Harness::with_gates(
-        ws.path(),
-        Some(data.path().to_owned()),
-        None,
-        GateConfig::locked_down(),
-    )?;
+    let h = Harness::with_data_dir(ws.path(), data.path())?;
     let script = "[[step]]\ntext = \"One.\"\n\n[[step]]\ntext = \"Two.\"\n";
     h.load_scripted_model(script).await?;
     for name in ["tool-registry", "session-log", "agent-loop", "greeter"] {
@@ -245,12 +240,7 @@ async fn emit_to_session_log(
 ) -> Result<(Harness, tempfile::TempDir, tempfile::TempDir), Box<dyn std::error::Error>> {
     let ws = tempfile::tempdir()?;
     let data = tempfile::tempdir()?;
-    let h = Harness::with_gates(
-        ws.path(),
-        Some(data.path().to_owned()),
-        None,
-        GateConfig::locked_down(),
-    )?;
+    let h = Harness::with_data_dir(ws.path(), data.path())?;
     h.load_plugin("session-log").await?;
     for i in 0..events {
         let event = SessionEvent::TurnEnded {
