@@ -7,7 +7,7 @@ use std::process::Output;
 use assert_cmd::Command;
 use common::{json_lines, keel};
 use keel_tests::model_server::{ModelServer, json_response, last_chunk, sse, sse_head};
-use keel_tests::wire::{oa, oa_done};
+use keel_tests::wire::{oa, oa_done, oa_text};
 use serde_json::{Value, json};
 
 mod common;
@@ -369,20 +369,19 @@ async fn ctrl_c_kills_a_running_command_with_its_children() -> R {
         survivor.display()
     );
     let server = ModelServer::start(move |n, _| {
-        let mut steps = vec![sse_head()];
-        if n == 0 {
-            let args = serde_json::to_string(&json!({ "command": line }))
-                .unwrap_or_default();
-            steps.push(oa(
+        if n > 0 {
+            return oa_text(&["Done."], "stop");
+        }
+        let args = serde_json::to_string(&json!({ "command": line })).unwrap_or_default();
+        let mut steps = vec![
+            sse_head(),
+            oa(
                 json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1",
                        "type": "function", "function": {"name": "exec_shell", "arguments": args}}]}),
                 None,
-            ));
-            steps.push(oa(json!({}), Some("tool_calls")));
-        } else {
-            steps.push(oa(json!({"content": "Done."}), None));
-            steps.push(oa(json!({}), Some("stop")));
-        }
+            ),
+            oa(json!({}), Some("tool_calls")),
+        ];
         steps.extend(oa_done());
         steps
     })
