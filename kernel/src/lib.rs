@@ -7,7 +7,6 @@
 mod dispatch;
 mod env;
 mod exec_gate;
-pub mod gates;
 mod graph;
 mod host_api;
 mod instance;
@@ -19,6 +18,10 @@ mod net_client;
 mod types;
 mod undo;
 mod wasm_host;
+
+/// The sealed gates' pure policies live in their own crate (`kernel/gates/`) so they build and
+/// fuzz without the runtime; the kernel owns their session state and is their only caller.
+pub use keel_gates as gates;
 
 pub use dispatch::{GateConfig, KEEP_HEAD, KEEP_TAIL};
 pub use env::{Env, ServiceEntry, ToolEntry};

@@ -19,20 +19,7 @@ pub enum Level {
     Error,
 }
 
-/// What a tool may do when it runs.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-pub struct ToolCapabilities {
-    /// The tool reads files.
-    pub reads_files: bool,
-    /// The tool creates, changes or removes files.
-    pub writes_files: bool,
-    /// The tool runs commands or code.
-    pub executes_code: bool,
-    /// The tool talks to the network.
-    pub network: bool,
-}
+pub use keel_gates::ToolCapabilities;
 
 /// A tool a plugin offers to the agent.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

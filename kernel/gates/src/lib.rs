@@ -1,5 +1,8 @@
-//! The sealed gates. Nothing here is reachable from a plugin: the WIT interfaces and the
-//! native callback table expose no gate state, and every decision is made in the kernel.
+//! The sealed gates' policies. Nothing here is reachable from a plugin: the WIT interfaces and
+//! the native callback table expose no gate state, and every decision is made in the kernel,
+//! which holds the gates' session state (approvals granted, the turn ledger) and calls these
+//! pure functions. This crate depends on no async runtime, no wasmtime, no HTTP client and
+//! nothing of the kernel, so it builds, tests and fuzzes on its own.
 
 pub mod approvals;
 pub mod arg_repair;
@@ -7,17 +10,21 @@ mod exec_danger;
 pub mod exec_policy;
 mod exec_rules;
 pub mod net_policy;
+pub mod properties;
 pub mod redact;
 pub mod safe_path;
 pub mod sanitize;
 pub mod shell_split;
+mod tool_capabilities;
+
+pub use tool_capabilities::ToolCapabilities;
 
 /// Every seed of the fuzz corpus `fuzz/corpus/<target>`, as (path, text read lossily), sorted;
 /// the gates' unit tests replay them with the checks their fuzz targets make.
 #[cfg(test)]
 pub(crate) fn fuzz_seeds(target: &str) -> Vec<(std::path::PathBuf, String)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus")
+        .join("../../fuzz/corpus")
         .join(target);
     let entries =
         std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("seed corpus {}: {e}", dir.display()));

@@ -3208,25 +3208,10 @@ mod tests {
     }
 
     #[test]
-    fn fuzz_seed_corpus_replays_without_panics() {
-        let seeds = super::super::fuzz_seeds("shell_split");
-        let policy = ExecPolicy::builtin();
-        for (path, text) in &seeds {
-            let text = text.as_str();
-            let a = shell_split::split(text);
-            let b = shell_split::split(text);
-            assert_eq!(a, b, "splitting {} is not deterministic", path.display());
-            for c in &a.commands {
-                assert!(
-                    text.get(c.span.clone()).is_some(),
-                    "span out of bounds in {}",
-                    path.display()
-                );
-            }
-            let v1 = policy.check(text);
-            let v2 = policy.check(text);
-            assert_eq!(v1, v2, "checking {} is not deterministic", path.display());
-            let _ = policy.approval_key(text);
+    fn fuzz_seed_corpus_replays() {
+        let seeds = crate::fuzz_seeds("shell_split");
+        for (_, text) in &seeds {
+            crate::properties::shell_split(text);
         }
         assert!(
             seeds.len() >= 24,

@@ -1931,7 +1931,37 @@ rules = [
         assert_eq!(rfc3339_utc(before), "1970-01-01T00:00:00.000Z");
     }
 
+    #[test]
+    fn fuzz_seed_corpus_replays() {
+        let seeds = crate::fuzz_seeds("net_policy");
+        for (_, text) in &seeds {
+            crate::properties::net_policy(text.as_bytes());
+        }
+        assert!(seeds.len() >= 16, "expected seeds, found {}", seeds.len());
+    }
+
+    /// URL-ish pieces for [`crate::properties::net_policy`]: schemes, hosts in every spelling
+    /// the address checks must see through, redirects and resolved addresses.
+    fn netish() -> impl Strategy<Value = String> {
+        let atoms = prop::sample::select(vec![
+            "http://", "https://", "ftp://", "file:///", "//", "user:pw@", "example.com",
+            "localhost", "127.0.0.1", "0x7f.1", "2130706433", "[::1]", "[::ffff:127.0.0.1]",
+            "169.254.169.254", "metadata.google.internal", "10.0.0.1", "8.8.8.8", ":80", ":0",
+            "/", "/a?token=secret", "#frag", "%2e", "..", "\n", "\n93.184.216.34", "\n::1",
+            ".", "@", "\\", " ", "\u{0}",
+        ]);
+        prop::collection::vec(atoms, 0..12).prop_map(|v| v.concat())
+    }
+
     proptest! {
+        #[test]
+        fn net_policy_properties_hold(s in netish(), hop in 0u8..8) {
+            let mut data = vec![hop];
+            data.extend_from_slice(s.as_bytes());
+            crate::properties::net_policy(&data);
+            crate::properties::net_policy(s.as_bytes());
+        }
+
         #[test]
         fn decide_url_never_panics(s in any::<String>()) {
             let p = open();

@@ -1111,36 +1111,11 @@ mod tests {
         assert!(!n.contains('\n'));
     }
 
-    /// The properties the fuzz target checks, shared with the proptests.
-    fn check_invariants(text: &str) {
-        let strict = parse_strict(text);
-        let repaired = repair(text);
-        assert_eq!(repaired, repair(text), "repair is not deterministic");
-        if let Ok(r) = &repaired {
-            assert!(r.value.is_object());
-        }
-        if let Ok(v) = &strict {
-            assert_eq!(
-                repaired.as_ref().map(|r| (&r.value, r.steps.is_empty())),
-                Ok((v, true))
-            );
-        }
-        let (out, removed) = strip_tool_call_lookalikes(text);
-        if removed.is_empty() {
-            assert_eq!(out, text);
-        } else {
-            assert!(out.contains(LOOKALIKE_NOTICE));
-        }
-        let (again, removed_again) = strip_tool_call_lookalikes(&out);
-        assert_eq!(again, out, "stripping is not idempotent");
-        assert!(removed_again.is_empty());
-    }
-
     #[test]
     fn fuzz_seed_corpus_replays() {
-        let seeds = super::super::fuzz_seeds("arg_repair");
+        let seeds = crate::fuzz_seeds("arg_repair");
         for (_, text) in &seeds {
-            check_invariants(text);
+            crate::properties::arg_repair(text);
         }
         assert!(seeds.len() >= 16, "expected seeds, found {}", seeds.len());
     }
@@ -1196,12 +1171,12 @@ mod tests {
 
             #[test]
             fn arbitrary_strings_never_panic(s in any::<String>()) {
-                check_invariants(&s);
+                crate::properties::arg_repair(&s);
             }
 
             #[test]
             fn jsonish_strings_never_panic(s in jsonish()) {
-                check_invariants(&s);
+                crate::properties::arg_repair(&s);
             }
 
             #[test]

@@ -1381,30 +1381,9 @@ mod tests {
 
     #[test]
     fn fuzz_seed_corpus_replays() {
-        let seeds = super::super::fuzz_seeds("sanitize");
-        for (path, text) in &seeds {
-            let text = text.as_str();
-            let r = sanitize_text(text);
-            assert_no_forbidden(&r.text);
-            if r.report.converged {
-                assert_eq!(
-                    clean(&r.text),
-                    r.text,
-                    "not idempotent on {}",
-                    path.display()
-                );
-            }
-            if let Ok(v) = serde_json::from_str::<Value>(text) {
-                let once = sanitize_json(&v);
-                assert_eq!(sanitize_json(&once), once, "{}", path.display());
-            }
-            let w = wrap_external("seed", text);
-            assert_eq!(
-                w.to_ascii_lowercase().matches("</external_content").count(),
-                1
-            );
-            let t = head_tail(text, 64, 32);
-            assert_eq!(t.truncated, text.len() > 96);
+        let seeds = crate::fuzz_seeds("sanitize");
+        for (_, text) in &seeds {
+            crate::properties::sanitize(text.as_bytes());
         }
         assert!(seeds.len() >= 16, "expected seeds, found {}", seeds.len());
     }

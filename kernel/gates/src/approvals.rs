@@ -32,7 +32,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::exec_policy::{ApprovalMode, Decision, Verdict};
-use crate::types::ToolCapabilities;
+use crate::ToolCapabilities;
 
 /// Longest approval key accepted into a session or the grant store; longer keys are never
 /// remembered (they are not the short, stable prefixes remembering is meant for).
@@ -860,7 +860,7 @@ fn ruling(outcome: Outcome, warnings: Vec<String>) -> Ruling {
 
 #[cfg(test)]
 mod tests {
-    use super::super::exec_policy::ExecPolicy;
+    use crate::exec_policy::ExecPolicy;
     use super::*;
     use std::sync::Arc;
 
