@@ -7,6 +7,7 @@
 //! and random values are parameters.
 //!
 //! Modules by concept:
+//! - [`agent_loop`]: the agent loop, over the kernel's doors as a trait.
 //! - [`tools`]: the file tools (`read_file`, `write_file`, `edit_file`, `list_dir`, `grep`).
 //! - [`registry`]: validating, listing and resolving registered tools.
 //! - [`session_log`]: the append-only JSONL session log.
@@ -14,6 +15,7 @@
 //! - [`batch`]: grouping a turn's tool calls into concurrent and serial batches.
 //! - [`claims`]: detecting "tests pass"/"build succeeds" claims and judging replays.
 
+pub mod agent_loop;
 pub mod append;
 pub mod batch;
 pub mod claims;

@@ -1,457 +1,79 @@
-//! keel's agent loop as a plugin. One call of `agent.turn` runs think → act → observe until
-//! the model answers without tool calls, the step limit is reached, the loop guard stops it,
-//! or the person cancels:
-//!
-//! 1. ask the model through the kernel (`agent::complete`; the kernel records every tool
-//!    call's raw arguments and the stop reason as the response passes);
-//! 2. run the calls through the kernel's gate pipeline (`agent::dispatch`): consecutive
-//!    parallel-safe calls as one concurrent batch, everything else one by one, results kept
-//!    in call order; a failing tool becomes an error result for the model, never the end of
-//!    the turn;
-//! 3. append the results and go again.
-//!
-//! Every message that reaches a model request is emitted on `session.event` for the session
-//! log. The conversation lives in the kernel-held state as well as in memory, so a reload of
-//! this plugin mid-session continues the same conversation.
+//! keel's agent loop as a plugin: the loop itself is `keel_agent_kit::agent_loop`; this crate
+//! gives it the kernel's doors through the SDK's imports and serves the `agent` service
+//! (`turn`, and `load` to seed a resumed session).
 
-use std::collections::HashMap;
+use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError, LoadRequest, OfferedTool};
+use keel_protocol::{TurnRequest, services};
+use keel_sdk::{KernelError, Plugin, agent, events, log, services as kernel_services, state, tools};
 
-use keel_agent_kit::batch::{self, BatchMode};
-use keel_agent_kit::loop_guard::{CallDecision, FailureSignal, LoopGuard};
-use keel_protocol::{
-    Block, Message, ModelRequest, ModelResponse, OutcomeStatus, PromptFragment, Role, SessionEvent,
-    StopReason, ToolDef, ToolOutcome, TurnCall, TurnEnd, TurnReport, TurnRequest, Usage, Verdict,
-    VerifyRequest, services, topics,
-};
-use keel_sdk::{Plugin, agent, events, log, services as kernel_services, state, tools};
-use serde::Deserialize;
+/// The kernel's doors, through the SDK.
+struct KernelDoors;
 
-/// Why a turn ended early when the person pressed Ctrl-C.
-const CANCELLED: &str = "the person cancelled the turn (Ctrl-C)";
-
-/// Settings from the manifest's `[config]` and the user's `[config.agent-loop]`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-struct Config {
-    #[serde(default = "default_steps")]
-    max_steps: u32,
-    #[serde(default = "default_tokens")]
-    max_tokens: u32,
-    #[serde(default)]
-    system: String,
-}
-
-fn default_steps() -> u32 {
-    40
-}
-
-fn default_tokens() -> u32 {
-    8192
-}
-
-/// The agent loop.
-pub struct AgentLoop {
-    config: Config,
-    conversations: HashMap<String, Vec<Message>>,
-    /// The (system, tools) last logged per session, so a `Context` entry is written only when
-    /// it changes (a plugin was loaded or unloaded).
-    last_context: HashMap<String, String>,
-}
-
-/// `{session, messages}`: seed a session's conversation (resume).
-#[derive(Deserialize)]
-struct LoadRequest {
-    session: String,
-    messages: Vec<Message>,
-}
-
-fn state_key(session: &str, index: usize) -> String {
-    format!("m/{session}/{index:08}")
-}
-
-impl AgentLoop {
-    fn emit(event: &SessionEvent) {
-        match serde_json::to_string(event) {
-            Ok(json) => {
-                if let Err(e) = events::emit(topics::SESSION_EVENT, &json) {
-                    log::warn(&format!("cannot emit a session event: {e}"));
-                }
-            }
-            Err(e) => log::warn(&format!("cannot encode a session event: {e}")),
-        }
-    }
-
-    /// Append `message` to the session's conversation: memory, kernel-held state, log.
-    fn push(&mut self, session: &str, message: Message, stop: Option<ModelResponse>) {
-        let conversation = self.conversations.entry(session.to_owned()).or_default();
-        if let Ok(bytes) = serde_json::to_vec(&message)
-            && let Err(e) = state::set(&state_key(session, conversation.len()), &bytes)
-        {
-            log::warn(&format!(
-                "conversation of `{session}` not kept across a reload: {e}"
-            ));
-        }
-        conversation.push(message.clone());
-        Self::emit(&SessionEvent::Message {
-            session: session.to_owned(),
-            message,
-            stop_reason: stop.as_ref().map(|r| r.stop_reason),
-            usage: stop.map(|r| r.usage),
-        });
-    }
-
-    /// The conversations stored in kernel-held state (after a reload).
-    fn restore() -> HashMap<String, Vec<Message>> {
-        let mut out: HashMap<String, Vec<Message>> = HashMap::new();
-        for key in state::keys() {
-            let Some(rest) = key.strip_prefix("m/") else {
-                continue;
-            };
-            let Some((session, _)) = rest.rsplit_once('/') else {
-                continue;
-            };
-            if let Some(bytes) = state::get(&key)
-                && let Ok(message) = serde_json::from_slice::<Message>(&bytes)
-            {
-                out.entry(session.to_owned()).or_default().push(message);
-            }
-        }
-        out
-    }
-
-    /// The tools offered to the model and which of them are parallel-safe.
-    fn tools() -> (Vec<ToolDef>, HashMap<String, bool>) {
-        let registered = tools::registered();
-        let parallel: HashMap<String, bool> = registered
-            .iter()
-            .map(|t| (t.name.clone(), t.parallel_safe))
-            .collect();
-        let from_registry = kernel_services::call(services::TOOL_REGISTRY, "list", "{}")
-            .ok()
-            .and_then(|json| serde_json::from_str::<Vec<ToolDef>>(&json).ok());
-        let defs = from_registry.unwrap_or_else(|| {
-            registered
-                .iter()
-                .map(|t| ToolDef {
-                    name: t.name.clone(),
-                    description: t.description.clone(),
-                    input_schema: serde_json::from_str(&t.input_schema)
-                        .unwrap_or_else(|_| serde_json::json!({"type": "object"})),
-                })
-                .collect()
-        });
-        (defs, parallel)
-    }
-
-    /// The configured system prompt, then the fragments loaded plugins added (sorted by
-    /// plugin and id, so the prefix stays stable), read anew each step so a plugin loaded or
-    /// unloaded mid-session changes the next request.
-    fn system_prompt(&self) -> String {
-        let fragments = kernel_services::call(services::PROMPT, "fragments", "")
-            .map_err(|e| e.to_string())
-            .and_then(|json| {
-                serde_json::from_str::<Vec<PromptFragment>>(&json).map_err(|e| e.to_string())
-            });
-        let fragments = match fragments {
-            Ok(f) => f,
-            Err(e) => {
-                log::warn(&format!("prompt fragments left out: {e}"));
-                Vec::new()
-            }
-        };
-        let mut system = self.config.system.clone();
-        for fragment in fragments {
-            if !system.is_empty() {
-                system.push_str("\n\n");
-            }
-            system.push_str(fragment.text.trim_end());
-        }
-        system
-    }
-
-    fn log_context(&mut self, session: &str, system: &str, tools: &[ToolDef]) {
-        let key = serde_json::to_string(&(system, tools)).unwrap_or_default();
-        if self.last_context.get(session) != Some(&key) {
-            self.last_context.insert(session.to_owned(), key);
-            Self::emit(&SessionEvent::Context {
-                session: session.to_owned(),
-                system: system.to_owned(),
-                tools: tools.to_vec(),
-            });
-        }
-    }
-
-    fn turn(&mut self, req: TurnRequest) -> TurnReport {
-        let session = req.session.clone();
-        self.push(&session, Message::user_text(req.input), None);
-        let mut guard = LoopGuard::new();
-        let mut report = TurnReport {
-            end: TurnEnd::StepLimit,
-            text: String::new(),
-            steps: 0,
-            tool_calls: 0,
-            usage: Usage::default(),
-            detail: String::new(),
-        };
-        let mut turn_calls: Vec<TurnCall> = Vec::new();
-        'steps: while report.steps < self.config.max_steps {
-            if agent::cancelled() {
-                report.end = TurnEnd::Cancelled;
-                report.detail = CANCELLED.into();
-                break;
-            }
-            let (tools, parallel) = Self::tools();
-            let system = self.system_prompt();
-            self.log_context(&session, &system, &tools);
-            let request = ModelRequest {
-                model: String::new(),
-                system,
-                messages: self
-                    .conversations
-                    .get(&session)
-                    .cloned()
-                    .unwrap_or_default(),
-                tools,
-                max_tokens: self.config.max_tokens,
-            };
-            report.steps += 1;
-            let answer = serde_json::to_string(&request)
-                .map_err(|e| e.to_string())
-                .and_then(|json| agent::complete(&json).map_err(|e| e.to_string()))
-                .and_then(|json| {
-                    serde_json::from_str::<ModelResponse>(&json).map_err(|e| e.to_string())
-                });
-            let response = match answer {
-                Ok(r) => r,
-                // Ctrl-C ends a waiting model stream at once; that is a cancel, not a failure.
-                Err(_) if agent::cancelled() => {
-                    report.end = TurnEnd::Cancelled;
-                    report.detail = CANCELLED.into();
-                    break;
-                }
-                Err(e) => {
-                    report.end = TurnEnd::ModelError;
-                    report.detail = e;
-                    break;
-                }
-            };
-            add_usage(&mut report.usage, &response.usage);
-            let calls: Vec<(String, String, String)> = response
-                .message
-                .tool_calls()
-                .map(|(id, name, args)| (id.to_owned(), name.to_owned(), args.to_owned()))
-                .collect();
-            report.text = response.message.text();
-            self.push(&session, response.message.clone(), Some(response.clone()));
-            // A stream cut short by Ctrl-C is kept as it arrived; its calls do not run, and
-            // each gets a result so the next request is still well-formed for the provider.
-            if agent::cancelled() {
-                let blocks: Vec<Block> = calls
-                    .iter()
-                    .map(|(id, _, _)| Block::ToolResult {
-                        call_id: id.clone(),
-                        content: format!("[keel] not executed: {CANCELLED}"),
-                        is_error: true,
-                    })
-                    .collect();
-                if !blocks.is_empty() {
-                    let results = Message {
-                        role: Role::User,
-                        content: blocks,
-                    };
-                    self.push(&session, results, None);
-                }
-                report.end = TurnEnd::Cancelled;
-                report.detail = CANCELLED.into();
-                break;
-            }
-            if calls.is_empty() {
-                report.end = TurnEnd::Completed;
-                report.detail = cut_short(&response).unwrap_or_default();
-                break;
-            }
-            // Loop guard first: a blocked call is answered without reaching the kernel.
-            let mut results: Vec<Option<ToolOutcome>> = vec![None; calls.len()];
-            let mut runnable = Vec::new();
-            for (i, (id, name, args)) in calls.iter().enumerate() {
-                let parsed = serde_json::from_str(args).unwrap_or(serde_json::Value::Null);
-                match guard.check(name, &parsed) {
-                    CallDecision::Allow => runnable.push(i),
-                    CallDecision::Block { message } => {
-                        results[i] = Some(ToolOutcome {
-                            call_id: id.clone(),
-                            tool: name.clone(),
-                            status: OutcomeStatus::Refused,
-                            content: message,
-                            exec: Vec::new(),
-                            spill: None,
-                        });
-                    }
-                }
-            }
-            let flags: Vec<bool> = runnable
-                .iter()
-                .map(|&i| parallel.get(&calls[i].1).copied().unwrap_or(false))
-                .collect();
-            for group in batch::plan(&flags) {
-                let indices: Vec<usize> = group.calls.clone().map(|k| runnable[k]).collect();
-                let runs: Vec<Vec<usize>> = match group.mode {
-                    BatchMode::Concurrent => vec![indices],
-                    BatchMode::Serial => indices.into_iter().map(|i| vec![i]).collect(),
-                };
-                for run in runs {
-                    let ids: Vec<String> = run.iter().map(|&i| calls[i].0.clone()).collect();
-                    let outcomes = agent::dispatch(&ids);
-                    for (&i, json) in run.iter().zip(outcomes) {
-                        let outcome =
-                            serde_json::from_str::<ToolOutcome>(&json).unwrap_or_else(|e| {
-                                ToolOutcome {
-                                    call_id: calls[i].0.clone(),
-                                    tool: calls[i].1.clone(),
-                                    status: OutcomeStatus::Error,
-                                    content: format!(
-                                        "[keel] the kernel answered malformed data: {e}"
-                                    ),
-                                    exec: Vec::new(),
-                                    spill: None,
-                                }
-                            });
-                        results[i] = Some(outcome);
-                    }
-                }
-            }
-            let mut blocks = Vec::new();
-            let mut stop = None;
-            let mut warning = None;
-            for (i, result) in results.into_iter().enumerate() {
-                let Some(outcome) = result else { continue };
-                report.tool_calls += 1;
-                if outcome.status != OutcomeStatus::NotExecuted {
-                    match guard.record(outcome.status) {
-                        FailureSignal::None => {}
-                        FailureSignal::Warn { message } => warning = Some(message),
-                        FailureSignal::Stop { reason } => stop = Some(reason),
-                    }
-                }
-                Self::emit(&SessionEvent::ToolOutcome {
-                    session: session.clone(),
-                    outcome: outcome.clone(),
-                });
-                blocks.push(Block::ToolResult {
-                    call_id: outcome.call_id.clone(),
-                    content: outcome.content.clone(),
-                    is_error: outcome.is_error(),
-                });
-                turn_calls.push(TurnCall {
-                    call_id: outcome.call_id.clone(),
-                    tool: outcome.tool.clone(),
-                    input: serde_json::from_str(&calls[i].2).unwrap_or(serde_json::Value::Null),
-                    outcome,
-                });
-            }
-            if let Some(w) = warning {
-                blocks.push(Block::Text { text: w });
-            }
-            self.push(
-                &session,
-                Message {
-                    role: Role::User,
-                    content: blocks,
-                },
-                None,
-            );
-            if let Some(reason) = stop {
-                report.end = TurnEnd::LoopGuard;
-                report.detail = reason;
-                break 'steps;
-            }
-        }
-        if report.end == TurnEnd::StepLimit {
-            report.detail = format!(
-                "the turn reached its limit of {} model calls; continue with a new prompt or raise \
-                 `max-steps` under [config.agent-loop]",
-                self.config.max_steps
-            );
-        }
-        if report.end == TurnEnd::Completed {
-            self.verify(&session, &report.text, turn_calls);
-        }
-        Self::emit(&SessionEvent::TurnEnded {
-            session: session.clone(),
-            end: report.end,
-            detail: report.detail.clone(),
-        });
-        report
-    }
-
-    /// Let the verifier (if one is loaded) check the turn's claims; its verdict goes to the
-    /// tail of the conversation, where the model reads it next turn.
-    fn verify(&mut self, session: &str, final_text: &str, calls: Vec<TurnCall>) {
-        let request = VerifyRequest {
-            session: session.to_owned(),
-            final_text: final_text.to_owned(),
-            calls,
-        };
-        let Ok(payload) = serde_json::to_string(&request) else {
-            return;
-        };
-        let answer = match kernel_services::call(services::VERIFIER, "verify", &payload) {
-            Ok(a) => a,
-            Err(e) => {
-                if e.kind() != "unavailable" {
-                    log::warn(&format!("the verifier failed: {e}"));
-                }
-                return;
-            }
-        };
-        let Ok(Some(verdict)) = serde_json::from_str::<Option<Verdict>>(&answer) else {
-            return;
-        };
-        Self::emit(&SessionEvent::Verdict {
-            session: session.to_owned(),
-            verdict: verdict.clone(),
-        });
-        let notice = keel_agent_kit::claims::verdict_notice(&verdict);
-        self.push(session, Message::user_text(notice), None);
+fn door_error(e: KernelError) -> DoorError {
+    DoorError {
+        kind: e.kind(),
+        message: e.to_string(),
     }
 }
 
-/// Why a final answer may be incomplete, for the person: it is kept as it arrived (an
-/// interrupted stream is not resent once content came), but it must not pass for a whole one.
-fn cut_short(response: &ModelResponse) -> Option<String> {
-    match response.stop_reason {
-        StopReason::Interrupted => Some(format!(
-            "the answer may be incomplete: the model's stream broke off ({}); what arrived is              shown",
-            response
-                .stop_reason_raw
-                .strip_prefix("interrupted: ")
-                .unwrap_or(&response.stop_reason_raw)
-        )),
-        StopReason::MaxTokens => Some(
-            "the answer was cut at the output limit; raise `max-tokens` under              [config.agent-loop] or ask the model to continue"
-                .into(),
-        ),
-        _ => None,
+impl AgentDoors for KernelDoors {
+    fn complete(&mut self, request: &str) -> Result<String, DoorError> {
+        agent::complete(request).map_err(door_error)
+    }
+
+    fn dispatch(&mut self, call_ids: &[String]) -> Vec<String> {
+        agent::dispatch(call_ids)
+    }
+
+    fn cancelled(&mut self) -> bool {
+        agent::cancelled()
+    }
+
+    fn call(&mut self, service: &str, method: &str, payload: &str) -> Result<String, DoorError> {
+        kernel_services::call(service, method, payload).map_err(door_error)
+    }
+
+    fn registered_tools(&mut self) -> Vec<OfferedTool> {
+        tools::registered()
+            .into_iter()
+            .map(|t| OfferedTool {
+                name: t.name,
+                description: t.description,
+                input_schema: t.input_schema,
+                parallel_safe: t.parallel_safe,
+            })
+            .collect()
+    }
+
+    fn emit(&mut self, topic: &str, payload: &str) -> Result<(), DoorError> {
+        events::emit(topic, payload).map_err(door_error)
+    }
+
+    fn state_get(&mut self, key: &str) -> Option<Vec<u8>> {
+        state::get(key)
+    }
+
+    fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), DoorError> {
+        state::set(key, value).map_err(door_error)
+    }
+
+    fn state_keys(&mut self) -> Vec<String> {
+        state::keys()
+    }
+
+    fn warn(&mut self, message: &str) {
+        log::warn(message);
     }
 }
 
-fn add_usage(total: &mut Usage, more: &Usage) {
-    total.input_tokens += more.input_tokens;
-    total.output_tokens += more.output_tokens;
-    total.cache_read_tokens += more.cache_read_tokens;
-    total.cache_write_tokens += more.cache_write_tokens;
-}
+/// The plugin: the agent loop over the kernel's doors.
+pub struct AgentLoopPlugin(AgentLoop<KernelDoors>);
 
-impl Plugin for AgentLoop {
+impl Plugin for AgentLoopPlugin {
     fn activate(config: &str) -> Result<Self, String> {
-        let config: Config = serde_json::from_str(config)
-            .map_err(|e| format!("invalid [config.agent-loop]: {e}"))?;
+        let inner = AgentLoop::new(config, KernelDoors)?;
         kernel_services::provide(services::AGENT, "1.0.0").map_err(|e| e.to_string())?;
-        Ok(AgentLoop {
-            config,
-            conversations: Self::restore(),
-            last_context: HashMap::new(),
-        })
+        Ok(AgentLoopPlugin(inner))
     }
 
     fn handle_call(
@@ -464,20 +86,13 @@ impl Plugin for AgentLoop {
             "turn" => {
                 let req: TurnRequest = serde_json::from_str(payload)
                     .map_err(|e| format!("`turn` takes a TurnRequest: {e}"))?;
-                let report = self.turn(req);
+                let report = self.0.turn(req);
                 serde_json::to_string(&report).map_err(|e| e.to_string())
             }
             "load" => {
                 let req: LoadRequest = serde_json::from_str(payload)
                     .map_err(|e| format!("`load` takes {{session, messages}}: {e}"))?;
-                for (i, m) in req.messages.iter().enumerate() {
-                    if let Ok(bytes) = serde_json::to_vec(m) {
-                        let _ = state::set(&state_key(&req.session, i), &bytes);
-                    }
-                }
-                let n = req.messages.len();
-                self.conversations.insert(req.session, req.messages);
-                Ok(n.to_string())
+                Ok(self.0.load(req).to_string())
             }
             other => Err(format!(
                 "the agent service has no method `{other}`; it has `turn` and `load`"
@@ -486,4 +101,4 @@ impl Plugin for AgentLoop {
     }
 }
 
-keel_sdk::export_plugin!(AgentLoop);
+keel_sdk::export_plugin!(AgentLoopPlugin);

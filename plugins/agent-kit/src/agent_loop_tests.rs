@@ -1,0 +1,451 @@
+//! The agent loop against a fake kernel: scripted model responses, recorded dispatches, events
+//! and kept state.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use keel_protocol::{
+    Block, Message, ModelRequest, ModelResponse, OutcomeStatus, Role, SessionEvent, StopReason,
+    ToolOutcome, TurnEnd, TurnReport, TurnRequest, Usage, services, topics,
+};
+
+use super::{AgentDoors, AgentLoop, DoorError, LoadRequest, OfferedTool};
+
+/// A kernel that answers from a script and records what the loop did.
+#[derive(Default)]
+struct FakeKernel {
+    /// Model answers, in order; an empty script is a model error.
+    responses: VecDeque<Result<ModelResponse, DoorError>>,
+    /// Requests the loop sent, decoded.
+    requests: Vec<ModelRequest>,
+    tools: Vec<OfferedTool>,
+    /// Each dispatch's call ids.
+    dispatched: Vec<Vec<String>>,
+    /// Status of every dispatched call (default `Ok`), by call id.
+    statuses: BTreeMap<String, OutcomeStatus>,
+    /// Dispatch answers this instead of an outcome (malformed kernel data).
+    dispatch_garbage: bool,
+    /// `cancelled()` turns true once this many model calls were made.
+    cancel_after_requests: Option<usize>,
+    /// The model call fails once the person cancelled (a stream cut by Ctrl-C).
+    fail_when_cancelled: bool,
+    services: BTreeMap<(String, String), Result<String, DoorError>>,
+    events: Vec<SessionEvent>,
+    state: BTreeMap<String, Vec<u8>>,
+    warnings: Vec<String>,
+}
+
+impl AgentDoors for FakeKernel {
+    fn complete(&mut self, request: &str) -> Result<String, DoorError> {
+        self.requests
+            .push(serde_json::from_str(request).expect("the loop sends a ModelRequest"));
+        if self.fail_when_cancelled && self.cancelled() {
+            return Err(DoorError {
+                kind: "failed",
+                message: "stream closed".into(),
+            });
+        }
+        let answer = self.responses.pop_front().unwrap_or(Err(DoorError {
+            kind: "failed",
+            message: "no more scripted answers".into(),
+        }))?;
+        Ok(serde_json::to_string(&answer).expect("encodable"))
+    }
+
+    fn dispatch(&mut self, call_ids: &[String]) -> Vec<String> {
+        self.dispatched.push(call_ids.to_vec());
+        call_ids
+            .iter()
+            .map(|id| {
+                if self.dispatch_garbage {
+                    return String::from("{not json");
+                }
+                let outcome = ToolOutcome {
+                    call_id: id.clone(),
+                    tool: String::from("tool"),
+                    status: self.statuses.get(id).copied().unwrap_or(OutcomeStatus::Ok),
+                    content: format!("result of {id}"),
+                    exec: Vec::new(),
+                    spill: None,
+                };
+                serde_json::to_string(&outcome).expect("encodable")
+            })
+            .collect()
+    }
+
+    fn cancelled(&mut self) -> bool {
+        self.cancel_after_requests
+            .is_some_and(|n| self.requests.len() >= n)
+    }
+
+    fn call(&mut self, service: &str, method: &str, _payload: &str) -> Result<String, DoorError> {
+        self.services
+            .get(&(service.to_owned(), method.to_owned()))
+            .cloned()
+            .unwrap_or(Err(DoorError {
+                kind: "unavailable",
+                message: format!("no {service}"),
+            }))
+    }
+
+    fn registered_tools(&mut self) -> Vec<OfferedTool> {
+        self.tools.clone()
+    }
+
+    fn emit(&mut self, topic: &str, payload: &str) -> Result<(), DoorError> {
+        assert_eq!(topic, topics::SESSION_EVENT);
+        self.events
+            .push(serde_json::from_str(payload).expect("a session event"));
+        Ok(())
+    }
+
+    fn state_get(&mut self, key: &str) -> Option<Vec<u8>> {
+        self.state.get(key).cloned()
+    }
+
+    fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), DoorError> {
+        self.state.insert(key.to_owned(), value.to_vec());
+        Ok(())
+    }
+
+    fn state_keys(&mut self) -> Vec<String> {
+        // Reverse order: the loop must not rely on the kernel's key order.
+        self.state.keys().rev().cloned().collect()
+    }
+
+    fn warn(&mut self, message: &str) {
+        self.warnings.push(message.to_owned());
+    }
+}
+
+fn tool(name: &str, parallel_safe: bool) -> OfferedTool {
+    OfferedTool {
+        name: name.to_owned(),
+        description: format!("the {name} tool"),
+        input_schema: String::from(r#"{"type":"object"}"#),
+        parallel_safe,
+    }
+}
+
+fn answer(text: &str) -> Result<ModelResponse, DoorError> {
+    Ok(ModelResponse {
+        message: Message {
+            role: Role::Assistant,
+            content: vec![Block::Text { text: text.into() }],
+        },
+        stop_reason: StopReason::EndTurn,
+        stop_reason_raw: String::from("stop"),
+        usage: Usage {
+            input_tokens: 10,
+            output_tokens: 5,
+            ..Usage::default()
+        },
+        model: String::from("fake"),
+        retries: 0,
+    })
+}
+
+/// A response calling `(id, tool, arguments)` for each entry.
+fn calls(list: &[(&str, &str, &str)]) -> Result<ModelResponse, DoorError> {
+    Ok(ModelResponse {
+        message: Message {
+            role: Role::Assistant,
+            content: list
+                .iter()
+                .map(|(id, name, args)| Block::ToolCall {
+                    id: (*id).into(),
+                    name: (*name).into(),
+                    arguments: (*args).into(),
+                })
+                .collect(),
+        },
+        stop_reason: StopReason::ToolUse,
+        stop_reason_raw: String::from("tool_calls"),
+        usage: Usage::default(),
+        model: String::from("fake"),
+        retries: 0,
+    })
+}
+
+fn agent(kernel: FakeKernel, config: &str) -> AgentLoop<FakeKernel> {
+    AgentLoop::new(config, kernel).expect("valid config")
+}
+
+fn turn(agent: &mut AgentLoop<FakeKernel>, input: &str) -> TurnReport {
+    agent.turn(TurnRequest {
+        session: String::from("s1"),
+        input: input.into(),
+    })
+}
+
+fn results_of(message: &Message) -> Vec<(String, String, bool)> {
+    message
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            Block::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => Some((call_id.clone(), content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_plain_answer_completes_the_turn_and_is_logged() {
+    let mut k = FakeKernel::default();
+    k.responses.push_back(answer("hello"));
+    let mut a = agent(k, r#"{"system":"be brief"}"#);
+    let r = turn(&mut a, "hi");
+    assert_eq!(r.end, TurnEnd::Completed);
+    assert_eq!((r.text.as_str(), r.steps, r.tool_calls), ("hello", 1, 0));
+    assert_eq!(r.usage.input_tokens, 10);
+    assert_eq!(a.conversation("s1").len(), 2);
+    let k = a.doors_mut();
+    assert_eq!(k.requests[0].system, "be brief");
+    assert_eq!(k.requests[0].max_tokens, 8192);
+    let kinds: Vec<&str> = k
+        .events
+        .iter()
+        .map(|e| match e {
+            SessionEvent::Context { .. } => "context",
+            SessionEvent::Message { .. } => "message",
+            SessionEvent::TurnEnded { .. } => "ended",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["message", "context", "message", "ended"]);
+}
+
+#[test]
+fn tool_results_come_back_in_call_order_and_reach_the_next_request() {
+    let mut k = FakeKernel::default();
+    k.tools = vec![tool("read", true), tool("write", false)];
+    k.responses.push_back(calls(&[
+        ("c1", "read", "{}"),
+        ("c2", "read", r#"{"p":1}"#),
+        ("c3", "write", "{}"),
+    ]));
+    k.responses.push_back(answer("done"));
+    k.statuses.insert("c3".into(), OutcomeStatus::Error);
+    let mut a = agent(k, "{}");
+    let r = turn(&mut a, "go");
+    assert_eq!((r.end, r.steps, r.tool_calls), (TurnEnd::Completed, 2, 3));
+    let k = a.doors_mut();
+    // The two parallel-safe reads as one batch, the write alone.
+    assert_eq!(k.dispatched, [vec!["c1", "c2"], vec!["c3"]]);
+    let second = &k.requests[1].messages;
+    let results = results_of(second.last().expect("results"));
+    assert_eq!(
+        results,
+        [
+            ("c1".into(), "result of c1".into(), false),
+            ("c2".into(), "result of c2".into(), false),
+            ("c3".into(), "result of c3".into(), true),
+        ]
+    );
+}
+
+#[test]
+fn the_third_identical_call_is_blocked_without_reaching_the_kernel() {
+    let mut k = FakeKernel::default();
+    k.tools = vec![tool("read", false)];
+    for id in ["c1", "c2", "c3"] {
+        k.responses
+            .push_back(calls(&[(id, "read", r#"{"path": "a", "n": 1}"#)]));
+    }
+    k.responses.push_back(answer("ok"));
+    let mut a = agent(k, "{}");
+    let r = turn(&mut a, "go");
+    assert_eq!(r.end, TurnEnd::Completed);
+    let k = a.doors_mut();
+    assert_eq!(k.dispatched, [vec!["c1"], vec!["c2"]]);
+    let last = k.requests[3].messages.last().expect("results");
+    let results = results_of(last);
+    assert!(results[0].1.contains("blocked by the loop guard"), "{results:?}");
+    assert!(results[0].2, "a blocked call is an error for the model");
+}
+
+#[test]
+fn consecutive_failures_warn_then_stop_the_turn() {
+    let mut k = FakeKernel::default();
+    for i in 0..10 {
+        let id = format!("c{i}");
+        k.statuses.insert(id.clone(), OutcomeStatus::Error);
+        let args = format!(r#"{{"i":{i}}}"#);
+        k.responses
+            .push_back(calls(&[(id.as_str(), "run", args.as_str())]));
+    }
+    let mut a = agent(k, "{}");
+    let r = turn(&mut a, "go");
+    assert_eq!(r.end, TurnEnd::LoopGuard);
+    assert!(r.detail.contains("8 consecutive failing"), "{}", r.detail);
+    assert_eq!(r.steps, 8);
+    let k = a.doors_mut();
+    let warned = k.requests[3].messages.last().expect("results");
+    assert!(
+        warned
+            .content
+            .iter()
+            .any(|b| matches!(b, Block::Text { text } if text.contains("3 tool calls in a row"))),
+        "no warning after three failures"
+    );
+}
+
+#[test]
+fn the_step_limit_ends_the_turn_and_says_how_to_raise_it() {
+    let mut k = FakeKernel::default();
+    for i in 0..5 {
+        let id = format!("c{i}");
+        let args = format!(r#"{{"i":{i}}}"#);
+        k.responses
+            .push_back(calls(&[(id.as_str(), "read", args.as_str())]));
+    }
+    let mut a = agent(k, r#"{"max-steps": 2, "max-tokens": 100}"#);
+    let r = turn(&mut a, "go");
+    assert_eq!((r.end, r.steps), (TurnEnd::StepLimit, 2));
+    assert!(r.detail.contains("limit of 2 model calls"));
+    assert!(r.detail.contains("max-steps"));
+    assert_eq!(a.doors_mut().requests[0].max_tokens, 100);
+}
+
+#[test]
+fn a_cancel_before_the_model_call_sends_nothing() {
+    let k = FakeKernel {
+        cancel_after_requests: Some(0),
+        ..FakeKernel::default()
+    };
+    let mut a = agent(k, "{}");
+    let r = turn(&mut a, "go");
+    assert_eq!((r.end, r.steps), (TurnEnd::Cancelled, 0));
+    assert!(a.doors_mut().requests.is_empty());
+}
+
+#[test]
+fn a_stream_cut_by_ctrl_c_is_a_cancel_not_a_model_error() {
+    let mut k = FakeKernel {
+        cancel_after_requests: Some(1),
+        fail_when_cancelled: true,
+        ..FakeKernel::default()
+    };
+    k.responses.push_back(answer("never"));
+    let mut a = agent(k, "{}");
+    let r = turn(&mut a, "go");
+    assert_eq!(r.end, TurnEnd::Cancelled);
+    assert!(r.detail.contains("Ctrl-C"));
+}
+
+#[test]
+fn calls_of_a_cancelled_response_do_not_run_but_each_gets_a_result() {
+    let mut k = FakeKernel {
+        cancel_after_requests: Some(1),
+        ..FakeKernel::default()
+    };
+    k.responses
+        .push_back(calls(&[("c1", "write", "{}"), ("c2", "write", "{}")]));
+    let mut a = agent(k, "{}");
+    let r = turn(&mut a, "go");
+    assert_eq!(r.end, TurnEnd::Cancelled);
+    let conversation = a.conversation("s1").to_vec();
+    let k = a.doors_mut();
+    assert!(k.dispatched.is_empty(), "a cancelled call ran");
+    let results = results_of(conversation.last().expect("results"));
+    assert_eq!(results.len(), 2);
+    assert!(results.iter().all(|(_, text, err)| *err && text.contains("not executed")));
+}
+
+#[test]
+fn a_model_error_ends_the_turn_with_its_message() {
+    let mut a = agent(FakeKernel::default(), "{}");
+    let r = turn(&mut a, "go");
+    assert_eq!(r.end, TurnEnd::ModelError);
+    assert!(r.detail.contains("no more scripted answers"), "{}", r.detail);
+}
+
+#[test]
+fn malformed_kernel_data_becomes_an_error_result_not_a_crash() {
+    let mut k = FakeKernel {
+        dispatch_garbage: true,
+        ..FakeKernel::default()
+    };
+    k.responses.push_back(calls(&[("c1", "read", "{}")]));
+    k.responses.push_back(answer("ok"));
+    let mut a = agent(k, "{}");
+    let r = turn(&mut a, "go");
+    assert_eq!(r.end, TurnEnd::Completed);
+    let k = a.doors_mut();
+    let results = results_of(k.requests[1].messages.last().expect("results"));
+    assert!(results[0].1.contains("malformed data"), "{results:?}");
+    assert!(results[0].2);
+}
+
+#[test]
+fn a_reloaded_loop_continues_the_kept_conversation_in_order() {
+    let mut k = FakeKernel::default();
+    for i in 0..12 {
+        k.responses.push_back(answer(&format!("answer {i}")));
+    }
+    let mut a = agent(k, "{}");
+    for i in 0..6 {
+        turn(&mut a, &format!("question {i}"));
+    }
+    let before = a.conversation("s1").to_vec();
+    assert_eq!(before.len(), 12);
+    // A reload: a new loop over the same kernel-held state.
+    let mut kernel = std::mem::take(a.doors_mut());
+    kernel.responses.push_back(answer("after reload"));
+    let mut b = agent(kernel, "{}");
+    assert_eq!(b.conversation("s1"), before.as_slice());
+    turn(&mut b, "again");
+    let sent = &b.doors_mut().requests.last().expect("a request").messages;
+    assert_eq!(&sent[..12], before.as_slice());
+}
+
+#[test]
+fn a_resumed_session_is_seeded_and_kept() {
+    let mut a = agent(FakeKernel::default(), "{}");
+    let n = a.load(LoadRequest {
+        session: String::from("old"),
+        messages: vec![Message::user_text("earlier")],
+    });
+    assert_eq!(n, 1);
+    assert_eq!(a.conversation("old").len(), 1);
+    assert!(a.doors_mut().state.contains_key("m/old/00000000"));
+}
+
+#[test]
+fn fragments_follow_the_system_prompt_and_a_verdict_is_appended() {
+    let mut k = FakeKernel::default();
+    k.services.insert(
+        (services::PROMPT.into(), "fragments".into()),
+        Ok(r#"[{"plugin":"p","id":"a","text":"fragment one\n"}]"#.into()),
+    );
+    k.services.insert(
+        (services::VERIFIER.into(), "verify".into()),
+        Ok(r#"{"status":"verified-pass","dimension":"tests","claim":"tests pass"}"#.into()),
+    );
+    k.responses.push_back(answer("tests pass"));
+    let mut a = agent(k, r#"{"system":"base"}"#);
+    turn(&mut a, "go");
+    let last = a.conversation("s1").last().expect("a notice").clone();
+    let k = a.doors_mut();
+    assert_eq!(k.requests[0].system, "base\n\nfragment one");
+    assert!(k.events.iter().any(|e| matches!(e, SessionEvent::Verdict { .. })));
+    assert_eq!(last.role, Role::User);
+    assert!(k.warnings.is_empty(), "{:?}", k.warnings);
+}
+
+#[test]
+fn a_cut_short_answer_says_so_in_one_readable_line() {
+    let mut k = FakeKernel::default();
+    let mut cut = answer("partial").expect("a response");
+    cut.stop_reason = StopReason::Interrupted;
+    cut.stop_reason_raw = String::from("interrupted: connection reset");
+    k.responses.push_back(Ok(cut));
+    let mut a = agent(k, "{}");
+    let r = turn(&mut a, "go");
+    assert_eq!(r.end, TurnEnd::Completed);
+    assert!(r.detail.contains("connection reset"), "{}", r.detail);
+    assert!(!r.detail.contains("  "), "stray spaces in {:?}", r.detail);
+}
