@@ -10,7 +10,7 @@ use keel_tests::model_server::{ModelServer, json_response, last_chunk, sse, sse_
 use keel_tests::wire::{oa, oa_done, oa_text};
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 
 type R = Result<(), Box<dyn std::error::Error>>;
 

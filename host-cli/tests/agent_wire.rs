@@ -19,7 +19,7 @@ use keel_tests::model_server::{ModelServer, Received, Step, json_response, sse_h
 use keel_tests::wire::*;
 use serde_json::{Value, json};
 
-mod common;
+use crate::common;
 
 type R = Result<(), Box<dyn std::error::Error>>;
 

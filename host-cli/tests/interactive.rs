@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::keel;
 use keel_protocol::{OutcomeStatus, Role, SessionEvent};
 
-mod common;
+use crate::common;
 
 type R = Result<(), Box<dyn std::error::Error>>;
 

@@ -3,7 +3,7 @@
 //! holding the same plugins, is empty when everything is unloaded, and does not depend on the
 //! order of loads.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,6 +1,6 @@
 //! Lifecycle and mediation through the kernel's public API, with in-process plugins.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The native host through the kernel's public API, with the `native-echo` fixture library
 //! (tests/fixtures/native-echo), which this test builds with cargo on first use.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

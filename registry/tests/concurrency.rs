@@ -1,7 +1,7 @@
 //! Writers that race or die: concurrent publishers serialize on the registry lock, and a
 //! publisher killed between writing the blob and appending the record leaves nothing visible.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;
@@ -125,8 +125,13 @@ fn killed_publisher_child() -> R {
 fn a_publisher_killed_after_the_blob_leaves_no_version_and_the_next_publish_works() -> R {
     let fx = Fixture::new()?;
     fx.publish("echo", "0.1.0", "")?;
+    // The child's test name is its path inside the test binary, whichever crate root holds it.
+    let child_test = match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::killed_publisher_child"),
+        None => String::from("killed_publisher_child"),
+    };
     let mut child = Command::new(std::env::current_exe()?)
-        .args(["killed_publisher_child", "--exact", "--test-threads=1"])
+        .args([child_test.as_str(), "--exact", "--test-threads=1"])
         .env(CHILD_ENV, fx.dir.path())
         .stdout(std::process::Stdio::null())
         .spawn()?;

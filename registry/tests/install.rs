@@ -1,7 +1,7 @@
 //! Publish and install through the library: verification before anything is written,
 //! trust, yanks, conflicts, rollback, capabilities, and the re-check on load.
 
-mod common;
+use crate::common;
 
 use common::{Fixture, R, component, manifest, message};
 use keel_registry::{

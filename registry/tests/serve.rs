@@ -1,6 +1,6 @@
 //! The registry over HTTP on loopback: the same publish, install and refusals as a directory.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 

@@ -1,0 +1,10 @@
+//! The integration tests of the `keel` binary, as one test binary: each module was a binary of its own,
+//! and linking one binary instead of several keeps builds and CI short.
+
+mod common;
+
+mod agent;
+mod agent_wire;
+mod cli;
+mod interactive;
+mod registry;

@@ -1,0 +1,8 @@
+//! The integration tests of keel end to end (real plugin components), as one test binary: each module was a binary of its own,
+//! and linking one binary instead of several keeps builds and CI short.
+
+mod agent_session;
+mod hostile_plugins;
+mod model_wire_e2e;
+mod tool_plugins;
+mod wasm_plugins;
