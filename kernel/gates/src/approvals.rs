@@ -860,8 +860,8 @@ fn ruling(outcome: Outcome, warnings: Vec<String>) -> Ruling {
 
 #[cfg(test)]
 mod tests {
-    use crate::exec_policy::ExecPolicy;
     use super::*;
+    use crate::exec_policy::ExecPolicy;
     use std::sync::Arc;
 
     type R = Result<(), Box<dyn std::error::Error>>;

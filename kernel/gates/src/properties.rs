@@ -32,7 +32,10 @@ pub fn arg_repair(text: &str) {
         assert!(v.is_object(), "strict parsing accepted a non-object");
         let r = repaired.as_ref().expect("strictly valid input repairs");
         assert_eq!(&r.value, v, "repair changed strictly valid input");
-        assert!(r.steps.is_empty(), "strictly valid input needed repair steps");
+        assert!(
+            r.steps.is_empty(),
+            "strictly valid input needed repair steps"
+        );
     }
 
     let (out, removed) = strip_tool_call_lookalikes(text);
@@ -47,7 +50,10 @@ pub fn arg_repair(text: &str) {
 
     let notice = truncated_call_notice(text, text, text.len());
     assert!(!notice.contains('\n'), "the truncation notice spans lines");
-    assert!(notice.contains("NOT executed"), "the truncation notice hides that the call did not run");
+    assert!(
+        notice.contains("NOT executed"),
+        "the truncation notice hides that the call did not run"
+    );
     let _ = is_truncation_stop(text);
 }
 
@@ -90,7 +96,9 @@ pub fn assert_sanitized(s: &str) {
         );
         if is_variation_selector(c) {
             assert!(
-                prev.is_some_and(|p| !is_variation_selector(p) && !p.is_whitespace() && !p.is_control()),
+                prev.is_some_and(|p| !is_variation_selector(p)
+                    && !p.is_whitespace()
+                    && !p.is_control()),
                 "variation selector without a base"
             );
         }
@@ -111,7 +119,10 @@ pub fn sanitize(data: &[u8]) {
     if r.report.converged {
         let again = sanitize_text(&r.text);
         assert_eq!(again.text, r.text, "sanitizing is not idempotent");
-        assert!(again.report.is_unchanged(), "a fixed point reported changes");
+        assert!(
+            again.report.is_unchanged(),
+            "a fixed point reported changes"
+        );
     }
     if r.report.is_unchanged() {
         assert_eq!(r.text, text, "an unchanged report with changed text");
@@ -119,17 +130,33 @@ pub fn sanitize(data: &[u8]) {
 
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
         let once = sanitize_json(&v);
-        assert_eq!(sanitize_json(&once), once, "JSON sanitizing is not idempotent");
+        assert_eq!(
+            sanitize_json(&once),
+            once,
+            "JSON sanitizing is not idempotent"
+        );
     }
 
     // The first line is the host, the rest the body.
     let (host, body) = text.split_once('\n').unwrap_or((text, ""));
     let w = wrap_external(host, body);
     let lower = w.to_ascii_lowercase();
-    assert_eq!(lower.matches("</external_content").count(), 1, "the body closed the fence");
-    assert_eq!(lower.matches("<external_content").count(), 1, "the body opened a fence");
+    assert_eq!(
+        lower.matches("</external_content").count(),
+        1,
+        "the body closed the fence"
+    );
+    assert_eq!(
+        lower.matches("<external_content").count(),
+        1,
+        "the body opened a fence"
+    );
     assert!(w.ends_with("</external_content>"), "the fence is not last");
-    assert_eq!(sanitize_text(&w).text, w, "the fence is not a sanitize fixed point");
+    assert_eq!(
+        sanitize_text(&w).text,
+        w,
+        "the fence is not a sanitize fixed point"
+    );
     assert_eq!(w, wrap_external(host, body), "fencing is not deterministic");
 
     let head = usize::from(data.first().copied().unwrap_or(0));
@@ -140,7 +167,10 @@ pub fn sanitize(data: &[u8]) {
         assert_eq!(t.kept, text, "short text was changed");
     } else {
         assert!(t.truncated, "long text was not cut");
-        assert!(t.omitted_bytes >= text.len() - head - tail, "kept more than asked");
+        assert!(
+            t.omitted_bytes >= text.len() - head - tail,
+            "kept more than asked"
+        );
         assert!(t.omitted_bytes <= text.len(), "omitted more than there was");
         assert!(t.kept.contains("[keel: omitted "), "a cut without a marker");
     }
@@ -155,9 +185,17 @@ fn builtin_policy() -> &'static ExecPolicy {
 /// every span indexes the input, and the verdict is the maximum over its segments.
 pub fn shell_split(text: &str) {
     let a = shell_split::split(text);
-    assert_eq!(a, shell_split::split(text), "splitting is not deterministic");
+    assert_eq!(
+        a,
+        shell_split::split(text),
+        "splitting is not deterministic"
+    );
     for c in &a.commands {
-        assert!(text.get(c.span.clone()).is_some(), "span {:?} does not index the input", c.span);
+        assert!(
+            text.get(c.span.clone()).is_some(),
+            "span {:?} does not index the input",
+            c.span
+        );
         for w in c.words.iter().chain(&c.assignments) {
             assert!(
                 text.get(w.span.clone()).is_some(),
@@ -170,8 +208,16 @@ pub fn shell_split(text: &str) {
     let policy = builtin_policy();
     let v = policy.check(text);
     assert_eq!(v, policy.check(text), "checking is not deterministic");
-    let max = v.segments.iter().map(|s| s.decision).max().unwrap_or(Decision::Allow);
-    assert_eq!(v.decision, max, "the verdict is not the maximum over its segments");
+    let max = v
+        .segments
+        .iter()
+        .map(|s| s.decision)
+        .max()
+        .unwrap_or(Decision::Allow);
+    assert_eq!(
+        v.decision, max,
+        "the verdict is not the maximum over its segments"
+    );
     if let Some(i) = v.deciding_segment {
         assert!(i < v.segments.len(), "the deciding segment does not exist");
     }
@@ -202,7 +248,10 @@ fn assert_allowed_url_is_public(url: &str) {
     );
     assert!(parsed.host().is_some(), "allowed a URL without a host");
     if let Some(ip) = literal_ip(&parsed) {
-        assert!(forbidden_range(ip).is_none(), "allowed the internal address {ip}");
+        assert!(
+            forbidden_range(ip).is_none(),
+            "allowed the internal address {ip}"
+        );
     }
 }
 
@@ -230,15 +279,25 @@ pub fn net_policy(data: &[u8]) {
         "a deny without a refusal, or the reverse"
     );
     if let Some(r) = v.refusal() {
-        assert!(!r.target.contains('?'), "a refusal echoes a query: {}", r.target);
+        assert!(
+            !r.target.contains('?'),
+            "a refusal echoes a query: {}",
+            r.target
+        );
     }
     if v.decision != NetDecision::Deny {
         assert_allowed_url_is_public(url);
         let port = v.port.unwrap_or(443);
         if let Ok(pinned) = policy.check_resolved(&v.host, port, &addrs) {
-            assert!(addrs.contains(&pinned), "pinned {pinned}, which the name did not resolve to");
+            assert!(
+                addrs.contains(&pinned),
+                "pinned {pinned}, which the name did not resolve to"
+            );
             for a in &addrs {
-                assert!(forbidden_range(*a).is_none(), "pinned a name that resolves to {a}");
+                assert!(
+                    forbidden_range(*a).is_none(),
+                    "pinned a name that resolves to {a}"
+                );
             }
         }
     }
@@ -253,6 +312,10 @@ pub fn net_policy(data: &[u8]) {
             );
             assert_allowed_url_is_public(&next);
         }
-        Err(r) => assert!(!r.target.contains('?'), "a refusal echoes a query: {}", r.target),
+        Err(r) => assert!(
+            !r.target.contains('?'),
+            "a refusal echoes a query: {}",
+            r.target
+        ),
     }
 }
