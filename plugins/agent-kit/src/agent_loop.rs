@@ -182,10 +182,13 @@ impl<D: AgentDoors> AgentLoop<D> {
         match serde_json::to_string(event) {
             Ok(json) => {
                 if let Err(e) = self.doors.emit(topics::SESSION_EVENT, &json) {
-                    self.doors.warn(&format!("cannot emit a session event: {e}"));
+                    self.doors
+                        .warn(&format!("cannot emit a session event: {e}"));
                 }
             }
-            Err(e) => self.doors.warn(&format!("cannot encode a session event: {e}")),
+            Err(e) => self
+                .doors
+                .warn(&format!("cannot encode a session event: {e}")),
         }
     }
 
@@ -273,8 +276,7 @@ impl<D: AgentDoors> AgentLoop<D> {
         let fragments = match fragments {
             Ok(f) => f,
             Err(e) => {
-                self.doors
-                    .warn(&format!("prompt fragments left out: {e}"));
+                self.doors.warn(&format!("prompt fragments left out: {e}"));
                 Vec::new()
             }
         };

@@ -263,7 +263,10 @@ fn the_third_identical_call_is_blocked_without_reaching_the_kernel() {
     assert_eq!(k.dispatched, [vec!["c1"], vec!["c2"]]);
     let last = k.requests[3].messages.last().expect("results");
     let results = results_of(last);
-    assert!(results[0].1.contains("blocked by the loop guard"), "{results:?}");
+    assert!(
+        results[0].1.contains("blocked by the loop guard"),
+        "{results:?}"
+    );
     assert!(results[0].2, "a blocked call is an error for the model");
 }
 
@@ -352,7 +355,11 @@ fn calls_of_a_cancelled_response_do_not_run_but_each_gets_a_result() {
     assert!(k.dispatched.is_empty(), "a cancelled call ran");
     let results = results_of(conversation.last().expect("results"));
     assert_eq!(results.len(), 2);
-    assert!(results.iter().all(|(_, text, err)| *err && text.contains("not executed")));
+    assert!(
+        results
+            .iter()
+            .all(|(_, text, err)| *err && text.contains("not executed"))
+    );
 }
 
 #[test]
@@ -360,7 +367,11 @@ fn a_model_error_ends_the_turn_with_its_message() {
     let mut a = agent(FakeKernel::default(), "{}");
     let r = turn(&mut a, "go");
     assert_eq!(r.end, TurnEnd::ModelError);
-    assert!(r.detail.contains("no more scripted answers"), "{}", r.detail);
+    assert!(
+        r.detail.contains("no more scripted answers"),
+        "{}",
+        r.detail
+    );
 }
 
 #[test]
@@ -431,7 +442,11 @@ fn fragments_follow_the_system_prompt_and_a_verdict_is_appended() {
     let last = a.conversation("s1").last().expect("a notice").clone();
     let k = a.doors_mut();
     assert_eq!(k.requests[0].system, "base\n\nfragment one");
-    assert!(k.events.iter().any(|e| matches!(e, SessionEvent::Verdict { .. })));
+    assert!(
+        k.events
+            .iter()
+            .any(|e| matches!(e, SessionEvent::Verdict { .. }))
+    );
     assert_eq!(last.role, Role::User);
     assert!(k.warnings.is_empty(), "{:?}", k.warnings);
 }

@@ -4,7 +4,9 @@
 
 use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError, LoadRequest, OfferedTool};
 use keel_protocol::{TurnRequest, services};
-use keel_sdk::{KernelError, Plugin, agent, events, log, services as kernel_services, state, tools};
+use keel_sdk::{
+    KernelError, Plugin, agent, events, log, services as kernel_services, state, tools,
+};
 
 /// The kernel's doors, through the SDK.
 struct KernelDoors;
