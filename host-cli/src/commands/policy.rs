@@ -10,9 +10,9 @@ use crate::config::Context;
 
 #[derive(Subcommand)]
 pub enum PolicyCommand {
-    /// Print the decision for COMMAND (allow, prompt or forbidden), the segment and rule that
+    /// Print the decision for COMMAND (allow, prompt or forbid), the segment and rule that
     /// decided it, the reason, and what to do instead. Exit status: 0 allow, 3 prompt,
-    /// 4 forbidden.
+    /// 4 forbid.
     Check {
         /// The command line, as one argument.
         command: String,
@@ -89,6 +89,6 @@ pub fn run(ctx: &Context, cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
     Ok(match verdict.decision {
         Decision::Allow => ExitCode::SUCCESS,
         Decision::Prompt => ExitCode::from(3),
-        Decision::Forbidden => ExitCode::from(4),
+        Decision::Forbid => ExitCode::from(4),
     })
 }

@@ -102,7 +102,7 @@ pub enum Requirement {
 pub fn required_approval(caps: &ToolCapabilities, exec_verdict: Option<&Verdict>) -> Requirement {
     match exec_verdict {
         Some(v) => match v.decision {
-            Decision::Forbidden => Requirement::Refuse {
+            Decision::Forbid => Requirement::Refuse {
                 reason: v.reason.clone(),
             },
             Decision::Prompt => Requirement::Ask { can_always: true },
@@ -281,7 +281,7 @@ impl SessionApprovals {
     /// Whether a session approval covers a call with approval key `key` and the current
     /// `verdict`: never for a Forbidden verdict, never for a command rejected word for word.
     pub fn is_approved(&self, key: &str, verdict: &Verdict) -> bool {
-        if verdict.decision == Decision::Forbidden {
+        if verdict.decision == Decision::Forbid {
             return false;
         }
         let state = lock(&self.state);
@@ -467,7 +467,7 @@ impl GrantStore {
     /// other than the store's, for a key that cannot be remembered, and for revoked keys. An
     /// unreadable file grants nothing (see [`GrantStore::take_warnings`]).
     pub fn is_granted(&self, workspace: &Path, key: &str, verdict: &Verdict) -> bool {
-        if verdict.decision == Decision::Forbidden
+        if verdict.decision == Decision::Forbid
             || verdict.approval == Some(ApprovalMode::Never)
             || !key_ok(key)
         {
@@ -939,7 +939,7 @@ mod tests {
                 required_approval(&c, Some(&prompt)),
                 Requirement::Ask { can_always: true }
             );
-            let forbidden = verdict(Decision::Forbidden, "rm -rf /");
+            let forbidden = verdict(Decision::Forbid, "rm -rf /");
             assert!(matches!(
                 required_approval(&c, Some(&forbidden)),
                 Requirement::Refuse { .. }
@@ -981,7 +981,7 @@ mod tests {
         assert!(!s.is_approved(&release_key, &release));
         assert!(s.is_approved(&key, &policy.check("cargo build")));
         // Forbidden verdicts are never covered, whatever key is passed.
-        assert!(!s.is_approved(&key, &verdict(Decision::Forbidden, "cargo build")));
+        assert!(!s.is_approved(&key, &verdict(Decision::Forbid, "cargo build")));
     }
 
     #[test]
@@ -992,7 +992,7 @@ mod tests {
         let policy = ExecPolicy::builtin();
         let cmd = "rm -rf /";
         let v = policy.decide(cmd);
-        assert_eq!(v.decision, Decision::Forbidden);
+        assert_eq!(v.decision, Decision::Forbid);
         assert_eq!(policy.approval_key(cmd), None);
         assert!(!store.is_granted(e.ws.path(), "rm", &v));
         let session = SessionApprovals::new();

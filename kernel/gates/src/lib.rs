@@ -6,6 +6,7 @@
 
 pub mod approvals;
 pub mod arg_repair;
+mod decision;
 mod exec_danger;
 pub mod exec_policy;
 mod exec_rules;
@@ -17,6 +18,7 @@ pub mod sanitize;
 pub mod shell_split;
 mod tool_capabilities;
 
+pub use decision::Decision;
 pub use tool_capabilities::ToolCapabilities;
 
 /// Every seed of the fuzz corpus `fuzz/corpus/<target>`, as (path, text read lossily), sorted;

@@ -1,11 +1,11 @@
 //! The network policy gate: decides whether an outbound HTTP request a plugin makes may go out
-//! (Allow), needs the user's approval (Prompt), or must not go out at all (Deny).
+//! (Allow), needs the user's approval (Prompt), or must not go out at all (Forbid).
 //!
 //! This module is pure: it parses URLs and judges host names and addresses, but it never
 //! resolves a name, opens a connection or writes a file. The HTTP client that uses it, and the
 //! append-only audit log writer, live elsewhere. The client is expected to:
 //!
-//! 1. call [`NetPolicy::decide_url`] before anything else, refuse on [`NetDecision::Deny`] and
+//! 1. call [`NetPolicy::decide_url`] before anything else, refuse on [`NetDecision::Forbid`] and
 //!    ask the user on [`NetDecision::Prompt`];
 //! 2. resolve the host itself, pass *every* answer to [`NetPolicy::check_resolved`] and connect
 //!    only to the address it returns (DNS pinning: a second resolution at connect time could
@@ -90,48 +90,9 @@ const LOCAL_NAMES: &[&str] = &[
     "metadata.google.internal",
 ];
 
-/// The three-valued network decision, ordered `Allow < Prompt < Deny` and combined by maximum.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NetDecision {
-    /// The request may go out without asking.
-    Allow,
-    /// The user must approve the request first.
-    Prompt,
-    /// The request must not go out.
-    Deny,
-}
-
-impl NetDecision {
-    /// The lowercase name used in config files and JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NetDecision::Allow => "allow",
-            NetDecision::Prompt => "prompt",
-            NetDecision::Deny => "deny",
-        }
-    }
-
-    /// Parses `allow`, `prompt` or `deny` (ASCII case and surrounding blanks ignored).
-    pub fn parse(s: &str) -> Option<NetDecision> {
-        let s = s.trim();
-        if s.eq_ignore_ascii_case("allow") {
-            Some(NetDecision::Allow)
-        } else if s.eq_ignore_ascii_case("prompt") {
-            Some(NetDecision::Prompt)
-        } else if s.eq_ignore_ascii_case("deny") {
-            Some(NetDecision::Deny)
-        } else {
-            None
-        }
-    }
-}
-
-impl fmt::Display for NetDecision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The network policy answers with the gates' one [`Decision`](crate::Decision); its
+/// `Forbid` is what network configs used to spell `deny` (still accepted).
+pub use crate::Decision as NetDecision;
 
 /// Which check produced a verdict or a refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -173,14 +134,14 @@ pub struct NetVerdict {
     pub check: NetCheck,
     /// Why, in one sentence, naming the rule or range involved.
     pub reason: String,
-    /// What to do instead (for Deny) or how to stop being asked (for Prompt).
+    /// What to do instead (for Forbid) or how to stop being asked (for Prompt).
     pub suggestion: Option<String>,
 }
 
 impl NetVerdict {
-    /// The refusal this verdict amounts to: `Some` exactly for [`NetDecision::Deny`].
+    /// The refusal this verdict amounts to: `Some` exactly for [`NetDecision::Forbid`].
     pub fn refusal(&self) -> Option<NetRefusal> {
-        (self.decision == NetDecision::Deny).then(|| NetRefusal {
+        (self.decision == NetDecision::Forbid).then(|| NetRefusal {
             check: self.check,
             target: if self.host.is_empty() {
                 String::from("(unparsable URL)")
@@ -430,7 +391,7 @@ impl NetPolicy {
     /// rules. Never panics; an unparsable URL is denied.
     pub fn decide_url(&self, url: &str) -> NetVerdict {
         let deny = |host: String, port, check, reason: String, suggestion: String| NetVerdict {
-            decision: NetDecision::Deny,
+            decision: NetDecision::Forbid,
             host,
             port,
             check,
@@ -599,7 +560,7 @@ impl NetPolicy {
         let verdict = self.decide_url(&next);
         match verdict.decision {
             NetDecision::Allow => Ok(next),
-            NetDecision::Deny => Err(verdict.refusal().unwrap_or_else(|| NetRefusal {
+            NetDecision::Forbid => Err(verdict.refusal().unwrap_or_else(|| NetRefusal {
                 check: verdict.check,
                 target: verdict.host.clone(),
                 reason: verdict.reason.clone(),
@@ -649,7 +610,7 @@ impl NetPolicy {
                             "approve the request, or change the rule `{pattern}` under [network] rules in {CONFIG_PATH} to `allow`"
                         )),
                     ),
-                    NetDecision::Deny => (
+                    NetDecision::Forbid => (
                         format!(
                             "`{key}` is denied by the rule `{pattern}` (a deny rule wins over any allow rule)"
                         ),
@@ -679,7 +640,7 @@ impl NetPolicy {
                             "approve the request, or {allow_rule} to stop being asked"
                         )),
                     ),
-                    NetDecision::Deny => (
+                    NetDecision::Forbid => (
                         format!("no [network] rule matches `{key}` and the default is `deny`"),
                         Some(format!("{allow_rule} if this host should be reachable")),
                     ),
@@ -1140,7 +1101,7 @@ mod tests {
     use std::time::Duration;
 
     use NetCheck as C;
-    use NetDecision::{Allow, Deny, Prompt};
+    use NetDecision::{Allow, Forbid as Deny, Prompt};
 
     fn open() -> NetPolicy {
         NetPolicy::new(Allow)
@@ -1908,7 +1869,7 @@ rules = [
         assert_eq!(json["time"], "2023-11-14T22:13:20.123Z");
         assert_eq!(json["plugin"], "evil\nplugin");
         assert_eq!(json["host"], "169.254.169.254");
-        assert_eq!(json["decision"], "deny");
+        assert_eq!(json["decision"], "forbid");
         assert!(
             json["reason"]
                 .as_str()

@@ -275,7 +275,7 @@ pub fn net_policy(data: &[u8]) {
     assert_eq!(v, policy.decide_url(url), "deciding is not deterministic");
     assert_eq!(
         v.refusal().is_some(),
-        v.decision == NetDecision::Deny,
+        v.decision == NetDecision::Forbid,
         "a deny without a refusal, or the reverse"
     );
     if let Some(r) = v.refusal() {
@@ -285,7 +285,7 @@ pub fn net_policy(data: &[u8]) {
             r.target
         );
     }
-    if v.decision != NetDecision::Deny {
+    if v.decision != NetDecision::Forbid {
         assert_allowed_url_is_public(url);
         let port = v.port.unwrap_or(443);
         if let Ok(pinned) = policy.check_resolved(&v.host, port, &addrs) {

@@ -327,7 +327,7 @@ impl NetClient {
                     path.display()
                 );
                 tracing::warn!(plugin, "{message}");
-                if decision == NetDecision::Deny {
+                if decision == NetDecision::Forbid {
                     Ok(())
                 } else {
                     Err(KernelError::Unavailable(message))
@@ -338,7 +338,7 @@ impl NetClient {
 
     /// Record a refusal in the audit log and turn it into the plugin's error.
     fn refuse(&self, plugin: &str, host: &str, reason: &str, message: String) -> KernelError {
-        let _ = self.audit(plugin, host, NetDecision::Deny, reason);
+        let _ = self.audit(plugin, host, NetDecision::Forbid, reason);
         tracing::info!(
             plugin,
             host,
@@ -389,7 +389,7 @@ impl NetClient {
             Ok(found) => found,
             Err(e) => {
                 let host = self.config.policy.decide_url(&req.url).host;
-                let _ = self.audit(plugin, &host, NetDecision::Deny, &e.to_string());
+                let _ = self.audit(plugin, &host, NetDecision::Forbid, &e.to_string());
                 return Err(e);
             }
         };

@@ -353,7 +353,7 @@ async fn a_deny_rule_wins() {
     let server = Server::start(|_, _| ok("x")).await;
     let policy = allow_private(&[server.endpoint()])
         .with_rule("127.0.0.1", NetDecision::Allow)
-        .and_then(|p| p.with_rule("127.0.0.1", NetDecision::Deny))
+        .and_then(|p| p.with_rule("127.0.0.1", NetDecision::Forbid))
         .expect("rules");
     let m = denied(
         client(policy)
@@ -673,7 +673,7 @@ async fn every_request_and_hop_gets_an_audit_line() {
         .iter()
         .filter_map(|l| l["decision"].as_str())
         .collect();
-    assert_eq!(decisions, ["allow", "allow", "allow", "deny"]);
+    assert_eq!(decisions, ["allow", "allow", "allow", "forbid"]);
     assert_eq!(lines[0]["host"], "127.0.0.1");
     assert_eq!(lines[3]["host"], "169.254.169.254");
 }

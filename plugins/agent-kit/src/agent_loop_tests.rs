@@ -220,8 +220,10 @@ fn a_plain_answer_completes_the_turn_and_is_logged() {
 
 #[test]
 fn tool_results_come_back_in_call_order_and_reach_the_next_request() {
-    let mut k = FakeKernel::default();
-    k.tools = vec![tool("read", true), tool("write", false)];
+    let mut k = FakeKernel {
+        tools: vec![tool("read", true), tool("write", false)],
+        ..FakeKernel::default()
+    };
     k.responses.push_back(calls(&[
         ("c1", "read", "{}"),
         ("c2", "read", r#"{"p":1}"#),
@@ -249,8 +251,10 @@ fn tool_results_come_back_in_call_order_and_reach_the_next_request() {
 
 #[test]
 fn the_third_identical_call_is_blocked_without_reaching_the_kernel() {
-    let mut k = FakeKernel::default();
-    k.tools = vec![tool("read", false)];
+    let mut k = FakeKernel {
+        tools: vec![tool("read", false)],
+        ..FakeKernel::default()
+    };
     for id in ["c1", "c2", "c3"] {
         k.responses
             .push_back(calls(&[(id, "read", r#"{"path": "a", "n": 1}"#)]));

@@ -18,7 +18,7 @@ impl ExecPolicy {
         {
             return None;
         }
-        if self.check(command).decision == Decision::Forbidden {
+        if self.check(command).decision == Decision::Forbid {
             return None;
         }
         let mut out = String::new();

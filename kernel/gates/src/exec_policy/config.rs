@@ -65,11 +65,11 @@ impl RuleTable {
 /// ```toml
 /// [exec]
 /// approval = "ask"        # "auto" | "ask" | "never"
-/// default = "prompt"      # decision for commands no rule covers: "prompt" | "forbidden"
+/// default = "prompt"      # decision for commands no rule covers: "prompt" | "forbid"
 /// builtin = true          # include the built-in rules (user config only)
 /// rules = [
 ///   { prefix = "git status", decision = "allow" },
-///   { prefix = "terraform", decision = "forbidden", reason = "never from the agent" },
+///   { prefix = "terraform", decision = "forbid", reason = "never from the agent" },
 /// ]
 /// [exec.arity]            # user config only: how many positional words form a key
 /// mytool = 2
@@ -79,7 +79,7 @@ approval = "ask"
 default = "prompt"
 rules = [
   { prefix = "git status", decision = "allow" },
-  { prefix = "terraform", decision = "forbidden", reason = "never from the agent" },
+  { prefix = "terraform", decision = "forbid", reason = "never from the agent" },
 ]
 "#;
 
@@ -343,9 +343,9 @@ pub(super) fn parse_default(d: &str, origin: ConfigOrigin) -> Result<Decision, P
     match Decision::parse(d) {
         Some(Decision::Allow) => Err(PolicyError::Invalid {
             origin,
-            message: "`default = \"allow\"` would let every unknown command run; use \"prompt\" or \"forbidden\" (or `approval = \"auto\"` to approve prompts automatically)".to_string(),
+            message: "`default = \"allow\"` would let every unknown command run; use \"prompt\" or \"forbid\" (or `approval = \"auto\"` to approve prompts automatically)".to_string(),
         }),
         Some(d) => Ok(d),
-        None => Err(PolicyError::Invalid { origin, message: format!("unknown `default = \"{d}\"`; expected \"prompt\" or \"forbidden\"") }),
+        None => Err(PolicyError::Invalid { origin, message: format!("unknown `default = \"{d}\"`; expected \"prompt\" or \"forbid\"") }),
     }
 }

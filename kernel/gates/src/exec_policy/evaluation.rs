@@ -109,7 +109,7 @@ impl ExecPolicy {
     ) {
         if depth > MAX_EVAL_DEPTH {
             let idx = cx.push(source.trim(), depth, parent, context, None);
-            cx.segs[idx].best.offer(Decision::Forbidden, || Hit {
+            cx.segs[idx].best.offer(Decision::Forbid, || Hit {
                 rule: "limit:nesting".to_string(),
                 reason: format!(
                     "commands nested more than {MAX_EVAL_DEPTH} levels deep are not analysed"
@@ -129,14 +129,14 @@ impl ExecPolicy {
             let d = if issue.kind.is_syntax_error()
                 || matches!(issue.kind, IssueKind::TooDeep | IssueKind::TooLong)
             {
-                Decision::Forbidden
+                Decision::Forbid
             } else {
                 Decision::Prompt
             };
             cx.segs[idx].best.offer(d, || Hit {
                 rule: "syntax".to_string(),
                 reason: issue.message.clone(),
-                suggestion: Some(if d == Decision::Forbidden {
+                suggestion: Some(if d == Decision::Forbid {
                     "fix the command's syntax as described; the shell would not run it as written"
                         .to_string()
                 } else {
@@ -338,7 +338,7 @@ impl ExecPolicy {
                     ),
                 });
                 if args.iter().any(|a| a.substitution) {
-                    best.offer(Decision::Forbidden, || Hit {
+                    best.offer(Decision::Forbid, || Hit {
                         rule: "floor:eval-substitution".to_string(),
                         reason: "`eval` of a command's output runs code nobody has seen".to_string(),
                         suggestion: Some("run the producing command first, inspect its output, then run what you mean literally".to_string()),
@@ -360,7 +360,7 @@ impl ExecPolicy {
             "source" | "."
                 if v.piped_input && args.first().is_some_and(|a| is_stdin_path(&a.text)) =>
             {
-                best.offer(Decision::Forbidden, || Hit {
+                best.offer(Decision::Forbid, || Hit {
                     rule: "floor:pipe-to-shell".to_string(),
                     reason: format!(
                         "sourcing standard input runs whatever `{}` produces as shell code",
@@ -373,7 +373,7 @@ impl ExecPolicy {
                 });
             }
             "source" | "." if args.first().is_some_and(|a| a.substitution) => {
-                best.offer(Decision::Forbidden, || Hit {
+                best.offer(Decision::Forbid, || Hit {
                     rule: "floor:source-substitution".to_string(),
                     reason:
                         "sources a script produced by a command, which runs code nobody has seen"
@@ -477,7 +477,7 @@ impl ExecPolicy {
         best: &mut Best,
     ) {
         if v.piped_input || xargs {
-            best.offer(Decision::Forbidden, || Hit {
+            best.offer(Decision::Forbid, || Hit {
                 rule: "floor:pipe-to-shell".to_string(),
                 reason: match (xargs, v.upstream) {
                     (true, _) => format!("`xargs {name}` runs a shell on arguments read from its input"),
@@ -569,7 +569,7 @@ impl ExecPolicy {
         }
         for r in v.redirects {
             if r.target.text.starts_with("/dev/tcp/") || r.target.text.starts_with("/dev/udp/") {
-                best.offer(Decision::Forbidden, || Hit {
+                best.offer(Decision::Forbid, || Hit {
                     rule: "floor:reverse-shell".to_string(),
                     reason: format!(
                         "`{name}` with its input or output on `{}` is a remote shell",
@@ -591,7 +591,7 @@ impl ExecPolicy {
                 Some((script, substituted)) => {
                     best.offer(Decision::Prompt, || inline_shell_hit(name));
                     if substituted {
-                        best.offer(Decision::Forbidden, || Hit {
+                        best.offer(Decision::Forbid, || Hit {
                             rule: "floor:run-output".to_string(),
                             reason: format!("`{name} -c` runs the output of a command as shell code, which nobody has seen"),
                             suggestion: Some("save the script to a file, inspect it, then run it as its own command".to_string()),
@@ -614,7 +614,7 @@ impl ExecPolicy {
                 return;
             }
             if f.substitution {
-                best.offer(Decision::Forbidden, || Hit {
+                best.offer(Decision::Forbid, || Hit {
                     rule: "floor:run-output".to_string(),
                     reason: format!(
                         "`{name} {}` runs a script produced by a command, which nobody has seen",
@@ -647,7 +647,7 @@ impl ExecPolicy {
                 suggestion: Some("run the commands directly".to_string()),
             });
             if r.op == RedirectOp::HereString && r.target.substitution {
-                best.offer(Decision::Forbidden, || Hit {
+                best.offer(Decision::Forbid, || Hit {
                     rule: "floor:run-output".to_string(),
                     reason: format!("feeds the output of a command to `{name}` as code"),
                     suggestion: Some(
@@ -665,7 +665,7 @@ impl ExecPolicy {
             );
         } else if let Some(r) = v.redirects.iter().find(|r| r.reads_file()) {
             if r.target.substitution {
-                best.offer(Decision::Forbidden, || Hit {
+                best.offer(Decision::Forbid, || Hit {
                     rule: "floor:run-output".to_string(),
                     reason: format!("`{name}` reads its script from the output of a command"),
                     suggestion: Some(
@@ -794,7 +794,7 @@ impl ExecPolicy {
                     suggestion: Some("write the code to a file in the workspace and ask the user to approve running it".to_string()),
                 });
                 if code.is_some_and(|c| c.substitution) {
-                    best.offer(Decision::Forbidden, || Hit {
+                    best.offer(Decision::Forbid, || Hit {
                         rule: "floor:run-output".to_string(),
                         reason: format!(
                             "runs {base} code produced by a command, which nobody has seen"
@@ -807,7 +807,7 @@ impl ExecPolicy {
             }
             (None, Some(s)) => {
                 if (v.piped_input || xargs) && is_stdin_path(&s.text) {
-                    best.offer(Decision::Forbidden, || Hit {
+                    best.offer(Decision::Forbid, || Hit {
                         rule: "floor:pipe-to-shell".to_string(),
                         reason: format!(
                             "`{name} {}` runs whatever `{}` produces as code",
@@ -822,7 +822,7 @@ impl ExecPolicy {
                     });
                 }
                 if s.substitution {
-                    best.offer(Decision::Forbidden, || Hit {
+                    best.offer(Decision::Forbid, || Hit {
                         rule: "floor:run-output".to_string(),
                         reason: format!("`{name} {}` runs a script produced by a command, which nobody has seen", s.text),
                         suggestion: Some("save the script to a file, inspect it, then run it".to_string()),
@@ -839,7 +839,7 @@ impl ExecPolicy {
             }
             (None, None) => {
                 if v.piped_input || xargs {
-                    best.offer(Decision::Forbidden, || Hit {
+                    best.offer(Decision::Forbid, || Hit {
                         rule: "floor:pipe-to-shell".to_string(),
                         reason: match v.upstream {
                             Some(up) => format!("a pipe into `{name}` runs whatever `{}` produces as code", short(up)),
@@ -853,7 +853,7 @@ impl ExecPolicy {
                     .find(|r| r.is_inline_input() || r.reads_file())
                 {
                     if r.target.substitution {
-                        best.offer(Decision::Forbidden, || Hit {
+                        best.offer(Decision::Forbid, || Hit {
                             rule: "floor:run-output".to_string(),
                             reason: format!("feeds the output of a command to `{name}` as code"),
                             suggestion: Some(

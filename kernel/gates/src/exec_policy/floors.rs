@@ -34,7 +34,7 @@ impl ExecPolicy {
             if let Some(why) =
                 exec_danger::sensitive_write(&path).or_else(|| exec_danger::sensitive_write(target))
             {
-                best.offer(Decision::Forbidden, || Hit {
+                best.offer(Decision::Forbid, || Hit {
                     rule: "floor:sensitive-write".to_string(),
                     reason: format!("`{name}` would write to `{target}`: {why}"),
                     suggestion: Some(SENSITIVE_SUGGESTION.to_string()),
@@ -71,7 +71,7 @@ impl ExecPolicy {
             && (exec_rules::short_has(args, "ec")
                 || exec_rules::has_opt(args, &["--exec", "--sh-exec", "--lua-exec"]))
         {
-            best.offer(Decision::Forbidden, || Hit {
+            best.offer(Decision::Forbid, || Hit {
                 rule: "floor:reverse-shell".to_string(),
                 reason: format!(
                     "`{name} -e` binds a program to a network connection (a remote shell)"
@@ -87,7 +87,7 @@ impl ExecPolicy {
                 l.contains("exec:") || l.contains("system:")
             })
         {
-            best.offer(Decision::Forbidden, || Hit {
+            best.offer(Decision::Forbid, || Hit {
                 rule: "floor:reverse-shell".to_string(),
                 reason: "`socat ... EXEC:`/`SYSTEM:` binds a program to a network connection"
                     .to_string(),

@@ -73,54 +73,18 @@ type BuiltinIndex =
 /// nesting is Forbidden rather than guessed at.
 pub const MAX_EVAL_DEPTH: usize = 8;
 
-/// The three-valued decision, ordered `Allow < Prompt < Forbidden` and combined by maximum.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    /// The command may run without further approval.
-    Allow,
-    /// The user must approve the command; refused outright under approval policy `never`.
-    Prompt,
-    /// The command is refused without asking.
-    Forbidden,
-}
+pub use crate::Decision;
 
 impl Decision {
-    /// The lowercase name used in config files and JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Allow => "allow",
-            Decision::Prompt => "prompt",
-            Decision::Forbidden => "forbidden",
-        }
-    }
-
-    /// Parses a config value: `allow`, `prompt`, `forbidden` (or `forbid`). Anything else is
-    /// `None`, and config loading turns that into an error (fail closed).
-    pub fn parse(s: &str) -> Option<Decision> {
-        match s {
-            "allow" => Some(Decision::Allow),
-            "prompt" => Some(Decision::Prompt),
-            "forbidden" | "forbid" => Some(Decision::Forbidden),
-            _ => None,
-        }
-    }
-
     /// The decision once the approval policy is applied: under `never` a Prompt becomes
-    /// Forbidden (there is nobody to ask); under `auto` a Prompt is approved (Allow); Forbidden
-    /// stays Forbidden under every policy.
+    /// Forbid (there is nobody to ask); under `auto` a Prompt is approved (Allow); Forbid stays
+    /// Forbid under every policy.
     pub fn under(self, mode: ApprovalMode) -> Decision {
         match (self, mode) {
-            (Decision::Prompt, ApprovalMode::Never) => Decision::Forbidden,
+            (Decision::Prompt, ApprovalMode::Never) => Decision::Forbid,
             (Decision::Prompt, ApprovalMode::Auto) => Decision::Allow,
             (d, _) => d,
         }
-    }
-}
-
-impl fmt::Display for Decision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -206,7 +170,7 @@ pub enum PolicyError {
     },
     /// A rule names a decision that does not exist.
     #[error(
-        "{origin} config: rule `{prefix}` has unknown decision `{value}`; expected one of `allow`, `prompt`, `forbidden`"
+        "{origin} config: rule `{prefix}` has unknown decision `{value}`; expected one of `allow`, `prompt`, `forbid` (`forbidden` is read as `forbid`)"
     )]
     UnknownDecision {
         /// Which config.
@@ -491,11 +455,11 @@ impl Best {
     fn offer_catastrophic(&mut self, make: impl FnOnce() -> Hit) {
         let replace = match &self.0 {
             None => true,
-            Some((Decision::Forbidden, h)) => !h.rule.starts_with("catastrophic:"),
+            Some((Decision::Forbid, h)) => !h.rule.starts_with("catastrophic:"),
             Some(_) => true,
         };
         if replace {
-            self.0 = Some((Decision::Forbidden, make()));
+            self.0 = Some((Decision::Forbid, make()));
         }
     }
 }
@@ -835,7 +799,7 @@ fn check_redirect(r: &Redirect, info: &ProgramInfo, cwd: Option<&str>, best: &mu
         if let Some(why) =
             exec_danger::sensitive_write(&path).or_else(|| exec_danger::sensitive_write(text))
         {
-            best.offer(Decision::Forbidden, || Hit {
+            best.offer(Decision::Forbid, || Hit {
                 rule: "floor:sensitive-write".to_string(),
                 reason: format!("redirects output into `{text}`: {why}"),
                 suggestion: Some(SENSITIVE_SUGGESTION.to_string()),
