@@ -237,7 +237,7 @@ fn the_demo_fixes_the_bug_refuses_the_dangerous_command_and_verifies_the_claim()
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(
-        stdout.contains("Refused") && stdout.contains("forbidden"),
+        stdout.contains("Refused") && stdout.contains("is refused: forbid:"),
         "{stdout}"
     );
     assert!(stdout.contains("VerifiedPass"), "{stdout}");
