@@ -577,7 +577,7 @@ async fn the_network_gate_refuses_a_server_the_policy_does_not_allow() -> R {
         .to_string();
     assert!(error.contains("allow_private"), "{error}");
     assert!(server.received().is_empty());
-    assert!(s.audit_log().contains("\"deny\""));
+    assert!(s.audit_log().contains("\"forbid\""));
     Ok(())
 }
 

@@ -349,7 +349,7 @@ async fn exec_shell_runs_through_policy_and_approval() -> R {
     s.approver.set(Answer::Once);
     let o = s.shell("rm -rf /").await?;
     assert_status(&o, OutcomeStatus::Refused);
-    assert!(o.content.contains("forbidden"), "{}", o.content);
+    assert!(o.content.contains("is refused: forbid"), "{}", o.content);
     assert_eq!(s.approver.asked().len(), 2, "{:?}", s.approver.asked());
 
     // A non-zero exit is reported, not hidden.
