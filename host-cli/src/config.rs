@@ -34,7 +34,65 @@ pub struct UserConfig {
     pub profile: Profile,
     /// Secrets (API keys) by name; the environment variable of the same name wins.
     #[serde(default)]
-    pub secrets: std::collections::BTreeMap<String, String>,
+    pub secrets: std::collections::BTreeMap<String, SecretSetting>,
+}
+
+/// One `[secrets]` entry: `NAME = "value"`, or `NAME = { value = "...", hosts = [...] }` to
+/// bind it to the hosts it is for (the value may then come from the environment alone). A
+/// secret goes only to its hosts; the model keys are bound to the model endpoint already.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(try_from = "toml::Value")]
+pub enum SecretSetting {
+    /// The value alone: the secret is bound to no host unless it is a model key.
+    Value(String),
+    /// A value and/or the hosts it may be sent to (patterns as in a manifest's `network`).
+    Bound(BoundSecret),
+}
+
+/// The table form of a `[secrets]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoundSecret {
+    /// The value; the environment variable of the same name wins.
+    pub value: Option<String>,
+    /// The hosts the secret may be sent to.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+}
+
+impl TryFrom<toml::Value> for SecretSetting {
+    type Error = String;
+
+    fn try_from(value: toml::Value) -> Result<Self, String> {
+        const FORMS: &str =
+            "a secret is `NAME = \"value\"` or `NAME = { value = \"...\", hosts = [\"host\"] }`";
+        match value {
+            toml::Value::String(v) => Ok(SecretSetting::Value(v)),
+            table @ toml::Value::Table(_) => table
+                .try_into::<BoundSecret>()
+                .map(SecretSetting::Bound)
+                .map_err(|e| format!("{FORMS}: {}", e.message())),
+            other => Err(format!("{FORMS} (found: {})", other.type_str())),
+        }
+    }
+}
+
+impl SecretSetting {
+    /// The value written in the config, if any.
+    pub fn value(&self) -> Option<&str> {
+        match self {
+            SecretSetting::Value(v) => Some(v),
+            SecretSetting::Bound(b) => b.value.as_deref(),
+        }
+    }
+
+    /// The hosts the config binds the secret to.
+    pub fn hosts(&self) -> &[String] {
+        match self {
+            SecretSetting::Value(_) => &[],
+            SecretSetting::Bound(b) => &b.hosts,
+        }
+    }
 }
 
 /// `[model]`: the provider and model of a session. Environment overrides: `KEEL_PROVIDER`,

@@ -145,23 +145,50 @@ impl ModelChoice {
     }
 }
 
-/// Kernel-held secrets: the environment wins over `[secrets]` in the config.
+/// Kernel-held secrets, each bound to its hosts: the environment wins over `[secrets]` in the
+/// config for the value; the hosts are those `[secrets]` names plus, for a model key, the
+/// provider's public API and the configured model endpoint.
 pub fn secrets(ctx: &Context) -> Secrets {
+    let choice = ModelChoice::from(ctx);
     let mut secrets = Secrets::new();
     for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
         .into_iter()
         .map(str::to_owned)
         .chain(ctx.config.secrets.keys().cloned())
     {
+        let setting = ctx.config.secrets.get(&name);
         let value = std::env::var(&name)
             .ok()
             .filter(|v| !v.is_empty())
-            .or_else(|| ctx.config.secrets.get(&name).cloned());
-        if let Some(v) = value {
-            secrets.insert(&name, &v);
-        }
+            .or_else(|| setting.and_then(|s| s.value()).map(str::to_owned));
+        let Some(value) = value else { continue };
+        let mut hosts: Vec<String> = setting.map(|s| s.hosts().to_vec()).unwrap_or_default();
+        hosts.extend(model_key_hosts(&name, &choice));
+        secrets.insert(&name, &value, &hosts);
     }
     secrets
+}
+
+/// Where a model key may go: its provider's public API, and the configured endpoint when the
+/// key is the one the chosen provider sends.
+fn model_key_hosts(name: &str, choice: &ModelChoice) -> Vec<String> {
+    let mut hosts = Vec::new();
+    match name {
+        "OPENAI_API_KEY" => hosts.push("api.openai.com".to_owned()),
+        "ANTHROPIC_API_KEY" => hosts.push("api.anthropic.com".to_owned()),
+        _ => return hosts,
+    }
+    if choice.secret_name() == Some(name)
+        && let Some(endpoint) = choice.endpoint()
+        && let Ok(url) = url::Url::parse(&endpoint)
+        && let (Some(host), Some(port)) = (url.host(), url.port_or_known_default())
+    {
+        hosts.push(match host {
+            url::Host::Ipv6(a) => format!("[{a}]:{port}"),
+            other => format!("{other}:{port}"),
+        });
+    }
+    hosts
 }
 
 /// The network policy: the user's `[network]`, plus the model endpoint the user configured

@@ -178,6 +178,39 @@ fn an_unknown_config_key_is_refused() -> R {
 }
 
 #[test]
+fn doctor_names_a_secret_bound_to_no_host() -> R {
+    let home = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[model]\nprovider = \"openai\"\nbase-url = \"http://127.0.0.1:9/v1\"\n\
+         [secrets]\nLOOSE_TOKEN = \"a\"\n\
+         BOUND_TOKEN = { value = \"b\", hosts = [\"api.example.com\"] }\n",
+    )?;
+    let out = keel(home.path())?
+        .env_remove("OPENAI_API_KEY")
+        .arg("doctor")
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("secret LOOSE_TOKEN is bound to no host")
+            && stdout.contains("[secrets] LOOSE_TOKEN = { hosts = ["),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("BOUND_TOKEN is bound"), "{stdout}");
+    // A misspelt key in the table form is refused, not ignored.
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[secrets]\nBOUND_TOKEN = { value = \"b\", host = [\"api.example.com\"] }\n",
+    )?;
+    keel(home.path())?
+        .arg("doctor")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("unknown field `host`"));
+    Ok(())
+}
+
+#[test]
 fn user_config_overrides_plugin_defaults() -> R {
     let home = tempfile::tempdir()?;
     std::fs::write(

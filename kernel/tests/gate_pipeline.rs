@@ -287,7 +287,11 @@ async fn a_hostile_guard_that_allows_rm_rf_root_changes_nothing() {
     .await;
     let out = w.dispatch(&["c1"]).await;
     assert_eq!(out[0].status, OutcomeStatus::Refused, "{out:?}");
-    assert!(out[0].content.contains("is refused: forbid"), "{}", out[0].content);
+    assert!(
+        out[0].content.contains("is refused: forbid"),
+        "{}",
+        out[0].content
+    );
     assert_eq!(w.runs(), 0, "the tool must not run");
     assert!(
         w.asked().is_empty(),

@@ -4,5 +4,6 @@
 mod agent_session;
 mod hostile_plugins;
 mod model_wire_e2e;
+mod secret_binding;
 mod tool_plugins;
 mod wasm_plugins;

@@ -71,7 +71,7 @@ impl Session {
             .with_allow_private(&server.endpoint())?;
         let mut held = Secrets::new();
         for (name, value) in secrets {
-            held.insert(name, value);
+            held.insert(name, value, &[server.endpoint()]);
         }
         let kernel = Kernel::with_gates(
             KernelConfig::default(),

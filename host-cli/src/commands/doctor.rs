@@ -75,6 +75,14 @@ pub async fn run(ctx: &Context) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    for name in held.names() {
+        if held.hosts(&name).is_empty() {
+            r.warn(&format!(
+                "secret {name} is bound to no host, so no plugin can send it; bind it in \
+                 config.toml: [secrets] {name} = {{ hosts = [\"api.example.com\"] }}"
+            ));
+        }
+    }
     for name in default_profile(&choice.provider)
         .iter()
         .chain(ctx.config.profile.plugins.iter())

@@ -101,13 +101,24 @@ pub struct HttpHead {
     pub url: String,
 }
 
-/// Kernel-held secrets by name. The values never reach a plugin, a log line or an error.
+/// Kernel-held secrets by name, each bound to the hosts it is for. The values never reach a
+/// plugin, a log line or an error; a secret goes only into a request to one of its hosts.
 #[derive(Clone, Default)]
-pub struct Secrets(std::collections::BTreeMap<String, String>);
+pub struct Secrets(std::collections::BTreeMap<String, HeldSecret>);
+
+#[derive(Clone)]
+struct HeldSecret {
+    value: String,
+    /// Host patterns, read like a manifest's `network` entries (`api.example.com`,
+    /// `127.0.0.1:11434`, `.example.com`, `*`). Empty: the secret goes nowhere.
+    hosts: Vec<String>,
+}
 
 impl std::fmt::Debug for Secrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_set().entries(self.0.keys()).finish()
+        f.debug_map()
+            .entries(self.0.iter().map(|(name, held)| (name, &held.hosts)))
+            .finish()
     }
 }
 
@@ -117,10 +128,22 @@ impl Secrets {
         Secrets::default()
     }
 
-    /// Hold `value` under `name`. Empty values are ignored.
-    pub fn insert(&mut self, name: &str, value: &str) {
-        if !value.is_empty() {
-            self.0.insert(name.to_owned(), value.to_owned());
+    /// Hold `value` under `name`, to be sent only to `hosts` (patterns as in a manifest's
+    /// `network` list). Empty values are ignored; a secret held again gets the new value and
+    /// the union of both bindings.
+    pub fn insert(&mut self, name: &str, value: &str, hosts: &[String]) {
+        if value.is_empty() {
+            return;
+        }
+        let held = self.0.entry(name.to_owned()).or_insert_with(|| HeldSecret {
+            value: String::new(),
+            hosts: Vec::new(),
+        });
+        held.value = value.to_owned();
+        for host in hosts {
+            if !held.hosts.contains(host) {
+                held.hosts.push(host.clone());
+            }
         }
     }
 
@@ -129,8 +152,13 @@ impl Secrets {
         self.0.contains_key(name)
     }
 
+    /// The hosts the secret `name` is bound to (empty when it is not held).
+    pub fn hosts(&self, name: &str) -> &[String] {
+        self.0.get(name).map_or(&[], |h| &h.hosts)
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str)
+        self.0.get(name).map(|h| h.value.as_str())
     }
 
     /// Every name, sorted.
@@ -140,7 +168,7 @@ impl Secrets {
 
     /// Every value, for redaction.
     pub(crate) fn values(&self) -> Vec<&str> {
-        self.0.values().map(String::as_str).collect()
+        self.0.values().map(|h| h.value.as_str()).collect()
     }
 }
 
@@ -393,7 +421,7 @@ impl NetClient {
                 return Err(e);
             }
         };
-        for (name, _) in &secret_headers {
+        for (_, name, _) in &secret_headers {
             headers.remove(name);
         }
         if self.bodies.open_count(plugin) >= MAX_OPEN_BODIES {
@@ -407,28 +435,34 @@ impl NetClient {
         let mut with_secrets = true;
         let mut hop = 0usize;
         loop {
-            let target = self
-                .admit(
-                    plugin,
-                    hosts,
-                    method.as_str(),
-                    &url,
-                    &approver,
-                    head_timeout,
-                )
-                .await?;
-            match &origin {
-                None => origin = Some((target.host.clone(), target.port)),
-                Some((host, port))
-                    if (*host != target.host || *port != target.port) && with_secrets =>
-                {
+            if let Some((host, port)) = &origin {
+                let hop = self.config.policy.decide_url(&url);
+                if with_secrets && (hop.host != *host || hop.port != Some(*port)) {
                     // A redirect left the origin: credentials stay behind.
                     with_secrets = false;
                     for name in CREDENTIAL_HEADERS {
                         headers.remove(*name);
                     }
                 }
-                Some(_) => {}
+            }
+            let carried: Vec<&str> = if with_secrets {
+                secret_headers.iter().map(|(s, _, _)| s.as_str()).collect()
+            } else {
+                Vec::new()
+            };
+            let target = self
+                .admit(
+                    plugin,
+                    hosts,
+                    &carried,
+                    method.as_str(),
+                    &url,
+                    &approver,
+                    head_timeout,
+                )
+                .await?;
+            if origin.is_none() {
+                origin = Some((target.host.clone(), target.port));
             }
             let client = self.client_for(&target, head_timeout)?;
             let mut request = client
@@ -436,7 +470,7 @@ impl NetClient {
                 .headers(headers.clone())
                 .body(body.clone());
             if with_secrets {
-                for (name, value) in &secret_headers {
+                for (_, name, value) in &secret_headers {
                     request = request.header(name.clone(), value.clone());
                 }
             }
@@ -541,7 +575,7 @@ impl NetClient {
         plugin: &str,
         declared: &[String],
         given: &[SecretHeader],
-    ) -> Result<Vec<(HeaderName, HeaderValue)>, KernelError> {
+    ) -> Result<Vec<(String, HeaderName, HeaderValue)>, KernelError> {
         let mut out = Vec::new();
         for sh in given {
             let secret = &sh.secret;
@@ -577,17 +611,51 @@ impl NetClient {
                     ))
                 })?;
             value.set_sensitive(true);
-            out.push((name, value));
+            out.push((secret.clone(), name, value));
         }
         Ok(out)
     }
 
+    /// A secret goes only to the hosts the user bound it to: a plugin that may use a key and
+    /// may reach some other host still cannot send the key there. Checked on every hop that
+    /// carries secrets, before anyone is asked; the refusal is audited.
+    fn check_binding(
+        &self,
+        plugin: &str,
+        secret: &str,
+        host: &str,
+        port: u16,
+    ) -> Result<(), KernelError> {
+        let hosts = self.config.secrets.hosts(secret);
+        if declared::declares(hosts, host, port) {
+            return Ok(());
+        }
+        let bound = if hosts.is_empty() {
+            "no host".to_owned()
+        } else {
+            format!("only {}", hosts.join(", "))
+        };
+        Err(self.refuse(
+            plugin,
+            host,
+            &format!("secret `{secret}` is not bound to this host"),
+            format!(
+                "plugin `{plugin}` may not send the secret `{secret}` to `{host}`: the secret is \
+                 bound to {bound}; if it is meant for `{host}`, add the host in config.toml: \
+                 [secrets] {secret} = {{ hosts = [\"{host}\"] }}"
+            ),
+        ))
+    }
+
     /// Run the gate for one hop: the user's policy, the plugin's declared hosts, approval,
-    /// resolution and the address check. Writes the hop's audit line.
+    /// resolution and the address check. Writes the hop's audit line. `secrets` are the
+    /// secrets this hop carries.
+    #[allow(clippy::too_many_arguments)]
     async fn admit(
         &self,
         plugin: &str,
         hosts: &[String],
+        secrets: &[&str],
         method: &str,
         url: &str,
         approver: &Arc<dyn Approver>,
@@ -622,6 +690,9 @@ impl NetClient {
                     declared::suggestion(&host, port, default_port)
                 ),
             ));
+        }
+        for secret in secrets {
+            self.check_binding(plugin, secret, &host, port)?;
         }
         let mut how = verdict.reason.clone();
         if verdict.decision == NetDecision::Prompt {

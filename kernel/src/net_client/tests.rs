@@ -530,7 +530,7 @@ async fn secrets_go_into_the_header_and_nowhere_else() {
     let dir = tempfile::tempdir().expect("tempdir");
     let audit = dir.path().join("net-audit.jsonl");
     let mut secrets = Secrets::new();
-    secrets.insert("OPENAI_API_KEY", SECRET);
+    secrets.insert("OPENAI_API_KEY", SECRET, &[server.endpoint()]);
     let c = NetClient::new(NetConfig {
         policy: allow_private(&[server.endpoint()]),
         secrets,
@@ -627,6 +627,115 @@ async fn secrets_go_into_the_header_and_nowhere_else() {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
+}
+
+/// A plugin allowed a key and allowed a second host still cannot send the key there, directly
+/// or through a redirect from the key's own host.
+#[tokio::test]
+async fn secrets_go_only_to_the_hosts_they_are_bound_to() {
+    let thief = Server::start(|_, _| ok("got it")).await;
+    let to_thief = thief.url("/collect");
+    let api = Server::start(move |_, request| {
+        if request.starts_with("GET /bounce") {
+            redirect(&to_thief)
+        } else {
+            ok("api")
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let audit = dir.path().join("net-audit.jsonl");
+    let mut secrets = Secrets::new();
+    secrets.insert("OPENAI_API_KEY", SECRET, &[api.endpoint()]);
+    secrets.insert("UNBOUND_KEY", SECRET, &[]);
+    let c = NetClient::new(NetConfig {
+        policy: allow_private(&[api.endpoint(), thief.endpoint()]),
+        secrets,
+        audit_log: Some(audit.clone()),
+    });
+    let declared = vec![String::from("OPENAI_API_KEY"), String::from("UNBOUND_KEY")];
+    let with_secret = |url: &str, secret: &str| {
+        let mut r = get(url);
+        r.secret_headers.push(SecretHeader {
+            secret: secret.into(),
+            header: "authorization".into(),
+            prefix: "Bearer ".into(),
+        });
+        r
+    };
+
+    // To its own host: sent.
+    let (id, _) = c
+        .send(
+            "p",
+            &star(),
+            &declared,
+            with_secret(&api.url("/v1"), "OPENAI_API_KEY"),
+            deny_all(),
+        )
+        .await
+        .expect("sent to its host");
+    assert_eq!(read_all(&c, "p", id).await.expect("body"), b"api");
+    assert!(api.requests()[0].contains(SECRET));
+
+    // To another allowed, declared host: refused before anything is sent, and audited.
+    let m = denied(
+        c.send(
+            "p",
+            &star(),
+            &declared,
+            with_secret(&thief.url("/direct"), "OPENAI_API_KEY"),
+            deny_all(),
+        )
+        .await,
+    );
+    assert!(m.contains("bound to only"), "{m}");
+    assert!(m.contains("[secrets] OPENAI_API_KEY = { hosts"), "{m}");
+    assert!(thief.requests().is_empty(), "nothing reached the thief");
+
+    // A secret bound to no host goes nowhere, not even to an allowed host.
+    let m = denied(
+        c.send(
+            "p",
+            &star(),
+            &declared,
+            with_secret(&api.url("/v1"), "UNBOUND_KEY"),
+            deny_all(),
+        )
+        .await,
+    );
+    assert!(m.contains("bound to no host"), "{m}");
+
+    // Through a redirect from the key's host: the hop to the thief carries no secret.
+    let (id, _) = c
+        .send(
+            "p",
+            &star(),
+            &declared,
+            with_secret(&api.url("/bounce"), "OPENAI_API_KEY"),
+            deny_all(),
+        )
+        .await
+        .expect("followed without the key");
+    assert_eq!(read_all(&c, "p", id).await.expect("body"), b"got it");
+    let stolen = thief.requests();
+    assert_eq!(stolen.len(), 1);
+    assert!(!stolen[0].contains(SECRET), "{}", stolen[0]);
+    assert!(
+        !stolen[0].to_ascii_lowercase().contains("authorization"),
+        "{}",
+        stolen[0]
+    );
+
+    let log = std::fs::read_to_string(&audit).expect("audit log");
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("is not bound to this host"))
+            .count(),
+        2,
+        "{log}"
+    );
+    assert!(!log.contains(SECRET), "{log}");
 }
 
 #[tokio::test]
