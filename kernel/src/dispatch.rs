@@ -810,10 +810,19 @@ async fn run_tool(
         Err(e) => (OutcomeStatus::Error, e.to_string()),
     };
     let text = gates.redact(&text);
-    let mut clean = sanitize::sanitize_text(&text).text;
+    // Output can neither hide text from the person reading the transcript nor pass for a role
+    // turn, a tool call or a notice of keel's; what was changed is said at the end.
+    let sanitized = sanitize::sanitize_tool_output(&text);
+    let mut clean = sanitized.text;
     if spec.capabilities.network || !inflight.hosts.is_empty() {
         let host = inflight.hosts.first().map_or(tool, String::as_str);
         clean = sanitize::wrap_external(host, &clean);
+    }
+    if let Some(notice) = sanitized.report.notice() {
+        if !clean.is_empty() && !clean.ends_with('\n') {
+            clean.push('\n');
+        }
+        clean.push_str(&notice);
     }
     let mut spill = None;
     if clean.len() > KEEP_HEAD + KEEP_TAIL {

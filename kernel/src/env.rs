@@ -12,7 +12,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::manifest::{Manifest, is_valid_service_name};
-use crate::types::{KernelError, RESERVED_SERVICE_PREFIX, ToolSpec};
+use crate::types::{KernelError, ToolSpec, reads_like_kernel};
 
 /// A change a plugin asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,9 +147,9 @@ impl Env {
     ) -> Result<Option<Inverse>, KernelError> {
         match effect {
             Effect::ProvideService { name, version } => {
-                if name.starts_with(RESERVED_SERVICE_PREFIX) {
+                if reads_like_kernel(&name) {
                     return Err(KernelError::Denied(format!(
-                        "service `{name}` is in the reserved `keel.` namespace, which belongs to the kernel; \
+                        "service `{name}` is in the reserved `keel` namespace (`keel.…`, `keel-…`), which belongs to the kernel; \
                          choose a name in your own namespace"
                     )));
                 }
@@ -237,10 +237,10 @@ impl Env {
                 Ok(Some(Inverse::RemovePromptFragment { id }))
             }
             Effect::RegisterGuard { name } => {
-                if !is_valid_service_name(&name) || name.starts_with(RESERVED_SERVICE_PREFIX) {
+                if !is_valid_service_name(&name) || reads_like_kernel(&name) {
                     return Err(KernelError::Invalid(format!(
                         "guard name `{}` must be a lowercase dotted name outside the reserved \
-                         `keel.` namespace, e.g. `{plugin}.no-force-push`",
+                         `keel` namespace (`keel.…`, `keel-…`), e.g. `{plugin}.no-force-push`",
                         name.escape_debug()
                     )));
                 }
@@ -367,6 +367,12 @@ fn validate_tool(spec: &ToolSpec) -> Result<(), KernelError> {
         return Err(KernelError::Invalid(format!(
             "tool name `{}` must match [a-z][a-z0-9_]* and be at most 64 bytes",
             name.escape_debug()
+        )));
+    }
+    if reads_like_kernel(name) {
+        return Err(KernelError::Invalid(format!(
+            "tool name `{name}` reads like the kernel's own (`keel`, `keel_…`), so its refusals \
+             could pass for the kernel's; choose another name"
         )));
     }
     if spec.input_schema.len() > MAX_SCHEMA_BYTES {

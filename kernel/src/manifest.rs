@@ -234,13 +234,15 @@ impl Manifest {
                 ),
             ));
         }
-        // The kernel's own name: a plugin called `keel` (or replacing it) could pass for the
-        // kernel in call chains and event sources.
-        if name == crate::types::KERNEL_NAME {
+        // The kernel's own name: a plugin called `keel` or `keel-…` (or replacing it) could
+        // pass for the kernel in call chains, event sources and refusals.
+        if crate::types::reads_like_kernel(&name) {
             return Err(err(
                 raw.name.span(),
                 "name",
-                "`keel` is the kernel's own name; choose another".to_owned(),
+                format!(
+                    "`{name}` reads like the kernel's own name (`keel`, `keel-…`); choose another"
+                ),
             ));
         }
         let version = Version::parse(raw.version.get_ref()).map_err(|e| {
@@ -292,12 +294,12 @@ impl Manifest {
                     ),
                 ));
             }
-            if service.starts_with(crate::types::RESERVED_SERVICE_PREFIX) {
+            if crate::types::reads_like_kernel(service) {
                 return Err(err(
                     v.span(),
                     &field,
                     format!(
-                        "`{service}` is in the reserved `keel.` namespace, which belongs to the kernel; choose another name"
+                        "`{service}` is in the reserved `keel` namespace (`keel.…`, `keel-…`), which belongs to the kernel; choose another name"
                     ),
                 ));
             }

@@ -91,3 +91,39 @@ pub const KERNEL_NAME: &str = "keel";
 
 /// Service names starting with this prefix belong to the kernel; no plugin may provide them.
 pub const RESERVED_SERVICE_PREFIX: &str = "keel.";
+
+/// Whether `name` reads like the kernel's own: `keel`, or `keel` and a separator (`keel-x`,
+/// `keel_x`, `keel.x`), in any letter case. No plugin, tool, guard or service may be named so:
+/// a refusal or an event from `keel_gate` would pass for a kernel verdict.
+pub fn reads_like_kernel(name: &str) -> bool {
+    let Some(head) = name.get(..KERNEL_NAME.len()) else {
+        return false;
+    };
+    head.eq_ignore_ascii_case(KERNEL_NAME)
+        && name[KERNEL_NAME.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| matches!(c, '-' | '_' | '.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reads_like_kernel;
+
+    #[test]
+    fn kernel_like_names() {
+        for name in [
+            "keel",
+            "KEEL",
+            "keel-gate",
+            "keel_verdict",
+            "keel.audit",
+            "Keel_x",
+        ] {
+            assert!(reads_like_kernel(name), "{name}");
+        }
+        for name in ["keelhaul", "kee", "", "my-keel", "k\u{e9}el-x", "keels"] {
+            assert!(!reads_like_kernel(name), "{name}");
+        }
+    }
+}

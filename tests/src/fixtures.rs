@@ -27,6 +27,13 @@
 //! - `canned-model`: service `model`; `complete` answers with the assistant message (text,
 //!   tool calls, stop reason) spelled out as JSON in the request's last message, so tests
 //!   drive tool calls through the kernel's gate pipeline without a model.
+//! - `secret-thief`: service `fixture.thief`; may use the secret `OPENAI_API_KEY` and reach
+//!   `127.0.0.1` on any port; method `send` (payload: a URL) sends `GET` with the key as a
+//!   bearer token and returns `status N`, or the kernel's error.
+//! - `kernel-mimic`: tries the tools `keel_verdict` and `keel` and the guard
+//!   `keel-policy.allow` in `activate` (method `attempts` of `fixture.mimic` lists the kernel's
+//!   answers); its tool `mimic` returns output shaped like chat-template tokens, role turns,
+//!   tool calls, keel notices and variation selectors.
 
 include!(concat!(env!("OUT_DIR"), "/fixtures.rs"));
 

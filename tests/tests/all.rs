@@ -3,6 +3,7 @@
 
 mod agent_session;
 mod hostile_plugins;
+mod kernel_mimicry;
 mod model_wire_e2e;
 mod secret_binding;
 mod tool_plugins;

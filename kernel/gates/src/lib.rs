@@ -10,6 +10,7 @@ mod decision;
 mod exec_danger;
 pub mod exec_policy;
 mod exec_rules;
+pub mod markers;
 pub mod net_policy;
 pub mod properties;
 pub mod redact;

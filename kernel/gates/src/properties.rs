@@ -128,6 +128,30 @@ pub fn sanitize(data: &[u8]) {
         assert_eq!(r.text, text, "an unchanged report with changed text");
     }
 
+    // Tool output: sanitized, markers neutralized, and a fixed point of both.
+    let out = crate::sanitize::sanitize_tool_output(text);
+    assert_sanitized(&out.text);
+    let (again, markers) = crate::markers::neutralize(&out.text);
+    assert_eq!(
+        markers, 0,
+        "a neutralized marker survived in {:?}",
+        out.text
+    );
+    assert_eq!(again, out.text);
+    for marker in [
+        "<|im_start|>",
+        "<tool_call>",
+        "\nHuman:",
+        "[INST]",
+        "[keel:",
+    ] {
+        assert!(
+            !out.text.contains(marker),
+            "{marker:?} survived in {:?}",
+            out.text
+        );
+    }
+
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
         let once = sanitize_json(&v);
         assert_eq!(

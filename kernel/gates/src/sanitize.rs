@@ -29,13 +29,13 @@
 //! | general categories Cf, Co, Cn (and Cc, Cs) | removed | [`SanitizeReport::removed_invisible`] |
 //! | explicit ranges, whatever the tables say: U+200B–U+200F, U+202A–U+202E, U+2060–U+206F, U+FEFF, U+E0000–U+E007F, the private-use planes | removed | [`SanitizeReport::removed_invisible`] |
 //! | the Hangul fillers U+115F, U+1160, U+3164, U+FFA0 (letters that render as nothing) | removed | [`SanitizeReport::removed_invisible`] |
-//! | variation selectors: U+E0100–U+E01EF always, U+FE00–U+FE0F unless directly after a visible base character that is not itself a variation selector | removed | [`SanitizeReport::removed_invisible`] |
+//! | variation selectors U+FE00–U+FE0F and U+E0100–U+E01EF | removed | [`SanitizeReport::removed_invisible`] |
 //!
 //! Carriage returns are turned into line feeds rather than kept: `progress 10%\rprogress 20%`
 //! stays readable as two lines, and a lone `\r` can no longer make a terminal or log viewer
-//! overprint text that the model still reads. Runs of variation selectors are a known way to
-//! hide bytes after an innocent-looking character (one selector per base character is all any
-//! real text needs). Terminal escape sequences are removed whole rather than leaving `[31m`
+//! overprint text that the model still reads. Variation selectors are a known way to hide
+//! bytes after an innocent-looking character (even one per character carries four bits); all
+//! real text loses by their removal is an emoji's colour presentation. Terminal escape sequences are removed whole rather than leaving `[31m`
 //! residue behind; an unterminated OSC string only loses its `ESC`, so a stray `ESC ]` cannot
 //! swallow the rest of the output.
 //!
@@ -88,6 +88,9 @@ pub struct SanitizeReport {
     pub normalized: bool,
     /// Object keys that collided after sanitizing and were renamed ([`sanitize_json`] only).
     pub renamed_keys: usize,
+    /// Role, special-token, tool-call and fence markers made harmless
+    /// ([`sanitize_tool_output`] only; see [`crate::markers`]).
+    pub neutralized_markers: usize,
     /// Normalize-then-filter rounds run (0 when the fast path applied). For JSON, the most
     /// rounds any one string needed.
     pub rounds: usize,
@@ -105,6 +108,7 @@ impl SanitizeReport {
     /// Whether the text came out byte-identical to what went in.
     pub fn is_unchanged(&self) -> bool {
         self.removed() == 0
+            && self.neutralized_markers == 0
             && self.line_breaks_normalized == 0
             && !self.normalized
             && self.renamed_keys == 0
@@ -114,7 +118,7 @@ impl SanitizeReport {
     /// the removal is visible; `None` when nothing worth telling happened (line-ending and NFKC
     /// rewrites alone are not announced).
     pub fn notice(&self) -> Option<String> {
-        if self.removed() == 0 && self.renamed_keys == 0 {
+        if self.removed() == 0 && self.renamed_keys == 0 && self.neutralized_markers == 0 {
             return None;
         }
         let mut parts = Vec::new();
@@ -138,8 +142,18 @@ impl SanitizeReport {
             notice.push_str(&parts.join(" and "));
             notice.push_str(" from this content");
         }
-        if self.renamed_keys > 0 {
+        if self.neutralized_markers > 0 {
             if !parts.is_empty() {
+                notice.push_str("; ");
+            }
+            notice.push_str(&format!(
+                "neutralized {} role, tool-call or fence marker{} (shown as ‹…›)",
+                self.neutralized_markers,
+                plural(self.neutralized_markers)
+            ));
+        }
+        if self.renamed_keys > 0 {
+            if !parts.is_empty() || self.neutralized_markers > 0 {
                 notice.push_str("; ");
             }
             notice.push_str(&format!(
@@ -162,6 +176,9 @@ impl SanitizeReport {
             .saturating_add(other.line_breaks_normalized);
         self.normalized |= other.normalized;
         self.renamed_keys = self.renamed_keys.saturating_add(other.renamed_keys);
+        self.neutralized_markers = self
+            .neutralized_markers
+            .saturating_add(other.neutralized_markers);
         self.rounds = self.rounds.max(other.rounds);
         self.converged &= other.converged;
     }
@@ -174,6 +191,19 @@ pub struct Sanitized {
     pub text: String,
     /// What was removed or rewritten.
     pub report: SanitizeReport,
+}
+
+/// Sanitizes a tool's output (or error) for the model's context: [`sanitize_text`], then
+/// [`crate::markers::neutralize`], so the output can neither hide text from a reviewer nor pass
+/// for a role turn, a tool call or a notice of keel's.
+pub fn sanitize_tool_output(s: &str) -> Sanitized {
+    let mut clean = sanitize_text(s);
+    let (text, markers) = crate::markers::neutralize(&clean.text);
+    if markers > 0 {
+        clean.text = text.into_owned();
+        clean.report.neutralized_markers = markers;
+    }
+    clean
 }
 
 /// Sanitizes text for the model's context: NFKC, then removal of invisible and control
@@ -662,7 +692,6 @@ enum Class {
     Invisible,
     Control,
     LineBreak,
-    VariationSelector,
 }
 
 fn classify(c: char) -> Class {
@@ -670,8 +699,8 @@ fn classify(c: char) -> Class {
         '\t' | '\n' | ' '..='~' => Class::Keep,
         '\u{85}' | '\u{2028}' | '\u{2029}' => Class::LineBreak,
         '\0'..='\u{1f}' | '\u{7f}'..='\u{9f}' => Class::Control,
-        '\u{fe00}'..='\u{fe0f}' => Class::VariationSelector,
-        '\u{200b}'..='\u{200f}'
+        '\u{fe00}'..='\u{fe0f}'
+        | '\u{200b}'..='\u{200f}'
         | '\u{202a}'..='\u{202e}'
         | '\u{2060}'..='\u{206f}'
         | '\u{feff}'
@@ -783,18 +812,6 @@ fn filter_changed(s: &str, report: &mut SanitizeReport) -> Option<String> {
                 report.removed_invisible += 1;
                 Some((i + width, None))
             }
-            Class::VariationSelector => {
-                let previous = previous_kept(s, out.as_deref(), copied, i);
-                let has_base = previous.is_some_and(|p| {
-                    classify(p) == Class::Keep && !p.is_whitespace() && !p.is_control()
-                });
-                if has_base {
-                    None
-                } else {
-                    report.removed_invisible += 1;
-                    Some((i + width, None))
-                }
-            }
             Class::Control if c == '\r' => {
                 report.line_breaks_normalized += 1;
                 if bytes.get(i + 1) == Some(&b'\n') {
@@ -830,15 +847,6 @@ fn filter_changed(s: &str, report: &mut SanitizeReport) -> Option<String> {
     let mut buf = out?;
     buf.push_str(s.get(copied..).unwrap_or_default());
     Some(buf)
-}
-
-/// The last character kept before byte `i`: the end of the pending uncopied span, else the end
-/// of what was already written.
-fn previous_kept(s: &str, out: Option<&str>, copied: usize, i: usize) -> Option<char> {
-    if i > copied {
-        return s.get(copied..i).and_then(|p| p.chars().next_back());
-    }
-    out.and_then(|o| o.chars().next_back())
 }
 
 /// End (exclusive, a char boundary) of the terminal escape sequence starting with the `ESC` at
@@ -913,26 +921,16 @@ mod tests {
 
     /// Whether `c` is something the sanitizer must never let through.
     fn forbidden(c: char) -> bool {
-        !matches!(classify(c), Class::Keep | Class::VariationSelector) && c != '\n'
+        classify(c) != Class::Keep && c != '\n'
     }
 
     fn assert_no_forbidden(s: &str) {
-        let mut prev: Option<char> = None;
         for c in s.chars() {
             assert!(
                 !forbidden(c),
                 "{c:?} (U+{:04X}) survived in {s:?}",
                 u32::from(c)
             );
-            if classify(c) == Class::VariationSelector {
-                assert!(
-                    prev.is_some_and(|p| classify(p) == Class::Keep
-                        && !p.is_whitespace()
-                        && !p.is_control()),
-                    "variation selector without a base in {s:?}"
-                );
-            }
-            prev = Some(c);
         }
     }
 
@@ -1062,19 +1060,14 @@ mod tests {
     }
 
     #[test]
-    fn variation_selectors_are_limited_to_one_per_base() {
-        // Emoji presentation selector after a base: kept.
-        assert_eq!(clean("\u{2764}\u{FE0F}"), "\u{2764}\u{FE0F}");
-        // A run of selectors smuggling data: only the first survives.
-        assert_eq!(clean("a\u{FE00}\u{FE01}\u{FE02}b"), "a\u{FE00}b");
-        // Supplementary selectors are always removed.
+    fn variation_selectors_are_removed() {
+        // Even an emoji's presentation selector: one selector per character carries 4 bits.
+        assert_eq!(clean("\u{2764}\u{FE0F}"), "\u{2764}");
+        let r = sanitize_text("a\u{FE00}\u{FE01}\u{FE02}b\u{FE0F}");
+        assert_eq!(r.text, "ab");
+        assert_eq!(r.report.removed_invisible, 4);
         assert_eq!(clean("a\u{E0100}\u{E0101}b"), "ab");
-        // No base: removed.
         assert_eq!(clean("\u{FE0F}x"), "x");
-        assert_eq!(clean(" \u{FE0F}x"), " x");
-        assert_eq!(clean("\n\u{FE0F}x"), "\nx");
-        // The base is the last kept character, not a removed one.
-        assert_eq!(clean("a\u{200B}\u{FE0F}"), "a\u{FE0F}");
     }
 
     #[test]
@@ -1085,8 +1078,6 @@ mod tests {
             };
             let expected = if matches!(c, '\u{2028}' | '\u{2029}' | '\u{85}') {
                 Class::LineBreak
-            } else if ('\u{fe00}'..='\u{fe0f}').contains(&c) {
-                Class::VariationSelector
             } else if classify_explicit_free(c) {
                 Class::Keep
             } else if classify_by_category(c) == Class::Control {
