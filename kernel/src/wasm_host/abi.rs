@@ -27,6 +27,10 @@ pub struct ComponentReport {
     pub imports: Vec<String>,
     /// Names of every export, in the component's order.
     pub exports: Vec<String>,
+    /// Why the component does not link against the kernel's imports, as a load would link
+    /// it (an import the kernel lacks, or a function of a known interface it does not have);
+    /// `None` when it links. Set by [`super::inspect_component`].
+    pub link_error: Option<String>,
 }
 
 /// A WIT interface name split into its parts: `ns:pkg/iface@version`.
@@ -115,6 +119,7 @@ pub(crate) fn report(
         abi_version,
         imports,
         exports,
+        link_error: None,
     })
 }
 
@@ -131,6 +136,12 @@ const WASI_ALWAYS: &[&str] = &["cli", "io", "clocks", "random", "filesystem"];
 /// anything else cannot be satisfied.
 pub fn check_imports(report: &ComponentReport, caps: &Capabilities) -> Vec<String> {
     let mut problems = Vec::new();
+    if let Some(e) = &report.link_error {
+        problems.push(format!(
+            "the component does not link as a load would: {e}; build it against the keel:plugin \
+             WIT package this keel ships and WASI 0.2"
+        ));
+    }
     for name in &report.imports {
         let Some(parts) = split_name(name) else {
             problems.push(format!(
@@ -204,6 +215,7 @@ mod tests {
         ComponentReport {
             abi_version: SUPPORTED_ABI,
             imports: imports.iter().map(|s| (*s).to_owned()).collect(),
+            link_error: None,
             exports: vec!["keel:plugin/plugin@0.2.0".to_owned()],
         }
     }

@@ -391,7 +391,17 @@ pub fn inspect_component(
 ) -> Result<ComponentReport, WasmError> {
     abi::precheck(plugin, bytes)?;
     let (component, _) = host.load(plugin, bytes, true)?;
-    abi::report(&host.inner.engine, plugin, &component)
+    let mut report = abi::report(&host.inner.engine, plugin, &component)?;
+    // Linked exactly as a load links it, so a check that passes means the load links too.
+    if let Err(e) = host
+        .inner
+        .linker
+        .instantiate_pre(&component)
+        .and_then(KeelPluginPre::new)
+    {
+        report.link_error = Some(format!("{e:#}"));
+    }
+    Ok(report)
 }
 
 struct ComponentInner {

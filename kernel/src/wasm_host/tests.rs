@@ -335,6 +335,44 @@ fn the_report_lists_names_and_the_abi() {
     assert!(check_imports(&report, &crate::manifest::Capabilities::default()).is_empty());
 }
 
+/// `keel plugin check` links as a load links: an import the kernel lacks, or a function a
+/// known interface does not have, is a problem of the check, not a surprise at load.
+#[test]
+fn the_check_links_like_a_load() {
+    let host = host();
+    let log_import = r#"(import "keel:plugin/log@0.2.0" (instance $log"#;
+    for (extra, what) in [
+        (
+            r#"(import "keel:plugin/backdoor@0.2.0" (instance $bd (export "open" (func (result u32)))))"#,
+            "keel:plugin/backdoor@0.2.0",
+        ),
+        (
+            r#"(import "keel:plugin/exec@0.2.0" (instance $ex (export "run-as-root" (func (result u32)))))"#,
+            "run-as-root",
+        ),
+    ] {
+        let source = PLUGIN_WAT.replacen(log_import, &format!("{extra}\n  {log_import}"), 1);
+        let report = inspect_component(&host, "p", &wat(&source)).expect("inspect");
+        let problems = check_imports(
+            &report,
+            &crate::manifest::Capabilities {
+                exec: true,
+                ..Default::default()
+            },
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("does not link") && p.contains(what)),
+            "{problems:?}"
+        );
+        assert!(
+            host.compile("p", &wat(&source)).is_err(),
+            "a load fails too"
+        );
+    }
+}
+
 #[test]
 fn a_second_compile_is_a_cache_hit() {
     let dir = tempfile::tempdir().expect("tempdir");
