@@ -56,19 +56,21 @@ mod tests {
 
     #[test]
     fn every_fixture_is_a_component_with_its_manifest() {
-        assert_eq!(
-            names(),
-            [
-                CANNED_MODEL,
-                MEMORY_BOMB,
-                PATH_ESCAPE,
-                REENTRANT,
-                SPIN_LOOP,
-                TOOL_SQUATTER,
-                TRAP_ACTIVATE,
-                UNLOAD_EFFECT
-            ]
-        );
+        let mut sorted = names().to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(names(), sorted, "sorted and unique");
+        for known in [CANNED_MODEL, SPIN_LOOP, SECRET_THIEF, KERNEL_MIMIC] {
+            assert!(names().contains(&known), "{known}");
+        }
+        // Every fixture is described in this module's documentation.
+        let docs = include_str!("fixtures.rs");
+        for name in names() {
+            assert!(
+                docs.contains(&format!("//! - `{name}`")),
+                "document fixture `{name}`"
+            );
+        }
         for name in names() {
             let (manifest, component) = fixture(name).expect("listed fixtures exist");
             assert_eq!(
