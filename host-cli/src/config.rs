@@ -35,6 +35,20 @@ pub struct UserConfig {
     /// Secrets (API keys) by name; the environment variable of the same name wins.
     #[serde(default)]
     pub secrets: std::collections::BTreeMap<String, SecretSetting>,
+    /// The OS sandbox commands run in.
+    #[serde(default)]
+    pub sandbox: SandboxSettings,
+}
+
+/// `[sandbox]`: how commands are confined.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SandboxSettings {
+    /// `workspace-write` (the default), `read-only`, or `off` (dangerous: no confinement).
+    pub mode: Option<String>,
+    /// Paths hidden from commands besides the built-in list (`~/` is your home).
+    #[serde(default)]
+    pub deny_read: Vec<String>,
 }
 
 /// One `[secrets]` entry: `NAME = "value"`, or `NAME = { value = "...", hosts = [...] }` to

@@ -14,6 +14,7 @@ use keel_kernel::gates::approvals::{
 };
 use keel_kernel::gates::exec_policy::ApprovalMode;
 use keel_kernel::gates::net_policy::{NetDecision, NetPolicy};
+use keel_kernel::sandbox::{SandboxConfig, SandboxMode};
 use keel_kernel::{
     Event, GateConfig, Kernel, KernelConfig, NetConfig, PluginLoader, PluginPackage, Secrets,
 };
@@ -191,6 +192,39 @@ fn model_key_hosts(name: &str, choice: &ModelChoice) -> Vec<String> {
     hosts
 }
 
+/// The OS sandbox of commands: `[sandbox]` over the defaults (workspace-write, the built-in
+/// deny-read list, keel's home hidden).
+pub fn sandbox_config(ctx: &Context) -> anyhow::Result<SandboxConfig> {
+    let settings = &ctx.config.sandbox;
+    let mode = match &settings.mode {
+        Some(m) => SandboxMode::parse(m).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: [sandbox] mode: {e}",
+                ctx.home.join("config.toml").display()
+            )
+        })?,
+        None => SandboxMode::default(),
+    };
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let expand = |p: &str| match (p.strip_prefix("~/"), &home) {
+        (Some(rest), Some(home)) => Some(home.join(rest)),
+        (Some(_), None) => None,
+        (None, _) => Some(PathBuf::from(p)),
+    };
+    let deny_read = keel_kernel::sandbox::DEFAULT_DENY_READ
+        .iter()
+        .map(|p| format!("~/{p}"))
+        .chain(settings.deny_read.iter().cloned())
+        .filter_map(|p| expand(&p))
+        .collect();
+    Ok(SandboxConfig {
+        mode,
+        deny_read,
+        keel_home: Some(ctx.home.clone()),
+        ..SandboxConfig::default()
+    })
+}
+
 /// The network policy: the user's `[network]`, plus the model endpoint the user configured
 /// (named explicitly, so a loopback server such as Ollama becomes reachable).
 pub fn network_policy(ctx: &Context, choice: &ModelChoice) -> anyhow::Result<NetPolicy> {
@@ -303,6 +337,7 @@ impl Session {
                 audit_log: Some(ctx.audit_log()),
             },
             guard_timeout: std::time::Duration::from_secs(2),
+            sandbox: sandbox_config(ctx)?,
         };
         let kernel = Kernel::with_gates(KernelConfig::default(), gates);
         let loader = runtime::loader(ctx)?;

@@ -22,7 +22,7 @@ use keel_protocol::{
 };
 use serde_json::Value;
 
-use crate::exec_gate::{self, ExecCommand, ExecOutcome};
+use crate::exec_gate::{self, Containment, ExecCommand, ExecOutcome};
 use crate::gates::approvals::{
     Approvals, Approver, DenyAll, GrantStore, Outcome, SessionApprovals,
 };
@@ -31,6 +31,7 @@ use crate::gates::exec_policy::{Decision, ExecPolicy, Verdict};
 use crate::gates::net_policy::{NetDecision, NetPolicy};
 use crate::gates::{redact, safe_path, sanitize};
 use crate::net_client::{NetClient, NetConfig, Secrets};
+use crate::sandbox::{Confinement, SandboxConfig};
 use crate::types::{GuardVerdict, KernelError, ToolCapabilities, ToolSpec};
 
 /// Bytes of a long tool output kept from its start and its end.
@@ -54,6 +55,8 @@ pub struct GateConfig {
     pub network: NetConfig,
     /// How long a guard may take to answer before it counts as forbid.
     pub guard_timeout: Duration,
+    /// The OS sandbox commands run in.
+    pub sandbox: SandboxConfig,
 }
 
 impl GateConfig {
@@ -70,6 +73,7 @@ impl GateConfig {
                 audit_log: None,
             },
             guard_timeout: Duration::from_secs(2),
+            sandbox: SandboxConfig::default(),
         }
     }
 }
@@ -106,6 +110,8 @@ pub(crate) struct SessionGates {
     pub(crate) net: NetClient,
     secret_names: Vec<String>,
     guard_timeout: Duration,
+    /// The sandbox commands run in, probed once when the session starts.
+    containment: Containment,
     calls: Mutex<BTreeMap<String, RecordedCall>>,
     next_call: AtomicU64,
     inflight: Mutex<HashMap<String, Inflight>>,
@@ -133,6 +139,10 @@ impl SessionGates {
             net: NetClient::new(config.network),
             secret_names,
             guard_timeout: config.guard_timeout,
+            containment: Containment {
+                confinement: crate::sandbox::probe(config.sandbox.mode),
+                config: config.sandbox,
+            },
             calls: Mutex::new(BTreeMap::new()),
             next_call: AtomicU64::new(1),
             inflight: Mutex::new(HashMap::new()),
@@ -271,10 +281,28 @@ impl SessionGates {
             .clone()
     }
 
+    /// Which confinement commands run under.
+    pub(crate) fn confinement(&self) -> &Confinement {
+        &self.containment.confinement
+    }
+
+    /// The exec policy's verdict on `line`, raised to "ask first" when the sandbox that should
+    /// contain commands cannot start: an unconfined command never runs without the person.
+    fn decide_exec(&self, line: &str) -> Verdict {
+        let mut verdict = self.policy.decide(line);
+        if verdict.decision == Decision::Allow
+            && let Confinement::Unavailable(reason) = &self.containment.confinement
+        {
+            verdict.decision = Decision::Prompt;
+            verdict.reason = format!("commands are NOT sandboxed ({reason})");
+        }
+        verdict
+    }
+
     /// The exec gate: may `plugin` run `line` now? Forbidden never; allowed always; prompt
     /// only when it is exactly the command approved for the call being served.
     pub(crate) fn check_exec(&self, plugin: &str, line: &str) -> Result<(), KernelError> {
-        let verdict = self.policy.decide(line);
+        let verdict = self.decide_exec(line);
         match verdict.decision {
             Decision::Allow => Ok(()),
             Decision::Forbid => Err(KernelError::Denied(refusal_text(&verdict))),
@@ -315,9 +343,15 @@ impl SessionGates {
                 "the command was not started: the person cancelled the turn (Ctrl-C)".into(),
             ));
         }
-        let outcome = exec_gate::run(workspace, &cmd, &self.secret_names, self.until_cancelled())
-            .await
-            .map_err(|e| KernelError::Invalid(e.to_string()))?;
+        let outcome = exec_gate::run(
+            workspace,
+            &cmd,
+            &self.secret_names,
+            &self.containment,
+            self.until_cancelled(),
+        )
+        .await
+        .map_err(|e| KernelError::Invalid(e.to_string()))?;
         let mut outcome = outcome;
         outcome.output = self.redact(&outcome.output);
         if let Some(i) = lock(&self.inflight).get_mut(plugin) {
@@ -576,7 +610,7 @@ pub(crate) async fn replay(
     // The earlier approval covers exactly this input; forbidden stays forbidden and guards
     // are asked again.
     if let Some(cmd) = &command {
-        let verdict = gates.policy.decide(cmd);
+        let verdict = gates.decide_exec(cmd);
         if verdict.decision == Decision::Forbid {
             return Err(KernelError::Denied(refusal_text(&verdict)));
         }
@@ -710,7 +744,7 @@ async fn judge(
     command: Option<&str>,
 ) -> Judged {
     let (guard_decision, guard_reason) = ask_guards(gates, m, chain, tool, input).await;
-    let mut verdict = command.map(|c| gates.policy.decide(c));
+    let mut verdict = command.map(|c| gates.decide_exec(c));
     let policy_decision = verdict.as_ref().map_or(Decision::Allow, |v| v.decision);
     // One ordered decision: the strictest of the guards and the exec policy wins, so a guard
     // can raise a call to "ask first" or "refuse", never lower anything.

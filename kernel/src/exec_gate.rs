@@ -1,14 +1,16 @@
 //! Running commands for plugins: the exec gate's runner. The policy decision is made by the
 //! caller (see `dispatch`); this module confines the working directory to the workspace,
-//! runs the command in its own process group with a wall-clock limit, keeps stdout and stderr
-//! interleaved and capped, and reports where the command left its working directory so a
-//! shell tool can carry it to the next call.
+//! runs the command inside the OS sandbox ([`crate::sandbox`]) in its own process group with a
+//! wall-clock limit, keeps stdout and stderr interleaved and capped, and reports where the
+//! command left its working directory so a shell tool can carry it to the next call.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
+
+use crate::sandbox::{Confinement, PidsCgroup, SandboxConfig};
 
 /// A command a plugin asks the kernel to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,13 +93,36 @@ fn relative_to(workspace: &Path, dir: &Path) -> String {
     }
 }
 
-/// Run `cmd` in `workspace` (canonical). Environment variables named in `hidden` (the
-/// kernel-held secrets) are removed from the child's environment. When `cancel` resolves
-/// first (the person pressed Ctrl-C), the process group is killed and the output so far kept.
+/// How a command is confined: the sandbox settings and what the probe found.
+#[derive(Debug, Clone)]
+pub(crate) struct Containment {
+    pub(crate) config: SandboxConfig,
+    pub(crate) confinement: Confinement,
+}
+
+impl Containment {
+    /// Commands run unconfined (runner tests of what is not about the sandbox).
+    #[cfg(test)]
+    pub(crate) fn none() -> Containment {
+        Containment {
+            config: SandboxConfig {
+                mode: crate::sandbox::SandboxMode::Off,
+                ..SandboxConfig::default()
+            },
+            confinement: Confinement::Off,
+        }
+    }
+}
+
+/// Run `cmd` in `workspace` (canonical), confined as `containment` says. Environment variables
+/// named in `hidden` (the kernel-held secrets) are removed from the child's environment. When
+/// `cancel` resolves first (the person pressed Ctrl-C), the process group is killed and the
+/// output so far kept.
 pub(crate) async fn run(
     workspace: &Path,
     cmd: &ExecCommand,
     hidden: &[String],
+    containment: &Containment,
     cancel: impl Future<Output = ()>,
 ) -> Result<ExecOutcome, ExecError> {
     let dir = resolve_cwd(workspace, &cmd.cwd)?;
@@ -112,10 +137,33 @@ pub(crate) async fn run(
         "exec 2>&1\n{}\n__keel_status=$?\npwd -P >\"$KEEL_CWD_FILE\" 2>/dev/null\nexit $__keel_status\n",
         cmd.line
     );
-    let mut command = tokio::process::Command::new("sh");
+    let sandboxed = match containment.confinement {
+        Confinement::Bubblewrap(mode) => {
+            let config = SandboxConfig {
+                mode,
+                ..containment.config.clone()
+            };
+            crate::sandbox::command_line(&config, workspace, &dir, &script, &[marker.path()])
+        }
+        Confinement::Off | Confinement::Unavailable(_) => None,
+    };
+    let mut cgroup = None;
+    let mut command = match sandboxed {
+        Some((bwrap, args)) => {
+            let mut command = tokio::process::Command::new(bwrap);
+            command.args(args);
+            cgroup = PidsCgroup::create(containment.config.limits.processes);
+            #[cfg(unix)]
+            crate::sandbox::apply_limits(&mut command, containment.config.limits, cgroup.as_ref());
+            command
+        }
+        None => {
+            let mut command = tokio::process::Command::new("sh");
+            command.arg("-c").arg(script);
+            command
+        }
+    };
     command
-        .arg("-c")
-        .arg(script)
         .current_dir(&dir)
         .env("KEEL_CWD_FILE", marker.path())
         .stdin(Stdio::null())
@@ -186,6 +234,7 @@ pub(crate) async fn run(
             OUTPUT_CAP >> 20
         ));
     }
+    drop(cgroup);
     let mut cwd = relative_to(workspace, &dir);
     if !timed_out
         && let Ok(text) = std::fs::read_to_string(marker.path())
@@ -240,7 +289,14 @@ mod tests {
         cmd: &ExecCommand,
         hidden: &[String],
     ) -> Result<ExecOutcome, ExecError> {
-        run(ws, cmd, hidden, std::future::pending()).await
+        run(
+            ws,
+            cmd,
+            hidden,
+            &Containment::none(),
+            std::future::pending(),
+        )
+        .await
     }
 
     fn cmd(line: &str, cwd: &str, ms: u64) -> ExecCommand {
@@ -319,6 +375,7 @@ mod tests {
             &ws,
             &cmd(&line, ".", 120_000),
             &[],
+            &Containment::none(),
             tokio::time::sleep(Duration::from_millis(300)),
         )
         .await

@@ -15,6 +15,7 @@ mod loader;
 mod manifest;
 mod native_host;
 mod net_client;
+pub mod sandbox;
 mod types;
 mod undo;
 mod wasm_host;

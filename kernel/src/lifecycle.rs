@@ -373,6 +373,12 @@ impl Kernel {
         self.shared.gates.begin_turn();
     }
 
+    /// Which confinement the commands of this session run under (see
+    /// [`crate::sandbox::Confinement::describe`] for the words).
+    pub fn confinement(&self) -> crate::sandbox::Confinement {
+        self.shared.gates.confinement().clone()
+    }
+
     /// Ask the current turn to stop (Ctrl-C): the agent sees `cancelled` and ends the turn.
     pub fn cancel_turn(&self) {
         self.shared.gates.cancel_turn();

@@ -111,6 +111,19 @@ pub async fn run(ctx: &Context) -> anyhow::Result<ExitCode> {
             "reinstall keel; report the error",
         ),
     }
+    match crate::session::sandbox_config(ctx) {
+        Ok(config) => match keel_kernel::sandbox::probe(config.mode) {
+            keel_kernel::sandbox::Confinement::Unavailable(reason) => r.fail(
+                &format!("commands: NOT sandboxed: {reason}; every command needs approval"),
+                "install bubblewrap (`apt-get install bubblewrap`) where user namespaces work",
+            ),
+            keel_kernel::sandbox::Confinement::Off => {
+                r.warn(&keel_kernel::sandbox::Confinement::Off.describe())
+            }
+            confined => r.ok(&confined.describe()),
+        },
+        Err(e) => r.fail(&format!("{e:#}"), "fix the [sandbox] section"),
+    }
     if r.failed == 0 {
         println!("\nall checks passed");
         Ok(ExitCode::SUCCESS)

