@@ -360,14 +360,8 @@ async fn ctrl_c_ends_a_waiting_model_stream_at_once_and_the_log_records_it() -> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ctrl_c_kills_a_running_command_with_its_children() -> R {
-    let ws_marker = tempfile::tempdir()?;
-    let started = ws_marker.path().join("started");
-    let survivor = ws_marker.path().join("survivor");
-    let line = format!(
-        "touch {}; (sleep 3; touch {}) & sleep 60",
-        started.display(),
-        survivor.display()
-    );
+    // The markers are in the workspace: the command's /tmp is the sandbox's own.
+    let line = "touch started; (sleep 3; touch survivor) & sleep 60".to_owned();
     let server = ModelServer::start(move |n, _| {
         if n > 0 {
             return oa_text(&["Done."], "stop");
@@ -391,6 +385,8 @@ async fn ctrl_c_kills_a_running_command_with_its_children() -> R {
         server.url("/v1")
     );
     let (home, ws) = setup(&config);
+    let started = ws.path().join("started");
+    let survivor = ws.path().join("survivor");
     let out = interrupt_exec(
         home.path(),
         ws.path(),

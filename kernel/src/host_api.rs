@@ -109,8 +109,29 @@ impl HostHandle {
 
     /// Emit an event to every other subscriber of `topic`.
     pub fn emit(&self, topic: &str, payload: &str) -> Result<(), KernelError> {
-        self.shared()?
-            .emit_from_plugin(&self.plugin, self.generation, topic, payload)
+        let shared = self.shared()?;
+        if !self.manifest(&shared)?.may_emit(topic) {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` did not declare the event topic `{topic}`; add \
+                 `emits = [\"{topic}\"]` under [capabilities] in its keel.toml",
+                self.plugin
+            )));
+        }
+        // The session's record is the agent's to write: only the plugin serving `agent` may
+        // emit it, so the session log never holds an entry another plugin forged.
+        if topic == keel_protocol::topics::SESSION_EVENT
+            && shared
+                .provider_of(keel_protocol::services::AGENT)
+                .as_deref()
+                != Some(&*self.plugin)
+        {
+            return Err(KernelError::Denied(format!(
+                "only the plugin that provides `{}` may emit `{topic}`; `{}` does not",
+                keel_protocol::services::AGENT,
+                self.plugin
+            )));
+        }
+        shared.emit_from_plugin(&self.plugin, self.generation, topic, payload)
     }
 
     /// The value of `key` in this plugin's kernel-held state.
@@ -145,7 +166,17 @@ impl HostHandle {
         method: &str,
         payload: &str,
     ) -> Result<String, KernelError> {
-        self.shared()?
+        let shared = self.shared()?;
+        // A plugin calls only what its manifest declares, and so what the person consented to.
+        if !self.manifest(&shared)?.may_call(name) {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` did not declare the service `{name}`; add it under [requires] in \
+                 its keel.toml, or `services = [\"{name}\"]` under [capabilities] for one it \
+                 uses only when present",
+                self.plugin
+            )));
+        }
+        shared
             .call_service(&self.chain, name, method, payload)
             .await
     }

@@ -37,8 +37,8 @@ pub use loader::{
     DATA_DIR_PREFIX, LoadError, LoaderConfig, PluginLoader, code_path, manifest_path,
 };
 pub use manifest::{
-    Capabilities, DirAccess, DirCapability, Limits, Manifest, ManifestError, PluginKind,
-    Requirement, is_valid_plugin_name, is_valid_service_name,
+    CALLER_SERVICE, Capabilities, DirAccess, DirCapability, Limits, Manifest, ManifestError,
+    PluginKind, Requirement, is_valid_plugin_name, is_valid_service_name,
 };
 pub use native_host::{KeelBuf, KeelHostApi, NATIVE_ABI_VERSION, NativeError, open as open_native};
 pub use net_client::{HttpHead, HttpRequest, NetConfig, SecretHeader, Secrets};

@@ -1062,7 +1062,7 @@ impl Shared {
         payload: &str,
     ) -> Result<String, KernelError> {
         if service.starts_with(RESERVED_SERVICE_PREFIX) {
-            return self.kernel_service(service, method);
+            return self.kernel_service(chain, service, method, payload);
         }
         let mut waited = false;
         loop {
@@ -1294,10 +1294,43 @@ impl Shared {
             .map_err(|e| KernelError::Failed(format!("cannot encode the response: {e}")))
     }
 
+    /// The plugin that provides `service` now.
+    pub(crate) fn provider_of(&self, service: &str) -> Option<String> {
+        self.lock()
+            .env
+            .services()
+            .get(service)
+            .map(|entry| entry.provider.clone())
+    }
+
     /// The services in the reserved `keel.` namespace, which the kernel serves itself: read
     /// only, so no plugin gains anything by calling them.
-    fn kernel_service(&self, service: &str, method: &str) -> Result<String, KernelError> {
+    ///
+    /// `keel.caller`: `name` answers the kernel-attested name of the plugin whose call the
+    /// caller is serving (`keel` for the host, empty outside a call), so a provider can refuse
+    /// callers; `provider` (payload: a service name) answers who provides that service now.
+    fn kernel_service(
+        &self,
+        chain: &CallChain,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, KernelError> {
         match (service, method) {
+            (crate::manifest::CALLER_SERVICE, "name") => {
+                let plugins: Vec<&str> = chain.plugins().collect();
+                Ok(match plugins.as_slice() {
+                    [.., caller, _callee] => (*caller).to_owned(),
+                    _ => String::new(),
+                })
+            }
+            (crate::manifest::CALLER_SERVICE, "provider") => {
+                Ok(self.provider_of(payload.trim()).unwrap_or_default())
+            }
+            (crate::manifest::CALLER_SERVICE, other) => Err(KernelError::Invalid(format!(
+                "the kernel's `{service}` service has no method `{other}`; it has `name` and \
+                 `provider`"
+            ))),
             (keel_protocol::services::PROMPT, "fragments") => {
                 let fragments: Vec<keel_protocol::PromptFragment> = self
                     .lock()
@@ -1318,8 +1351,9 @@ impl Shared {
             ))),
             _ => Err(KernelError::Unavailable(format!(
                 "no service `{service}`: the `keel.` namespace belongs to the kernel, which \
-                 serves only `{}`",
-                keel_protocol::services::PROMPT
+                 serves only `{}` and `{}`",
+                keel_protocol::services::PROMPT,
+                crate::manifest::CALLER_SERVICE
             ))),
         }
     }

@@ -80,6 +80,35 @@ pub struct Capabilities {
     /// outbound requests. The plugin never sees their values.
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// Services it may call besides those under `[requires]`: optional ones it uses when
+    /// present, and the kernel's own (`keel.prompt`). `keel.caller` needs no declaration.
+    #[serde(default)]
+    pub services: Vec<String>,
+    /// Event topics it may emit (exact, or ending in `.*`). Nothing else is delivered.
+    #[serde(default)]
+    pub emits: Vec<String>,
+}
+
+/// The kernel service every plugin may call undeclared: who is calling me, who provides X.
+pub const CALLER_SERVICE: &str = "keel.caller";
+
+impl Manifest {
+    /// Whether this plugin declared that it calls `service` (`[requires]` or
+    /// `capabilities.services`; its own services and [`CALLER_SERVICE`] are always allowed).
+    pub fn may_call(&self, service: &str) -> bool {
+        service == CALLER_SERVICE
+            || self.requires.contains_key(service)
+            || self.provides.contains_key(service)
+            || self.capabilities.services.iter().any(|s| s == service)
+    }
+
+    /// Whether this plugin declared that it emits `topic`.
+    pub fn may_emit(&self, topic: &str) -> bool {
+        self.capabilities
+            .emits
+            .iter()
+            .any(|pattern| crate::env::topic_matches(pattern, topic))
+    }
 }
 
 /// Resource limits; `None` means the kernel's default.

@@ -194,6 +194,28 @@ pub fn probe(mode: SandboxMode) -> Confinement {
     }
 }
 
+/// Run `line` in `workspace` (canonical) the way the kernel runs a plugin's command, confined by
+/// `config` (for `keel doctor` and the benchmarks; plugins reach this only through the exec
+/// gate).
+pub async fn run_command(
+    workspace: &Path,
+    line: &str,
+    config: &SandboxConfig,
+) -> Result<crate::ExecOutcome, String> {
+    let containment = crate::exec_gate::Containment {
+        config: config.clone(),
+        confinement: probe(config.mode),
+    };
+    let cmd = crate::ExecCommand {
+        line: line.to_owned(),
+        cwd: ".".to_owned(),
+        timeout: std::time::Duration::from_secs(60),
+    };
+    crate::exec_gate::run(workspace, &cmd, &[], &containment, std::future::pending())
+        .await
+        .map_err(|e| e.to_string())
+}
+
 /// The program and arguments that run `sh -c script` in `dir` under `config`, with the files
 /// in `shared` (absolute paths the kernel reads back afterwards) writable inside.
 pub(crate) fn command_line(

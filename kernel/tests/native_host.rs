@@ -217,9 +217,11 @@ async fn trusted_library_serves_calls_tools_and_state_and_unload_undoes_everythi
 async fn calls_go_through_the_kernel_both_ways_and_reentry_is_refused() -> R {
     let kernel = Kernel::default();
     kernel.load(native_package()?).await?;
+    let mut target = manifest("target", "1.0.0", &[("fixture.target", "1.0.0")], &[]);
+    target.capabilities.services.push("fixture.native".into());
     kernel
         .load(package(
-            manifest("target", "1.0.0", &[("fixture.target", "1.0.0")], &[]),
+            target,
             Behaviour {
                 forward_to: Some("fixture.native".into()),
                 ..Behaviour::default()

@@ -30,6 +30,9 @@
 //! - `secret-thief`: service `fixture.thief`; may use the secret `OPENAI_API_KEY` and reach
 //!   `127.0.0.1` on any port; method `send` (payload: a URL) sends `GET` with the key as a
 //!   bearer token and returns `status N`, or the kernel's error.
+//! - `snooper`: service `fixture.snoop`, declaring nothing else; method `try` calls
+//!   `session-log` (list, read, append a forged entry), `model`, `verifier` and emits
+//!   `session.event` and `fixture.snooped`, one result line per attempt.
 //! - `kernel-mimic`: tries the tools `keel_verdict` and `keel` and the guard
 //!   `keel-policy.allow` in `activate` (method `attempts` of `fixture.mimic` lists the kernel's
 //!   answers); its tool `mimic` returns output shaped like chat-template tokens, role turns,

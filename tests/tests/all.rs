@@ -6,5 +6,6 @@ mod hostile_plugins;
 mod kernel_mimicry;
 mod model_wire_e2e;
 mod secret_binding;
+mod service_doors;
 mod tool_plugins;
 mod wasm_plugins;

@@ -60,6 +60,15 @@ pub mod bindings {
 /// Severity of a log line: `Trace`, `Debug`, `Info`, `Warn`, `Error`.
 pub use bindings::keel::plugin::types::Level;
 
+/// The name the kernel and the host carry in call chains and as an event source.
+pub const KERNEL_NAME: &str = "keel";
+
+/// The kernel service every plugin may call without declaring it: method `name` answers the
+/// kernel-attested name of the plugin whose call this one is serving (`keel` for the host,
+/// empty outside a call); method `provider` (payload: a service name) answers who provides
+/// that service now (empty when nobody does).
+pub const CALLER_SERVICE: &str = "keel.caller";
+
 /// An event on the kernel's bus, as delivered to [`Plugin::on_event`].
 pub use bindings::keel::plugin::types::Event;
 

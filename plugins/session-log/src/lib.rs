@@ -13,6 +13,11 @@
 //!
 //! A torn last line (an interrupted writer) is skipped with a warning, never fatal; the next
 //! append closes it off and continues the sequence.
+//!
+//! Who may write and read: only the host (`keel`) and the plugin that provides `agent` (the
+//! agent loop), as the kernel attests them (`keel.caller`); the kernel refuses a
+//! `session.event` from any other plugin when it is emitted. So no other plugin can forge an entry that `keel resume`
+//! would trust, or read another session's conversation.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -109,6 +114,9 @@ impl Plugin for SessionLog {
         if event.topic != topics::SESSION_EVENT {
             return;
         }
+        // The kernel delivers `session.event` only from keel and the plugin that provides
+        // `agent` when it emits, so the source needs no second check here (and an agent loop
+        // unloaded since keeps its last events).
         let parsed: SessionEvent = match serde_json::from_str(&event.payload) {
             Ok(e) => e,
             Err(e) => {
@@ -132,6 +140,15 @@ impl Plugin for SessionLog {
     ) -> Result<String, String> {
         if service != services::SESSION_LOG {
             return Err(format!("no such service: {service}"));
+        }
+        let caller = kernel_services::call(keel_sdk::CALLER_SERVICE, "name", "")
+            .map_err(|e| format!("cannot learn who is calling: {e}"))?;
+        if !trusted(&caller) {
+            return Err(format!(
+                "denied: session-log serves only keel and the plugin that provides `{}`; \
+                 `{caller}` is neither",
+                services::AGENT
+            ));
         }
         match method {
             "append" => {
@@ -162,6 +179,17 @@ impl Plugin for SessionLog {
             )),
         }
     }
+}
+
+/// Whether `plugin` (kernel-attested) may write or read session logs: the host, or the plugin
+/// that provides `agent` right now.
+fn trusted(plugin: &str) -> bool {
+    if plugin == keel_sdk::KERNEL_NAME {
+        return true;
+    }
+    !plugin.is_empty()
+        && kernel_services::call(keel_sdk::CALLER_SERVICE, "provider", services::AGENT)
+            .is_ok_and(|provider| provider == plugin)
 }
 
 keel_sdk::export_plugin!(SessionLog);

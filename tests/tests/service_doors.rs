@@ -1,0 +1,141 @@
+//! A plugin reaches only the services and event topics its manifest declares, and the session
+//! log takes entries only from keel and the agent: the hostile fixture `snooper` declares
+//! nothing and tries to read sessions, forge entries, drive the model, query the verifier and
+//! emit what it likes; the same code declaring everything still cannot forge or read the log.
+
+use keel_kernel::GateConfig;
+use keel_protocol::services;
+use keel_tests::Harness;
+
+type R = anyhow::Result<()>;
+
+const GENUINE: &str = r#"{"kind":"message","session":"victim","message":{"role":"user","content":[{"type":"text","text":"GENUINE"}]}}"#;
+
+async fn setup(
+    snooper_manifest: impl Fn(&str) -> String,
+) -> anyhow::Result<(Harness, tempfile::TempDir)> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("sessions"))?;
+    let h = Harness::with_gates(dir.path(), Some(data), None, GateConfig::locked_down())?;
+    h.load_plugin("session-log").await?;
+    h.load_fixture("canned-model").await?;
+    let (manifest, component) =
+        keel_tests::fixtures::fixture("snooper").expect("the fixture is built");
+    let package =
+        h.loader
+            .from_embedded("fixture snooper", &snooper_manifest(manifest), component)?;
+    h.kernel.load(package).await?;
+    // keel itself writes a genuine entry: the shape the forged one copies is a valid one.
+    h.kernel
+        .call_service(services::SESSION_LOG, "append", GENUINE)
+        .await?;
+    Ok((h, dir))
+}
+
+fn attempts(answer: &str) -> std::collections::BTreeMap<String, String> {
+    answer
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(what, result)| (what.to_owned(), result.to_owned()))
+        .collect()
+}
+
+async fn victim_log(h: &Harness) -> anyhow::Result<String> {
+    h.kernel.settle_events().await;
+    Ok(h.kernel
+        .call_service(services::SESSION_LOG, "read", r#"{"session":"victim"}"#)
+        .await?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undeclared_services_and_topics_are_refused() -> R {
+    let (h, _dir) = setup(str::to_owned).await?;
+    let answer = h.kernel.call_service("fixture.snoop", "try", "").await?;
+    let tried = attempts(&answer);
+    for what in ["list", "read", "append", "complete", "verify"] {
+        let result = &tried[what];
+        assert!(
+            result.contains("did not declare the service"),
+            "{what}: {result}\n{answer}"
+        );
+    }
+    for what in ["emit-session", "emit-other"] {
+        assert!(
+            tried[what].contains("did not declare the event topic"),
+            "{what}: {}",
+            tried[what]
+        );
+    }
+    let log = victim_log(&h).await?;
+    assert!(log.contains("GENUINE") && !log.contains("FORGED"), "{log}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() -> R {
+    let declare_everything = |manifest: &str| {
+        manifest.replace(
+            "[requires]\n",
+            "[requires]\n\"session-log\" = \"^1\"\nmodel = \"^1\"\n",
+        )
+        .replace(
+            "[capabilities]\n",
+            "[capabilities]\nservices = [\"verifier\"]\nemits = [\"session.event\", \"fixture.snooped\"]\n",
+        )
+    };
+    let (h, _dir) = setup(declare_everything).await?;
+    let answer = h.kernel.call_service("fixture.snoop", "try", "").await?;
+    let tried = attempts(&answer);
+    for what in ["list", "read", "append"] {
+        assert!(
+            tried[what]
+                .contains("session-log serves only keel and the plugin that provides `agent`"),
+            "{what}: {}",
+            tried[what]
+        );
+    }
+    assert!(
+        tried["emit-session"].contains("only the plugin that provides `agent` may emit"),
+        "{}",
+        tried["emit-session"]
+    );
+    // What it declared, and the person consented to, it may use.
+    assert!(
+        tried["complete"].starts_with("ok "),
+        "{}",
+        tried["complete"]
+    );
+    assert!(
+        tried["emit-other"].starts_with("ok"),
+        "{}",
+        tried["emit-other"]
+    );
+    let log = victim_log(&h).await?;
+    assert!(log.contains("GENUINE") && !log.contains("FORGED"), "{log}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_learns_its_kernel_attested_caller() -> R {
+    let (h, _dir) = setup(str::to_owned).await?;
+    // The host calls as `keel`; outside a call nobody is calling.
+    let list = h
+        .kernel
+        .call_service(services::SESSION_LOG, "list", "")
+        .await?;
+    assert!(list.contains("victim"), "{list}");
+    assert_eq!(
+        h.kernel
+            .call_service(keel_kernel::CALLER_SERVICE, "name", "")
+            .await?,
+        ""
+    );
+    assert_eq!(
+        h.kernel
+            .call_service(keel_kernel::CALLER_SERVICE, "provider", "fixture.snoop")
+            .await?,
+        "snooper"
+    );
+    Ok(())
+}
