@@ -38,6 +38,10 @@ pub struct UserConfig {
     /// The OS sandbox commands run in.
     #[serde(default)]
     pub sandbox: SandboxSettings,
+    /// Limits above the defaults, `[limits.<plugin>] memory-mib / cpu-ms`: a manifest cannot
+    /// raise its own.
+    #[serde(default)]
+    pub limits: std::collections::BTreeMap<String, keel_kernel::Limits>,
 }
 
 /// `[sandbox]`: how commands are confined.

@@ -641,31 +641,12 @@ impl Session {
 /// Show what a plugin loaded with `--plugin` asks for, and require a yes.
 fn confirm_capabilities(package: &PluginPackage) -> anyhow::Result<()> {
     let m = &package.manifest;
-    let caps = &m.capabilities;
     let mut lines = vec![format!("plugin `{}` {} asks for:", m.name, m.version)];
-    for d in &caps.dirs {
-        lines.push(format!(
-            "  directory {} as {} ({:?})",
-            d.path.display(),
-            d.guest,
-            d.access
-        ));
-    }
-    if !caps.network.is_empty() {
-        lines.push(format!("  network: {}", caps.network.join(", ")));
-    }
-    if caps.exec {
-        lines.push("  running commands (through the exec policy)".into());
-    }
-    if caps.agent {
-        lines.push("  driving the agent (model calls, tool dispatch)".into());
-    }
-    if !caps.secrets.is_empty() {
-        lines.push(format!("  secrets: {}", caps.secrets.join(", ")));
-    }
-    if lines.len() == 1 {
-        lines.push("  nothing beyond its own sandbox".into());
-    }
+    lines.extend(
+        keel_kernel::consent::capability_lines(m)
+            .into_iter()
+            .map(|line| format!("  {line}")),
+    );
     eprintln!("{}", lines.join("\n"));
     if std::env::var("KEEL_YES").is_ok_and(|v| v == "1") {
         return Ok(());

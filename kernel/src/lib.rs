@@ -4,6 +4,7 @@
 //! Plugins reach the kernel only through [`HostHandle`]; the host (the CLI) drives it through
 //! [`Kernel`].
 
+pub mod consent;
 mod dispatch;
 mod env;
 mod exec_gate;
@@ -35,6 +36,7 @@ pub use lifecycle::{
 };
 pub use loader::{
     DATA_DIR_PREFIX, LoadError, LoaderConfig, PluginLoader, code_path, manifest_path,
+    shipped_limits,
 };
 pub use manifest::{
     CALLER_SERVICE, Capabilities, DirAccess, DirCapability, Limits, Manifest, ManifestError,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::lifecycle::PluginPackage;
 use crate::manifest::{DirAccess, Manifest, ManifestError, PluginKind};
 use crate::native_host::{self, NativeError};
-use crate::wasm_host::{GrantedDir, WasmError, WasmGrants, WasmHost};
+use crate::wasm_host::{GrantedDir, WasmError, WasmGrants, WasmHost, WasmLimits};
 
 /// Settings of the [`PluginLoader`].
 #[derive(Debug, Clone, Default)]
@@ -24,6 +24,23 @@ pub struct LoaderConfig {
     /// Files and directories of the sealed kernel (the audit log, the approvals file, the
     /// signing keys, the user's config): no granted directory may contain one.
     pub sealed: Vec<PathBuf>,
+    /// Limits above the defaults the user granted, by plugin (`[limits.<plugin>]`; the host
+    /// also grants its bundled plugins what they ship with). A manifest asking for more than
+    /// the default and its grant gets the default or the grant, with a warning.
+    pub granted_limits: std::collections::BTreeMap<String, crate::manifest::Limits>,
+}
+
+/// The limits the manifests of plugins shipped with keel set, by plugin name: the host grants
+/// them in [`LoaderConfig::granted_limits`] (keel vouches for its own plugins; a third-party
+/// manifest gets only the defaults and what the user grants).
+pub fn shipped_limits<'a>(
+    manifests: impl IntoIterator<Item = &'a str>,
+) -> std::collections::BTreeMap<String, crate::manifest::Limits> {
+    manifests
+        .into_iter()
+        .filter_map(|text| Manifest::parse(text, Path::new("keel.toml")).ok())
+        .map(|m| (m.name, m.limits))
+        .collect()
 }
 
 /// The prefix of a manifest directory path that names keel's data directory
@@ -186,8 +203,41 @@ impl PluginLoader {
         }
         Ok(WasmGrants {
             dirs,
-            limits: self.wasm.limits_for(&manifest.limits),
+            limits: self.limits_for(manifest),
         })
+    }
+
+    /// The limits `manifest` asks for, no higher than the default or what the user granted
+    /// this plugin: a manifest can lower its limits, never raise them on its own.
+    pub fn limits_for(&self, manifest: &Manifest) -> WasmLimits {
+        let asked = self.wasm.limits_for(&manifest.limits);
+        let default = self.wasm.limits_for(&crate::manifest::Limits::default());
+        let granted = self
+            .config
+            .granted_limits
+            .get(&manifest.name)
+            .map_or(default, |g| self.wasm.limits_for(g));
+        let ceiling = WasmLimits {
+            memory_bytes: default.memory_bytes.max(granted.memory_bytes),
+            cpu: default.cpu.max(granted.cpu),
+        };
+        let limits = WasmLimits {
+            memory_bytes: asked.memory_bytes.min(ceiling.memory_bytes),
+            cpu: asked.cpu.min(ceiling.cpu),
+        };
+        if limits != asked {
+            tracing::warn!(
+                plugin = %manifest.name,
+                "the manifest asks for {} MiB and {} ms per call; it gets {} MiB and {} ms \
+                 (raise them with [limits.{}] memory-mib / cpu-ms in config.toml)",
+                asked.memory_bytes >> 20,
+                asked.cpu.as_millis(),
+                limits.memory_bytes >> 20,
+                limits.cpu.as_millis(),
+                manifest.name
+            );
+        }
+        limits
     }
 
     /// The first sealed path inside `dir` (canonical), if any.
@@ -261,6 +311,49 @@ mod tests {
              dirs = [{{ path = \"{path}\", guest = \"/data\", access = \"read-write\" }}]\n"
         );
         Manifest::parse(&text, Path::new("p/keel.toml")).expect("manifest parses")
+    }
+
+    /// A manifest can lower its limits; raising them takes the user's grant.
+    #[test]
+    fn a_manifest_cannot_raise_its_own_limits() {
+        let ws = tempfile::tempdir().expect("workspace");
+        let l = loader(ws.path(), None);
+        let greedy = Manifest::parse(
+            "name = \"greedy\"\nversion = \"0.1.0\"\nkind = \"wasm\"\n[limits]\n\
+             memory-mib = 4096\ncpu-ms = 3600000\n",
+            Path::new("keel.toml"),
+        )
+        .expect("manifest");
+        let modest = Manifest::parse(
+            "name = \"modest\"\nversion = \"0.1.0\"\nkind = \"wasm\"\n[limits]\n\
+             memory-mib = 16\ncpu-ms = 200\n",
+            Path::new("keel.toml"),
+        )
+        .expect("manifest");
+        let default = WasmLimits::default();
+        assert_eq!(l.limits_for(&greedy), default);
+        let lowered = l.limits_for(&modest);
+        assert_eq!(lowered.memory_bytes, 16 << 20);
+        assert_eq!(lowered.cpu, std::time::Duration::from_millis(200));
+        // The user grants more: the manifest gets what it asks up to the grant.
+        let granting = PluginLoader::new(
+            WasmHost::new(WasmHostConfig::default()).expect("wasm host"),
+            LoaderConfig {
+                workspace: ws.path().to_owned(),
+                granted_limits: [(
+                    "greedy".to_owned(),
+                    crate::manifest::Limits {
+                        memory_mib: Some(256),
+                        cpu_ms: Some(5_000),
+                    },
+                )]
+                .into(),
+                ..LoaderConfig::default()
+            },
+        );
+        let granted = granting.limits_for(&greedy);
+        assert_eq!(granted.memory_bytes, 256 << 20);
+        assert_eq!(granted.cpu, std::time::Duration::from_secs(5));
     }
 
     #[test]

@@ -58,6 +58,13 @@ impl PlannedPlugin {
 
     /// Lines describing what the plugin asks to be allowed to do, network access first.
     pub fn capability_lines(&self) -> Vec<String> {
+        // The installed manifest says everything the consent must name (services, events,
+        // replaces, limits); it was checked against the signed record when planned.
+        if let Ok(manifest) =
+            Manifest::parse(&self.release.manifest, std::path::Path::new("keel.toml"))
+        {
+            return keel_kernel::consent::capability_lines(&manifest);
+        }
         let caps = &self.release.capabilities;
         let mut lines = Vec::new();
         if self.release.kind == PluginKind::Native {

@@ -53,6 +53,10 @@ impl Harness {
                 LoaderConfig {
                     workspace: workspace.to_owned(),
                     data_dir,
+                    // As the host does: keel's own plugins keep the limits they ship with.
+                    granted_limits: keel_kernel::shipped_limits(
+                        keel_bundled_plugins::all().iter().map(|b| b.manifest),
+                    ),
                     ..LoaderConfig::default()
                 },
             ),

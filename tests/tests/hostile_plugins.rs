@@ -236,3 +236,35 @@ async fn a_reentrant_call_is_refused_naming_the_chain() -> R {
     assert!(answer.contains("keel → reentrant → reentrant"), "{answer}");
     Ok(())
 }
+
+/// A manifest cannot raise its own limits: `spin-loop` asking for an hour of CPU per call is
+/// still stopped at the default second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_asking_for_an_hour_of_cpu_gets_the_default() -> R {
+    let (h, _dir) = harness()?;
+    let (manifest, component) =
+        keel_tests::fixtures::fixture("spin-loop").expect("the fixture is built");
+    let greedy = manifest.replace("cpu-ms = 500", "cpu-ms = 3600000\nmemory-mib = 4096");
+    assert_ne!(
+        greedy, manifest,
+        "the fixture's manifest changed; update this test"
+    );
+    let package = h
+        .loader
+        .from_embedded("fixture spin-loop", &greedy, component)?;
+    h.kernel.load(package).await?;
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(60),
+        h.kernel.call_service("fixture.spin", "spin", ""),
+    )
+    .await?;
+    let m = failed_message(outcome.err());
+    assert!(m.contains("cpu"), "{m}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
