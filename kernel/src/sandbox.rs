@@ -353,12 +353,20 @@ impl Drop for PidsCgroup {
                 );
             }
         }
-        for _ in 0..50 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
+        if std::fs::remove_dir(&self.dir).is_ok() {
+            return;
         }
+        // The killed processes leave the cgroup a moment later; removing it must not hold up
+        // the command's result, so a short-lived thread retries.
+        let dir = self.dir.clone();
+        std::thread::spawn(move || {
+            for _ in 0..200 {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                if std::fs::remove_dir(&dir).is_ok() {
+                    return;
+                }
+            }
+        });
     }
 }
 
