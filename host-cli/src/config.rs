@@ -42,6 +42,19 @@ pub struct UserConfig {
     /// raise its own.
     #[serde(default)]
     pub limits: std::collections::BTreeMap<String, keel_kernel::Limits>,
+    /// Directories a plugin may be granted beyond the workspace and its own data directory,
+    /// `[grants.<plugin>] dirs = [...]`, written as in its manifest.
+    #[serde(default)]
+    pub grants: std::collections::BTreeMap<String, GrantSettings>,
+}
+
+/// `[grants.<plugin>]`
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantSettings {
+    /// Manifest directory paths the user allows for this plugin.
+    #[serde(default)]
+    pub dirs: Vec<PathBuf>,
 }
 
 /// `[sandbox]`: how commands are confined.

@@ -32,18 +32,16 @@ pub fn loader(ctx: &Context) -> anyhow::Result<PluginLoader> {
             trusted_native: ctx.config.trust.native.clone(),
             data_dir: Some(ctx.data_dir()),
             sealed: ctx.sealed_paths(),
-            granted_limits: granted_limits(ctx),
+            granted_limits: ctx.config.limits.clone(),
+            home: Some(ctx.home.clone()),
+            granted_dirs: ctx
+                .config
+                .grants
+                .iter()
+                .map(|(plugin, g)| (plugin.clone(), g.dirs.clone()))
+                .collect(),
         },
     ))
-}
-
-/// The limits above the defaults a plugin may have: what keel's bundled plugins ship with,
-/// then the user's `[limits.<plugin>]` over them.
-fn granted_limits(ctx: &Context) -> std::collections::BTreeMap<String, keel_kernel::Limits> {
-    let mut granted =
-        keel_kernel::shipped_limits(keel_bundled_plugins::all().iter().map(|b| b.manifest));
-    granted.extend(ctx.config.limits.clone());
-    granted
 }
 
 /// Lay the user's `[config.<name>]` settings over `package`'s `[config]` defaults.
@@ -80,7 +78,7 @@ pub fn bundled_package(
     loader: &PluginLoader,
     bundled: &keel_bundled_plugins::Bundled,
 ) -> anyhow::Result<PluginPackage> {
-    Ok(loader.from_embedded(
+    Ok(loader.from_shipped(
         &format!("bundled {}", bundled.name),
         bundled.manifest,
         bundled.component,

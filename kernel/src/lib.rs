@@ -36,7 +36,6 @@ pub use lifecycle::{
 };
 pub use loader::{
     DATA_DIR_PREFIX, LoadError, LoaderConfig, PluginLoader, code_path, manifest_path,
-    shipped_limits,
 };
 pub use manifest::{
     CALLER_SERVICE, Capabilities, DirAccess, DirCapability, Limits, Manifest, ManifestError,

@@ -24,23 +24,16 @@ pub struct LoaderConfig {
     /// Files and directories of the sealed kernel (the audit log, the approvals file, the
     /// signing keys, the user's config): no granted directory may contain one.
     pub sealed: Vec<PathBuf>,
-    /// Limits above the defaults the user granted, by plugin (`[limits.<plugin>]`; the host
-    /// also grants its bundled plugins what they ship with). A manifest asking for more than
-    /// the default and its grant gets the default or the grant, with a warning.
+    /// Limits above the defaults the user granted, by plugin (`[limits.<plugin>]`). A
+    /// manifest asking for more than the default and its grant gets the default or the grant,
+    /// with a warning. Plugins keel ships ([`PluginLoader::from_shipped`]) keep theirs.
     pub granted_limits: std::collections::BTreeMap<String, crate::manifest::Limits>,
-}
-
-/// The limits the manifests of plugins shipped with keel set, by plugin name: the host grants
-/// them in [`LoaderConfig::granted_limits`] (keel vouches for its own plugins; a third-party
-/// manifest gets only the defaults and what the user grants).
-pub fn shipped_limits<'a>(
-    manifests: impl IntoIterator<Item = &'a str>,
-) -> std::collections::BTreeMap<String, crate::manifest::Limits> {
-    manifests
-        .into_iter()
-        .filter_map(|text| Manifest::parse(text, Path::new("keel.toml")).ok())
-        .map(|m| (m.name, m.limits))
-        .collect()
+    /// keel's home, sealed as a whole: no grant may reach into it (or contain it) except a
+    /// plugin's own data directory, `$KEEL_DATA/<plugin>`. `None` in tests without a home.
+    pub home: Option<PathBuf>,
+    /// Directories the user granted beyond the workspace and the plugin's own data directory,
+    /// by plugin (`[grants.<plugin>] dirs`), written as in the manifest.
+    pub granted_dirs: std::collections::BTreeMap<String, Vec<PathBuf>>,
 }
 
 /// The prefix of a manifest directory path that names keel's data directory
@@ -162,6 +155,22 @@ impl PluginLoader {
         Ok(PluginPackage { manifest, source })
     }
 
+    /// A plugin keel ships in its binary: keel vouches for its manifest, so its directory
+    /// grants and limits are taken as written (the sealed files stay sealed). Everything else
+    /// — a directory, a registry install, a test fixture — is a third party's.
+    pub fn from_shipped(
+        &self,
+        origin: &str,
+        manifest: &str,
+        component: &[u8],
+    ) -> Result<PluginPackage, LoadError> {
+        let manifest = Manifest::parse(manifest, Path::new(&format!("<{origin}>/keel.toml")))?;
+        let compiled = self.wasm.compile(&manifest.name, component)?;
+        let grants = self.grants_for(&manifest, true)?;
+        let source = self.wasm.source(&compiled, grants);
+        Ok(PluginPackage { manifest, source })
+    }
+
     /// A WebAssembly plugin whose manifest text and component are embedded in the binary
     /// (bundled plugins, test fixtures); `origin` names it in manifest errors.
     pub fn from_embedded(
@@ -174,9 +183,13 @@ impl PluginLoader {
         self.from_component(manifest, component)
     }
 
-    /// The grants a plugin's instances get: exactly the directories it requests (resolved
-    /// against the workspace; each must exist) and its limits.
+    /// The grants a third-party plugin's instances get: exactly the directories it requests
+    /// (resolved against the workspace; each must exist) and its limits.
     pub fn grants(&self, manifest: &Manifest) -> Result<WasmGrants, LoadError> {
+        self.grants_for(manifest, false)
+    }
+
+    fn grants_for(&self, manifest: &Manifest, shipped: bool) -> Result<WasmGrants, LoadError> {
         let mut dirs = Vec::new();
         for d in &manifest.capabilities.dirs {
             let grant_err = |reason: String| LoadError::Grant {
@@ -184,7 +197,19 @@ impl PluginLoader {
                 path: d.path.clone(),
                 reason,
             };
+            let user_granted = self
+                .config
+                .granted_dirs
+                .get(&manifest.name)
+                .is_some_and(|dirs| dirs.contains(&d.path));
+            if !shipped && !user_granted {
+                self.check_reach(&manifest.name, &d.path)
+                    .map_err(grant_err)?;
+            }
             let host = self.host_dir(&d.path).map_err(grant_err)?;
+            if !shipped && !user_granted {
+                self.check_home(&manifest.name, &host).map_err(grant_err)?;
+            }
             if !host.is_dir() {
                 return Err(grant_err("it is not a directory".into()));
             }
@@ -203,8 +228,79 @@ impl PluginLoader {
         }
         Ok(WasmGrants {
             dirs,
-            limits: self.limits_for(manifest),
+            limits: if shipped {
+                self.wasm.limits_for(&manifest.limits)
+            } else {
+                self.limits_for(manifest)
+            },
         })
+    }
+
+    /// What a manifest may grant on its own: a relative path inside the workspace, or its own
+    /// data directory `$KEEL_DATA/<plugin>/…`. Anything else needs the user's config.
+    fn check_reach(&self, plugin: &str, path: &Path) -> Result<(), String> {
+        let ask_user = |what: &str| {
+            format!(
+                "{what}; a manifest grants only paths inside the workspace or its own data \
+                 directory `{DATA_DIR_PREFIX}/{plugin}`; to grant it anyway add `dirs = [\"{}\"]` \
+                 under [grants.{plugin}] in config.toml",
+                path.display()
+            )
+        };
+        let mut components = path.components();
+        if components
+            .next()
+            .is_some_and(|c| c.as_os_str() == DATA_DIR_PREFIX)
+        {
+            return match components.next() {
+                Some(std::path::Component::Normal(first)) if first == plugin => Ok(()),
+                _ => Err(ask_user("it is another plugin's data or keel's own")),
+            };
+        }
+        if path.is_absolute() {
+            return Err(ask_user("it is an absolute path"));
+        }
+        let inside = self
+            .config
+            .workspace
+            .canonicalize()
+            .ok()
+            .zip(self.config.workspace.join(path).canonicalize().ok())
+            .is_some_and(|(ws, p)| p.starts_with(ws));
+        if !inside {
+            return Err(ask_user("it leads outside the workspace"));
+        }
+        Ok(())
+    }
+
+    /// keel's home is sealed as a whole (installed plugins, the component cache, the lockfile,
+    /// trust, keys, other plugins' data): a grant may neither reach into it nor contain it,
+    /// except the plugin's own data directory.
+    fn check_home(&self, plugin: &str, host: &Path) -> Result<(), String> {
+        let Some(home) = self
+            .config
+            .home
+            .as_ref()
+            .and_then(|h| h.canonicalize().ok())
+        else {
+            return Ok(());
+        };
+        let own = self
+            .config
+            .data_dir
+            .as_ref()
+            .and_then(|d| d.join(plugin).canonicalize().ok());
+        if own.as_ref().is_some_and(|own| host.starts_with(own)) {
+            return Ok(());
+        }
+        if host.starts_with(&home) || home.starts_with(host) {
+            return Err(format!(
+                "it reaches keel's home `{}`, which is sealed (installed plugins, the compiled \
+                 cache, keys, other plugins' data); grant a directory outside it",
+                home.display()
+            ));
+        }
+        Ok(())
     }
 
     /// The limits `manifest` asks for, no higher than the default or what the user granted

@@ -53,10 +53,6 @@ impl Harness {
                 LoaderConfig {
                     workspace: workspace.to_owned(),
                     data_dir,
-                    // As the host does: keel's own plugins keep the limits they ship with.
-                    granted_limits: keel_kernel::shipped_limits(
-                        keel_bundled_plugins::all().iter().map(|b| b.manifest),
-                    ),
                     ..LoaderConfig::default()
                 },
             ),
@@ -69,7 +65,7 @@ impl Harness {
             .with_context(|| format!("no plugin under test `{name}`"))?;
         Ok(self
             .loader
-            .from_embedded(&format!("plugin {name}"), manifest, component)?)
+            .from_shipped(&format!("plugin {name}"), manifest, component)?)
     }
 
     /// Load a plugin under test.
@@ -83,7 +79,7 @@ impl Harness {
             .with_context(|| format!("no bundled plugin `{name}`"))?;
         Ok(self
             .loader
-            .from_embedded(&format!("bundled {name}"), b.manifest, b.component)?)
+            .from_shipped(&format!("bundled {name}"), b.manifest, b.component)?)
     }
 
     /// The package of a test fixture.

@@ -20,7 +20,7 @@ pub fn package(
 ) -> anyhow::Result<PluginPackage> {
     let (manifest, component) =
         model_plugin(name).with_context(|| format!("no model plugin `{name}`"))?;
-    let mut package = loader.from_embedded(&format!("model plugin {name}"), manifest, component)?;
+    let mut package = loader.from_shipped(&format!("model plugin {name}"), manifest, component)?;
     if let (Some(defaults), serde_json::Value::Object(overrides)) =
         (package.manifest.config.as_object_mut(), config)
     {
