@@ -482,21 +482,22 @@ mod tests {
         let ws = tempfile::tempdir().expect("workspace");
         let data = tempfile::tempdir().expect("data dir");
         let l = loader(ws.path(), Some(data.path().to_owned()));
-        let grants = l.grants(&manifest("$KEEL_DATA/sessions")).expect("granted");
+        let grants = l
+            .grants(&manifest("$KEEL_DATA/p/sessions"))
+            .expect("granted");
         let expected = data
             .path()
-            .join("sessions")
+            .join("p/sessions")
             .canonicalize()
             .expect("created");
         assert_eq!(grants.dirs[0].host, expected);
         assert_eq!(grants.dirs[0].guest, "/data");
         assert!(!grants.dirs[0].read_only);
-        // The bare prefix is the data directory itself.
-        let grants = l.grants(&manifest("$KEEL_DATA")).expect("granted");
-        assert_eq!(
-            grants.dirs[0].host,
-            data.path().canonicalize().expect("canonical")
-        );
+        // The data directory itself, and another plugin's part of it, are not its own.
+        for other in ["$KEEL_DATA", "$KEEL_DATA/sessions"] {
+            let e = l.grants(&manifest(other)).expect_err("not its own");
+            assert!(e.to_string().contains("[grants.p]"), "{e}");
+        }
         // Workspace-relative paths are unchanged.
         let grants = l.grants(&manifest(".")).expect("granted");
         assert_eq!(
@@ -510,11 +511,11 @@ mod tests {
         let ws = tempfile::tempdir().expect("workspace");
         let data = tempfile::tempdir().expect("data dir");
         let e = loader(ws.path(), None)
-            .grants(&manifest("$KEEL_DATA/sessions"))
+            .grants(&manifest("$KEEL_DATA/p"))
             .expect_err("no data dir");
         assert!(e.to_string().contains("no data directory"), "{e}");
         let e = loader(ws.path(), Some(data.path().to_owned()))
-            .grants(&manifest("$KEEL_DATA/../escape"))
+            .grants(&manifest("$KEEL_DATA/p/../../escape"))
             .expect_err("escape");
         assert!(e.to_string().contains("without `..`"), "{e}");
     }

@@ -245,7 +245,17 @@ impl WasmHost {
                 fingerprint: cache::engine_fingerprint(&engine),
                 engine,
                 linker,
-                cache: config.cache_dir.map(DiskCache::new),
+                cache: config.cache_dir.and_then(|dir| {
+                    DiskCache::open(dir.clone())
+                        .map_err(|e| {
+                            tracing::warn!(
+                                dir = %dir.display(),
+                                "the compiled-component cache is off: its key cannot be read or \
+                                 made ({e})"
+                            );
+                        })
+                        .ok()
+                }),
                 default_limits: config.default_limits,
                 _ticker: ticker,
             }),
@@ -335,12 +345,11 @@ impl WasmHost {
                 // executed as machine code. The payload passed every check first: the entry
                 // is named by, and its header repeats, a key that covers the component's
                 // sha256, this engine's compatibility hash and the wasmtime version, and the
-                // payload matches the sha256 recorded when this host wrote it, so it is the
-                // unmodified output of `serialize` for these bytes and this engine (wasmtime
-                // additionally checks its own header and engine settings). The checksum
-                // guards against corruption, not against someone able to write to the cache
-                // directory, who could as well replace the keel binary: the directory must be
-                // as trusted as the binary (it is the user's own cache directory).
+                // payload carries an HMAC under the cache's secret key, which only keel
+                // writing this entry could compute, so it is the unmodified output of
+                // `serialize` for these bytes and this engine (wasmtime additionally checks
+                // its own header and engine settings). A plugin able to write into the cache
+                // directory cannot forge it; the key file is in keel's sealed home.
                 #[allow(unsafe_code)]
                 let loaded = unsafe { Component::deserialize(&self.inner.engine, &payload) };
                 match loaded {

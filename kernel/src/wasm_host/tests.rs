@@ -401,7 +401,7 @@ fn a_second_compile_is_a_cache_hit() {
             .cache_status(),
         CacheStatus::Disabled
     );
-    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 1);
+    only_entry(dir.path());
 }
 
 fn only_entry(dir: &std::path::Path) -> std::path::PathBuf {
@@ -409,6 +409,7 @@ fn only_entry(dir: &std::path::Path) -> std::path::PathBuf {
         .expect("dir")
         .filter_map(Result::ok)
         .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
         .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
     entries[0].clone()
@@ -452,6 +453,44 @@ fn a_corrupt_or_truncated_entry_is_rebuilt_not_trusted() {
     );
 }
 
+/// Someone who can write the cache directory (a plugin granted it, say) puts another
+/// component's compiled code under this component's entry, with the header fixed up the way an
+/// unkeyed checksum would allow: the MAC refuses it and the component is recompiled, so the
+/// other code never runs under this plugin's name.
+#[test]
+fn a_forged_entry_is_recompiled_never_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let victim = wat(PLUGIN_WAT);
+    let other = wat(&PLUGIN_WAT.replacen("(i32.const 4096)", "(i32.const 8192)", 1));
+    assert_ne!(victim, other);
+    let host = cached_host(dir.path());
+    host.compile("victim", &victim).expect("compile");
+    let victim_entry = only_entry(dir.path());
+    let header = std::fs::read(&victim_entry).expect("read")[..80].to_vec();
+    std::fs::remove_file(&victim_entry).expect("remove");
+    host.compile("other", &other).expect("compile");
+    let other_entry = only_entry(dir.path());
+    let other_payload = std::fs::read(&other_entry).expect("read")[80..].to_vec();
+    // The forged entry: the victim's magic and key, the other payload, its length and its
+    // plain SHA-256 where the MAC goes.
+    let mut forged = header[..40].to_vec();
+    forged.extend_from_slice(&(other_payload.len() as u64).to_le_bytes());
+    forged.extend_from_slice(&<sha2::Sha256 as sha2::Digest>::digest(&other_payload));
+    forged.extend_from_slice(&other_payload);
+    std::fs::write(&victim_entry, &forged).expect("write");
+    assert_eq!(
+        host.compile("victim", &victim)
+            .expect("compile")
+            .cache_status(),
+        CacheStatus::Replaced
+    );
+    assert_ne!(
+        std::fs::read(&victim_entry).expect("read")[80..],
+        other_payload[..],
+        "the victim's entry was rewritten with its own code"
+    );
+}
+
 #[test]
 fn an_entry_of_other_engine_settings_is_not_used() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -476,7 +515,12 @@ fn an_entry_of_other_engine_settings_is_not_used() {
             .cache_status(),
         CacheStatus::Miss
     );
-    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 2);
+    let entries = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        .count();
+    assert_eq!(entries, 2);
 
     // Even copied onto this engine's file name, the other engine's entry is refused.
     let own_entry = std::fs::read_dir(dir.path())
