@@ -4,6 +4,7 @@
 mod common;
 
 mod composability;
+mod door_properties;
 mod gate_pipeline;
 mod lifecycle;
 mod native_host;

@@ -156,6 +156,13 @@ impl PluginInstance for Fake {
                 let target = self.behaviour.forward_to.clone().unwrap_or_default();
                 self.host.call(&target, "echo", payload).await.map_err(ke)
             }
+            // The door properties: call any service, emit any topic, as a plugin would.
+            "call" => self.host.call(payload, "echo", "probe").await.map_err(ke),
+            "emit" => self
+                .host
+                .emit(payload, "probe")
+                .map(|()| String::from("emitted"))
+                .map_err(ke),
             "count" => {
                 let n = self
                     .host
