@@ -12,6 +12,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::manifest::{Manifest, is_valid_service_name};
+use crate::quotas;
 use crate::types::{KernelError, ToolSpec, reads_like_kernel};
 
 /// A change a plugin asks for.
@@ -186,6 +187,7 @@ impl Env {
             }
             Effect::RegisterTool(spec) => {
                 validate_tool(&spec)?;
+                self.check_tool_quota(plugin, &spec)?;
                 if let Some(existing) = self.tools.get(&spec.name) {
                     return Err(KernelError::Conflict(format!(
                         "tool `{}` is already registered by plugin `{}`; plugin `{plugin}` cannot register it too \
@@ -225,6 +227,22 @@ impl Env {
                     return Err(KernelError::Invalid(format!(
                         "prompt fragment `{id}` is {} bytes; the limit is {MAX_FRAGMENT_BYTES}; shorten it",
                         text.len()
+                    )));
+                }
+                let (count, bytes) = self
+                    .prompt
+                    .iter()
+                    .filter(|((owner, _), _)| owner == plugin)
+                    .fold((0usize, 0usize), |(n, b), (_, t)| (n + 1, b + t.len()));
+                if count >= quotas::MAX_FRAGMENTS_PER_PLUGIN
+                    || bytes + text.len() > quotas::MAX_FRAGMENT_BYTES_PER_PLUGIN
+                {
+                    return Err(KernelError::Invalid(format!(
+                        "plugin `{plugin}` has {count} prompt fragments of {bytes} bytes; at most \
+                         {} fragments and {} bytes together go into every model request; remove \
+                         one first",
+                        quotas::MAX_FRAGMENTS_PER_PLUGIN,
+                        quotas::MAX_FRAGMENT_BYTES_PER_PLUGIN
                     )));
                 }
                 let key = (plugin.to_owned(), id.clone());
@@ -357,6 +375,38 @@ pub(crate) fn validate_topic(topic: &str, pattern_allowed: bool) -> Result<(), K
     }
 }
 
+impl Env {
+    /// One plugin's tools stay within [`quotas`]: in number, in description length, and in
+    /// bytes together, since every tool goes into every model request.
+    fn check_tool_quota(&self, plugin: &str, spec: &ToolSpec) -> Result<(), KernelError> {
+        if spec.description.len() > quotas::MAX_TOOL_DESCRIPTION {
+            return Err(KernelError::Invalid(format!(
+                "tool `{}`: the description is {} bytes; the limit is {}; shorten it",
+                spec.name,
+                spec.description.len(),
+                quotas::MAX_TOOL_DESCRIPTION
+            )));
+        }
+        let size = |t: &ToolSpec| t.name.len() + t.description.len() + t.input_schema.len();
+        let (count, bytes) = self
+            .tools
+            .values()
+            .filter(|t| t.owner == plugin)
+            .fold((0usize, 0usize), |(n, b), t| (n + 1, b + size(&t.spec)));
+        if count >= quotas::MAX_TOOLS_PER_PLUGIN
+            || bytes + size(spec) > quotas::MAX_TOOL_BYTES_PER_PLUGIN
+        {
+            return Err(KernelError::Invalid(format!(
+                "plugin `{plugin}` has {count} tools of {bytes} bytes; at most {} tools and {} \
+                 bytes together go into every model request; register fewer or shorter tools",
+                quotas::MAX_TOOLS_PER_PLUGIN,
+                quotas::MAX_TOOL_BYTES_PER_PLUGIN
+            )));
+        }
+        Ok(())
+    }
+}
+
 fn validate_tool(spec: &ToolSpec) -> Result<(), KernelError> {
     let name = &spec.name;
     let mut chars = name.chars();
@@ -405,6 +455,82 @@ mod tests {
         assert!(!topic_matches("a.*", "ab.c"));
         assert!(topic_matches("a.b", "a.b"));
         assert!(!topic_matches("a.b", "a.c"));
+    }
+
+    fn manifest() -> crate::manifest::Manifest {
+        crate::manifest::Manifest::parse(
+            "name = \"p\"\nversion = \"1.0.0\"\nkind = \"wasm\"\n",
+            std::path::Path::new("keel.toml"),
+        )
+        .expect("manifest")
+    }
+
+    fn tool(name: &str, description: &str) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            input_schema: "{}".into(),
+            capabilities: crate::types::ToolCapabilities::default(),
+            parallel_safe: true,
+        }
+    }
+
+    /// A plugin cannot make every model request grow without bound: its tools and prompt
+    /// fragments are limited in number and in bytes.
+    #[test]
+    fn tools_and_fragments_are_bounded_per_plugin() {
+        let m = manifest();
+        let mut env = Env::default();
+        let long = "d".repeat(quotas::MAX_TOOL_DESCRIPTION + 1);
+        let e = env
+            .apply("p", &m, Effect::RegisterTool(tool("long", &long)))
+            .expect_err("too long");
+        assert!(e.to_string().contains("description"), "{e}");
+        let desc = "d".repeat(quotas::MAX_TOOL_DESCRIPTION);
+        let mut registered = 0;
+        let refusal = loop {
+            match env.apply(
+                "p",
+                &m,
+                Effect::RegisterTool(tool(&format!("t{registered}"), &desc)),
+            ) {
+                Ok(_) => registered += 1,
+                Err(e) => break e,
+            }
+            assert!(registered <= quotas::MAX_TOOLS_PER_PLUGIN, "never refused");
+        };
+        assert!(
+            refusal.to_string().contains("go into every model request"),
+            "{refusal}"
+        );
+        assert!(registered * desc.len() <= quotas::MAX_TOOL_BYTES_PER_PLUGIN);
+        // Another plugin has its own quota.
+        assert!(
+            env.apply("q", &m, Effect::RegisterTool(tool("other", "x")))
+                .is_ok()
+        );
+
+        let text = "f".repeat(MAX_FRAGMENT_BYTES);
+        let mut added = 0;
+        let refusal = loop {
+            match env.apply(
+                "p",
+                &m,
+                Effect::AddPromptFragment {
+                    id: format!("f{added}"),
+                    text: text.clone(),
+                },
+            ) {
+                Ok(_) => added += 1,
+                Err(e) => break e,
+            }
+            assert!(added <= quotas::MAX_FRAGMENTS_PER_PLUGIN, "never refused");
+        };
+        assert!(
+            refusal.to_string().contains("prompt fragments"),
+            "{refusal}"
+        );
+        assert!(added * text.len() <= quotas::MAX_FRAGMENT_BYTES_PER_PLUGIN);
     }
 
     #[test]

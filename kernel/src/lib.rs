@@ -16,6 +16,7 @@ mod loader;
 mod manifest;
 mod native_host;
 mod net_client;
+pub mod quotas;
 pub mod sandbox;
 mod types;
 mod undo;

@@ -167,8 +167,9 @@ struct Record {
     slot: Slot,
     events: mpsc::Sender<Event>,
     /// Events queued for the plugin and not yet handled, so an unload can let them arrive
-    /// first (a session log must not lose the last events of a session at exit).
-    undelivered: Arc<AtomicUsize>,
+    /// first (a session log must not lose the last events of a session at exit), and their
+    /// bytes, bounded by [`crate::quotas::MAX_QUEUED_EVENT_BYTES`].
+    undelivered: Arc<Backlog>,
     /// True while a reload holds the slot: calls that miss its services wait for it.
     reloading: bool,
 }
@@ -250,7 +251,7 @@ impl Kernel {
 
     /// An empty kernel with the session's gates set up by the host.
     pub fn with_gates(config: KernelConfig, gates: GateConfig) -> Self {
-        let (host_events, _) = broadcast::channel(1024);
+        let (host_events, _) = broadcast::channel(crate::quotas::HOST_EVENT_RING);
         Kernel {
             shared: Arc::new_cyclic(|me| Shared {
                 inner: Mutex::new(Inner::default()),
@@ -513,7 +514,7 @@ impl Shared {
         let name = package.manifest.name.clone();
         let slot: Slot = Arc::new(tokio::sync::Mutex::new(None));
         let (tx, rx) = mpsc::channel(self.config.event_queue.max(1));
-        let undelivered = Arc::new(AtomicUsize::new(0));
+        let undelivered = Arc::new(Backlog::default());
         tokio::spawn(deliver_events(
             self.me.clone(),
             name.clone(),
@@ -652,7 +653,9 @@ impl Shared {
             return;
         };
         let deadline = tokio::time::Instant::now() + self.config.quiesce_timeout;
-        while undelivered.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+        while undelivered.events.load(Ordering::SeqCst) > 0
+            && tokio::time::Instant::now() < deadline
+        {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
@@ -908,6 +911,14 @@ impl Shared {
         payload: &str,
     ) -> Result<(), KernelError> {
         validate_topic(topic, false)?;
+        if payload.len() > crate::quotas::MAX_EVENT_PAYLOAD {
+            return Err(KernelError::Invalid(format!(
+                "the `{topic}` event is {} bytes; at most {} may be emitted at once; send less \
+                 (a path or an id instead of the content)",
+                payload.len(),
+                crate::quotas::MAX_EVENT_PAYLOAD
+            )));
+        }
         {
             let mut inner = self.lock();
             live_record(&mut inner.plugins, plugin, generation)?;
@@ -922,6 +933,7 @@ impl Shared {
     /// Queue `event` for every subscriber but its source, and for the host.
     fn fan_out(&self, event: Event) -> Result<(), KernelError> {
         let mut refused = Vec::new();
+        let size = event_size(&event);
         {
             let inner = self.lock();
             for subscriber in inner.env.subscribers(&event.topic) {
@@ -929,10 +941,12 @@ impl Shared {
                     continue;
                 }
                 if let Some(r) = inner.plugins.get(subscriber) {
-                    // Counted before it is queued, so delivery never counts below zero.
-                    r.undelivered.fetch_add(1, Ordering::SeqCst);
+                    if !r.undelivered.admit(size) {
+                        refused.push(subscriber.to_owned());
+                        continue;
+                    }
                     if r.events.try_send(event.clone()).is_err() {
-                        r.undelivered.fetch_sub(1, Ordering::SeqCst);
+                        r.undelivered.release(size);
                         refused.push(subscriber.to_owned());
                     }
                 }
@@ -944,10 +958,12 @@ impl Shared {
             Ok(())
         } else {
             Err(KernelError::Unavailable(format!(
-                "event `{}` was not delivered to {} (its queue of {} events is full); emit less often or retry later",
+                "event `{}` was not delivered to {} (its queue of {} events or {} MiB is full); \
+                 emit less often or retry later",
                 event.topic,
                 refused.join(", "),
-                self.config.event_queue
+                self.config.event_queue,
+                crate::quotas::MAX_QUEUED_EVENT_BYTES >> 20
             )))
         }
     }
@@ -1525,12 +1541,48 @@ async fn deliver_events(
     name: String,
     slot: Slot,
     mut rx: mpsc::Receiver<Event>,
-    undelivered: Arc<AtomicUsize>,
+    undelivered: Arc<Backlog>,
 ) {
     while let Some(event) = rx.recv().await {
+        let size = event_size(&event);
         deliver_one(&shared, &name, &slot, event).await;
-        undelivered.fetch_sub(1, Ordering::SeqCst);
+        undelivered.release(size);
     }
+}
+
+/// Events queued for one subscriber and not yet handled: how many, and their bytes.
+#[derive(Default)]
+struct Backlog {
+    events: AtomicUsize,
+    bytes: AtomicUsize,
+}
+
+impl Backlog {
+    /// Count an event of `size` bytes in, unless the bytes would pass the quota. Counted
+    /// before it is queued, so delivery never counts below zero.
+    fn admit(&self, size: usize) -> bool {
+        let admitted = self
+            .bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| {
+                let total = queued.checked_add(size)?;
+                (total <= crate::quotas::MAX_QUEUED_EVENT_BYTES).then_some(total)
+            })
+            .is_ok();
+        if admitted {
+            self.events.fetch_add(1, Ordering::SeqCst);
+        }
+        admitted
+    }
+
+    fn release(&self, size: usize) {
+        self.events.fetch_sub(1, Ordering::SeqCst);
+        self.bytes.fetch_sub(size, Ordering::SeqCst);
+    }
+}
+
+/// What one queued copy of `event` holds.
+fn event_size(event: &Event) -> usize {
+    event.topic.len() + event.source.len() + event.payload.len()
 }
 
 /// Hand one event to the plugin's current instance, if it is active.

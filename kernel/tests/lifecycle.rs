@@ -348,3 +348,45 @@ async fn events_reach_subscribers_in_order() -> R {
     assert_eq!(last, "19");
     Ok(())
 }
+
+/// The kernel holds a bounded amount of a plugin's events: one payload at most
+/// `MAX_EVENT_PAYLOAD`, and at most `MAX_QUEUED_EVENT_BYTES` queued for a subscriber that has
+/// not handled them yet; past either the emitter gets an error, and the queue drains after.
+#[tokio::test]
+async fn queued_event_bytes_are_bounded_per_subscriber() -> R {
+    use keel_kernel::quotas::{MAX_EVENT_PAYLOAD, MAX_QUEUED_EVENT_BYTES};
+    let kernel = Kernel::default();
+    kernel.load(provider("1.0.0")).await?;
+    let mut emitter = manifest("emitter", "1.0.0", &[("s.emit", "1.0.0")], &[]);
+    emitter.capabilities.emits = vec!["test.*".into()];
+    kernel.load(package(emitter, Behaviour::default())).await?;
+
+    let too_big = format!("test.big {}", MAX_EVENT_PAYLOAD + 1);
+    let refused = kernel.call_service("s.emit", "emit-sized", &too_big).await;
+    assert!(
+        matches!(&refused, Err(KernelError::Failed(m)) if m.contains("at most")),
+        "{refused:?}"
+    );
+
+    // The subscriber's delivery task cannot run while this single-threaded test emits
+    // without yielding, so the queue only fills.
+    let payload = "x".repeat(MAX_EVENT_PAYLOAD);
+    let mut accepted = 0usize;
+    let full = loop {
+        match kernel.emit("test.flood", &payload) {
+            Ok(()) => accepted += 1,
+            Err(e) => break e,
+        }
+        assert!(accepted <= 64, "the queue never filled");
+    };
+    assert!(full.to_string().contains("MiB is full"), "{full}");
+    assert!(accepted * MAX_EVENT_PAYLOAD <= MAX_QUEUED_EVENT_BYTES);
+    assert!(
+        accepted >= MAX_QUEUED_EVENT_BYTES / MAX_EVENT_PAYLOAD - 1,
+        "{accepted}"
+    );
+    // Handled, the queue takes events again.
+    kernel.settle_events().await;
+    kernel.emit("test.after", "ok")?;
+    Ok(())
+}

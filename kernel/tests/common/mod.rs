@@ -163,6 +163,15 @@ impl PluginInstance for Fake {
                 .emit(payload, "probe")
                 .map(|()| String::from("emitted"))
                 .map_err(ke),
+            // `TOPIC BYTES`: emit a payload of that many bytes.
+            "emit-sized" => {
+                let (topic, bytes) = payload.split_once(' ').unwrap_or((payload, "0"));
+                let bytes = bytes.parse().unwrap_or(0);
+                self.host
+                    .emit(topic, &"x".repeat(bytes))
+                    .map(|()| String::from("emitted"))
+                    .map_err(ke)
+            }
             "count" => {
                 let n = self
                     .host
