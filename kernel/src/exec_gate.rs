@@ -250,9 +250,16 @@ pub(crate) async fn run(
             )),
         }
     }
+    let output = String::from_utf8_lossy(&output).into_owned();
+    if exit_code != Some(0)
+        && let Confinement::Bubblewrap(mode) = containment.confinement
+        && let Some(why) = crate::sandbox::refusal_hint(mode, &output)
+    {
+        note.push(why);
+    }
     Ok(ExecOutcome {
         exit_code,
-        output: String::from_utf8_lossy(&output).into_owned(),
+        output,
         timed_out,
         cwd,
         note: note.join("; "),

@@ -152,6 +152,47 @@ fn bwrap() -> Option<&'static Path> {
         .as_deref()
 }
 
+/// When a confined command failed the way the sandbox makes commands fail, words the model can
+/// act on: what the sandbox refuses and what to do instead. `None` when the output shows no
+/// sign of it.
+pub fn refusal_hint(mode: SandboxMode, output: &str) -> Option<String> {
+    let wrote = output.contains("Read-only file system");
+    let network = [
+        "Network is unreachable",
+        "Temporary failure in name resolution",
+        "Could not resolve host",
+        "Name or service not known",
+        "No address associated with hostname",
+    ]
+    .iter()
+    .any(|sign| output.contains(sign));
+    let writable = match mode {
+        SandboxMode::ReadOnly => "nothing but /tmp is writable",
+        _ => "only the workspace (not .keel/ or .git/hooks) and /tmp are writable",
+    };
+    match (wrote, network) {
+        (false, false) => None,
+        (true, false) => Some(format!(
+            "the command runs in keel's sandbox ({}), where {writable}: the write was refused \
+             by the sandbox, not by a bug; write inside the workspace instead, or ask the person \
+             to run it outside the sandbox",
+            mode.as_str()
+        )),
+        (false, true) => Some(format!(
+            "the command runs in keel's sandbox ({}), which has no network: the connection was \
+             refused by the sandbox, not by the host; work offline (vendored or cached \
+             dependencies), or ask the person to run it outside the sandbox",
+            mode.as_str()
+        )),
+        (true, true) => Some(format!(
+            "the command runs in keel's sandbox ({}), where {writable} and there is no \
+             network: both were refused by the sandbox; ask the person to run it outside the \
+             sandbox if it must",
+            mode.as_str()
+        )),
+    }
+}
+
 /// Whether bubblewrap can start a sandbox on this machine: found, and able to create the
 /// namespaces a command gets. Checked once per process.
 pub fn probe(mode: SandboxMode) -> Confinement {

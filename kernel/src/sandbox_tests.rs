@@ -114,6 +114,13 @@ async fn writes_stay_in_the_workspace_and_protected_folders_are_read_only() {
             out.output
         );
     }
+    // The result says it was the sandbox, in words the model can act on.
+    let out = sh(&f.ws, &c, "echo x > /usr/keel-planted", 10).await;
+    assert!(
+        out.note.contains("keel's sandbox (workspace-write)"),
+        "{out:?}"
+    );
+    assert!(out.note.contains("write inside the workspace"), "{out:?}");
     assert!(!f.outside.join("planted").exists());
     assert!(!f.ws.join(".git/hooks/pre-commit").exists());
     assert!(!f.ws.join(".keel/config.toml").exists());
@@ -204,6 +211,14 @@ async fn there_is_no_network() {
         listener.accept().is_err(),
         "a connection reached the host's loopback"
     );
+    let out = sh(
+        &f.ws,
+        &c,
+        "bash -c 'echo hi > /dev/tcp/10.255.255.1/80'",
+        10,
+    )
+    .await;
+    assert!(out.note.contains("which has no network"), "{out:?}");
     // The same command unconfined does reach it: the test can fail.
     let out = sh(&f.ws, &Containment::none(), &line, 10).await;
     assert!(out.output.contains("reached"), "{out:?}");
@@ -239,5 +254,15 @@ fn the_description_tells_the_truth() {
             && unavailable.contains("every command needs approval")
     );
     assert_eq!(SandboxMode::parse("off"), Ok(SandboxMode::Off));
+    let hint = refusal_hint(
+        SandboxMode::ReadOnly,
+        "sh: 1: cannot create x: Read-only file system",
+    )
+    .unwrap_or_default();
+    assert!(hint.contains("nothing but /tmp is writable"), "{hint}");
+    assert_eq!(
+        refusal_hint(SandboxMode::WorkspaceWrite, "test failed: 1 of 3"),
+        None
+    );
     assert!(SandboxMode::parse("none").is_err());
 }
