@@ -460,7 +460,7 @@ pub(crate) trait Mediator: Send + Sync {
     /// Call a service on behalf of the chain.
     fn call_service<'a>(
         &'a self,
-        chain: &'a crate::instance::CallChain,
+        chain: &'a crate::call_chain::CallChain,
         service: &'a str,
         method: &'a str,
         payload: &'a str,
@@ -468,14 +468,14 @@ pub(crate) trait Mediator: Send + Sync {
     /// Run a tool.
     fn invoke_tool<'a>(
         &'a self,
-        chain: &'a crate::instance::CallChain,
+        chain: &'a crate::call_chain::CallChain,
         name: &'a str,
         input: &'a str,
     ) -> futures::future::BoxFuture<'a, Result<String, KernelError>>;
     /// Ask one guard.
     fn check_guard<'a>(
         &'a self,
-        chain: &'a crate::instance::CallChain,
+        chain: &'a crate::call_chain::CallChain,
         guard: &'a str,
         tool: &'a str,
         input: &'a str,
@@ -503,7 +503,7 @@ fn outcome(call_id: &str, tool: &str, status: OutcomeStatus, content: String) ->
 pub(crate) async fn dispatch_one(
     gates: &Arc<SessionGates>,
     m: &dyn Mediator,
-    chain: &crate::instance::CallChain,
+    chain: &crate::call_chain::CallChain,
     id: &str,
 ) -> ToolOutcome {
     let call = match gates.take_for_dispatch(id) {
@@ -597,7 +597,7 @@ pub(crate) async fn dispatch_one(
 pub(crate) async fn replay(
     gates: &Arc<SessionGates>,
     m: &dyn Mediator,
-    chain: &crate::instance::CallChain,
+    chain: &crate::call_chain::CallChain,
     id: &str,
 ) -> Result<ToolOutcome, KernelError> {
     let (tool, input) = gates.replayable(id).map_err(KernelError::Denied)?;
@@ -624,7 +624,7 @@ pub(crate) async fn replay(
 
 async fn resolve(
     m: &dyn Mediator,
-    chain: &crate::instance::CallChain,
+    chain: &crate::call_chain::CallChain,
     name: &str,
 ) -> Result<String, (OutcomeStatus, String)> {
     if m.tool(name).is_some() {
@@ -696,7 +696,7 @@ enum Judged {
 async fn ask_guards(
     gates: &SessionGates,
     m: &dyn Mediator,
-    chain: &crate::instance::CallChain,
+    chain: &crate::call_chain::CallChain,
     tool: &str,
     input: &Value,
 ) -> (Decision, String) {
@@ -737,7 +737,7 @@ async fn ask_guards(
 async fn judge(
     gates: &Arc<SessionGates>,
     m: &dyn Mediator,
-    chain: &crate::instance::CallChain,
+    chain: &crate::call_chain::CallChain,
     tool: &str,
     spec: &ToolSpec,
     input: &Value,
@@ -820,7 +820,7 @@ fn summarize(tool: &str, input: &Value) -> String {
 async fn run_tool(
     gates: &Arc<SessionGates>,
     m: &dyn Mediator,
-    chain: &crate::instance::CallChain,
+    chain: &crate::call_chain::CallChain,
     id: &str,
     tool: &str,
     spec: &ToolSpec,

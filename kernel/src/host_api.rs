@@ -4,9 +4,9 @@
 
 use std::sync::{Arc, Weak};
 
+use crate::call_chain::CallChain;
 use crate::env::Effect;
 use crate::exec_gate::{ExecCommand, ExecOutcome};
-use crate::instance::CallChain;
 use crate::lifecycle::Shared;
 use crate::manifest::Manifest;
 use crate::net_client::{HttpHead, HttpRequest};

@@ -5,49 +5,11 @@
 //! never touches the kernel except through the [`HostHandle`](crate::HostHandle) its source was
 //! given at instantiation. That is what lets every host share one lifecycle and undo contract.
 
-use std::fmt;
-use std::sync::Arc;
-
 use async_trait::async_trait;
 
+use crate::call_chain::CallChain;
 use crate::host_api::HostHandle;
 use crate::types::{Event, GuardVerdict};
-
-/// The plugins a call has passed through, outermost first. Used to refuse re-entrant calls
-/// (a store is exclusive while a call runs, so A → B → A would otherwise deadlock).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CallChain(Vec<Arc<str>>);
-
-impl CallChain {
-    /// A chain that starts at `plugin`.
-    pub fn starting_at(plugin: &str) -> Self {
-        CallChain(vec![Arc::from(plugin)])
-    }
-
-    /// This chain extended by `plugin`.
-    pub fn then(&self, plugin: &str) -> Self {
-        let mut next = self.0.clone();
-        next.push(Arc::from(plugin));
-        CallChain(next)
-    }
-
-    /// Whether `plugin` is already inside this chain.
-    pub fn contains(&self, plugin: &str) -> bool {
-        self.0.iter().any(|p| &**p == plugin)
-    }
-
-    /// The plugins in the chain, outermost first.
-    pub fn plugins(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(|p| &**p)
-    }
-}
-
-impl fmt::Display for CallChain {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.plugins().collect();
-        f.write_str(&names.join(" → "))
-    }
-}
 
 /// Why a call into a plugin's code did not return a value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -4,6 +4,7 @@
 //! Plugins reach the kernel only through [`HostHandle`]; the host (the CLI) drives it through
 //! [`Kernel`].
 
+mod call_chain;
 pub mod consent;
 mod dispatch;
 mod env;
@@ -26,12 +27,13 @@ mod wasm_host;
 /// fuzz without the runtime; the kernel owns their session state and is their only caller.
 pub use keel_gates as gates;
 
+pub use call_chain::CallChain;
 pub use dispatch::{GateConfig, KEEP_HEAD, KEEP_TAIL};
 pub use env::{Env, ServiceEntry, ToolEntry};
 pub use exec_gate::{ExecCommand, ExecOutcome};
 pub use graph::{GraphError, PluginGraph};
 pub use host_api::HostHandle;
-pub use instance::{CallChain, InstanceError, PluginInstance, PluginSource};
+pub use instance::{InstanceError, PluginInstance, PluginSource};
 pub use lifecycle::{
     Kernel, KernelConfig, LifecycleError, PluginPackage, PluginState, PluginStatus,
 };

@@ -17,11 +17,12 @@ use semver::Version;
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
 
+use crate::call_chain::CallChain;
 use crate::dispatch::{GateConfig, Mediator, SessionGates};
 use crate::env::{Effect, Env, validate_topic};
 use crate::graph::{GraphError, PluginGraph};
 use crate::host_api::HostHandle;
-use crate::instance::{CallChain, PluginInstance, PluginSource};
+use crate::instance::{PluginInstance, PluginSource};
 use crate::manifest::{Manifest, PluginKind};
 use crate::types::{
     Event, GuardVerdict, KERNEL_NAME, KernelError, RESERVED_SERVICE_PREFIX, ToolSpec,

@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::abi::{KeelBuf, KeelHostApi, host_free};
 use super::protocol::{HostRequest, host_reply};
+use crate::call_chain::CallChain;
 use crate::host_api::HostHandle;
-use crate::instance::CallChain;
 use crate::types::KernelError;
 
 /// What `KeelHostApi::ctx` points at: the instance's handle on the kernel and the runtime

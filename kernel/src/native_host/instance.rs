@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use super::host_calls::HostDoor;
 use super::library::Library;
 use super::protocol::{PluginRequest, PluginResponse, RESPONSE_SHAPE};
-use crate::instance::{CallChain, InstanceError, PluginInstance};
+use crate::call_chain::CallChain;
+use crate::instance::{InstanceError, PluginInstance};
 use crate::types::Event;
 
 /// The opaque instance pointer `keel_native_create` returned.

@@ -11,8 +11,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::{self, KeelPlugin};
 use super::limits::{CpuMeter, MemoryLimiter, Metered, Verdict, format_limit, format_mib};
 use super::{WasmComponent, WasmGrants, wasi};
+use crate::call_chain::CallChain;
 use crate::host_api::HostHandle;
-use crate::instance::{CallChain, InstanceError, PluginInstance, PluginSource};
+use crate::instance::{InstanceError, PluginInstance, PluginSource};
 use crate::types::{Event, GuardDecision, GuardVerdict};
 
 /// The data of a plugin's store.

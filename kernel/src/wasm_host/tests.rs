@@ -4,8 +4,9 @@ use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::call_chain::CallChain;
 use crate::host_api::HostHandle;
-use crate::instance::{CallChain, InstanceError, PluginInstance};
+use crate::instance::{InstanceError, PluginInstance};
 
 /// A keel plugin whose `activate` does what its config says (its first byte, or `x` in a
 /// kernel's `{"op":"x"}`): `s` spin forever, `m` grow memory until refused, `t` trap, `w` wait
