@@ -46,6 +46,49 @@ pub struct UserConfig {
     /// `[grants.<plugin>] dirs = [...]`, written as in its manifest.
     #[serde(default)]
     pub grants: std::collections::BTreeMap<String, GrantSettings>,
+    /// Wall-clock deadlines of calls into plugins, `[timeouts]`.
+    #[serde(default)]
+    pub timeouts: Timeouts,
+}
+
+/// `[timeouts]`: how long a call into a plugin may take before the kernel stops it, in
+/// seconds, by the door it came through. A call stopped at its deadline ends with an error
+/// the model reads, and the plugin starts afresh for its next call.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Timeouts {
+    /// A tool call (default 300).
+    pub tool_secs: Option<f64>,
+    /// One model completion, streamed (default 600).
+    pub model_secs: Option<f64>,
+    /// Any other call between plugins, a guard, an activation (default 120).
+    pub service_secs: Option<f64>,
+    /// One event handled by one plugin (default 30).
+    pub event_secs: Option<f64>,
+}
+
+impl Timeouts {
+    /// The kernel's deadlines: these settings over its defaults.
+    pub fn deadlines(&self) -> anyhow::Result<keel_kernel::Deadlines> {
+        let defaults = keel_kernel::Deadlines::default();
+        let pick = |key: &str, set: Option<f64>, default: std::time::Duration| match set {
+            None => Ok(default),
+            Some(secs) if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 => {
+                Ok(std::time::Duration::from_secs_f64(secs))
+            }
+            Some(secs) => bail!(
+                "[timeouts] {key} = {secs} is not a number of seconds between 0 and 86400; \
+                 fix it in keel's config or remove it for the default ({} s)",
+                default.as_secs()
+            ),
+        };
+        Ok(keel_kernel::Deadlines {
+            tool: pick("tool-secs", self.tool_secs, defaults.tool)?,
+            model: pick("model-secs", self.model_secs, defaults.model)?,
+            service: pick("service-secs", self.service_secs, defaults.service)?,
+            event: pick("event-secs", self.event_secs, defaults.event)?,
+        })
+    }
 }
 
 /// `[grants.<plugin>]`
@@ -257,7 +300,7 @@ fn load_config(path: &Path) -> anyhow::Result<(UserConfig, String)> {
         }
         Err(e) => bail!("{}: cannot read your keel config: {e}", path.display()),
     };
-    let config = toml::from_str(&text).map_err(|e| {
+    let config: UserConfig = toml::from_str(&text).map_err(|e| {
         let line = e
             .span()
             .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
@@ -268,6 +311,10 @@ fn load_config(path: &Path) -> anyhow::Result<(UserConfig, String)> {
             e.message().trim()
         )
     })?;
+    config
+        .timeouts
+        .deadlines()
+        .with_context(|| format!("{}", path.display()))?;
     Ok((config, text))
 }
 

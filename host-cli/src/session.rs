@@ -339,7 +339,13 @@ impl Session {
             guard_timeout: std::time::Duration::from_secs(2),
             sandbox: sandbox_config(ctx)?,
         };
-        let kernel = Kernel::with_gates(KernelConfig::default(), gates);
+        let kernel = Kernel::with_gates(
+            KernelConfig {
+                deadlines: ctx.config.timeouts.deadlines()?,
+                ..KernelConfig::default()
+            },
+            gates,
+        );
         let loader = runtime::loader(ctx)?;
         let id = match &opts.resume {
             Some(id) => id.clone(),
@@ -596,9 +602,10 @@ impl Session {
                 _ = tokio::signal::ctrl_c() => {
                     interrupts += 1;
                     if interrupts > 1 {
-                        // The way out of a turn that does not stop (a plugin stuck in a
-                        // guest loop until its CPU bound); events still queued for the
-                        // session log may be lost, which the person chose.
+                        // The way out of a turn that does not stop: the first Ctrl-C stops
+                        // every call the agent is waiting on, but not the agent's own code;
+                        // events still queued for the session log may be lost, which the
+                        // person chose.
                         eprintln!("\n[second Ctrl-C: leaving now]");
                         std::process::exit(130);
                     }

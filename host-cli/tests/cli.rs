@@ -178,6 +178,30 @@ fn an_unknown_config_key_is_refused() -> R {
 }
 
 #[test]
+fn a_deadline_that_is_not_a_duration_is_refused() -> R {
+    let home = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[timeouts]\ntool-secs = 0\n",
+    )?;
+    keel(home.path())?
+        .args(["plugin", "list"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("[timeouts] tool-secs = 0"))
+        .stderr(predicate::str::contains("default (300 s)"));
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[timeouts]\ntool-secs = 2.5\nevent-secs = 10\n",
+    )?;
+    keel(home.path())?
+        .args(["plugin", "list"])
+        .assert()
+        .success();
+    Ok(())
+}
+
+#[test]
 fn doctor_names_a_secret_bound_to_no_host() -> R {
     let home = tempfile::tempdir()?;
     std::fs::write(

@@ -1,35 +1,255 @@
-//! The call chain: which plugins a call has passed through, from the host or kernel inward.
-//! The kernel refuses re-entrant calls against it and answers `keel.caller` from it.
+//! The call chain: which plugins a call has passed through, from the host or kernel inward,
+//! and the budget every call on it shares: a wall-clock deadline, an account of guest CPU, and
+//! whether Ctrl-C stops it. The kernel refuses re-entrant calls against the chain, answers
+//! `keel.caller` from it, and bounds every call into a guest by its budget.
+//!
+//! # Why the budget travels with the chain
+//!
+//! A budget per call would let a plugin escape it by delegating: a guest that loops calling
+//! another plugin spends almost no time itself, and every nested call would start a fresh
+//! allowance. So the kernel opens a new budget only at the doors it runs on the user's behalf
+//! (a turn, a tool call, a model call, a guard, an event delivery, an activation); a service
+//! call from one plugin to another is charged to the budget of the call it is part of, and its
+//! deadline is never later than its caller's.
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-/// The plugins a call has passed through, outermost first. Used to refuse re-entrant calls
-/// (a store is exclusive while a call runs, so A → B → A would otherwise deadlock).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CallChain(Vec<Arc<str>>);
+use tokio::time::Instant;
 
-impl CallChain {
-    /// A chain that starts at `plugin`.
-    pub fn starting_at(plugin: &str) -> Self {
-        CallChain(vec![Arc::from(plugin)])
+/// The door a call came through: it sets the call's deadline and whether the call starts a
+/// CPU account of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    /// The host asks the agent for a turn. No deadline (the person ends it with Ctrl-C), and
+    /// Ctrl-C does not tear it down: the agent sees its inner calls stopped and ends the turn.
+    Turn,
+    /// A tool call, through the gate pipeline or from the host.
+    Tool,
+    /// A call to the `model` service.
+    Model,
+    /// A guard asked about a tool call.
+    Guard,
+    /// An event handed to a subscriber.
+    Event,
+    /// Any other service call.
+    Service,
+    /// Activation or deactivation.
+    Lifecycle,
+}
+
+impl CallKind {
+    /// How the deadline of this kind is named in messages and in the user's config.
+    pub fn deadline_name(self) -> (&'static str, &'static str) {
+        match self {
+            CallKind::Turn => ("turn", ""),
+            CallKind::Tool => ("tool-call", "tool-secs"),
+            CallKind::Model => ("model-call", "model-secs"),
+            CallKind::Guard => ("guard", "service-secs"),
+            CallKind::Event => ("event-handler", "event-secs"),
+            CallKind::Service => ("service-call", "service-secs"),
+            CallKind::Lifecycle => ("activation", "service-secs"),
+        }
+    }
+}
+
+/// How long a call through each kind of door may take, wall clock, before the kernel stops it.
+/// A nested call gets the smaller of its own and its caller's remaining time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    /// A tool call (default 300 s).
+    pub tool: Duration,
+    /// A model call: one whole completion, streamed (default 600 s).
+    pub model: Duration,
+    /// Any other service call, a guard, an activation (default 120 s).
+    pub service: Duration,
+    /// One event handled by one subscriber (default 30 s).
+    pub event: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Deadlines {
+            tool: Duration::from_secs(300),
+            model: Duration::from_secs(600),
+            service: Duration::from_secs(120),
+            event: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Deadlines {
+    /// The deadline of `kind`; `None` for a turn.
+    pub fn of(&self, kind: CallKind) -> Option<Duration> {
+        match kind {
+            CallKind::Turn => None,
+            CallKind::Tool => Some(self.tool),
+            CallKind::Model => Some(self.model),
+            CallKind::Event => Some(self.event),
+            CallKind::Guard | CallKind::Service | CallKind::Lifecycle => Some(self.service),
+        }
+    }
+}
+
+/// Guest CPU spent on behalf of one root call, by every plugin the call passed through, and
+/// the limit it is held to: the per-call limit of the first plugin that ran guest code for it.
+#[derive(Debug, Default)]
+pub struct CpuAccount {
+    spent_ns: AtomicU64,
+    /// 0 until the first metered plugin enters.
+    limit_ns: AtomicU64,
+}
+
+impl CpuAccount {
+    /// Add guest time.
+    pub(crate) fn charge(&self, time: Duration) {
+        let ns = u64::try_from(time.as_nanos()).unwrap_or(u64::MAX);
+        // Saturating: an account that reached u64::MAX ns is far over any limit anyway.
+        let _ = self
+            .spent_ns
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                Some(s.saturating_add(ns))
+            });
     }
 
-    /// This chain extended by `plugin`.
+    /// Guest time charged so far.
+    pub(crate) fn spent(&self) -> Duration {
+        Duration::from_nanos(self.spent_ns.load(Ordering::Relaxed))
+    }
+
+    /// The account's limit, once a metered plugin has set it.
+    pub(crate) fn limit(&self) -> Option<Duration> {
+        match self.limit_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// The account's limit, set to `own` if no plugin has set it yet.
+    pub(crate) fn limit_or(&self, own: Duration) -> Duration {
+        let own_ns = u64::try_from(own.as_nanos()).unwrap_or(u64::MAX).max(1);
+        match self
+            .limit_ns
+            .compare_exchange(0, own_ns, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => own,
+            Err(set) => Duration::from_nanos(set),
+        }
+    }
+}
+
+/// The wall-clock deadline of a chain and which door set it.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    /// When every call on the chain must have returned.
+    pub at: Instant,
+    /// The kind whose deadline it is.
+    pub kind: CallKind,
+    /// Its length.
+    pub length: Duration,
+}
+
+/// The budget calls on a chain share.
+#[derive(Debug, Clone, Default)]
+struct Budget {
+    deadline: Option<Deadline>,
+    cpu: Arc<CpuAccount>,
+    /// Part of the person's turn: Ctrl-C stops it.
+    interruptible: bool,
+    /// Calls made under it are part of the person's turn.
+    in_turn: bool,
+}
+
+/// The plugins a call has passed through, outermost first, and the budget the calls on it
+/// share. Used to refuse re-entrant calls (a store is exclusive while a call runs, so
+/// A → B → A would otherwise deadlock) and to bound every call into a guest.
+#[derive(Debug, Clone, Default)]
+pub struct CallChain {
+    plugins: Vec<Arc<str>>,
+    budget: Budget,
+}
+
+impl CallChain {
+    /// A chain that starts at `plugin`, with a budget of its own and no deadline.
+    pub fn starting_at(plugin: &str) -> Self {
+        CallChain {
+            plugins: vec![Arc::from(plugin)],
+            budget: Budget::default(),
+        }
+    }
+
+    /// This chain extended by `plugin`, sharing its budget.
     pub fn then(&self, plugin: &str) -> Self {
-        let mut next = self.0.clone();
+        let mut next = self.plugins.clone();
         next.push(Arc::from(plugin));
-        CallChain(next)
+        CallChain {
+            plugins: next,
+            budget: self.budget.clone(),
+        }
+    }
+
+    /// The chain of a `kind` call into `plugin` made on this chain at `now`: a new CPU account
+    /// if the kernel opens one at this door (every kind but a plugin's service call, and every
+    /// call straight from the host), the earlier of the caller's deadline and this kind's.
+    pub(crate) fn enter(
+        &self,
+        plugin: &str,
+        kind: CallKind,
+        deadlines: &Deadlines,
+        now: Instant,
+    ) -> Self {
+        let from_host = self.plugins.len() <= 1;
+        let mut next = self.then(plugin);
+        let shares_account = kind == CallKind::Service && !from_host;
+        if !shares_account {
+            next.budget.cpu = Arc::default();
+        }
+        if let Some(length) = deadlines.of(kind) {
+            let own = Deadline {
+                at: now + length,
+                kind,
+                length,
+            };
+            next.budget.deadline = Some(match self.budget.deadline {
+                Some(caller) if caller.at <= own.at => caller,
+                _ => own,
+            });
+        }
+        let in_turn = match kind {
+            CallKind::Turn | CallKind::Tool | CallKind::Model | CallKind::Guard => true,
+            CallKind::Service => self.budget.in_turn,
+            CallKind::Event | CallKind::Lifecycle => false,
+        };
+        next.budget.in_turn = in_turn;
+        next.budget.interruptible = in_turn && kind != CallKind::Turn;
+        next
     }
 
     /// Whether `plugin` is already inside this chain.
     pub fn contains(&self, plugin: &str) -> bool {
-        self.0.iter().any(|p| &**p == plugin)
+        self.plugins.iter().any(|p| &**p == plugin)
     }
 
     /// The plugins in the chain, outermost first.
     pub fn plugins(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(|p| &**p)
+        self.plugins.iter().map(|p| &**p)
+    }
+
+    /// When calls on this chain must have returned, if ever.
+    pub fn deadline(&self) -> Option<Deadline> {
+        self.budget.deadline
+    }
+
+    /// The guest-CPU account of this chain.
+    pub fn cpu(&self) -> &Arc<CpuAccount> {
+        &self.budget.cpu
+    }
+
+    /// Whether Ctrl-C stops calls on this chain.
+    pub fn interruptible(&self) -> bool {
+        self.budget.interruptible
     }
 }
 
@@ -37,5 +257,63 @@ impl fmt::Display for CallChain {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = self.plugins().collect();
         f.write_str(&names.join(" → "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_service_call_shares_its_callers_account_and_never_outlives_its_deadline() {
+        let deadlines = Deadlines {
+            tool: Duration::from_secs(10),
+            service: Duration::from_secs(60),
+            ..Deadlines::default()
+        };
+        let now = Instant::now();
+        let host = CallChain::starting_at("keel");
+        let tool = host.enter("a", CallKind::Tool, &deadlines, now);
+        assert!(tool.interruptible());
+        let nested = tool.enter("b", CallKind::Service, &deadlines, now);
+        assert!(Arc::ptr_eq(tool.cpu(), nested.cpu()), "charged to the root");
+        let d = nested.deadline().expect("a deadline");
+        assert_eq!(
+            d.kind,
+            CallKind::Tool,
+            "the caller's earlier deadline holds"
+        );
+        assert_eq!(d.at, now + Duration::from_secs(10));
+        assert!(nested.interruptible());
+        // A service call straight from the host opens its own account, outside any turn.
+        let direct = host.enter("b", CallKind::Service, &deadlines, now);
+        assert!(!Arc::ptr_eq(direct.cpu(), tool.cpu()));
+        assert!(!direct.interruptible());
+        // A turn is not itself stopped by Ctrl-C; what it calls is.
+        let turn = host.enter("agent", CallKind::Turn, &deadlines, now);
+        assert!(turn.deadline().is_none() && !turn.interruptible());
+        let model = turn.enter("model", CallKind::Model, &deadlines, now);
+        assert!(model.interruptible() && !Arc::ptr_eq(model.cpu(), turn.cpu()));
+        let log = turn.enter("log", CallKind::Service, &deadlines, now);
+        assert!(log.interruptible() && Arc::ptr_eq(log.cpu(), turn.cpu()));
+        // Events are nobody's turn.
+        let event = host.enter("log", CallKind::Event, &deadlines, now);
+        assert!(!event.interruptible());
+    }
+
+    #[test]
+    fn the_first_limit_set_is_the_accounts() {
+        let account = CpuAccount::default();
+        assert_eq!(
+            account.limit_or(Duration::from_millis(500)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            account.limit_or(Duration::from_secs(5)),
+            Duration::from_millis(500)
+        );
+        account.charge(Duration::from_millis(3));
+        account.charge(Duration::from_millis(4));
+        assert_eq!(account.spent(), Duration::from_millis(7));
     }
 }

@@ -51,6 +51,11 @@ impl HostHandle {
         self.chain = chain.clone();
     }
 
+    /// The chain of the call running (or last run) in this plugin.
+    pub fn chain(&self) -> &CallChain {
+        &self.chain
+    }
+
     fn shared(&self) -> Result<Arc<Shared>, KernelError> {
         self.shared
             .upgrade()

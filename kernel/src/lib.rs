@@ -27,7 +27,7 @@ mod wasm_host;
 /// fuzz without the runtime; the kernel owns their session state and is their only caller.
 pub use keel_gates as gates;
 
-pub use call_chain::CallChain;
+pub use call_chain::{CallChain, CallKind, CpuAccount, Deadline, Deadlines};
 pub use dispatch::{GateConfig, KEEP_HEAD, KEEP_TAIL};
 pub use env::{Env, ServiceEntry, ToolEntry};
 pub use exec_gate::{ExecCommand, ExecOutcome};

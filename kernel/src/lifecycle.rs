@@ -17,7 +17,7 @@ use semver::Version;
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
 
-use crate::call_chain::CallChain;
+use crate::call_chain::{CallChain, CallKind, Deadline, Deadlines};
 use crate::dispatch::{GateConfig, Mediator, SessionGates};
 use crate::env::{Effect, Env, validate_topic};
 use crate::graph::{GraphError, PluginGraph};
@@ -36,6 +36,8 @@ pub struct KernelConfig {
     pub quiesce_timeout: Duration,
     /// Events buffered per subscriber before emitters are told it is not keeping up.
     pub event_queue: usize,
+    /// How long a call into a plugin may take, wall clock, by the door it came through.
+    pub deadlines: Deadlines,
 }
 
 impl Default for KernelConfig {
@@ -43,6 +45,7 @@ impl Default for KernelConfig {
         KernelConfig {
             quiesce_timeout: Duration::from_secs(30),
             event_queue: 4096,
+            deadlines: Deadlines::default(),
         }
     }
 }
@@ -173,6 +176,9 @@ struct Record {
     undelivered: Arc<Backlog>,
     /// True while a reload holds the slot: calls that miss its services wait for it.
     reloading: bool,
+    /// Why the instance must be replaced before its next call: a call into it was stopped
+    /// halfway (a deadline, Ctrl-C) or ran into a resource limit.
+    restart: Option<String>,
 }
 
 #[derive(Default)]
@@ -538,6 +544,7 @@ impl Shared {
                 events: tx,
                 undelivered,
                 reloading: false,
+                restart: None,
             },
         );
     }
@@ -692,13 +699,27 @@ impl Shared {
         if let Some(r) = self.lock().plugins.get_mut(name) {
             r.state = PluginState::Unloading;
         }
-        if let Some(mut instance) = guard.take()
-            && let Err(e) = instance.deactivate(&CallChain::starting_at(name)).await
-        {
-            tracing::warn!(
-                plugin = name,
-                "deactivate returned an error (ignored; its effects are undone anyway): {e}"
+        let limit = self.config.deadlines.service;
+        if let Some(mut instance) = guard.take() {
+            let chain = CallChain::starting_at(KERNEL_NAME).enter(
+                name,
+                CallKind::Lifecycle,
+                &self.config.deadlines,
+                tokio::time::Instant::now(),
             );
+            match tokio::time::timeout(limit, instance.deactivate(&chain)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(
+                    plugin = name,
+                    "deactivate returned an error (ignored; its effects are undone anyway): {e}"
+                ),
+                Err(_) => tracing::warn!(
+                    plugin = name,
+                    "deactivate did not finish within {} s (ignored; its effects are undone \
+                     anyway)",
+                    limit.as_secs()
+                ),
+            }
         }
         let mut inner = self.lock();
         let Inner { env, plugins, .. } = &mut *inner;
@@ -829,14 +850,31 @@ impl Shared {
             (r.source.clone(), r.manifest.config.to_string(), generation)
         };
         let host = HostHandle::new(self.me.clone(), name, generation);
-        let chain = CallChain::starting_at(name);
-        let outcome = match source.instantiate(host).await {
-            Ok(mut instance) => match instance.activate(&chain, &config).await {
-                Ok(()) => Ok(instance),
-                Err(e) => Err(format!("activation failed: {e}")),
-            },
-            Err(e) => Err(format!("instantiation failed: {e}")),
+        let chain = CallChain::starting_at(KERNEL_NAME).enter(
+            name,
+            CallKind::Lifecycle,
+            &self.config.deadlines,
+            tokio::time::Instant::now(),
+        );
+        let limit = self.config.deadlines.service;
+        let bounded = async {
+            match source.instantiate(host).await {
+                Ok(mut instance) => match instance.activate(&chain, &config).await {
+                    Ok(()) => Ok(instance),
+                    Err(e) => Err(format!("activation failed: {e}")),
+                },
+                Err(e) => Err(format!("instantiation failed: {e}")),
+            }
         };
+        let outcome = tokio::time::timeout(limit, bounded)
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "activation did not finish within {} s (the activation deadline, \
+                     [timeouts] service-secs)",
+                    limit.as_secs()
+                ))
+            });
         let mut inner = self.lock();
         let Inner { env, plugins, .. } = &mut *inner;
         let Some(r) = plugins.get_mut(name) else {
@@ -846,6 +884,7 @@ impl Shared {
             Ok(instance) => {
                 *guard = Some(instance);
                 r.state = PluginState::Active;
+                r.restart = None;
                 tracing::info!(plugin = name, "active");
                 Ok(())
             }
@@ -878,6 +917,12 @@ impl Shared {
             r.state = PluginState::Failed { reason };
         }
         self.gates.net.close_all(name);
+        self.resettle_later();
+    }
+
+    /// Deactivate what lost a provider, in a task of its own: a settle run inline could wait
+    /// on the slot of a caller further up the chain.
+    fn resettle_later(&self) {
         let me = self.me.clone();
         tokio::spawn(async move {
             if let Some(shared) = me.upgrade() {
@@ -1180,6 +1225,12 @@ impl Shared {
 
     /// Run `request` on `plugin`'s instance once its slot is free, re-checking after the wait
     /// that the plugin still owns the target: a reload may have changed that.
+    ///
+    /// The call is bounded by its chain's budget (see [`crate::call_chain`]): at the deadline,
+    /// or at Ctrl-C when it is part of a turn, it is stopped wherever it is (waiting for the
+    /// slot, in guest code, in a nested call) and the caller gets an error at once. An
+    /// instance stopped halfway, or one that ran into a limit, is replaced by a fresh instance
+    /// before its next call, so the plugin stays usable.
     async fn call_into(
         &self,
         chain: &CallChain,
@@ -1188,8 +1239,78 @@ impl Shared {
         request: Request<'_>,
     ) -> Result<String, KernelError> {
         let what = request.describe();
-        let mut guard = slot.lock().await;
-        let generation = {
+        let kind = request.kind(chain);
+        let callee = chain.enter(
+            plugin,
+            kind,
+            &self.config.deadlines,
+            tokio::time::Instant::now(),
+        );
+        if let Some(limit) = callee.cpu().limit()
+            && callee.cpu().spent() > limit
+        {
+            // Refused before the guest runs at all: a caller that ignores the error and calls
+            // again gets nothing more out of the chain's spent account.
+            return Err(KernelError::Failed(format!(
+                "plugin `{plugin}` ({what}) was not called: the calls on chain {chain} already \
+                 used {:.2} s of guest CPU, over their limit of {}",
+                callee.cpu().spent().as_secs_f64(),
+                crate::wasm_host::limits::format_limit(limit)
+            )));
+        }
+        let deadline = callee.deadline();
+        let bounded = async {
+            let overdue = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                result = self.run_in_slot(&callee, plugin, slot, request) => result,
+                () = overdue => Err(deadline.map_or_else(
+                    || KernelError::TimedOut(format!("plugin `{plugin}` ({what})")),
+                    |d| overdue_error(plugin, &what, kind, d),
+                )),
+            }
+        };
+        if !callee.interruptible() {
+            return bounded.await;
+        }
+        let stopped = || {
+            KernelError::Denied(format!(
+                "plugin `{plugin}` ({what}) was stopped: the person cancelled the turn (Ctrl-C)"
+            ))
+        };
+        if self.gates.is_cancelled() {
+            return Err(stopped());
+        }
+        tokio::pin!(bounded);
+        tokio::select! {
+            biased;
+            result = &mut bounded => return result,
+            () = self.gates.until_cancelled() => {}
+        }
+        // The cancel has already ended what the call waits on (a model stream, a command), so
+        // a plugin that handles it returns at once, with what it has so far (a partial answer,
+        // a command's output); one that does not is stopped after the grace.
+        tokio::time::timeout(CANCEL_GRACE, bounded)
+            .await
+            .unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// The part of [`call_into`](Self::call_into) that holds the slot.
+    async fn run_in_slot(
+        &self,
+        callee: &CallChain,
+        plugin: &str,
+        slot: Slot,
+        request: Request<'_>,
+    ) -> Result<String, KernelError> {
+        let what = request.describe();
+        let mut guard = slot.lock_owned().await;
+        let restart = {
             let inner = self.lock();
             let Some(r) = inner.plugins.get(plugin) else {
                 return Err(KernelError::Unavailable(format!(
@@ -1202,35 +1323,65 @@ impl Shared {
                     r.state.name()
                 )));
             }
-            r.generation
+            r.restart
+                .clone()
+                .or_else(|| guard.is_none().then(|| "its instance was gone".to_owned()))
+        };
+        if let Some(why) = restart {
+            guard = self.restart(plugin, guard, why).await?;
+            let inner = self.lock();
+            if !request.routed_to(&inner.env, plugin) {
+                return Err(KernelError::Unavailable(format!(
+                    "plugin `{plugin}` was restarted and no longer serves {what}"
+                )));
+            }
+        }
+        let Some(generation) = self.lock().plugins.get(plugin).map(|r| r.generation) else {
+            return Err(KernelError::Unavailable(format!(
+                "plugin `{plugin}` was unloaded before the call to {what} could run"
+            )));
         };
         let Some(instance) = guard.as_mut() else {
             return Err(KernelError::Unavailable(format!(
                 "plugin `{plugin}` has no running instance"
             )));
         };
-        let inner_chain = chain.then(plugin);
+        // Dropped before it is disarmed only if this future is dropped while the instance is
+        // running: then the instance stopped halfway and must be replaced.
+        let mut halfway = RestartIfStopped {
+            shared: self,
+            plugin,
+            generation,
+            what: &what,
+            armed: true,
+        };
         let outcome = match request {
             Request::Service {
                 service,
                 method,
                 payload,
-            } => {
-                instance
-                    .handle_call(&inner_chain, service, method, payload)
-                    .await
-            }
-            Request::Tool { name, input } => instance.invoke_tool(&inner_chain, name, input).await,
+            } => instance.handle_call(callee, service, method, payload).await,
+            Request::Tool { name, input } => instance.invoke_tool(callee, name, input).await,
             Request::Guard { guard, tool, input } => instance
-                .check_tool_call(&inner_chain, guard, tool, input)
+                .check_tool_call(callee, guard, tool, input)
                 .await
                 .map(|v| serde_json::to_string(&v).unwrap_or_default()),
+            Request::Event { event } => instance
+                .on_event(callee, event)
+                .await
+                .map(|()| String::new()),
         };
+        halfway.armed = false;
         match outcome {
             Ok(out) => Ok(out),
             Err(e) => {
                 let message = format!("plugin `{plugin}` ({what}): {e}");
-                if e.is_fatal() {
+                if matches!(e, crate::instance::InstanceError::Limit { .. }) {
+                    // A limit is the plugin's bound doing its job, not a broken plugin: the
+                    // next call gets a fresh instance.
+                    *guard = None;
+                    self.mark_for_restart(plugin, generation, format!("{what} {e}"));
+                } else if e.is_fatal() {
                     *guard = None;
                     drop(guard);
                     self.instance_died(plugin, generation, e.to_string());
@@ -1239,6 +1390,105 @@ impl Shared {
             }
         }
     }
+
+    /// Note that `plugin`'s instance of `generation` must be replaced before its next call.
+    fn mark_for_restart(&self, plugin: &str, generation: u64, why: String) {
+        if let Some(r) = self.lock().plugins.get_mut(plugin)
+            && r.generation == generation
+        {
+            tracing::info!(plugin, "instance to be replaced: {why}");
+            r.restart.get_or_insert(why);
+        }
+    }
+
+    /// Replace `plugin`'s instance with a fresh, activated one, its old effects undone. Runs
+    /// in a task of its own that owns the slot, so a caller that gives up halfway cannot leave
+    /// the plugin half restarted.
+    async fn restart(
+        &self,
+        plugin: &str,
+        guard: tokio::sync::OwnedMutexGuard<Option<Box<dyn PluginInstance>>>,
+        why: String,
+    ) -> Result<tokio::sync::OwnedMutexGuard<Option<Box<dyn PluginInstance>>>, KernelError> {
+        let Some(shared) = self.me.upgrade() else {
+            return Err(KernelError::Unavailable("the kernel has shut down".into()));
+        };
+        let name = plugin.to_owned();
+        let task = tokio::spawn(async move {
+            let mut guard = guard;
+            {
+                let mut inner = shared.lock();
+                let Inner { env, plugins, .. } = &mut *inner;
+                if let Some(r) = plugins.get_mut(&name) {
+                    r.reloading = true;
+                    r.undo.replay(&name, env);
+                }
+            }
+            // The old instance cannot run again; dropping it is all that is left of it.
+            *guard = None;
+            shared.gates.net.close_all(&name);
+            tracing::info!(plugin = %name, "restarting: {why}");
+            let activated = shared.activate_holding(&name, &mut guard).await;
+            if let Some(r) = shared.lock().plugins.get_mut(&name) {
+                r.reloading = false;
+            }
+            match activated {
+                Ok(()) => Ok(guard),
+                Err(reason) => {
+                    drop(guard);
+                    shared.resettle_later();
+                    Err(KernelError::Unavailable(format!(
+                        "plugin `{name}` had to be restarted ({why}) and could not be: {reason}"
+                    )))
+                }
+            }
+        });
+        task.await.unwrap_or_else(|e| {
+            Err(KernelError::Failed(format!(
+                "restarting plugin `{plugin}` failed: {e}"
+            )))
+        })
+    }
+}
+
+/// Marks an instance for replacement if the call running in it is dropped halfway.
+struct RestartIfStopped<'a> {
+    shared: &'a Shared,
+    plugin: &'a str,
+    generation: u64,
+    what: &'a str,
+    armed: bool,
+}
+
+impl Drop for RestartIfStopped<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.mark_for_restart(
+                self.plugin,
+                self.generation,
+                format!("a call to {} was stopped before it finished", self.what),
+            );
+        }
+    }
+}
+
+/// How long a call of a cancelled turn may take to return on its own before it is stopped.
+const CANCEL_GRACE: Duration = Duration::from_millis(50);
+
+/// The error of a call stopped at its chain's deadline.
+fn overdue_error(plugin: &str, what: &str, kind: CallKind, deadline: Deadline) -> KernelError {
+    let (name, key) = deadline.kind.deadline_name();
+    let whose = if deadline.kind == kind {
+        String::new()
+    } else {
+        format!(" of the {name} it is part of")
+    };
+    KernelError::TimedOut(format!(
+        "plugin `{plugin}` ({what}) did not finish within {} s, the {name} deadline{whose}; it \
+         was stopped and starts afresh for its next call (the person running keel can raise \
+         [timeouts] {key} in keel's config)",
+        deadline.length.as_secs_f64()
+    ))
 }
 
 /// The doors of a turn (model completion, tool dispatch, replay) and what the gate pipeline
@@ -1481,9 +1731,30 @@ enum Request<'a> {
         tool: &'a str,
         input: &'a str,
     },
+    Event {
+        event: &'a Event,
+    },
 }
 
 impl Request<'_> {
+    /// The door this request came through, made on `chain`.
+    fn kind(&self, chain: &CallChain) -> CallKind {
+        match self {
+            Request::Service { service, .. } if *service == keel_protocol::services::MODEL => {
+                CallKind::Model
+            }
+            Request::Service { service, .. }
+                if *service == keel_protocol::services::AGENT && chain.plugins().count() <= 1 =>
+            {
+                CallKind::Turn
+            }
+            Request::Service { .. } => CallKind::Service,
+            Request::Tool { .. } => CallKind::Tool,
+            Request::Guard { .. } => CallKind::Guard,
+            Request::Event { .. } => CallKind::Event,
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             Request::Service {
@@ -1491,6 +1762,7 @@ impl Request<'_> {
             } => format!("service `{service}`, method `{method}`"),
             Request::Tool { name, .. } => format!("tool `{name}`"),
             Request::Guard { guard, .. } => format!("guard `{guard}`"),
+            Request::Event { event } => format!("event `{}`", event.topic),
         }
     }
 
@@ -1503,6 +1775,7 @@ impl Request<'_> {
                 .is_some_and(|e| e.provider == plugin),
             Request::Tool { name, .. } => env.tools().get(*name).is_some_and(|t| t.owner == plugin),
             Request::Guard { guard, .. } => env.guards().any(|(g, p)| g == *guard && p == plugin),
+            Request::Event { .. } => true,
         }
     }
 }
@@ -1586,25 +1859,21 @@ fn event_size(event: &Event) -> usize {
     event.topic.len() + event.source.len() + event.payload.len()
 }
 
-/// Hand one event to the plugin's current instance, if it is active.
+/// Hand one event to the plugin's current instance, if it is active; bounded and restarted
+/// like any call into a plugin.
 async fn deliver_one(shared: &Weak<Shared>, name: &str, slot: &Slot, event: Event) {
     let Some(s) = shared.upgrade() else { return };
-    let mut guard = slot.lock().await;
-    let generation = match s.lock().plugins.get(name) {
-        Some(r) if r.state == PluginState::Active => r.generation,
-        _ => return,
-    };
-    if let Some(instance) = guard.as_mut()
-        && let Err(e) = instance
-            .on_event(&CallChain::starting_at(name), &event)
-            .await
+    if s.lock()
+        .plugins
+        .get(name)
+        .is_none_or(|r| r.state != PluginState::Active)
     {
+        return;
+    }
+    let chain = CallChain::starting_at(KERNEL_NAME);
+    let request = Request::Event { event: &event };
+    if let Err(e) = s.call_into(&chain, name, slot.clone(), request).await {
         tracing::warn!(plugin = %name, topic = %event.topic, "event handler failed: {e}");
-        if e.is_fatal() {
-            *guard = None;
-            drop(guard);
-            s.instance_died(name, generation, e.to_string());
-        }
     }
 }
 

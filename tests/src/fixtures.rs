@@ -37,6 +37,10 @@
 //!   `keel-policy.allow` in `activate` (method `attempts` of `fixture.mimic` lists the kernel's
 //!   answers); its tool `mimic` returns output shaped like chat-template tokens, role turns,
 //!   tool calls, keel notices and variation selectors.
+//! - `stall`: tools `stall_sleep` (sleeps forever), `stall_spin` (emits
+//!   `fixture.stall.started`, then spins forever), `stall_ping` (`pong`); service
+//!   `fixture.stall` with `relay` (calls `fixture.spin`'s `spin` forever, ignoring errors),
+//!   `sleep` and `ping`.
 
 include!(concat!(env!("OUT_DIR"), "/fixtures.rs"));
 

@@ -42,12 +42,24 @@ impl Harness {
         cache: Option<PathBuf>,
         gates: GateConfig,
     ) -> anyhow::Result<Harness> {
+        Harness::with_kernel(workspace, data_dir, cache, KernelConfig::default(), gates)
+    }
+
+    /// Like [`with_gates`](Self::with_gates), with the kernel's own settings (deadlines,
+    /// queues) too.
+    pub fn with_kernel(
+        workspace: &Path,
+        data_dir: Option<PathBuf>,
+        cache: Option<PathBuf>,
+        kernel: KernelConfig,
+        gates: GateConfig,
+    ) -> anyhow::Result<Harness> {
         let wasm = WasmHost::new(WasmHostConfig {
             cache_dir: cache,
             ..WasmHostConfig::default()
         })?;
         Ok(Harness {
-            kernel: Kernel::with_gates(KernelConfig::default(), gates),
+            kernel: Kernel::with_gates(kernel, gates),
             loader: PluginLoader::new(
                 wasm,
                 LoaderConfig {

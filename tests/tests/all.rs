@@ -2,6 +2,7 @@
 //! and linking one binary instead of several keeps builds and CI short.
 
 mod agent_session;
+mod call_bounds;
 mod home_sealing;
 mod hostile_plugins;
 mod kernel_mimicry;

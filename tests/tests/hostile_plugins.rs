@@ -22,7 +22,7 @@ fn failed_message(e: Option<KernelError>) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn infinite_loop_is_stopped_by_the_cpu_bound_and_others_keep_serving() -> R {
+async fn infinite_loop_is_stopped_by_the_cpu_bound_and_everyone_keeps_serving() -> R {
     let (h, _dir) = harness()?;
     h.load_bundled("greeter").await?;
     h.load_fixture("spin-loop").await?;
@@ -45,13 +45,14 @@ async fn infinite_loop_is_stopped_by_the_cpu_bound_and_others_keep_serving() -> 
     assert!(m.contains("spin-loop") && m.contains("cpu"), "{m}");
     // The manifest sets cpu-ms = 500: the loop ends after about that, not after the 30 s guard.
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
-    assert!(matches!(
+    // Bounded, not broken: a fresh instance answers the next call.
+    assert_eq!(
+        h.kernel.call_service("fixture.spin", "ping", "").await?,
+        "pong"
+    );
+    assert_eq!(
         h.kernel.status("spin-loop").map(|s| s.state),
-        Some(PluginState::Failed { .. })
-    ));
-    assert!(
-        !h.kernel.env().services().contains_key("fixture.spin"),
-        "a failed plugin's service is withdrawn"
+        Some(PluginState::Active)
     );
     assert_eq!(
         h.kernel

@@ -20,6 +20,11 @@
 //!   `Pending` (a WASI import waiting on a clock or a file, or a yield), resuming it on the next
 //!   poll — time the task spends parked is not guest time either.
 //!
+//! Guest time is also charged to the call chain's [`CpuAccount`], shared by every plugin a
+//! call passes through from the door the kernel opened it at (a tool call, a model call, ...),
+//! and held to the limit of the first plugin that ran for it: a guest that loops calling
+//! another plugin spends the account down even though its own meter barely moves.
+//!
 //! One ticker thread per engine increments the epoch every [`TICK`]. Each call arms a deadline of
 //! one tick; when it passes, the store's epoch callback reads the meter: over the limit, the call
 //! traps (and the meter remembers why, so the error says "cpu" rather than "trap"); under it,
@@ -40,6 +45,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use wasmtime::{Engine, ResourceLimiter};
+
+use crate::call_chain::CpuAccount;
 
 /// Interval of the engine's epoch ticker; also the granularity of the CPU bound.
 pub(crate) const TICK: Duration = Duration::from_millis(10);
@@ -106,27 +113,43 @@ enum Phase {
     Host,
 }
 
+/// Which bound a call ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Overrun {
+    /// This plugin's own limit for one call: the guest time it used.
+    Call(Duration),
+    /// The call chain's account: the guest time the chain used, and the account's limit.
+    Chain { spent: Duration, limit: Duration },
+}
+
 #[derive(Debug)]
 struct MeterState {
     phase: Phase,
     spent: Duration,
     limit: Duration,
-    /// Guest time measured when the limit was found exceeded.
-    exceeded: Option<Duration>,
+    /// The account of the running call's chain.
+    account: Option<Arc<CpuAccount>>,
+    /// Which bound was found exceeded.
+    exceeded: Option<Overrun>,
 }
 
 impl MeterState {
     fn stop_clock(&mut self, now: Instant, next: Phase) {
         if let Phase::Guest(since) = self.phase {
-            self.spent += now.saturating_duration_since(since);
+            let ran = now.saturating_duration_since(since);
+            self.spent += ran;
+            if let Some(account) = &self.account {
+                account.charge(ran);
+            }
         }
         self.phase = next;
     }
 
-    fn spent_at(&self, now: Instant) -> Duration {
+    /// Guest time running since the clock last stopped.
+    fn running(&self, now: Instant) -> Duration {
         match self.phase {
-            Phase::Guest(since) => self.spent + now.saturating_duration_since(since),
-            _ => self.spent,
+            Phase::Guest(since) => now.saturating_duration_since(since),
+            _ => Duration::ZERO,
         }
     }
 }
@@ -140,8 +163,8 @@ pub(crate) struct CpuMeter(Arc<Mutex<MeterState>>);
 pub(crate) enum Verdict {
     /// Guest time is within the limit: yield and re-arm.
     Continue,
-    /// The limit is exceeded: trap.
-    Exceeded(Duration),
+    /// A bound is exceeded: trap.
+    Exceeded(Overrun),
 }
 
 impl CpuMeter {
@@ -150,6 +173,7 @@ impl CpuMeter {
             phase: Phase::Idle,
             spent: Duration::ZERO,
             limit,
+            account: None,
             exceeded: None,
         })))
     }
@@ -162,11 +186,12 @@ impl CpuMeter {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Start metering a new call from zero.
-    pub(crate) fn start_call(&self) {
+    /// Start metering a new call from zero, charging `account` too.
+    pub(crate) fn start_call(&self, account: Arc<CpuAccount>) {
         let mut s = self.lock();
         s.spent = Duration::ZERO;
         s.exceeded = None;
+        s.account = Some(account);
         s.phase = Phase::Guest(Instant::now());
     }
 
@@ -174,11 +199,12 @@ impl CpuMeter {
     pub(crate) fn end_call(&self) -> Duration {
         let mut s = self.lock();
         s.stop_clock(Instant::now(), Phase::Idle);
+        s.account = None;
         s.spent
     }
 
-    /// The guest time at which the limit was found exceeded in the current (or last) call.
-    pub(crate) fn exceeded(&self) -> Option<Duration> {
+    /// The bound found exceeded in the current (or last) call.
+    pub(crate) fn exceeded(&self) -> Option<Overrun> {
         self.lock().exceeded
     }
 
@@ -187,15 +213,27 @@ impl CpuMeter {
         self.lock().limit
     }
 
-    /// Called by the epoch callback: is the current call still within its limit?
+    /// Called by the epoch callback: is the current call still within its limit and its
+    /// chain's?
     pub(crate) fn check(&self) -> Verdict {
         let mut s = self.lock();
-        let spent = s.spent_at(Instant::now());
-        if spent > s.limit {
-            s.exceeded = Some(spent);
-            Verdict::Exceeded(spent)
+        let running = s.running(Instant::now());
+        let spent = s.spent + running;
+        let overrun = if spent > s.limit {
+            Some(Overrun::Call(spent))
         } else {
-            Verdict::Continue
+            s.account.as_ref().and_then(|account| {
+                let limit = account.limit_or(s.limit);
+                let spent = account.spent() + running;
+                (spent > limit).then_some(Overrun::Chain { spent, limit })
+            })
+        };
+        match overrun {
+            Some(overrun) => {
+                s.exceeded = Some(overrun);
+                Verdict::Exceeded(overrun)
+            }
+            None => Verdict::Continue,
         }
     }
 
@@ -391,7 +429,7 @@ mod tests {
     #[test]
     fn meter_counts_guest_time_only() {
         let meter = CpuMeter::new(Duration::from_millis(50));
-        meter.start_call();
+        meter.start_call(Arc::default());
         {
             let _host = meter.host_call();
             std::thread::sleep(Duration::from_millis(80));
@@ -409,9 +447,37 @@ mod tests {
     }
 
     #[test]
+    fn guest_time_of_every_call_on_a_chain_counts_against_its_account() {
+        // Two plugins, each far under its own limit per call, share one account of 100 ms.
+        let account = Arc::new(CpuAccount::default());
+        assert_eq!(
+            account.limit_or(Duration::from_millis(100)),
+            Duration::from_millis(100)
+        );
+        let caller = CpuMeter::new(Duration::from_secs(1));
+        let callee = CpuMeter::new(Duration::from_secs(1));
+        caller.start_call(account.clone());
+        std::thread::sleep(Duration::from_millis(20));
+        let nested = caller.host_call();
+        callee.start_call(account.clone());
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(matches!(callee.check(), Verdict::Continue));
+        callee.end_call();
+        drop(nested);
+        assert!(account.spent() >= Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(60));
+        match caller.check() {
+            Verdict::Exceeded(Overrun::Chain { spent, limit }) => {
+                assert!(spent > limit && limit == Duration::from_millis(100));
+            }
+            _ => panic!("the chain's account is spent"),
+        }
+    }
+
+    #[test]
     fn host_call_inside_parked_phase_does_not_resume() {
         let meter = CpuMeter::new(Duration::from_secs(1));
-        meter.start_call();
+        meter.start_call(Arc::default());
         meter.park();
         drop(meter.host_call());
         assert_eq!(meter.lock().phase, Phase::Parked);

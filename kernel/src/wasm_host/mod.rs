@@ -11,7 +11,7 @@
 mod abi;
 mod bindings;
 mod cache;
-mod limits;
+pub(crate) mod limits;
 mod store;
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{self, KeelPlugin};
-use super::limits::{CpuMeter, MemoryLimiter, Metered, Verdict, format_limit, format_mib};
+use super::limits::{CpuMeter, MemoryLimiter, Metered, Overrun, Verdict, format_limit, format_mib};
 use super::{WasmComponent, WasmGrants, wasi};
 use crate::call_chain::CallChain;
 use crate::host_api::HostHandle;
@@ -64,15 +64,14 @@ impl PluginSource for WasmSource {
         store.epoch_deadline_callback(|ctx| match ctx.data().meter.check() {
             // Under the limit: let the executor run other tasks, then look again in a tick.
             Verdict::Continue => Ok(UpdateDeadline::Yield(1)),
-            Verdict::Exceeded(spent) => Err(wasmtime::format_err!(
-                "guest CPU limit exceeded after {:.3} s",
-                spent.as_secs_f64()
+            Verdict::Exceeded(overrun) => Err(wasmtime::format_err!(
+                "guest CPU bound exceeded: {overrun:?}"
             )),
         });
 
         // Instantiation runs guest code too (start functions), under the same bound.
         store.set_epoch_deadline(1);
-        meter.start_call();
+        meter.start_call(std::sync::Arc::default());
         let instantiated = Metered::new(
             meter.clone(),
             self.component.pre().instantiate_async(&mut store),
@@ -139,7 +138,9 @@ impl WasmInstance {
         self.store.data_mut().host.enter(chain);
         self.store.set_epoch_deadline(1);
         let meter = self.store.data().meter.clone();
-        meter.start_call();
+        // The first metered plugin on a chain sets the limit of the chain's account.
+        chain.cpu().limit_or(meter.limit());
+        meter.start_call(chain.cpu().clone());
         self.in_call = Some(export);
         Ok(meter)
     }
@@ -173,23 +174,40 @@ impl WasmInstance {
 
 /// The limit error for a failed call, if a limit was exceeded.
 fn limit_error(plugin: &str, state: &StoreState) -> Option<InstanceError> {
-    if let Some(spent) = state.meter.exceeded() {
-        return Some(InstanceError::Limit {
-            limit: "cpu",
-            detail: format!(
-                "plugin `{plugin}` ran {:.2} s of guest CPU in one call (limit {}); raise \
-                 [limits] cpu-ms in its keel.toml if this is expected",
-                spent.as_secs_f64(),
-                format_limit(state.meter.limit())
-            ),
-        });
+    match state.meter.exceeded() {
+        Some(Overrun::Call(spent)) => {
+            return Some(InstanceError::Limit {
+                limit: "cpu",
+                detail: format!(
+                    "plugin `{plugin}` ran {:.2} s of guest CPU in one call (limit {}); the \
+                     person running keel can raise it with [limits.{plugin}] cpu-ms in keel's \
+                     config if this is expected",
+                    spent.as_secs_f64(),
+                    format_limit(state.meter.limit())
+                ),
+            });
+        }
+        Some(Overrun::Chain { spent, limit }) => {
+            return Some(InstanceError::Limit {
+                limit: "cpu",
+                detail: format!(
+                    "the calls on chain {} used {:.2} s of guest CPU together (limit {}, set by \
+                     the first plugin on it); `{plugin}` was running when the limit was reached",
+                    state.host.chain(),
+                    spent.as_secs_f64(),
+                    format_limit(limit)
+                ),
+            });
+        }
+        None => {}
     }
     if let Some(refusal) = state.limiter.refused() {
         return Some(InstanceError::Limit {
             limit: "memory",
             detail: format!(
-                "plugin `{plugin}` tried to grow its memory to {} (limit {}); raise [limits] \
-                 memory-mib in its keel.toml if this is expected",
+                "plugin `{plugin}` tried to grow its memory to {} (limit {}); the person \
+                 running keel can raise it with [limits.{plugin}] memory-mib in keel's config \
+                 if this is expected",
                 format_mib(refusal.wanted),
                 format_mib(state.limiter.limit())
             ),

@@ -1,0 +1,225 @@
+//! Every call into a guest is bounded in time: a tool that sleeps forever ends at its
+//! deadline, Ctrl-C stops a spinning tool at once and the turn ends cancelled, and a plugin
+//! that delegates its work to another cannot escape the CPU bound of the call it serves. In
+//! each case the model (or the caller) gets an error result and the plugin stays usable.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_kernel::gates::approvals::PolicyApprover;
+use keel_kernel::gates::exec_policy::ApprovalMode;
+use keel_kernel::{Deadlines, GateConfig, KernelConfig, KernelError, PluginState};
+use keel_protocol::{
+    LogLine, OutcomeStatus, SessionEvent, ToolOutcome, TurnEnd, TurnReport, TurnRequest, services,
+};
+use keel_tests::Harness;
+
+type R = anyhow::Result<()>;
+
+/// Stops a test that would otherwise hang on a broken bound.
+const HANG: Duration = Duration::from_secs(60);
+
+fn harness(
+    ws: &std::path::Path,
+    data: &std::path::Path,
+    deadlines: Deadlines,
+) -> anyhow::Result<Harness> {
+    Harness::with_kernel(
+        ws,
+        Some(data.to_owned()),
+        None,
+        KernelConfig {
+            deadlines,
+            ..KernelConfig::default()
+        },
+        GateConfig {
+            workspace: Some(ws.to_owned()),
+            approver: Arc::new(PolicyApprover(ApprovalMode::Auto)),
+            ..GateConfig::locked_down()
+        },
+    )
+}
+
+async fn turn(h: &Harness, input: &str) -> anyhow::Result<TurnReport> {
+    let request = serde_json::to_string(&TurnRequest {
+        session: "bounds".into(),
+        input: input.into(),
+    })?;
+    let answer = tokio::time::timeout(
+        HANG,
+        h.kernel.call_service(services::AGENT, "turn", &request),
+    )
+    .await??;
+    Ok(serde_json::from_str(&answer)?)
+}
+
+async fn ping(h: &Harness) -> anyhow::Result<ToolOutcome> {
+    Ok(serde_json::from_str(
+        &h.kernel.call_tool("stall_ping", "{}").await,
+    )?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_sleeping_forever_ends_at_the_tool_deadline_and_the_turn_goes_on() -> R {
+    let ws = tempfile::tempdir()?;
+    let data = tempfile::tempdir()?;
+    let h = harness(
+        ws.path(),
+        data.path(),
+        Deadlines {
+            tool: Duration::from_secs(1),
+            ..Deadlines::default()
+        },
+    )?;
+    h.load_scripted_model(
+        r#"
+[[step]]
+text = "Waiting."
+[[step.tool_calls]]
+name = "stall_sleep"
+arguments = {}
+
+[[step]]
+expect_tool_result_contains = "did not finish within 1 s, the tool-call deadline"
+text = "Gave up on it."
+"#,
+    )
+    .await?;
+    h.load_fixture("stall").await?;
+    for name in ["tool-registry", "session-log", "agent-loop"] {
+        h.load_plugin(name).await?;
+    }
+    let report = turn(&h, "wait for it").await?;
+    assert_eq!(report.end, TurnEnd::Completed, "{report:?}");
+    assert_eq!(report.text, "Gave up on it.");
+    // The stopped instance was replaced: the plugin answers its next call.
+    let pong = ping(&h).await?;
+    assert_eq!(
+        (pong.status, pong.content.as_str()),
+        (OutcomeStatus::Ok, "pong")
+    );
+    assert_eq!(
+        h.kernel.status("stall").map(|s| s.state),
+        Some(PluginState::Active)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_a_spinning_tool_and_the_turn_ends_cancelled() -> R {
+    let ws = tempfile::tempdir()?;
+    let data = tempfile::tempdir()?;
+    // No deadline would end the spin within the test: only Ctrl-C (and the 1 s CPU bound,
+    // which must not be what ends it) can.
+    let h = harness(ws.path(), data.path(), Deadlines::default())?;
+    h.load_scripted_model(
+        r#"
+[[step]]
+text = "Computing."
+[[step.tool_calls]]
+name = "stall_spin"
+arguments = {}
+
+[[step]]
+text = "Never reached."
+"#,
+    )
+    .await?;
+    h.load_fixture("stall").await?;
+    for name in ["tool-registry", "session-log", "agent-loop"] {
+        h.load_plugin(name).await?;
+    }
+    let mut bus = h.kernel.events();
+    h.kernel.begin_turn();
+    let running = {
+        let kernel = h.kernel.clone();
+        tokio::spawn(async move {
+            let request = serde_json::to_string(&TurnRequest {
+                session: "bounds".into(),
+                input: "compute".into(),
+            })?;
+            let answer = kernel
+                .call_service(services::AGENT, "turn", &request)
+                .await?;
+            anyhow::Ok(serde_json::from_str::<TurnReport>(&answer)?)
+        })
+    };
+    // The tool announces itself just before it starts spinning.
+    tokio::time::timeout(HANG, async {
+        loop {
+            match bus.recv().await {
+                Ok(event) if event.topic == "fixture.stall.started" => break,
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("event bus closed: {e}"),
+            }
+        }
+    })
+    .await?;
+    h.kernel.cancel_turn();
+    let report = tokio::time::timeout(HANG, running).await???;
+    assert_eq!(report.end, TurnEnd::Cancelled, "{report:?}");
+
+    // The model saw the tool's call end as stopped by the person, not as a CPU overrun.
+    h.kernel.settle_events().await;
+    let log = std::fs::read_to_string(data.path().join("sessions").join("bounds.jsonl"))?;
+    let outcome = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<LogLine>(l).ok())
+        .find_map(|l| match l.event {
+            SessionEvent::ToolOutcome { outcome, .. } => Some(outcome),
+            _ => None,
+        })
+        .ok_or_else(|| anyhow::anyhow!("no tool result in the log:\n{log}"))?;
+    assert_eq!(outcome.status, OutcomeStatus::Error, "{outcome:?}");
+    assert!(
+        outcome.content.contains("cancelled the turn"),
+        "{outcome:?}"
+    );
+    assert!(!outcome.content.contains("cpu"), "{outcome:?}");
+
+    // The next turn finds the plugin and the agent usable.
+    h.kernel.begin_turn();
+    let pong = ping(&h).await?;
+    assert_eq!(
+        (pong.status, pong.content.as_str()),
+        (OutcomeStatus::Ok, "pong")
+    );
+    assert_eq!(
+        h.kernel.status("agent-loop").map(|s| s.state),
+        Some(PluginState::Active)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_relaying_calls_cannot_outrun_the_cpu_bound_of_the_call_it_serves() -> R {
+    let ws = tempfile::tempdir()?;
+    let data = tempfile::tempdir()?;
+    // A generous service deadline, so what ends the relay is the CPU bound.
+    let h = harness(
+        ws.path(),
+        data.path(),
+        Deadlines {
+            service: Duration::from_secs(50),
+            ..Deadlines::default()
+        },
+    )?;
+    h.load_fixture("spin-loop").await?;
+    h.load_fixture("stall").await?;
+    let outcome =
+        tokio::time::timeout(HANG, h.kernel.call_service("fixture.stall", "relay", "")).await?;
+    let message = match outcome {
+        Err(KernelError::Failed(m)) => m,
+        other => panic!("the relay must be stopped by the CPU bound, got {other:?}"),
+    };
+    assert!(
+        message.contains("stall") && message.contains("guest CPU together"),
+        "{message}"
+    );
+    // Both plugins were bounded, not broken: each answers its next call.
+    for service in ["fixture.stall", "fixture.spin"] {
+        let answer = h.kernel.call_service(service, "ping", "").await?;
+        assert_eq!(answer, "pong", "{service}");
+    }
+    Ok(())
+}
