@@ -121,6 +121,9 @@ pub(crate) struct SessionGates {
     /// Set by Ctrl-C, cleared when the next turn begins. A watch rather than a flag, so a
     /// model stream or command that is waiting can be woken and ended at once.
     cancel: tokio::sync::watch::Sender<bool>,
+    /// Bytes spilled to `.keel/spill` this session, and how many may be.
+    spilled: AtomicU64,
+    spill_limit: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -149,6 +152,8 @@ impl SessionGates {
             plugin_locks: Mutex::new(HashMap::new()),
             turn: AtomicU64::new(0),
             cancel: tokio::sync::watch::Sender::new(false),
+            spilled: AtomicU64::new(0),
+            spill_limit: crate::quotas::MAX_SPILL_BYTES_PER_SESSION,
         }
     }
 
@@ -416,9 +421,18 @@ impl SessionGates {
     }
 
     /// Spill `text` for call `id` and return the pointer the model can read it with.
+    /// Nothing is spilled once the session's spilled outputs reach their quota: the output is
+    /// then cut to head and tail only.
     fn spill(&self, id: &str, text: &str) -> Option<(String, String)> {
         let workspace = self.workspace.as_ref()?;
         let name = safe_path::safe_component(id).ok()?;
+        let size = text.len() as u64;
+        self.spilled
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |spilled| {
+                let total = spilled.checked_add(size)?;
+                (total <= self.spill_limit).then_some(total)
+            })
+            .ok()?;
         let dir = workspace.join(".keel").join("spill");
         std::fs::create_dir_all(&dir).ok()?;
         let ignore = dir.join(".gitignore");
@@ -985,6 +999,20 @@ mod tests {
             capabilities: ToolCapabilities::default(),
             parallel_safe: false,
         }
+    }
+
+    #[test]
+    fn a_sessions_spilled_outputs_are_bounded() {
+        let ws = tempfile::tempdir().expect("workspace");
+        let mut gates = SessionGates::new(GateConfig {
+            workspace: Some(ws.path().to_owned()),
+            ..GateConfig::locked_down()
+        });
+        gates.spill_limit = 10;
+        assert!(gates.spill("c1", "12345678").is_some());
+        assert!(gates.spill("c2", "12345678").is_none(), "over the quota");
+        assert!(!ws.path().join(".keel/spill/c2.txt").exists());
+        assert!(gates.spill("c3", "12").is_some(), "what fits is still kept");
     }
 
     #[test]

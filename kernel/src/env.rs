@@ -234,6 +234,15 @@ impl Env {
                     .iter()
                     .filter(|((owner, _), _)| owner == plugin)
                     .fold((0usize, 0usize), |(n, b), (_, t)| (n + 1, b + t.len()));
+                let all: usize = self.prompt.values().map(String::len).sum();
+                if all + text.len() > quotas::MAX_FRAGMENT_BYTES_TOTAL {
+                    return Err(KernelError::Invalid(format!(
+                        "the loaded plugins' prompt fragments already hold {all} bytes; at most \
+                         {} bytes of them together go into every model request; ask the person \
+                         running keel to unload a plugin that adds fragments",
+                        quotas::MAX_FRAGMENT_BYTES_TOTAL
+                    )));
+                }
                 if count >= quotas::MAX_FRAGMENTS_PER_PLUGIN
                     || bytes + text.len() > quotas::MAX_FRAGMENT_BYTES_PER_PLUGIN
                 {
@@ -393,6 +402,15 @@ impl Env {
             .values()
             .filter(|t| t.owner == plugin)
             .fold((0usize, 0usize), |(n, b), t| (n + 1, b + size(&t.spec)));
+        let all: usize = self.tools.values().map(|t| size(&t.spec)).sum();
+        if all + size(spec) > quotas::MAX_TOOL_BYTES_TOTAL {
+            return Err(KernelError::Invalid(format!(
+                "the loaded plugins' tools already hold {all} bytes; at most {} bytes of tools \
+                 together go into every model request; ask the person running keel to unload a \
+                 plugin with many tools",
+                quotas::MAX_TOOL_BYTES_TOTAL
+            )));
+        }
         if count >= quotas::MAX_TOOLS_PER_PLUGIN
             || bytes + size(spec) > quotas::MAX_TOOL_BYTES_PER_PLUGIN
         {

@@ -169,7 +169,7 @@ struct Record {
     /// Bumped at every activation; a stale instance's requests are refused.
     generation: u64,
     slot: Slot,
-    events: mpsc::Sender<Event>,
+    events: mpsc::Sender<Arc<Event>>,
     /// Events queued for the plugin and not yet handled, so an unload can let them arrive
     /// first (a session log must not lose the last events of a session at exit), and their
     /// bytes, bounded by [`crate::quotas::MAX_QUEUED_EVENT_BYTES`].
@@ -202,8 +202,10 @@ impl KeptState {
     fn insert(&mut self, key: &str, value: Vec<u8>) -> Result<(), String> {
         let replaced = self.entries.get(key).map_or(0, |v| key.len() + v.len());
         let bytes = self.bytes - replaced + key.len() + value.len();
-        if bytes > MAX_STATE_TOTAL {
-            return Err(format!("more than {MAX_STATE_TOTAL} bytes of state"));
+        if bytes > MAX_STATE_BYTES_PER_PLUGIN {
+            return Err(format!(
+                "more than {MAX_STATE_BYTES_PER_PLUGIN} bytes of state"
+            ));
         }
         self.entries.insert(key.to_owned(), value);
         self.bytes = bytes;
@@ -217,10 +219,7 @@ impl KeptState {
     }
 }
 
-/// Largest key and value in a plugin's kernel-held state, and the total per plugin.
-const MAX_STATE_KEY: usize = 256;
-const MAX_STATE_VALUE: usize = 1 << 20;
-const MAX_STATE_TOTAL: usize = 16 << 20;
+use crate::quotas::{MAX_STATE_BYTES_PER_PLUGIN, MAX_STATE_KEY, MAX_STATE_VALUE};
 
 pub(crate) struct Shared {
     inner: Mutex<Inner>,
@@ -229,6 +228,8 @@ pub(crate) struct Shared {
     lifecycle: tokio::sync::Mutex<()>,
     config: KernelConfig,
     host_events: broadcast::Sender<Event>,
+    /// Bytes of events queued for all subscribers (see [`Backlog`]).
+    queued_events: Arc<AtomicUsize>,
     me: Weak<Shared>,
 }
 
@@ -266,6 +267,7 @@ impl Kernel {
                 lifecycle: tokio::sync::Mutex::new(()),
                 config,
                 host_events,
+                queued_events: Arc::default(),
                 me: me.clone(),
             }),
         }
@@ -521,7 +523,7 @@ impl Shared {
         let name = package.manifest.name.clone();
         let slot: Slot = Arc::new(tokio::sync::Mutex::new(None));
         let (tx, rx) = mpsc::channel(self.config.event_queue.max(1));
-        let undelivered = Arc::new(Backlog::default());
+        let undelivered = Arc::new(Backlog::sharing(self.queued_events.clone()));
         tokio::spawn(deliver_events(
             self.me.clone(),
             name.clone(),
@@ -980,6 +982,9 @@ impl Shared {
     fn fan_out(&self, event: Event) -> Result<(), KernelError> {
         let mut refused = Vec::new();
         let size = event_size(&event);
+        // One copy, shared by every queue it waits in.
+        let shared = Arc::new(event);
+        let event = &*shared;
         {
             let inner = self.lock();
             for subscriber in inner.env.subscribers(&event.topic) {
@@ -987,29 +992,66 @@ impl Shared {
                     continue;
                 }
                 if let Some(r) = inner.plugins.get(subscriber) {
-                    if !r.undelivered.admit(size) {
-                        refused.push(subscriber.to_owned());
+                    if let Err(full) = r.undelivered.admit(size) {
+                        refused.push((subscriber.to_owned(), full));
                         continue;
                     }
-                    if r.events.try_send(event.clone()).is_err() {
+                    if r.events.try_send(shared.clone()).is_err() {
                         r.undelivered.release(size);
-                        refused.push(subscriber.to_owned());
+                        refused.push((subscriber.to_owned(), Full::Subscriber));
                     }
                 }
             }
         }
-        // No host receiver is fine: nobody asked for host delivery.
-        let _ = self.host_events.send(event.clone());
+        // No host receiver is fine: nobody asked for host delivery. The host's ring keeps a
+        // copy of every event, so a large payload is kept only as a note of its size.
+        let for_host = if event.payload.len() > crate::quotas::MAX_HOST_EVENT_PAYLOAD {
+            Event {
+                topic: event.topic.clone(),
+                source: event.source.clone(),
+                payload: serde_json::json!({
+                    "omitted": format!(
+                        "{} bytes, more than the display keeps; subscribers got it whole",
+                        event.payload.len()
+                    )
+                })
+                .to_string(),
+            }
+        } else {
+            event.clone()
+        };
+        let _ = self.host_events.send(for_host);
         if refused.is_empty() {
             Ok(())
         } else {
+            let names = |which: Full| {
+                refused
+                    .iter()
+                    .filter(|(_, full)| *full == which)
+                    .map(|(name, _)| name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let mut why = Vec::new();
+            let own = names(Full::Subscriber);
+            if !own.is_empty() {
+                why.push(format!(
+                    "{own}: its queue of {} events or {} MiB is full",
+                    self.config.event_queue,
+                    crate::quotas::MAX_QUEUED_EVENT_BYTES >> 20
+                ));
+            }
+            let all = names(Full::All);
+            if !all.is_empty() {
+                why.push(format!(
+                    "{all}: all subscribers' queues together hold {} MiB",
+                    crate::quotas::MAX_QUEUED_EVENT_BYTES_TOTAL >> 20
+                ));
+            }
             Err(KernelError::Unavailable(format!(
-                "event `{}` was not delivered to {} (its queue of {} events or {} MiB is full); \
-                 emit less often or retry later",
+                "event `{}` was not delivered ({}); emit less often or retry later",
                 event.topic,
-                refused.join(", "),
-                self.config.event_queue,
-                crate::quotas::MAX_QUEUED_EVENT_BYTES >> 20
+                why.join("; ")
             )))
         }
     }
@@ -1038,6 +1080,13 @@ impl Shared {
         }
         let mut inner = self.lock();
         live_record(&mut inner.plugins, plugin, generation)?;
+        let all: usize = inner.state.values().map(|kept| kept.bytes).sum();
+        if all + key.len() + value.len() > crate::quotas::MAX_STATE_BYTES_TOTAL {
+            return Err(KernelError::Invalid(format!(
+                "the kernel already holds {all} bytes of plugins' state, the most it keeps for \
+                 all plugins together; remove keys first"
+            )));
+        }
         inner
             .state
             .entry(plugin.to_owned())
@@ -1814,43 +1863,70 @@ async fn deliver_events(
     shared: Weak<Shared>,
     name: String,
     slot: Slot,
-    mut rx: mpsc::Receiver<Event>,
+    mut rx: mpsc::Receiver<Arc<Event>>,
     undelivered: Arc<Backlog>,
 ) {
     while let Some(event) = rx.recv().await {
         let size = event_size(&event);
-        deliver_one(&shared, &name, &slot, event).await;
+        deliver_one(&shared, &name, &slot, &event).await;
         undelivered.release(size);
     }
 }
 
-/// Events queued for one subscriber and not yet handled: how many, and their bytes.
+/// Events queued for one subscriber and not yet handled: how many, and their bytes; and the
+/// bytes queued for all subscribers, which every backlog shares.
 #[derive(Default)]
 struct Backlog {
     events: AtomicUsize,
     bytes: AtomicUsize,
+    all: Arc<AtomicUsize>,
+}
+
+/// Which bound refused an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Full {
+    /// The subscriber's own queue.
+    Subscriber,
+    /// All subscribers' queues together.
+    All,
+}
+
+/// Add `size` to `counter` unless it would pass `limit`.
+fn reserve(counter: &AtomicUsize, size: usize, limit: usize) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| {
+            let total = queued.checked_add(size)?;
+            (total <= limit).then_some(total)
+        })
+        .is_ok()
 }
 
 impl Backlog {
-    /// Count an event of `size` bytes in, unless the bytes would pass the quota. Counted
-    /// before it is queued, so delivery never counts below zero.
-    fn admit(&self, size: usize) -> bool {
-        let admitted = self
-            .bytes
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |queued| {
-                let total = queued.checked_add(size)?;
-                (total <= crate::quotas::MAX_QUEUED_EVENT_BYTES).then_some(total)
-            })
-            .is_ok();
-        if admitted {
-            self.events.fetch_add(1, Ordering::SeqCst);
+    fn sharing(all: Arc<AtomicUsize>) -> Self {
+        Backlog {
+            all,
+            ..Backlog::default()
         }
-        admitted
+    }
+
+    /// Count an event of `size` bytes in, unless the bytes would pass this subscriber's quota
+    /// or all subscribers'. Counted before it is queued, so delivery never counts below zero.
+    fn admit(&self, size: usize) -> Result<(), Full> {
+        if !reserve(&self.bytes, size, crate::quotas::MAX_QUEUED_EVENT_BYTES) {
+            return Err(Full::Subscriber);
+        }
+        if !reserve(&self.all, size, crate::quotas::MAX_QUEUED_EVENT_BYTES_TOTAL) {
+            self.bytes.fetch_sub(size, Ordering::SeqCst);
+            return Err(Full::All);
+        }
+        self.events.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 
     fn release(&self, size: usize) {
         self.events.fetch_sub(1, Ordering::SeqCst);
         self.bytes.fetch_sub(size, Ordering::SeqCst);
+        self.all.fetch_sub(size, Ordering::SeqCst);
     }
 }
 
@@ -1861,7 +1937,7 @@ fn event_size(event: &Event) -> usize {
 
 /// Hand one event to the plugin's current instance, if it is active; bounded and restarted
 /// like any call into a plugin.
-async fn deliver_one(shared: &Weak<Shared>, name: &str, slot: &Slot, event: Event) {
+async fn deliver_one(shared: &Weak<Shared>, name: &str, slot: &Slot, event: &Event) {
     let Some(s) = shared.upgrade() else { return };
     if s.lock()
         .plugins
@@ -1871,7 +1947,7 @@ async fn deliver_one(shared: &Weak<Shared>, name: &str, slot: &Slot, event: Even
         return;
     }
     let chain = CallChain::starting_at(KERNEL_NAME);
-    let request = Request::Event { event: &event };
+    let request = Request::Event { event };
     if let Err(e) = s.call_into(&chain, name, slot.clone(), request).await {
         tracing::warn!(plugin = %name, topic = %event.topic, "event handler failed: {e}");
     }
@@ -1884,7 +1960,7 @@ mod tests {
     #[test]
     fn kept_state_counts_replacements_and_removals_toward_its_limit() {
         let mut kept = KeptState::default();
-        let half = MAX_STATE_TOTAL / 2;
+        let half = MAX_STATE_BYTES_PER_PLUGIN / 2;
         kept.insert("a", vec![0; half - 1]).expect("half fits");
         // Replacing a key counts its new value only, not both.
         kept.insert("a", vec![0; half - 1])
@@ -1892,13 +1968,13 @@ mod tests {
         assert_eq!(kept.bytes, half);
         kept.insert("b", vec![0; half - 1])
             .expect("the second half fits");
-        assert_eq!(kept.bytes, MAX_STATE_TOTAL);
+        assert_eq!(kept.bytes, MAX_STATE_BYTES_PER_PLUGIN);
         let err = kept
             .insert("c", vec![0])
             .expect_err("one byte more is refused");
         assert!(err.contains("bytes of state"), "{err}");
         assert_eq!(
-            kept.bytes, MAX_STATE_TOTAL,
+            kept.bytes, MAX_STATE_BYTES_PER_PLUGIN,
             "a refused insert changes nothing"
         );
         assert!(!kept.entries.contains_key("c"));

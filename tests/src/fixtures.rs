@@ -37,6 +37,10 @@
 //!   `keel-policy.allow` in `activate` (method `attempts` of `fixture.mimic` lists the kernel's
 //!   answers); its tool `mimic` returns output shaped like chat-template tokens, role turns,
 //!   tool calls, keel notices and variation selectors.
+//! - `flood`: subscribes to `fixture.flood` and handles each event slowly (2 s); registers
+//!   tools `flood_<prefix>_<n>` (8 KiB descriptions) and 8 KiB prompt fragments until refused;
+//!   tool `flood_<prefix>` stores 1 MiB state values until refused and emits 1 MiB events 300 times
+//!   (`prefix` from `[config]`, so several copies can load under different names).
 //! - `stall`: tools `stall_sleep` (sleeps forever), `stall_spin` (emits
 //!   `fixture.stall.started`, then spins forever), `stall_ping` (`pong`); service
 //!   `fixture.stall` with `relay` (calls `fixture.spin`'s `spin` forever, ignoring errors),

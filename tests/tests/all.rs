@@ -6,6 +6,7 @@ mod call_bounds;
 mod home_sealing;
 mod hostile_plugins;
 mod kernel_mimicry;
+mod memory_bounds;
 mod model_wire_e2e;
 mod secret_binding;
 mod service_doors;
