@@ -207,6 +207,24 @@ impl Env {
             }
             Effect::Subscribe { topic } => {
                 validate_topic(&topic, true)?;
+                let count = self
+                    .subscriptions
+                    .iter()
+                    .filter(|(_, p)| p == plugin)
+                    .count();
+                if count >= quotas::MAX_SUBSCRIPTIONS_PER_PLUGIN
+                    && !self
+                        .subscriptions
+                        .contains(&(topic.clone(), plugin.to_owned()))
+                {
+                    return Err(KernelError::Invalid(format!(
+                        "plugin `{plugin}` has {count} subscriptions, the most one plugin may \
+                         hold; subscribe to a pattern such as `{}` instead",
+                        topic
+                            .rsplit_once('.')
+                            .map_or_else(|| "*".to_owned(), |(head, _)| format!("{head}.*"))
+                    )));
+                }
                 if self
                     .subscriptions
                     .insert((topic.clone(), plugin.to_owned()))
@@ -274,6 +292,13 @@ impl Env {
                 if let Some(owner) = self.guards.get(&name) {
                     return Err(KernelError::Conflict(format!(
                         "guard `{name}` is already registered by plugin `{owner}`; use another name"
+                    )));
+                }
+                let count = self.guards.values().filter(|p| *p == plugin).count();
+                if count >= quotas::MAX_GUARDS_PER_PLUGIN {
+                    return Err(KernelError::Invalid(format!(
+                        "plugin `{plugin}` has {count} guards, the most one plugin may register; \
+                         one guard can answer for every tool"
                     )));
                 }
                 self.guards.insert(name.clone(), plugin.to_owned());
@@ -549,6 +574,64 @@ mod tests {
             "{refusal}"
         );
         assert!(added * text.len() <= quotas::MAX_FRAGMENT_BYTES_PER_PLUGIN);
+    }
+
+    #[test]
+    fn subscriptions_and_guards_are_bounded_per_plugin() {
+        let m = manifest();
+        let mut env = Env::default();
+        for n in 0..quotas::MAX_SUBSCRIPTIONS_PER_PLUGIN {
+            let topic = format!("flood.t{n}");
+            env.apply("p", &m, Effect::Subscribe { topic })
+                .expect("under the quota");
+        }
+        let e = env
+            .apply(
+                "p",
+                &m,
+                Effect::Subscribe {
+                    topic: "flood.more".into(),
+                },
+            )
+            .expect_err("over the quota");
+        assert!(e.to_string().contains("`flood.*` instead"), "{e}");
+        // Subscribing again to a held topic is not a new subscription.
+        assert!(
+            env.apply(
+                "p",
+                &m,
+                Effect::Subscribe {
+                    topic: "flood.t0".into()
+                }
+            )
+            .is_ok()
+        );
+        for n in 0..quotas::MAX_GUARDS_PER_PLUGIN {
+            let name = format!("p.guard{n}");
+            env.apply("p", &m, Effect::RegisterGuard { name })
+                .expect("under the quota");
+        }
+        let e = env
+            .apply(
+                "p",
+                &m,
+                Effect::RegisterGuard {
+                    name: "p.more".into(),
+                },
+            )
+            .expect_err("over the quota");
+        assert!(e.to_string().contains("guards"), "{e}");
+        assert!(
+            env.apply(
+                "q",
+                &m,
+                Effect::Subscribe {
+                    topic: "flood.more".into()
+                }
+            )
+            .is_ok(),
+            "another plugin has its own quota"
+        );
     }
 
     #[test]

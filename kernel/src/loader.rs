@@ -519,4 +519,111 @@ mod tests {
             .expect_err("escape");
         assert!(e.to_string().contains("without `..`"), "{e}");
     }
+
+    /// For random manifests and user grants: a plugin gets a directory only if its manifest
+    /// may grant it alone (inside the workspace, or its own data directory) or the user's
+    /// config names it; and what a manifest may grant alone it always gets.
+    #[test]
+    fn no_grant_reaches_a_directory_the_manifest_and_the_user_did_not_grant() {
+        use proptest::sample::subsequence;
+        use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+        let root = tempfile::tempdir().expect("root");
+        let root = root.path().canonicalize().expect("canonical");
+        let ws = root.join("ws");
+        let outside = root.join("outside");
+        let home = root.join("home");
+        let data = home.join("data");
+        for dir in [ws.join("src"), outside.clone(), data.join("other")] {
+            std::fs::create_dir_all(dir).expect("mkdir");
+        }
+        std::os::unix::fs::symlink(&outside, ws.join("link-out")).expect("link");
+        let candidates: Vec<String> = vec![
+            ".".into(),
+            "src".into(),
+            "$KEEL_DATA/p".into(),
+            "..".into(),
+            "../outside".into(),
+            "link-out".into(),
+            outside.display().to_string(),
+            ws.join("src").display().to_string(),
+            "$KEEL_DATA/other".into(),
+            home.display().to_string(),
+            "$KEEL_DATA".into(),
+        ];
+        // The ones a manifest may grant without the user.
+        let alone = 3;
+        let own_data = data.join("p");
+        let mut runner = TestRunner::new(Config {
+            cases: 64,
+            ..Config::default()
+        });
+        let strategy = (
+            subsequence((0..candidates.len()).collect::<Vec<_>>(), 1..=3),
+            subsequence((0..candidates.len()).collect::<Vec<_>>(), 0..=3),
+        );
+        runner
+            .run(&strategy, |(asked, granted)| {
+                let wasm = WasmHost::new(WasmHostConfig::default()).expect("wasm host");
+                let l = PluginLoader::new(
+                    wasm,
+                    LoaderConfig {
+                        workspace: ws.clone(),
+                        data_dir: Some(data.clone()),
+                        home: Some(home.clone()),
+                        granted_dirs: [(
+                            "p".to_owned(),
+                            granted
+                                .iter()
+                                .map(|&i| PathBuf::from(&candidates[i]))
+                                .collect(),
+                        )]
+                        .into(),
+                        ..LoaderConfig::default()
+                    },
+                );
+                let entries: Vec<String> = asked
+                    .iter()
+                    .enumerate()
+                    .map(|(n, &i)| {
+                        format!(
+                            "{{ path = \"{}\", guest = \"/d{n}\", access = \"read\" }}",
+                            candidates[i]
+                        )
+                    })
+                    .collect();
+                let text = format!(
+                    "name = \"p\"\nversion = \"0.1.0\"\nkind = \"wasm\"\n[capabilities]\n\
+                     dirs = [{}]\n",
+                    entries.join(", ")
+                );
+                let Ok(m) = Manifest::parse(&text, Path::new("p/keel.toml")) else {
+                    return Ok(());
+                };
+                let result = l.grants(&m);
+                if asked.iter().all(|&i| i < alone) {
+                    proptest::prop_assert!(result.is_ok(), "{:?}: {:?}", asked, result.err());
+                }
+                let Ok(grants) = result else { return Ok(()) };
+                for (dir, &i) in grants.dirs.iter().zip(&asked) {
+                    let by_user = granted.contains(&i);
+                    let inside = dir.host.starts_with(&ws) || dir.host.starts_with(&own_data);
+                    if !by_user && !inside {
+                        return Err(TestCaseError::fail(format!(
+                            "`{}` reached {} without the user's grant",
+                            candidates[i],
+                            dir.host.display()
+                        )));
+                    }
+                    if !by_user && i >= alone {
+                        return Err(TestCaseError::fail(format!(
+                            "`{}` was granted by the manifest alone",
+                            candidates[i]
+                        )));
+                    }
+                }
+                Ok(())
+            })
+            .expect("property");
+    }
 }

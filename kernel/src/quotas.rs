@@ -50,6 +50,12 @@ pub const MAX_STATE_BYTES_PER_PLUGIN: usize = 16 << 20;
 /// See [`MAX_STATE_KEY`].
 pub const MAX_STATE_BYTES_TOTAL: usize = 64 << 20;
 
+/// Topics (or patterns) one plugin may subscribe to.
+pub const MAX_SUBSCRIPTIONS_PER_PLUGIN: usize = 64;
+
+/// Guards one plugin may register (each is asked about every tool call).
+pub const MAX_GUARDS_PER_PLUGIN: usize = 8;
+
 /// Bytes of long tool outputs one session may spill to `.keel/spill` in the workspace; past
 /// it, outputs are cut to head and tail without a spilled copy.
 pub const MAX_SPILL_BYTES_PER_SESSION: u64 = 256 << 20;

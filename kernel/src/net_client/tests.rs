@@ -826,3 +826,100 @@ async fn open_bodies_are_bounded_per_plugin() {
     );
     assert_eq!(c.bodies.open_count("p"), 0);
 }
+
+/// For random user policies, secret bindings, manifests and requests: a request reaches a host
+/// exactly when the user's policy allows the host, the manifest declares it, and every secret
+/// it carries is declared by the manifest and bound to that host.
+#[test]
+fn no_request_reaches_a_host_or_carries_a_secret_that_was_not_granted() {
+    use proptest::prelude::*;
+    use proptest::sample::subsequence;
+    use proptest::test_runner::{Config, TestRunner};
+
+    const SECRETS: [&str; 2] = ["KEY_ZERO", "KEY_ONE"];
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let servers: Vec<Server> = rt.block_on(async {
+        let mut servers = Vec::new();
+        for _ in 0..3 {
+            servers.push(Server::start(|_, _| ok("reached")).await);
+        }
+        servers
+    });
+    let endpoints: Vec<String> = servers.iter().map(Server::endpoint).collect();
+    let all = || subsequence((0..3).collect::<Vec<usize>>(), 0..=3);
+    let case = (
+        all(),
+        all(),
+        all(),
+        all(),
+        subsequence(vec![0usize, 1], 0..=2),
+        proptest::collection::vec((0..3usize, proptest::option::of(0..2usize)), 1..6),
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 48,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &case,
+            |(allowed, declared, bound_zero, bound_one, declared_secrets, attempts)| {
+                let pick = |ix: &[usize]| -> Vec<String> {
+                    ix.iter().map(|&i| endpoints[i].clone()).collect()
+                };
+                let mut secrets = Secrets::new();
+                secrets.insert(SECRETS[0], SECRET, &pick(&bound_zero));
+                secrets.insert(SECRETS[1], SECRET, &pick(&bound_one));
+                let bound = [bound_zero.clone(), bound_one.clone()];
+                let c = NetClient::new(NetConfig {
+                    policy: allow_private(&pick(&allowed)),
+                    secrets,
+                    audit_log: None,
+                });
+                let manifest_hosts = pick(&declared);
+                let manifest_secrets: Vec<String> = declared_secrets
+                    .iter()
+                    .map(|&i| SECRETS[i].to_owned())
+                    .collect();
+                for (target, secret) in attempts {
+                    let before = servers[target].requests().len();
+                    let mut request = get(&servers[target].url("/probe"));
+                    if let Some(s) = secret {
+                        request.secret_headers.push(SecretHeader {
+                            secret: SECRETS[s].into(),
+                            header: "authorization".into(),
+                            prefix: "Bearer ".into(),
+                        });
+                    }
+                    let result = rt.block_on(c.send(
+                        "p",
+                        &manifest_hosts,
+                        &manifest_secrets,
+                        request,
+                        deny_all(),
+                    ));
+                    if let Ok((id, _)) = &result {
+                        rt.block_on(read_all(&c, "p", *id)).expect("body");
+                    }
+                    let reached = servers[target].requests().len() > before;
+                    let granted = allowed.contains(&target)
+                        && declared.contains(&target)
+                        && secret.is_none_or(|s| {
+                            declared_secrets.contains(&s) && bound[s].contains(&target)
+                        });
+                    prop_assert_eq!(
+                        reached,
+                        granted,
+                        "request to endpoint {} with secret {:?}: {:?}",
+                        target,
+                        secret,
+                        result.err()
+                    );
+                    if !granted {
+                        prop_assert!(result.is_err());
+                    }
+                }
+                Ok(())
+            },
+        )
+        .expect("property");
+}
