@@ -602,10 +602,9 @@ impl Session {
                 _ = tokio::signal::ctrl_c() => {
                     interrupts += 1;
                     if interrupts > 1 {
-                        // The way out of a turn that does not stop: the first Ctrl-C stops
-                        // every call the agent is waiting on, but not the agent's own code;
-                        // events still queued for the session log may be lost, which the
-                        // person chose.
+                        // The way out at once: the first Ctrl-C stops every call of the turn
+                        // (the agent's own after 2 s); events still queued for the session
+                        // log may be lost, which the person chose.
                         eprintln!("\n[second Ctrl-C: leaving now]");
                         std::process::exit(130);
                     }

@@ -23,8 +23,9 @@ use tokio::time::Instant;
 /// CPU account of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallKind {
-    /// The host asks the agent for a turn. No deadline (the person ends it with Ctrl-C), and
-    /// Ctrl-C does not tear it down: the agent sees its inner calls stopped and ends the turn.
+    /// The host asks the agent for a turn. No deadline (the person ends it with Ctrl-C); at
+    /// Ctrl-C the agent sees its inner calls stopped and ends the turn itself, and is stopped
+    /// only if it has not within a longer grace.
     Turn,
     /// A tool call, through the gate pipeline or from the host.
     Tool,
@@ -223,7 +224,7 @@ impl CallChain {
             CallKind::Event | CallKind::Lifecycle => false,
         };
         next.budget.in_turn = in_turn;
-        next.budget.interruptible = in_turn && kind != CallKind::Turn;
+        next.budget.interruptible = in_turn;
         next
     }
 
@@ -289,9 +290,9 @@ mod tests {
         let direct = host.enter("b", CallKind::Service, &deadlines, now);
         assert!(!Arc::ptr_eq(direct.cpu(), tool.cpu()));
         assert!(!direct.interruptible());
-        // A turn is not itself stopped by Ctrl-C; what it calls is.
+        // A turn has no deadline; Ctrl-C stops it (after a longer grace) and what it calls.
         let turn = host.enter("agent", CallKind::Turn, &deadlines, now);
-        assert!(turn.deadline().is_none() && !turn.interruptible());
+        assert!(turn.deadline().is_none() && turn.interruptible());
         let model = turn.enter("model", CallKind::Model, &deadlines, now);
         assert!(model.interruptible() && !Arc::ptr_eq(model.cpu(), turn.cpu()));
         let log = turn.enter("log", CallKind::Service, &deadlines, now);

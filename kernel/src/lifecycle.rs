@@ -1332,9 +1332,16 @@ impl Shared {
                 "plugin `{plugin}` ({what}) was stopped: the person cancelled the turn (Ctrl-C)"
             ))
         };
-        if self.gates.is_cancelled() {
-            return Err(stopped());
-        }
+        // The agent ends a cancelled turn itself, recording it, once what it waits on has
+        // been stopped: it gets longer.
+        let grace = if kind == CallKind::Turn {
+            TURN_CANCEL_GRACE
+        } else {
+            if self.gates.is_cancelled() {
+                return Err(stopped());
+            }
+            CANCEL_GRACE
+        };
         tokio::pin!(bounded);
         tokio::select! {
             biased;
@@ -1344,7 +1351,7 @@ impl Shared {
         // The cancel has already ended what the call waits on (a model stream, a command), so
         // a plugin that handles it returns at once, with what it has so far (a partial answer,
         // a command's output); one that does not is stopped after the grace.
-        tokio::time::timeout(CANCEL_GRACE, bounded)
+        tokio::time::timeout(grace, bounded)
             .await
             .unwrap_or_else(|_| Err(stopped()))
     }
@@ -1523,6 +1530,9 @@ impl Drop for RestartIfStopped<'_> {
 
 /// How long a call of a cancelled turn may take to return on its own before it is stopped.
 const CANCEL_GRACE: Duration = Duration::from_millis(50);
+
+/// How long the agent may take to end a cancelled turn before its turn call is stopped too.
+const TURN_CANCEL_GRACE: Duration = Duration::from_secs(2);
 
 /// The error of a call stopped at its chain's deadline.
 fn overdue_error(plugin: &str, what: &str, kind: CallKind, deadline: Deadline) -> KernelError {

@@ -390,3 +390,36 @@ async fn queued_event_bytes_are_bounded_per_subscriber() -> R {
     kernel.emit("test.after", "ok")?;
     Ok(())
 }
+
+/// An agent that does not end a cancelled turn itself (stuck, or hostile) has its turn call
+/// stopped too, a grace after Ctrl-C, and is replaced before its next call.
+#[tokio::test]
+async fn ctrl_c_stops_an_agent_that_does_not_end_the_turn() -> R {
+    let kernel = Kernel::default();
+    let stuck = Behaviour {
+        call_delay: Duration::from_secs(3600),
+        ..Behaviour::default()
+    };
+    kernel
+        .load(package(
+            manifest("stuck-agent", "1.0.0", &[("agent", "1.0.0")], &[]),
+            stuck,
+        ))
+        .await?;
+    kernel.begin_turn();
+    let turn = {
+        let kernel = kernel.clone();
+        tokio::spawn(async move { kernel.call_service("agent", "turn", "{}").await })
+    };
+    kernel.cancel_turn();
+    let outcome = tokio::time::timeout(Duration::from_secs(60), turn).await??;
+    match outcome {
+        Err(KernelError::Denied(m)) => assert!(m.contains("cancelled the turn"), "{m}"),
+        other => panic!("the turn must be stopped, got {other:?}"),
+    }
+    assert_eq!(
+        kernel.status("stuck-agent").map(|s| s.state),
+        Some(PluginState::Active)
+    );
+    Ok(())
+}
