@@ -1,0 +1,472 @@
+//! The call path into a plugin: routing a service, tool, guard or event to the plugin that
+//! serves it, bounding the call by its chain's budget (deadline, Ctrl-C), and replacing an
+//! instance that was stopped halfway or ran into a limit.
+
+use std::time::Duration;
+
+use super::*;
+
+impl Shared {
+    /// Wait until every reload in progress has released its plugin.
+    pub(super) async fn wait_for_reloads(&self) {
+        let slots: Vec<Slot> = self
+            .lock()
+            .plugins
+            .values()
+            .filter(|r| r.reloading)
+            .map(|r| r.slot.clone())
+            .collect();
+        for slot in slots {
+            drop(slot.lock().await);
+        }
+    }
+
+    pub(crate) async fn call_service(
+        &self,
+        chain: &CallChain,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, KernelError> {
+        if service.starts_with(RESERVED_SERVICE_PREFIX) {
+            return self.kernel_service(chain, service, method, payload);
+        }
+        let mut waited = false;
+        loop {
+            let route = {
+                let inner = self.lock();
+                match inner.env.services().get(service) {
+                    Some(entry) => {
+                        let provider = entry.provider.clone();
+                        if chain.contains(&provider) {
+                            return Err(KernelError::Denied(format!(
+                                "re-entrant call refused: {chain} → {provider} (service `{service}`); \
+                                 `{provider}` is already inside a call on this chain"
+                            )));
+                        }
+                        inner
+                            .plugins
+                            .get(&provider)
+                            .map(|r| (provider, r.slot.clone()))
+                    }
+                    None => None,
+                }
+                .ok_or_else(|| Self::explain_missing(&inner, service))
+            };
+            match route {
+                Ok((provider, slot)) => {
+                    return self
+                        .call_into(
+                            chain,
+                            &provider,
+                            slot,
+                            Request::Service {
+                                service,
+                                method,
+                                payload,
+                            },
+                        )
+                        .await;
+                }
+                Err(why) if waited => return Err(KernelError::Unavailable(why)),
+                Err(why) => {
+                    if !self.lock().plugins.values().any(|r| r.reloading) {
+                        return Err(KernelError::Unavailable(why));
+                    }
+                    self.wait_for_reloads().await;
+                    waited = true;
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn invoke_tool(
+        &self,
+        chain: &CallChain,
+        name: &str,
+        input: &str,
+    ) -> Result<String, KernelError> {
+        let mut waited = false;
+        loop {
+            let route = {
+                let inner = self.lock();
+                inner.env.tools().get(name).and_then(|t| {
+                    inner
+                        .plugins
+                        .get(&t.owner)
+                        .map(|r| (t.owner.clone(), r.slot.clone()))
+                })
+            };
+            match route {
+                Some((owner, slot)) => {
+                    if chain.contains(&owner) {
+                        return Err(KernelError::Denied(format!(
+                            "re-entrant call refused: {chain} → {owner} (tool `{name}`)"
+                        )));
+                    }
+                    return self
+                        .call_into(chain, &owner, slot, Request::Tool { name, input })
+                        .await;
+                }
+                None if waited || !self.lock().plugins.values().any(|r| r.reloading) => {
+                    return Err(KernelError::Unavailable(format!(
+                        "no tool named `{name}` is registered; the registered tools are: {}",
+                        self.lock()
+                            .env
+                            .tools()
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                None => {
+                    self.wait_for_reloads().await;
+                    waited = true;
+                }
+            }
+        }
+    }
+
+    /// Run `request` on `plugin`'s instance once its slot is free, re-checking after the wait
+    /// that the plugin still owns the target: a reload may have changed that.
+    ///
+    /// The call is bounded by its chain's budget (see [`crate::call_chain`]): at the deadline,
+    /// or at Ctrl-C when it is part of a turn, it is stopped wherever it is (waiting for the
+    /// slot, in guest code, in a nested call) and the caller gets an error at once. An
+    /// instance stopped halfway, or one that ran into a limit, is replaced by a fresh instance
+    /// before its next call, so the plugin stays usable.
+    pub(super) async fn call_into(
+        &self,
+        chain: &CallChain,
+        plugin: &str,
+        slot: Slot,
+        request: Request<'_>,
+    ) -> Result<String, KernelError> {
+        let what = request.describe();
+        let kind = request.kind(chain);
+        let callee = chain.enter(
+            plugin,
+            kind,
+            &self.config.deadlines,
+            tokio::time::Instant::now(),
+        );
+        if let Some(limit) = callee.cpu().limit()
+            && callee.cpu().spent() > limit
+        {
+            // Refused before the guest runs at all: a caller that ignores the error and calls
+            // again gets nothing more out of the chain's spent account.
+            return Err(KernelError::Failed(format!(
+                "plugin `{plugin}` ({what}) was not called: the calls on chain {chain} already \
+                 used {:.2} s of guest CPU, over their limit of {}",
+                callee.cpu().spent().as_secs_f64(),
+                crate::wasm_host::limits::format_limit(limit)
+            )));
+        }
+        let deadline = callee.deadline();
+        let bounded = async {
+            let overdue = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                result = self.run_in_slot(&callee, plugin, slot, request) => result,
+                () = overdue => Err(deadline.map_or_else(
+                    || KernelError::TimedOut(format!("plugin `{plugin}` ({what})")),
+                    |d| overdue_error(plugin, &what, kind, d),
+                )),
+            }
+        };
+        if !callee.interruptible() {
+            return bounded.await;
+        }
+        let stopped = || {
+            KernelError::Denied(format!(
+                "plugin `{plugin}` ({what}) was stopped: the person cancelled the turn (Ctrl-C)"
+            ))
+        };
+        // The agent ends a cancelled turn itself, recording it, once what it waits on has
+        // been stopped: it gets longer.
+        let grace = if kind == CallKind::Turn {
+            TURN_CANCEL_GRACE
+        } else {
+            if self.gates.is_cancelled() {
+                return Err(stopped());
+            }
+            CANCEL_GRACE
+        };
+        tokio::pin!(bounded);
+        tokio::select! {
+            biased;
+            result = &mut bounded => return result,
+            () = self.gates.until_cancelled() => {}
+        }
+        // The cancel has already ended what the call waits on (a model stream, a command), so
+        // a plugin that handles it returns at once, with what it has so far (a partial answer,
+        // a command's output); one that does not is stopped after the grace.
+        tokio::time::timeout(grace, bounded)
+            .await
+            .unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// The part of [`call_into`](Self::call_into) that holds the slot.
+    async fn run_in_slot(
+        &self,
+        callee: &CallChain,
+        plugin: &str,
+        slot: Slot,
+        request: Request<'_>,
+    ) -> Result<String, KernelError> {
+        let what = request.describe();
+        let mut guard = slot.lock_owned().await;
+        let restart = {
+            let inner = self.lock();
+            let Some(r) = inner.plugins.get(plugin) else {
+                return Err(KernelError::Unavailable(format!(
+                    "plugin `{plugin}` was unloaded before the call to {what} could run"
+                )));
+            };
+            if r.state != PluginState::Active || !request.routed_to(&inner.env, plugin) {
+                return Err(KernelError::Unavailable(format!(
+                    "plugin `{plugin}` is {} and no longer serves {what}",
+                    r.state.name()
+                )));
+            }
+            r.restart
+                .clone()
+                .or_else(|| guard.is_none().then(|| "its instance was gone".to_owned()))
+        };
+        if let Some(why) = restart {
+            guard = self.restart(plugin, guard, why).await?;
+            let inner = self.lock();
+            if !request.routed_to(&inner.env, plugin) {
+                return Err(KernelError::Unavailable(format!(
+                    "plugin `{plugin}` was restarted and no longer serves {what}"
+                )));
+            }
+        }
+        let Some(generation) = self.lock().plugins.get(plugin).map(|r| r.generation) else {
+            return Err(KernelError::Unavailable(format!(
+                "plugin `{plugin}` was unloaded before the call to {what} could run"
+            )));
+        };
+        let Some(instance) = guard.as_mut() else {
+            return Err(KernelError::Unavailable(format!(
+                "plugin `{plugin}` has no running instance"
+            )));
+        };
+        // Dropped before it is disarmed only if this future is dropped while the instance is
+        // running: then the instance stopped halfway and must be replaced.
+        let mut halfway = RestartIfStopped {
+            shared: self,
+            plugin,
+            generation,
+            what: &what,
+            armed: true,
+        };
+        let outcome = match request {
+            Request::Service {
+                service,
+                method,
+                payload,
+            } => instance.handle_call(callee, service, method, payload).await,
+            Request::Tool { name, input } => instance.invoke_tool(callee, name, input).await,
+            Request::Guard { guard, tool, input } => instance
+                .check_tool_call(callee, guard, tool, input)
+                .await
+                .map(|v| serde_json::to_string(&v).unwrap_or_default()),
+            Request::Event { event } => instance
+                .on_event(callee, event)
+                .await
+                .map(|()| String::new()),
+        };
+        halfway.armed = false;
+        match outcome {
+            Ok(out) => Ok(out),
+            Err(e) => {
+                let message = format!("plugin `{plugin}` ({what}): {e}");
+                if matches!(e, crate::instance::InstanceError::Limit { .. }) {
+                    // A limit is the plugin's bound doing its job, not a broken plugin: the
+                    // next call gets a fresh instance.
+                    *guard = None;
+                    self.mark_for_restart(plugin, generation, format!("{what} {e}"));
+                } else if e.is_fatal() {
+                    *guard = None;
+                    drop(guard);
+                    self.instance_died(plugin, generation, e.to_string());
+                }
+                Err(KernelError::Failed(message))
+            }
+        }
+    }
+
+    /// Note that `plugin`'s instance of `generation` must be replaced before its next call.
+    pub(super) fn mark_for_restart(&self, plugin: &str, generation: u64, why: String) {
+        if let Some(r) = self.lock().plugins.get_mut(plugin)
+            && r.generation == generation
+        {
+            tracing::info!(plugin, "instance to be replaced: {why}");
+            r.restart.get_or_insert(why);
+        }
+    }
+
+    /// Replace `plugin`'s instance with a fresh, activated one, its old effects undone. Runs
+    /// in a task of its own that owns the slot, so a caller that gives up halfway cannot leave
+    /// the plugin half restarted.
+    async fn restart(
+        &self,
+        plugin: &str,
+        guard: tokio::sync::OwnedMutexGuard<Option<Box<dyn PluginInstance>>>,
+        why: String,
+    ) -> Result<tokio::sync::OwnedMutexGuard<Option<Box<dyn PluginInstance>>>, KernelError> {
+        let Some(shared) = self.me.upgrade() else {
+            return Err(KernelError::Unavailable("the kernel has shut down".into()));
+        };
+        let name = plugin.to_owned();
+        let task = tokio::spawn(async move {
+            let mut guard = guard;
+            {
+                let mut inner = shared.lock();
+                let Inner { env, plugins, .. } = &mut *inner;
+                if let Some(r) = plugins.get_mut(&name) {
+                    r.reloading = true;
+                    r.undo.replay(&name, env);
+                }
+            }
+            // The old instance cannot run again; dropping it is all that is left of it.
+            *guard = None;
+            shared.gates.net.close_all(&name);
+            tracing::info!(plugin = %name, "restarting: {why}");
+            let activated = shared.activate_holding(&name, &mut guard).await;
+            if let Some(r) = shared.lock().plugins.get_mut(&name) {
+                r.reloading = false;
+            }
+            match activated {
+                Ok(()) => Ok(guard),
+                Err(reason) => {
+                    drop(guard);
+                    shared.resettle_later();
+                    Err(KernelError::Unavailable(format!(
+                        "plugin `{name}` had to be restarted ({why}) and could not be: {reason}"
+                    )))
+                }
+            }
+        });
+        task.await.unwrap_or_else(|e| {
+            Err(KernelError::Failed(format!(
+                "restarting plugin `{plugin}` failed: {e}"
+            )))
+        })
+    }
+}
+
+/// Marks an instance for replacement if the call running in it is dropped halfway.
+struct RestartIfStopped<'a> {
+    shared: &'a Shared,
+    plugin: &'a str,
+    generation: u64,
+    what: &'a str,
+    armed: bool,
+}
+
+impl Drop for RestartIfStopped<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.mark_for_restart(
+                self.plugin,
+                self.generation,
+                format!("a call to {} was stopped before it finished", self.what),
+            );
+        }
+    }
+}
+
+/// How long a call of a cancelled turn may take to return on its own before it is stopped.
+const CANCEL_GRACE: Duration = Duration::from_millis(50);
+
+/// How long the agent may take to end a cancelled turn before its turn call is stopped too.
+const TURN_CANCEL_GRACE: Duration = Duration::from_secs(2);
+
+/// The error of a call stopped at its chain's deadline.
+fn overdue_error(plugin: &str, what: &str, kind: CallKind, deadline: Deadline) -> KernelError {
+    let (name, key) = deadline.kind.deadline_name();
+    let whose = if deadline.kind == kind {
+        String::new()
+    } else {
+        format!(" of the {name} it is part of")
+    };
+    KernelError::TimedOut(format!(
+        "plugin `{plugin}` ({what}) did not finish within {} s, the {name} deadline{whose}; it \
+         was stopped and starts afresh for its next call (the person running keel can raise \
+         [timeouts] {key} in keel's config)",
+        deadline.length.as_secs_f64()
+    ))
+}
+
+/// A call the kernel routes into a plugin.
+pub(super) enum Request<'a> {
+    Service {
+        service: &'a str,
+        method: &'a str,
+        payload: &'a str,
+    },
+    Tool {
+        name: &'a str,
+        input: &'a str,
+    },
+    Guard {
+        guard: &'a str,
+        tool: &'a str,
+        input: &'a str,
+    },
+    Event {
+        event: &'a Event,
+    },
+}
+
+impl Request<'_> {
+    /// The door this request came through, made on `chain`.
+    pub(super) fn kind(&self, chain: &CallChain) -> CallKind {
+        match self {
+            Request::Service { service, .. } if *service == keel_protocol::services::MODEL => {
+                CallKind::Model
+            }
+            Request::Service { service, .. }
+                if *service == keel_protocol::services::AGENT && chain.plugins().count() <= 1 =>
+            {
+                CallKind::Turn
+            }
+            Request::Service { .. } => CallKind::Service,
+            Request::Tool { .. } => CallKind::Tool,
+            Request::Guard { .. } => CallKind::Guard,
+            Request::Event { .. } => CallKind::Event,
+        }
+    }
+
+    pub(super) fn describe(&self) -> String {
+        match self {
+            Request::Service {
+                service, method, ..
+            } => format!("service `{service}`, method `{method}`"),
+            Request::Tool { name, .. } => format!("tool `{name}`"),
+            Request::Guard { guard, .. } => format!("guard `{guard}`"),
+            Request::Event { event } => format!("event `{}`", event.topic),
+        }
+    }
+
+    /// Whether `plugin` still serves this request.
+    pub(super) fn routed_to(&self, env: &Env, plugin: &str) -> bool {
+        match self {
+            Request::Service { service, .. } => env
+                .services()
+                .get(*service)
+                .is_some_and(|e| e.provider == plugin),
+            Request::Tool { name, .. } => env.tools().get(*name).is_some_and(|t| t.owner == plugin),
+            Request::Guard { guard, .. } => env.guards().any(|(g, p)| g == *guard && p == plugin),
+            Request::Event { .. } => true,
+        }
+    }
+}
