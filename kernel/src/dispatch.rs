@@ -91,6 +91,40 @@ struct RecordedCall {
     dispatched: bool,
 }
 
+/// The in-flight record of the tool call a plugin serves, removed when the call ends however it
+/// ends: a call dropped halfway (a turn stopped at Ctrl-C) must not leave its approved command
+/// for the plugin's next service call or event handler to run unasked.
+struct Serving<'a> {
+    gates: &'a SessionGates,
+    owner: &'a str,
+}
+
+impl<'a> Serving<'a> {
+    fn start(gates: &'a SessionGates, owner: &'a str, approved_command: Option<String>) -> Self {
+        lock(&gates.inflight).insert(
+            owner.to_owned(),
+            Inflight {
+                approved_command,
+                ..Inflight::default()
+            },
+        );
+        Serving { gates, owner }
+    }
+
+    /// The record of what the call did; the approval ends with it.
+    fn finish(self) -> Inflight {
+        lock(&self.gates.inflight)
+            .remove(self.owner)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        lock(&self.gates.inflight).remove(self.owner);
+    }
+}
+
 /// What a tool plugin's in-flight call may do through the exec gate, and what it did.
 #[derive(Debug, Default)]
 struct Inflight {
@@ -844,15 +878,9 @@ async fn run_tool(
 ) -> ToolOutcome {
     let plugin_lock = gates.plugin_lock(owner);
     let _one_at_a_time = plugin_lock.lock().await;
-    lock(&gates.inflight).insert(
-        owner.to_owned(),
-        Inflight {
-            approved_command,
-            ..Inflight::default()
-        },
-    );
+    let serving = Serving::start(gates, owner, approved_command);
     let result = m.invoke_tool(chain, tool, &input.to_string()).await;
-    let inflight = lock(&gates.inflight).remove(owner).unwrap_or_default();
+    let inflight = serving.finish();
     let (status, text) = match result {
         Ok(text) => (OutcomeStatus::Ok, text),
         Err(e) => (OutcomeStatus::Error, e.to_string()),
@@ -999,6 +1027,27 @@ mod tests {
             capabilities: ToolCapabilities::default(),
             parallel_safe: false,
         }
+    }
+
+    #[test]
+    fn an_approval_ends_with_its_call_even_when_the_call_is_dropped() {
+        let gates = SessionGates::new(GateConfig::locked_down());
+        // A command the locked-down policy would ask about.
+        let line = "curl https://example.com";
+        assert!(gates.check_exec("tool", line).is_err());
+        let serving = Serving::start(&gates, "tool", Some(line.to_owned()));
+        assert!(
+            gates.check_exec("tool", line).is_ok(),
+            "approved for the call"
+        );
+        drop(serving);
+        assert!(
+            gates.check_exec("tool", line).is_err(),
+            "the approval outlived a call that was dropped"
+        );
+        let serving = Serving::start(&gates, "tool", Some(line.to_owned()));
+        assert_eq!(serving.finish().approved_command.as_deref(), Some(line));
+        assert!(gates.check_exec("tool", line).is_err());
     }
 
     #[test]
