@@ -201,9 +201,8 @@ impl CallChain {
         deadlines: &Deadlines,
         now: Instant,
     ) -> Self {
-        let from_host = self.plugins.len() <= 1;
         let mut next = self.then(plugin);
-        let shares_account = kind == CallKind::Service && !from_host;
+        let shares_account = kind == CallKind::Service && !self.is_root();
         if !shares_account {
             next.budget.cpu = Arc::default();
         }
@@ -226,6 +225,12 @@ impl CallChain {
         next.budget.in_turn = in_turn;
         next.budget.interruptible = in_turn;
         next
+    }
+
+    /// Whether the chain is only its start (the host, or a plugin outside any call): a call
+    /// made on it is the first of its chain.
+    pub fn is_root(&self) -> bool {
+        self.plugins.len() <= 1
     }
 
     /// Whether `plugin` is already inside this chain.

@@ -163,21 +163,20 @@ impl Shared {
                 crate::wasm_host::limits::format_limit(limit)
             )));
         }
-        let deadline = callee.deadline();
-        let bounded = async {
-            let overdue = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.at).await,
-                    None => std::future::pending().await,
+        let overdue = async {
+            match callee.deadline() {
+                Some(d) => {
+                    tokio::time::sleep_until(d.at).await;
+                    d
                 }
-            };
+                None => std::future::pending().await,
+            }
+        };
+        let bounded = async {
             tokio::select! {
                 biased;
                 result = self.run_in_slot(&callee, plugin, slot, request) => result,
-                () = overdue => Err(deadline.map_or_else(
-                    || KernelError::TimedOut(format!("plugin `{plugin}` ({what})")),
-                    |d| overdue_error(plugin, &what, kind, d),
-                )),
+                d = overdue => Err(overdue_error(plugin, &what, kind, d)),
             }
         };
         if !callee.interruptible() {
@@ -239,18 +238,19 @@ impl Shared {
                 .clone()
                 .or_else(|| guard.is_none().then(|| "its instance was gone".to_owned()))
         };
+        let mut generation = self.lock().plugins.get(plugin).map(|r| r.generation);
         if let Some(why) = restart {
             guard = self.restart(plugin, guard, why).await?;
             let inner = self.lock();
-            if !request.routed_to(&inner.env, plugin) {
-                return Err(KernelError::Unavailable(format!(
-                    "plugin `{plugin}` was restarted and no longer serves {what}"
-                )));
-            }
+            generation = inner
+                .plugins
+                .get(plugin)
+                .filter(|_| request.routed_to(&inner.env, plugin))
+                .map(|r| r.generation);
         }
-        let Some(generation) = self.lock().plugins.get(plugin).map(|r| r.generation) else {
+        let Some(generation) = generation else {
             return Err(KernelError::Unavailable(format!(
-                "plugin `{plugin}` was unloaded before the call to {what} could run"
+                "plugin `{plugin}` no longer serves {what}"
             )));
         };
         let Some(instance) = guard.as_mut() else {
@@ -435,7 +435,7 @@ impl Request<'_> {
                 CallKind::Model
             }
             Request::Service { service, .. }
-                if *service == keel_protocol::services::AGENT && chain.plugins().count() <= 1 =>
+                if *service == keel_protocol::services::AGENT && chain.is_root() =>
             {
                 CallKind::Turn
             }
