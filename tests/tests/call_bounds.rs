@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use keel_kernel::gates::approvals::PolicyApprover;
 use keel_kernel::gates::exec_policy::ApprovalMode;
-use keel_kernel::{Deadlines, GateConfig, KernelConfig, KernelError, PluginState};
+use keel_kernel::{Deadlines, GateConfig, Kernel, KernelConfig, KernelError, PluginState};
 use keel_protocol::{
     LogLine, OutcomeStatus, SessionEvent, ToolOutcome, TurnEnd, TurnReport, TurnRequest, services,
 };
@@ -40,16 +40,29 @@ fn harness(
     )
 }
 
-async fn turn(h: &Harness, input: &str) -> anyhow::Result<TurnReport> {
+/// A session with the scripted model playing `script`, the `stall` fixture and the agent.
+async fn session(
+    ws: &std::path::Path,
+    data: &std::path::Path,
+    deadlines: Deadlines,
+    script: &str,
+) -> anyhow::Result<Harness> {
+    let h = harness(ws, data, deadlines)?;
+    h.load_scripted_model(script).await?;
+    h.load_fixture("stall").await?;
+    for name in ["tool-registry", "session-log", "agent-loop"] {
+        h.load_plugin(name).await?;
+    }
+    Ok(h)
+}
+
+async fn turn(kernel: Kernel, input: &str) -> anyhow::Result<TurnReport> {
     let request = serde_json::to_string(&TurnRequest {
         session: "bounds".into(),
         input: input.into(),
     })?;
-    let answer = tokio::time::timeout(
-        HANG,
-        h.kernel.call_service(services::AGENT, "turn", &request),
-    )
-    .await??;
+    let answer = tokio::time::timeout(HANG, kernel.call_service(services::AGENT, "turn", &request))
+        .await??;
     Ok(serde_json::from_str(&answer)?)
 }
 
@@ -63,15 +76,13 @@ async fn ping(h: &Harness) -> anyhow::Result<ToolOutcome> {
 async fn a_tool_sleeping_forever_ends_at_the_tool_deadline_and_the_turn_goes_on() -> R {
     let ws = tempfile::tempdir()?;
     let data = tempfile::tempdir()?;
-    let h = harness(
+    let h = session(
         ws.path(),
         data.path(),
         Deadlines {
             tool: Duration::from_secs(1),
             ..Deadlines::default()
         },
-    )?;
-    h.load_scripted_model(
         r#"
 [[step]]
 text = "Waiting."
@@ -85,11 +96,7 @@ text = "Gave up on it."
 "#,
     )
     .await?;
-    h.load_fixture("stall").await?;
-    for name in ["tool-registry", "session-log", "agent-loop"] {
-        h.load_plugin(name).await?;
-    }
-    let report = turn(&h, "wait for it").await?;
+    let report = turn(h.kernel.clone(), "wait for it").await?;
     assert_eq!(report.end, TurnEnd::Completed, "{report:?}");
     assert_eq!(report.text, "Gave up on it.");
     // The stopped instance was replaced: the plugin answers its next call.
@@ -111,8 +118,10 @@ async fn ctrl_c_stops_a_spinning_tool_and_the_turn_ends_cancelled() -> R {
     let data = tempfile::tempdir()?;
     // No deadline would end the spin within the test: only Ctrl-C (and the 1 s CPU bound,
     // which must not be what ends it) can.
-    let h = harness(ws.path(), data.path(), Deadlines::default())?;
-    h.load_scripted_model(
+    let h = session(
+        ws.path(),
+        data.path(),
+        Deadlines::default(),
         r#"
 [[step]]
 text = "Computing."
@@ -125,25 +134,9 @@ text = "Never reached."
 "#,
     )
     .await?;
-    h.load_fixture("stall").await?;
-    for name in ["tool-registry", "session-log", "agent-loop"] {
-        h.load_plugin(name).await?;
-    }
     let mut bus = h.kernel.events();
     h.kernel.begin_turn();
-    let running = {
-        let kernel = h.kernel.clone();
-        tokio::spawn(async move {
-            let request = serde_json::to_string(&TurnRequest {
-                session: "bounds".into(),
-                input: "compute".into(),
-            })?;
-            let answer = kernel
-                .call_service(services::AGENT, "turn", &request)
-                .await?;
-            anyhow::Ok(serde_json::from_str::<TurnReport>(&answer)?)
-        })
-    };
+    let running = tokio::spawn(turn(h.kernel.clone(), "compute"));
     // The tool announces itself just before it starts spinning.
     tokio::time::timeout(HANG, async {
         loop {
@@ -156,7 +149,7 @@ text = "Never reached."
     })
     .await?;
     h.kernel.cancel_turn();
-    let report = tokio::time::timeout(HANG, running).await???;
+    let report = running.await??;
     assert_eq!(report.end, TurnEnd::Cancelled, "{report:?}");
 
     // The model saw the tool's call end as stopped by the person, not as a CPU overrun.
