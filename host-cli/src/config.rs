@@ -109,6 +109,9 @@ pub struct SandboxSettings {
     /// Paths hidden from commands besides the built-in list (`~/` is your home).
     #[serde(default)]
     pub deny_read: Vec<String>,
+    /// Which commands may reach the network through keel's gate: `approved` (the default),
+    /// `none` or `all`.
+    pub network: Option<String>,
 }
 
 /// One `[secrets]` entry: `NAME = "value"`, or `NAME = { value = "...", hosts = [...] }` to

@@ -14,7 +14,7 @@ use keel_kernel::gates::approvals::{
 };
 use keel_kernel::gates::exec_policy::ApprovalMode;
 use keel_kernel::gates::net_policy::{NetDecision, NetPolicy};
-use keel_kernel::sandbox::{SandboxConfig, SandboxMode};
+use keel_kernel::sandbox::{CommandNetwork, SandboxConfig, SandboxMode};
 use keel_kernel::{
     Event, GateConfig, Kernel, KernelConfig, NetConfig, PluginLoader, PluginPackage, Secrets,
 };
@@ -205,6 +205,15 @@ pub fn sandbox_config(ctx: &Context) -> anyhow::Result<SandboxConfig> {
         })?,
         None => SandboxMode::default(),
     };
+    let network = match &settings.network {
+        Some(n) => CommandNetwork::parse(n).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: [sandbox] network: {e}",
+                ctx.home.join("config.toml").display()
+            )
+        })?,
+        None => CommandNetwork::default(),
+    };
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let expand = |p: &str| match (p.strip_prefix("~/"), &home) {
         (Some(rest), Some(home)) => Some(home.join(rest)),
@@ -219,6 +228,7 @@ pub fn sandbox_config(ctx: &Context) -> anyhow::Result<SandboxConfig> {
         .collect();
     Ok(SandboxConfig {
         mode,
+        network,
         deny_read,
         keel_home: Some(ctx.home.clone()),
         ..SandboxConfig::default()

@@ -27,11 +27,12 @@ use crate::gates::approvals::{
     Approvals, Approver, DenyAll, GrantStore, Outcome, SessionApprovals,
 };
 use crate::gates::arg_repair;
-use crate::gates::exec_policy::{Decision, ExecPolicy, Verdict};
+use crate::gates::exec_policy::{Decision, ExecPolicy, NETWORK_RULE, Verdict};
 use crate::gates::net_policy::{NetDecision, NetPolicy};
 use crate::gates::{redact, safe_path, sanitize};
 use crate::net_client::{NetClient, NetConfig, Secrets};
-use crate::sandbox::{Confinement, SandboxConfig};
+use crate::sandbox::proxy::CommandNet;
+use crate::sandbox::{CommandNetwork, Confinement, SandboxConfig};
 use crate::types::{GuardVerdict, KernelError, ToolCapabilities, ToolSpec};
 
 /// Bytes of a long tool output kept from its start and its end.
@@ -177,7 +178,7 @@ impl SessionGates {
             secret_names,
             guard_timeout: config.guard_timeout,
             containment: Containment {
-                confinement: crate::sandbox::probe(config.sandbox.mode),
+                confinement: crate::sandbox::probe(&config.sandbox),
                 config: config.sandbox,
             },
             calls: Mutex::new(BTreeMap::new()),
@@ -339,11 +340,25 @@ impl SessionGates {
     }
 
     /// The exec gate: may `plugin` run `line` now? Forbidden never; allowed always; prompt
-    /// only when it is exactly the command approved for the call being served.
-    pub(crate) fn check_exec(&self, plugin: &str, line: &str) -> Result<(), KernelError> {
+    /// only when it is exactly the command approved for the call being served. `Ok(true)`
+    /// when the command may also use the network (through keel's proxy): the sandbox setting
+    /// allows every command, or the policy asked because the command talks to the network and
+    /// the approval it passed included that.
+    pub(crate) fn check_exec(&self, plugin: &str, line: &str) -> Result<bool, KernelError> {
         let verdict = self.decide_exec(line);
+        // Unconfined commands have the whole network anyway; no proxy is put in front.
+        let network = match self.containment.confinement {
+            Confinement::Bubblewrap(_, CommandNetwork::None)
+            | Confinement::Off
+            | Confinement::Unavailable(_) => false,
+            Confinement::Bubblewrap(_, CommandNetwork::All) => true,
+            Confinement::Bubblewrap(_, CommandNetwork::Approved) => verdict
+                .segments
+                .iter()
+                .any(|s| s.rule.as_deref() == Some(NETWORK_RULE)),
+        };
         match verdict.decision {
-            Decision::Allow => Ok(()),
+            Decision::Allow => Ok(network),
             Decision::Forbid => Err(KernelError::Denied(refusal_text(&verdict))),
             Decision::Prompt => {
                 let inflight = lock(&self.inflight);
@@ -351,7 +366,7 @@ impl SessionGates {
                     .get(plugin)
                     .and_then(|i| i.approved_command.as_deref());
                 if approved == Some(line) {
-                    Ok(())
+                    Ok(network)
                 } else {
                     Err(KernelError::Denied(format!(
                         "`{line}` needs approval ({}) and it is not the command approved for the \
@@ -365,7 +380,7 @@ impl SessionGates {
     }
 
     pub(crate) async fn run_exec(
-        &self,
+        self: &Arc<Self>,
         plugin: &str,
         cmd: ExecCommand,
     ) -> Result<ExecOutcome, KernelError> {
@@ -376,7 +391,13 @@ impl SessionGates {
                     .into(),
             ));
         };
-        self.check_exec(plugin, &cmd.line)?;
+        let network = self.check_exec(plugin, &cmd.line)?.then(|| {
+            CommandNet::new(
+                &self.net,
+                plugin,
+                Arc::new(crate::net_client::GateApprover(self.clone())),
+            )
+        });
         if self.is_cancelled() {
             return Err(KernelError::Denied(
                 "the command was not started: the person cancelled the turn (Ctrl-C)".into(),
@@ -387,6 +408,7 @@ impl SessionGates {
             &cmd,
             &self.secret_names,
             &self.containment,
+            network.as_ref(),
             self.until_cancelled(),
         )
         .await

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 
+use crate::sandbox::netns::Handoff;
+use crate::sandbox::proxy::CommandNet;
 use crate::sandbox::{Confinement, PidsCgroup, SandboxConfig};
 
 /// A command a plugin asks the kernel to run.
@@ -115,14 +117,16 @@ impl Containment {
 }
 
 /// Run `cmd` in `workspace` (canonical), confined as `containment` says. Environment variables
-/// named in `hidden` (the kernel-held secrets) are removed from the child's environment. When
-/// `cancel` resolves first (the person pressed Ctrl-C), the process group is killed and the
-/// output so far kept.
+/// named in `hidden` (the kernel-held secrets) are removed from the child's environment. With
+/// `network` (the command may use the network) a sandboxed command reaches it only through
+/// keel's proxy, which serves while the command runs. When `cancel` resolves first (the person
+/// pressed Ctrl-C), the process group is killed and the output so far kept.
 pub(crate) async fn run(
     workspace: &Path,
     cmd: &ExecCommand,
     hidden: &[String],
     containment: &Containment,
+    network: Option<&CommandNet<'_>>,
     cancel: impl Future<Output = ()>,
 ) -> Result<ExecOutcome, ExecError> {
     let dir = resolve_cwd(workspace, &cmd.cwd)?;
@@ -137,13 +141,28 @@ pub(crate) async fn run(
         "exec 2>&1\n{}\n__keel_status=$?\npwd -P >\"$KEEL_CWD_FILE\" 2>/dev/null\nexit $__keel_status\n",
         cmd.line
     );
+    // A sandboxed command with network gets a namespace of keel's making whose only way out
+    // is the proxy; without a sandbox there is nothing to route (the command has full rights).
+    let handoff = match (&containment.confinement, network) {
+        (Confinement::Bubblewrap(..), Some(_)) => {
+            Some(Handoff::new().map_err(|e| ExecError::Spawn(format!("network handoff: {e}")))?)
+        }
+        _ => None,
+    };
     let sandboxed = match containment.confinement {
-        Confinement::Bubblewrap(mode) => {
+        Confinement::Bubblewrap(mode, _) => {
             let config = SandboxConfig {
                 mode,
                 ..containment.config.clone()
             };
-            crate::sandbox::command_line(&config, workspace, &dir, &script, &[marker.path()])
+            crate::sandbox::command_line(
+                &config,
+                workspace,
+                &dir,
+                &script,
+                &[marker.path()],
+                handoff.is_some(),
+            )
         }
         Confinement::Off | Confinement::Unavailable(_) => None,
     };
@@ -154,7 +173,21 @@ pub(crate) async fn run(
             command.args(args);
             cgroup = PidsCgroup::create(containment.config.limits.processes);
             #[cfg(unix)]
-            crate::sandbox::apply_limits(&mut command, containment.config.limits, cgroup.as_ref());
+            crate::sandbox::apply_limits(
+                &mut command,
+                containment.config.limits,
+                cgroup.as_ref(),
+                handoff.as_ref().map(Handoff::child_side),
+            );
+            if handoff.is_some() {
+                let proxy = crate::sandbox::netns::proxy_url();
+                for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+                    command.env(name, &proxy);
+                }
+                for name in ["NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"] {
+                    command.env_remove(name);
+                }
+            }
             command
         }
         None => {
@@ -175,9 +208,26 @@ pub(crate) async fn run(
     }
     #[cfg(unix)]
     command.process_group(0);
-    let mut child = command
-        .spawn()
-        .map_err(|e| ExecError::Spawn(e.to_string()))?;
+    let mut child = command.spawn().map_err(|e| match &handoff {
+        Some(_) => ExecError::Spawn(format!(
+            "cannot give the sandboxed command keel's network proxy ({e}); user namespaces \
+             may be restricted here. Run the command without network"
+        )),
+        None => ExecError::Spawn(e.to_string()),
+    })?;
+    let proxy = match (handoff, network) {
+        (Some(handoff), Some(gate)) => {
+            let listener = handoff
+                .receive()
+                .and_then(|l| {
+                    l.set_nonblocking(true)?;
+                    tokio::net::TcpListener::from_std(l)
+                })
+                .map_err(|e| ExecError::Spawn(format!("keel's network proxy: {e}")))?;
+            Some(crate::sandbox::proxy::serve(listener, gate))
+        }
+        _ => None,
+    };
     let mut stdout = child.stdout.take();
     let mut output = Vec::new();
     let mut dropped = 0usize;
@@ -198,9 +248,17 @@ pub(crate) async fn run(
         }
         child.wait().await
     };
+    // The proxy serves until the command ends (it never ends by itself).
+    let serve_proxy = async {
+        match proxy {
+            Some(serving) => serving.await,
+            None => std::future::pending().await,
+        }
+    };
     let status = tokio::select! {
         status = tokio::time::timeout(timeout, run) => Some(status),
         () = cancel => None,
+        () = serve_proxy => None,
     };
     let mut note = Vec::new();
     let (exit_code, timed_out) = match status {
@@ -251,9 +309,16 @@ pub(crate) async fn run(
         }
     }
     let output = String::from_utf8_lossy(&output).into_owned();
-    if exit_code != Some(0)
-        && let Confinement::Bubblewrap(mode) = containment.confinement
-        && let Some(why) = crate::sandbox::refusal_hint(mode, &output)
+    let refused = network.map(CommandNet::refusals).unwrap_or_default();
+    if !refused.is_empty() {
+        note.push(format!(
+            "keel's network gate refused what the command tried to reach (its only way out is \
+             keel's proxy): {}",
+            refused.join("; ")
+        ));
+    } else if exit_code != Some(0)
+        && let Confinement::Bubblewrap(mode, _) = containment.confinement
+        && let Some(why) = crate::sandbox::refusal_hint(mode, &output, network.is_some())
     {
         note.push(why);
     }
@@ -301,6 +366,7 @@ mod tests {
             cmd,
             hidden,
             &Containment::none(),
+            None,
             std::future::pending(),
         )
         .await
@@ -383,6 +449,7 @@ mod tests {
             &cmd(&line, ".", 120_000),
             &[],
             &Containment::none(),
+            None,
             tokio::time::sleep(Duration::from_millis(300)),
         )
         .await

@@ -20,7 +20,7 @@ fn sandbox(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 let out = rt
-                    .block_on(run_command(&ws, "true", &config))
+                    .block_on(run_command(&ws, "true", &config, None))
                     .expect("runs");
                 assert_eq!(out.exit_code, Some(0));
             })

@@ -62,6 +62,14 @@ struct Setup {
 
 impl Setup {
     async fn new(plugins: &[&str]) -> anyhow::Result<Setup> {
+        Setup::with_network(plugins, GateConfig::locked_down().network).await
+    }
+
+    /// A setup whose network gate (for plugins and sandboxed commands alike) is `network`.
+    async fn with_network(
+        plugins: &[&str],
+        network: keel_kernel::NetConfig,
+    ) -> anyhow::Result<Setup> {
         let dir = tempfile::tempdir()?;
         let ws = dir.path().join("ws");
         let data = dir.path().join("data");
@@ -74,6 +82,7 @@ impl Setup {
         let gates = GateConfig {
             workspace: Some(ws.clone()),
             approver: approver.clone(),
+            network,
             ..GateConfig::locked_down()
         };
         let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tool-plugins-cache");
@@ -357,6 +366,67 @@ async fn exec_shell_runs_through_policy_and_approval() -> R {
     assert_status(&o, OutcomeStatus::Ok);
     assert!(!o.content.starts_with("exit code: 0"), "{}", o.content);
     assert_eq!(o.exec[0].exit_code, Some(2));
+    Ok(())
+}
+
+/// A loopback HTTP server answering every connection with `hello`; counts connections.
+async fn hello_server() -> anyhow::Result<(u16, Arc<std::sync::atomic::AtomicUsize>)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let reply =
+                    "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello";
+                let _ = stream.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    Ok((port, hits))
+}
+
+/// A command approved as a network command reaches the network through keel's proxy and the
+/// network gate, with an audit line; a command approved for another reason gets no network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approved_network_command_goes_out_through_keels_gate_only() -> R {
+    use keel_kernel::gates::net_policy::{NetDecision, NetPolicy};
+    let (port, hits) = hello_server().await?;
+    let audit_dir = tempfile::tempdir()?;
+    let audit = audit_dir.path().join("network.log");
+    let network = keel_kernel::NetConfig {
+        policy: NetPolicy::new(NetDecision::Allow)
+            .with_allow_private(&format!("127.0.0.1:{port}"))?,
+        secrets: keel_kernel::Secrets::new(),
+        audit_log: Some(audit.clone()),
+    };
+    let s = Setup::with_network(&["shell"], network).await?;
+    s.approver.set(Answer::Once);
+    let fetch = format!("curl -sS http://127.0.0.1:{port}/");
+    let o = s.shell(&fetch).await?;
+    assert_status(&o, OutcomeStatus::Ok);
+    assert!(o.content.contains("hello"), "{}", o.content);
+    assert_eq!(s.approver.asked(), [fetch.clone()]);
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let log = std::fs::read_to_string(&audit)?;
+    assert!(
+        log.contains("shell (sandboxed command)") && log.contains("\"decision\":\"allow\""),
+        "{log}"
+    );
+
+    // Approved, but for running code, not for the network: no way out at all.
+    let script = format!(
+        "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/').read())\""
+    );
+    let o = s.shell(&script).await?;
+    assert!(!o.content.contains("hello"), "{}", o.content);
+    assert_eq!(s.approver.asked().len(), 2, "{:?}", s.approver.asked());
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
     Ok(())
 }
 

@@ -112,7 +112,7 @@ pub async fn run(ctx: &Context) -> anyhow::Result<ExitCode> {
         ),
     }
     match crate::session::sandbox_config(ctx) {
-        Ok(config) => match keel_kernel::sandbox::probe(config.mode) {
+        Ok(config) => match keel_kernel::sandbox::probe(&config) {
             keel_kernel::sandbox::Confinement::Unavailable(reason) => r.fail(
                 &format!("commands: NOT sandboxed: {reason}; every command needs approval"),
                 "install bubblewrap (`apt-get install bubblewrap`) where user namespaces work",

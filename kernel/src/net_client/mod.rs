@@ -186,6 +186,9 @@ pub struct NetConfig {
 /// How long `send` waits for a response head when the plugin asks for 0 ms.
 const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How long resolving a sandboxed command's host may take.
+const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long `next_chunk` waits when the plugin asks for 0 ms.
 const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -788,6 +791,31 @@ impl NetClient {
                 .map(|a| SocketAddr::new(a, port))
                 .collect(),
         })
+    }
+
+    /// Admit a connection a sandboxed command makes through keel's proxy
+    /// ([`crate::sandbox::proxy`]): the same hop as a plugin's request whose manifest declares
+    /// `*` (the user's policy decides, a prompt asks the person, private addresses need
+    /// `allow_private`), with its audit line. The checked addresses to connect to.
+    pub(crate) async fn admit_command(
+        &self,
+        who: &str,
+        method: &str,
+        url: &str,
+        approver: &Arc<dyn Approver>,
+    ) -> Result<Vec<SocketAddr>, KernelError> {
+        self.admit(
+            who,
+            &[String::from("*")],
+            &[],
+            method,
+            url,
+            approver,
+            DEFAULT_RESOLVE_TIMEOUT,
+        )
+        .await
+        .map(|admitted| admitted.addrs)
+        .map_err(|e| map_message(e, |m| self.redact(&m)))
     }
 
     /// A client that connects only to the admitted address and follows no redirects.

@@ -19,7 +19,7 @@ impl ExecPolicy {
         // Network.
         if !call.version_only && is_network_key(&call.key.words) {
             best.offer(Decision::Prompt, || Hit {
-                rule: "floor:network".to_string(),
+                rule: NETWORK_RULE.to_string(),
                 reason: if exec_rules::NETWORK_PROGRAMS.contains(&name) {
                     format!("`{name}` makes network connections")
                 } else {

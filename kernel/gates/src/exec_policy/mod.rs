@@ -789,7 +789,7 @@ fn check_redirect(r: &Redirect, info: &ProgramInfo, cwd: Option<&str>, best: &mu
                 return; // judged as a remote shell in eval_shell
             }
             best.offer(Decision::Prompt, || Hit {
-                rule: "floor:network".to_string(),
+                rule: NETWORK_RULE.to_string(),
                 reason: format!("writes to the network socket `{text}`"),
                 suggestion: Some(NETWORK_SUGGESTION.to_string()),
             });
@@ -828,7 +828,7 @@ fn check_redirect(r: &Redirect, info: &ProgramInfo, cwd: Option<&str>, best: &mu
         let text = t.text.as_str();
         if (text.starts_with("/dev/tcp/") || text.starts_with("/dev/udp/")) && !info.shell {
             best.offer(Decision::Prompt, || Hit {
-                rule: "floor:network".to_string(),
+                rule: NETWORK_RULE.to_string(),
                 reason: format!("reads from the network socket `{text}`"),
                 suggestion: Some(NETWORK_SUGGESTION.to_string()),
             });
@@ -950,6 +950,10 @@ fn resolve(cwd: Option<&str>, path: &str) -> String {
         None => exec_danger::normalize_path(path),
     }
 }
+
+/// The rule of a segment that talks to the network (a network program, `/dev/tcp`): a command
+/// approved with it may use the network, through keel's proxy only.
+pub const NETWORK_RULE: &str = "floor:network";
 
 /// Whether a command key is (or starts with) a network program or network subcommand.
 fn is_network_key(key: &[&str]) -> bool {

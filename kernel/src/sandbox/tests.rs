@@ -54,11 +54,12 @@ fn containment(f: &Fixture, mode: SandboxMode) -> Containment {
             processes: 64,
             ..ProcessLimits::default()
         },
+        network: CommandNetwork::Approved,
     };
-    let confinement = probe(mode);
+    let confinement = probe(&config);
     assert_eq!(
         confinement,
-        Confinement::Bubblewrap(mode),
+        Confinement::Bubblewrap(mode, CommandNetwork::Approved),
         "the sandbox must start on a test machine (install bubblewrap)"
     );
     Containment {
@@ -73,7 +74,7 @@ async fn sh(ws: &Path, c: &Containment, line: &str, secs: u64) -> ExecOutcome {
         cwd: ".".to_owned(),
         timeout: Duration::from_secs(secs),
     };
-    run(ws, &cmd, &[], c, std::future::pending())
+    run(ws, &cmd, &[], c, None, std::future::pending())
         .await
         .expect("the command starts")
 }
@@ -244,7 +245,7 @@ async fn a_fork_bomb_is_contained_and_the_next_command_runs() {
 #[test]
 fn the_description_tells_the_truth() {
     assert_eq!(
-        Confinement::Bubblewrap(SandboxMode::WorkspaceWrite).describe(),
+        Confinement::Bubblewrap(SandboxMode::WorkspaceWrite, CommandNetwork::None).describe(),
         "commands: bubblewrap, workspace-write, no network"
     );
     assert!(Confinement::Off.describe().contains("DANGEROUS"));
@@ -257,12 +258,133 @@ fn the_description_tells_the_truth() {
     let hint = refusal_hint(
         SandboxMode::ReadOnly,
         "sh: 1: cannot create x: Read-only file system",
+        false,
     )
     .unwrap_or_default();
     assert!(hint.contains("nothing but /tmp is writable"), "{hint}");
     assert_eq!(
-        refusal_hint(SandboxMode::WorkspaceWrite, "test failed: 1 of 3"),
+        refusal_hint(SandboxMode::WorkspaceWrite, "test failed: 1 of 3", false),
         None
     );
     assert!(SandboxMode::parse("none").is_err());
+}
+
+/// A loopback HTTP server answering every connection with `hello from NAME`; counts them.
+async fn hello_server(name: &'static str) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let body = format!("hello from {name}");
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    (port, hits)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_network_the_only_way_out_is_keels_gate() {
+    use crate::gates::approvals::DenyAll;
+    use crate::gates::net_policy::{NetDecision, NetPolicy};
+    use crate::net_client::{NetClient, NetConfig, Secrets};
+    use proxy::CommandNet;
+
+    let f = fixture();
+    let (allowed, allowed_hits) = hello_server("allowed").await;
+    let (refused, refused_hits) = hello_server("refused").await;
+    let audit_dir = tempfile::tempdir().expect("tempdir");
+    let audit = audit_dir.path().join("network.log");
+    // Loopback is a private address: only the endpoint named here may be reached.
+    let policy = NetPolicy::new(NetDecision::Allow)
+        .with_allow_private(&format!("127.0.0.1:{allowed}"))
+        .expect("entry");
+    let client = NetClient::new(NetConfig {
+        policy,
+        secrets: Secrets::new(),
+        audit_log: Some(audit.clone()),
+    });
+    let gate = CommandNet::new(&client, "shell", std::sync::Arc::new(DenyAll));
+    let c = containment(&f, SandboxMode::WorkspaceWrite);
+    let with_net = |line: String| {
+        let cmd = ExecCommand {
+            line,
+            cwd: ".".to_owned(),
+            timeout: Duration::from_secs(20),
+        };
+        let (ws, c, gate) = (&f.ws, &c, &gate);
+        async move {
+            run(ws, &cmd, &[], c, Some(gate), std::future::pending())
+                .await
+                .expect("the command starts")
+        }
+    };
+
+    // Plain HTTP and a CONNECT tunnel to the allowed endpoint both go through the proxy.
+    let out = with_net(format!("curl -sS http://127.0.0.1:{allowed}/plain")).await;
+    assert_eq!(out.output, "hello from allowed", "{out:?}");
+    let out = with_net(format!("curl -sS -p http://127.0.0.1:{allowed}/tunnel")).await;
+    assert_eq!(out.output, "hello from allowed", "{out:?}");
+    assert_eq!(
+        allowed_hits.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "{out:?}"
+    );
+
+    // The endpoint the policy does not name is refused by the gate, both ways, and the result
+    // says so.
+    for flags in ["", "-p"] {
+        let out = with_net(format!("curl -sS {flags} http://127.0.0.1:{refused}/")).await;
+        assert!(!out.output.contains("hello from refused"), "{out:?}");
+        assert!(
+            out.note.contains("keel's network gate refused") && out.note.contains("127.0.0.1"),
+            "{out:?}"
+        );
+    }
+    assert_eq!(refused_hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+    // Around the proxy there is no way out: the host's loopback is not the sandbox's.
+    let out = with_net(format!(
+        "bash -c 'echo hi > /dev/tcp/127.0.0.1/{allowed}' && echo reached"
+    ))
+    .await;
+    assert!(!out.output.contains("reached"), "{out:?}");
+    assert_eq!(allowed_hits.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+    // One audit line per connection: two allowed, two refused.
+    let log = std::fs::read_to_string(&audit).expect("audit log");
+    let lines: Vec<&str> = log.lines().collect();
+    let allow = lines
+        .iter()
+        .filter(|l| l.contains("\"decision\":\"allow\"") && l.contains("sandboxed command"))
+        .count();
+    let forbid = lines
+        .iter()
+        .filter(|l| l.contains("\"decision\":\"forbid\"") && l.contains("sandboxed command"))
+        .count();
+    assert_eq!((allow, forbid), (2, 2), "{log}");
+
+    // Without the grant the same request does not get out at all.
+    let out = sh(
+        &f.ws,
+        &c,
+        &format!("curl -sS http://127.0.0.1:{allowed}/"),
+        10,
+    )
+    .await;
+    assert!(!out.output.contains("hello"), "{out:?}");
+    assert_eq!(allowed_hits.load(std::sync::atomic::Ordering::SeqCst), 2);
 }

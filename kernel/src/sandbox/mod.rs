@@ -6,10 +6,16 @@
 //! runs outside the sandbox later, nor rewrite keel's project config); a private `/tmp`; keel's
 //! home replaced by an empty directory; every path of the deny-read list hidden (an empty
 //! directory over a directory, `/dev/null` over a file); new user, PID, IPC, UTS, cgroup and
-//! network namespaces, so no network at all; the sandbox dies with keel and runs in a new
-//! session (no terminal injection). `read-only` is the same with the workspace read-only too.
+//! network namespaces; the sandbox dies with keel and runs in a new session (no terminal
+//! injection). `read-only` is the same with the workspace read-only too.
 //! `off` runs commands unconfined; it must be named in the user's config and is shown as
 //! dangerous wherever the mode is shown.
+//!
+//! Network ([`CommandNetwork`]): none by default. A command whose approval includes network
+//! (the exec policy asked because it talks to the network, and the person said yes), or every
+//! command when the user's config says `network = "all"`, gets no direct route either: it runs
+//! in a network namespace of keel's making ([`netns`]) whose only way out is keel's proxy
+//! ([`proxy`]), which applies the same network gate as plugins' requests.
 //!
 //! Fail closed: when the sandbox cannot start (bubblewrap missing, user namespaces off), the
 //! confinement is [`Confinement::Unavailable`]; commands then still run, but every one needs the
@@ -24,6 +30,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+pub(crate) mod netns;
+pub(crate) mod proxy;
 
 /// How commands are confined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -61,6 +70,43 @@ impl SandboxMode {
     }
 }
 
+/// Which sandboxed commands may reach the network, always through keel's proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommandNetwork {
+    /// No command, even an approved one.
+    None,
+    /// Commands whose approval includes network (the default).
+    #[default]
+    Approved,
+    /// Every command (the user's config says so).
+    All,
+}
+
+impl CommandNetwork {
+    /// Parse `none`, `approved` or `all`.
+    pub fn parse(text: &str) -> Result<CommandNetwork, String> {
+        match text.trim() {
+            "none" => Ok(CommandNetwork::None),
+            "approved" => Ok(CommandNetwork::Approved),
+            "all" => Ok(CommandNetwork::All),
+            other => Err(format!(
+                "unknown sandbox network setting `{other}`; use `approved` (the default: \
+                 commands approved as network commands reach the network through keel's gate), \
+                 `none` or `all`"
+            )),
+        }
+    }
+
+    /// The setting as written in config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandNetwork::None => "none",
+            CommandNetwork::Approved => "approved",
+            CommandNetwork::All => "all",
+        }
+    }
+}
+
 /// Limits on the sandboxed process tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessLimits {
@@ -87,6 +133,8 @@ impl Default for ProcessLimits {
 pub struct SandboxConfig {
     /// The mode.
     pub mode: SandboxMode,
+    /// Which commands may reach the network through keel's proxy.
+    pub network: CommandNetwork,
     /// Paths hidden from commands entirely (`~` expanded by the host).
     pub deny_read: Vec<PathBuf>,
     /// keel's home, replaced by an empty directory.
@@ -109,8 +157,8 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
 /// Which confinement is in force.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Confinement {
-    /// bubblewrap, in this mode.
-    Bubblewrap(SandboxMode),
+    /// bubblewrap, in this mode, with this network.
+    Bubblewrap(SandboxMode, CommandNetwork),
     /// The person turned the sandbox off.
     Off,
     /// The sandbox cannot start; every command needs approval.
@@ -121,8 +169,15 @@ impl Confinement {
     /// One line for the session header, `keel doctor` and `--json` output.
     pub fn describe(&self) -> String {
         match self {
-            Confinement::Bubblewrap(mode) => {
-                format!("commands: bubblewrap, {}, no network", mode.as_str())
+            Confinement::Bubblewrap(mode, network) => {
+                let network = match network {
+                    CommandNetwork::None => "no network",
+                    CommandNetwork::Approved => {
+                        "network only via keel's gate, for commands approved with it"
+                    }
+                    CommandNetwork::All => "network via keel's gate",
+                };
+                format!("commands: bubblewrap, {}, {network}", mode.as_str())
             }
             Confinement::Off => "commands: NOT sandboxed (sandbox mode `off` in config.toml): \
                                  DANGEROUS, commands run with your full rights"
@@ -135,7 +190,7 @@ impl Confinement {
 
     /// Whether commands run confined.
     pub fn is_confined(&self) -> bool {
-        matches!(self, Confinement::Bubblewrap(_))
+        matches!(self, Confinement::Bubblewrap(..))
     }
 }
 
@@ -155,7 +210,10 @@ fn bwrap() -> Option<&'static Path> {
 /// When a confined command failed the way the sandbox makes commands fail, words the model can
 /// act on: what the sandbox refuses and what to do instead. `None` when the output shows no
 /// sign of it.
-pub fn refusal_hint(mode: SandboxMode, output: &str) -> Option<String> {
+///
+/// `proxied`: the command had network through keel's proxy, so a connection that failed was
+/// one made around it.
+pub fn refusal_hint(mode: SandboxMode, output: &str, proxied: bool) -> Option<String> {
     let wrote = output.contains("Read-only file system");
     let network = [
         "Network is unreachable",
@@ -170,6 +228,15 @@ pub fn refusal_hint(mode: SandboxMode, output: &str) -> Option<String> {
         SandboxMode::ReadOnly => "nothing but /tmp is writable",
         _ => "only the workspace (not .keel/ or .git/hooks) and /tmp are writable",
     };
+    if proxied && network {
+        return Some(format!(
+            "the command runs in keel's sandbox ({}), whose only way out is keel's proxy at {} \
+             (HTTP_PROXY and HTTPS_PROXY are set): a program that ignores those variables, or \
+             resolves names itself, cannot connect; use one that honours the proxy variables",
+            mode.as_str(),
+            netns::proxy_url()
+        ));
+    }
     match (wrote, network) {
         (false, false) => None,
         (true, false) => Some(format!(
@@ -194,9 +261,11 @@ pub fn refusal_hint(mode: SandboxMode, output: &str) -> Option<String> {
 }
 
 /// Whether bubblewrap can start a sandbox on this machine: found, and able to create the
-/// namespaces a command gets. Checked once per process.
-pub fn probe(mode: SandboxMode) -> Confinement {
-    if mode == SandboxMode::Off {
+/// namespaces a command gets; and, when commands may have network, whether keel can make their
+/// network namespace (if not, they get none, and the description says so). Checked once per
+/// process.
+pub fn probe(config: &SandboxConfig) -> Confinement {
+    if config.mode == SandboxMode::Off {
         return Confinement::Off;
     }
     static PROBED: OnceLock<Result<(), String>> = OnceLock::new();
@@ -230,41 +299,74 @@ pub fn probe(mode: SandboxMode) -> Confinement {
         }
     });
     match probed {
-        Ok(()) => Confinement::Bubblewrap(mode),
+        Ok(()) => {
+            let network = match (config.network, netns::probe()) {
+                (CommandNetwork::None, _) => CommandNetwork::None,
+                (network, Ok(())) => network,
+                (_, Err(reason)) => {
+                    tracing::warn!(
+                        "commands get no network at all: keel cannot give them its proxy \
+                         ({reason})"
+                    );
+                    CommandNetwork::None
+                }
+            };
+            Confinement::Bubblewrap(config.mode, network)
+        }
         Err(reason) => Confinement::Unavailable(reason.clone()),
     }
 }
 
 /// Run `line` in `workspace` (canonical) the way the kernel runs a plugin's command, confined by
-/// `config` (for `keel doctor` and the benchmarks; plugins reach this only through the exec
-/// gate).
+/// `config` (for `keel doctor`, the benchmarks and tests; plugins reach this only through the
+/// exec gate). With `network`, the command may use the network through keel's proxy under that
+/// network gate; a host the policy would ask about is refused (nobody is asked here).
 pub async fn run_command(
     workspace: &Path,
     line: &str,
     config: &SandboxConfig,
+    network: Option<crate::NetConfig>,
 ) -> Result<crate::ExecOutcome, String> {
     let containment = crate::exec_gate::Containment {
         config: config.clone(),
-        confinement: probe(config.mode),
+        confinement: probe(config),
     };
     let cmd = crate::ExecCommand {
         line: line.to_owned(),
         cwd: ".".to_owned(),
         timeout: std::time::Duration::from_secs(60),
     };
-    crate::exec_gate::run(workspace, &cmd, &[], &containment, std::future::pending())
-        .await
-        .map_err(|e| e.to_string())
+    let client = network.map(crate::net_client::NetClient::new);
+    let gate = client.as_ref().map(|client| {
+        proxy::CommandNet::new(
+            client,
+            "keel",
+            std::sync::Arc::new(crate::gates::approvals::DenyAll),
+        )
+    });
+    crate::exec_gate::run(
+        workspace,
+        &cmd,
+        &[],
+        &containment,
+        gate.as_ref(),
+        std::future::pending(),
+    )
+    .await
+    .map_err(|e| e.to_string())
 }
 
 /// The program and arguments that run `sh -c script` in `dir` under `config`, with the files
-/// in `shared` (absolute paths the kernel reads back afterwards) writable inside.
+/// in `shared` (absolute paths the kernel reads back afterwards) writable inside. With
+/// `keel_network` the command keeps the network namespace its parent made ([`netns`]) instead
+/// of an empty one.
 pub(crate) fn command_line(
     config: &SandboxConfig,
     workspace: &Path,
     dir: &Path,
     script: &str,
     shared: &[&Path],
+    keel_network: bool,
 ) -> Option<(PathBuf, Vec<String>)> {
     let bwrap = bwrap()?;
     let mut args: Vec<String> = Vec::new();
@@ -303,26 +405,33 @@ pub(crate) fn command_line(
         push(&["--bind", &f, &f]);
     }
     push(&["--unshare-all", "--die-with-parent", "--new-session"]);
+    if keel_network {
+        push(&["--share-net"]);
+    }
     push(&["--chdir", &path(dir)]);
     push(&["--", "sh", "-c", script]);
     Some((bwrap.to_owned(), args))
 }
 
 /// Set the resource limits in the child, just before bubblewrap starts (inherited by the
-/// whole sandboxed tree), and move it into `cgroup` if there is one.
+/// whole sandboxed tree), move it into `cgroup` if there is one, and with `network` give it
+/// keel's network namespace ([`netns::enter`]) after the cgroup (which needs the outer
+/// namespace's rights).
 #[cfg(unix)]
 pub(crate) fn apply_limits(
     command: &mut tokio::process::Command,
     limits: ProcessLimits,
     cgroup: Option<&PidsCgroup>,
+    network: Option<netns::ChildSide>,
 ) {
     use std::os::fd::AsRawFd as _;
 
     use nix::sys::resource::{Resource, setrlimit};
     let procs = cgroup.map(|c| c.procs.as_raw_fd());
-    // SAFETY: the closure runs in the forked child before exec and only calls setrlimit and
-    // write(2) on a descriptor opened by the parent, both async-signal-safe; it allocates
-    // nothing and touches no lock. The descriptor is close-on-exec.
+    // SAFETY: the closure runs in the forked child before exec and only makes system calls
+    // (setrlimit, write(2) on a descriptor opened by the parent, and those of `netns::enter`),
+    // all async-signal-safe; it allocates nothing and touches no lock. The descriptors are
+    // close-on-exec.
     #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(move || {
@@ -337,6 +446,9 @@ pub(crate) fn apply_limits(
                 (Resource::RLIMIT_AS, limits.address_space),
             ] {
                 setrlimit(resource, value, value).map_err(std::io::Error::from)?;
+            }
+            if let Some(side) = &network {
+                netns::enter(side)?;
             }
             Ok(())
         });
@@ -412,5 +524,4 @@ impl Drop for PidsCgroup {
 }
 
 #[cfg(test)]
-#[path = "sandbox_tests.rs"]
 mod tests;
