@@ -24,10 +24,10 @@ use serde_json::Value;
 
 use crate::exec_gate::{self, Containment, ExecCommand, ExecOutcome};
 use crate::gates::approvals::{
-    Approvals, Approver, DenyAll, GrantStore, Outcome, SessionApprovals,
+    Answer, ApprovalRequest, Approvals, Approver, DenyAll, GrantStore, Outcome, SessionApprovals,
 };
 use crate::gates::arg_repair;
-use crate::gates::exec_policy::{Decision, ExecPolicy, NETWORK_RULE, Verdict};
+use crate::gates::exec_policy::{ApprovalMode, Decision, ExecPolicy, NETWORK_RULE, Verdict};
 use crate::gates::net_policy::{NetDecision, NetPolicy};
 use crate::gates::{redact, safe_path, sanitize};
 use crate::net_client::{NetClient, NetConfig, Secrets};
@@ -403,7 +403,7 @@ impl SessionGates {
                 "the command was not started: the person cancelled the turn (Ctrl-C)".into(),
             ));
         }
-        let outcome = exec_gate::run(
+        let mut outcome = exec_gate::run(
             workspace,
             &cmd,
             &self.secret_names,
@@ -413,7 +413,12 @@ impl SessionGates {
         )
         .await
         .map_err(|e| KernelError::Invalid(e.to_string()))?;
-        let mut outcome = outcome;
+        if let Some(rerun) = self
+            .offer_unconfined(plugin, workspace, &cmd, &outcome, network.is_some())
+            .await
+        {
+            outcome = rerun;
+        }
         outcome.output = self.redact(&outcome.output);
         if let Some(i) = lock(&self.inflight).get_mut(plugin) {
             i.execs.push(ExecRecord {
@@ -423,6 +428,76 @@ impl SessionGates {
             });
         }
         Ok(outcome)
+    }
+
+    /// A sandboxed command failed because of the sandbox: under `ask`, offer the person to run
+    /// it again outside, as its own approval. Never automatic (not under `auto`, not without a
+    /// person), never remembered (every rerun is asked anew), and said in the result either
+    /// way. The rerun's outcome when the person said yes.
+    async fn offer_unconfined(
+        self: &Arc<Self>,
+        plugin: &str,
+        workspace: &Path,
+        cmd: &ExecCommand,
+        sandboxed: &ExecOutcome,
+        proxied: bool,
+    ) -> Option<ExecOutcome> {
+        let Confinement::Bubblewrap(mode, _) = self.containment.confinement else {
+            return None;
+        };
+        if sandboxed.exit_code == Some(0)
+            || sandboxed.timed_out
+            || self.policy.approval() != ApprovalMode::Ask
+            || self.is_cancelled()
+        {
+            return None;
+        }
+        let why = crate::sandbox::refusal_hint(mode, &sandboxed.output, proxied)?;
+        let request = ApprovalRequest {
+            tool: plugin.to_owned(),
+            summary: format!("OUTSIDE the sandbox, with your full rights: {}", cmd.line),
+            key: None,
+            reason: format!(
+                "it failed inside keel's sandbox ({why}); a yes runs it once, unconfined, and is \
+                 not remembered"
+            ),
+            can_always: false,
+        };
+        let gates = self.clone();
+        let answer = tokio::task::spawn_blocking(move || gates.approver().ask(&request))
+            .await
+            .unwrap_or(Answer::Deny);
+        if answer == Answer::Deny {
+            tracing::info!(plugin, command = %cmd.line, "the person kept the command sandboxed");
+            return None;
+        }
+        tracing::warn!(
+            plugin,
+            command = %cmd.line,
+            "running a command outside the sandbox with the person's approval"
+        );
+        let unconfined = Containment {
+            config: self.containment.config.clone(),
+            confinement: Confinement::Off,
+        };
+        let mut rerun = exec_gate::run(
+            workspace,
+            cmd,
+            &self.secret_names,
+            &unconfined,
+            None,
+            self.until_cancelled(),
+        )
+        .await
+        .ok()?;
+        let ran = "the command failed inside keel's sandbox and the person approved running it \
+                   again outside, once, with their full rights; this is that run's output";
+        rerun.note = if rerun.note.is_empty() {
+            ran.to_owned()
+        } else {
+            format!("{ran}; {}", rerun.note)
+        };
+        Some(rerun)
     }
 
     /// Note a host a plugin's in-flight call reached, for the `<external_content>` label.

@@ -19,15 +19,25 @@ use serde_json::{Value, json};
 
 type R = anyhow::Result<()>;
 
-/// An approver that answers every request with the current answer and records the requests.
+/// An approver that answers every request with the current answer (or the next scripted one)
+/// and records the requests.
 struct TestApprover {
     answer: Mutex<Answer>,
+    script: Mutex<std::collections::VecDeque<Answer>>,
     asked: Mutex<Vec<ApprovalRequest>>,
 }
 
 impl TestApprover {
     fn set(&self, answer: Answer) {
         *self.answer.lock().expect("approver lock") = answer;
+    }
+
+    /// The next answers, in order, before the current answer applies again.
+    fn script(&self, answers: &[Answer]) {
+        self.script
+            .lock()
+            .expect("approver lock")
+            .extend(answers.iter().copied());
     }
 
     fn asked(&self) -> Vec<String> {
@@ -46,6 +56,9 @@ impl Approver for TestApprover {
             .lock()
             .expect("approver lock")
             .push(request.clone());
+        if let Some(next) = self.script.lock().expect("approver lock").pop_front() {
+            return next;
+        }
         *self.answer.lock().expect("approver lock")
     }
 }
@@ -62,13 +75,13 @@ struct Setup {
 
 impl Setup {
     async fn new(plugins: &[&str]) -> anyhow::Result<Setup> {
-        Setup::with_network(plugins, GateConfig::locked_down().network).await
+        Setup::configured(plugins, |_| {}).await
     }
 
-    /// A setup whose network gate (for plugins and sandboxed commands alike) is `network`.
-    async fn with_network(
+    /// A setup whose gates `configure` changes from the locked-down defaults.
+    async fn configured(
         plugins: &[&str],
-        network: keel_kernel::NetConfig,
+        configure: impl FnOnce(&mut GateConfig),
     ) -> anyhow::Result<Setup> {
         let dir = tempfile::tempdir()?;
         let ws = dir.path().join("ws");
@@ -77,14 +90,15 @@ impl Setup {
         let ws = ws.canonicalize()?;
         let approver = Arc::new(TestApprover {
             answer: Mutex::new(Answer::Once),
+            script: Mutex::default(),
             asked: Mutex::new(Vec::new()),
         });
-        let gates = GateConfig {
+        let mut gates = GateConfig {
             workspace: Some(ws.clone()),
             approver: approver.clone(),
-            network,
             ..GateConfig::locked_down()
         };
+        configure(&mut gates);
         let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tool-plugins-cache");
         let h = Harness::with_gates(&ws, Some(data.clone()), Some(cache), gates)?;
         h.load_fixture("canned-model").await?;
@@ -405,7 +419,7 @@ async fn an_approved_network_command_goes_out_through_keels_gate_only() -> R {
         secrets: keel_kernel::Secrets::new(),
         audit_log: Some(audit.clone()),
     };
-    let s = Setup::with_network(&["shell"], network).await?;
+    let s = Setup::configured(&["shell"], |g| g.network = network).await?;
     s.approver.set(Answer::Once);
     let fetch = format!("curl -sS http://127.0.0.1:{port}/");
     let o = s.shell(&fetch).await?;
@@ -427,6 +441,67 @@ async fn an_approved_network_command_goes_out_through_keels_gate_only() -> R {
     assert!(!o.content.contains("hello"), "{}", o.content);
     assert_eq!(s.approver.asked().len(), 2, "{:?}", s.approver.asked());
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    Ok(())
+}
+
+/// A command the sandbox made fail may run again outside it only when the person says so, as
+/// its own question, never under `auto`, and the result says which run it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_outside_the_sandbox_is_asked_separately_and_never_automatic() -> R {
+    let outside = tempfile::tempdir_in("/var/tmp")?;
+    let target = outside.path().canonicalize()?.join("escaped.txt");
+    let write = format!("touch {}", target.display());
+
+    let s = Setup::new(&["shell"]).await?;
+    // Yes to the command, no to running it outside: it stays confined.
+    s.approver.script(&[Answer::Once, Answer::Deny]);
+    let o = s.shell(&write).await?;
+    assert!(!target.exists(), "{}", o.content);
+    assert!(
+        o.content.contains("refused by the sandbox"),
+        "{}",
+        o.content
+    );
+    let asked = s.approver.asked();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert_eq!(asked[0], write);
+    assert_eq!(
+        asked[1],
+        format!("OUTSIDE the sandbox, with your full rights: {write}")
+    );
+
+    // Yes to both: it runs once outside, and the result says so.
+    s.approver.script(&[Answer::Once, Answer::Session]);
+    let o = s.shell(&write).await?;
+    assert!(target.exists(), "{}", o.content);
+    assert!(
+        o.content.contains("approved running it again outside"),
+        "{}",
+        o.content
+    );
+    std::fs::remove_file(&target)?;
+    // "session" was not remembered: the next failure asks again.
+    s.approver.script(&[Answer::Once, Answer::Deny]);
+    let _ = s.shell(&write).await?;
+    assert!(!target.exists());
+    assert_eq!(s.approver.asked().len(), 6, "{:?}", s.approver.asked());
+
+    // Under `auto` nobody is asked to run it outside, and it stays confined.
+    let auto = Setup::configured(&["shell"], |g| {
+        g.exec_policy = keel_kernel::gates::exec_policy::ExecPolicy::builtin()
+            .with_approval(keel_kernel::gates::exec_policy::ApprovalMode::Auto);
+    })
+    .await?;
+    let o = auto.shell(&write).await?;
+    assert!(!target.exists(), "{}", o.content);
+    assert!(
+        auto.approver
+            .asked()
+            .iter()
+            .all(|a| !a.starts_with("OUTSIDE")),
+        "{:?}",
+        auto.approver.asked()
+    );
     Ok(())
 }
 
