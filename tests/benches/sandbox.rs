@@ -1,26 +1,46 @@
 //! What the OS sandbox costs a command: `true` run the way the kernel runs a plugin's command,
-//! unconfined and under bubblewrap (workspace-write), whole process start to exit.
+//! unconfined, under bubblewrap (workspace-write), and under bubblewrap with network through
+//! keel's proxy (its own network namespace and the handed-over listener), whole process start
+//! to exit; and what keel's proxy adds to a small HTTP request on loopback.
 
 use criterion::Criterion;
-use keel_kernel::sandbox::{SandboxConfig, SandboxMode, run_command};
+use keel_kernel::gates::net_policy::{NetDecision, NetPolicy};
+use keel_kernel::sandbox::{CommandNetwork, SandboxConfig, SandboxMode, run_command, serve_proxy};
+use keel_kernel::{NetConfig, Secrets};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-fn sandbox(c: &mut Criterion) {
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
+fn network_allowing(endpoint: &str) -> NetConfig {
+    NetConfig {
+        policy: NetPolicy::new(NetDecision::Allow)
+            .with_allow_private(endpoint)
+            .expect("entry"),
+        secrets: Secrets::new(),
+        audit_log: None,
+    }
+}
+
+fn commands(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = dir.path().canonicalize().expect("canonical");
     let mut group = c.benchmark_group("command");
-    for (name, mode) in [
-        ("true_unconfined", SandboxMode::Off),
-        ("true_workspace_write", SandboxMode::WorkspaceWrite),
+    for (name, mode, network) in [
+        ("true_unconfined", SandboxMode::Off, None),
+        ("true_workspace_write", SandboxMode::WorkspaceWrite, None),
+        (
+            "true_workspace_write_with_proxy",
+            SandboxMode::WorkspaceWrite,
+            Some(network_allowing("127.0.0.1:9")),
+        ),
     ] {
         let config = SandboxConfig {
             mode,
+            network: CommandNetwork::All,
             ..SandboxConfig::default()
         };
         group.bench_function(name, |b| {
             b.iter(|| {
                 let out = rt
-                    .block_on(run_command(&ws, "true", &config, None))
+                    .block_on(run_command(&ws, "true", &config, network.clone()))
                     .expect("runs");
                 assert_eq!(out.exit_code, Some(0));
             })
@@ -29,8 +49,58 @@ fn sandbox(c: &mut Criterion) {
     group.finish();
 }
 
+/// One small HTTP/1.1 exchange on a fresh connection, read to the end.
+async fn exchange(addr: std::net::SocketAddr, request: &[u8]) -> usize {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write");
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).await.expect("read");
+    assert!(
+        reply.ends_with(b"hello"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    reply.len()
+}
+
+fn proxy(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
+    let (server, proxy) = rt.block_on(async {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let server_addr = server.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = server.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = s.read(&mut buf).await;
+                    let _ = s
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+                        )
+                        .await;
+                });
+            }
+        });
+        let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let proxy_addr = proxy.local_addr().expect("addr");
+        tokio::spawn(serve_proxy(proxy, network_allowing(&server_addr.to_string())));
+        (server_addr, proxy_addr)
+    });
+    let direct = format!("GET / HTTP/1.1\r\nHost: {server}\r\n\r\n");
+    let proxied = format!("GET http://{server}/ HTTP/1.1\r\nHost: {server}\r\n\r\n");
+    let mut group = c.benchmark_group("http_request");
+    group.bench_function("direct", |b| {
+        b.iter(|| rt.block_on(exchange(server, direct.as_bytes())))
+    });
+    group.bench_function("through_keels_proxy", |b| {
+        b.iter(|| rt.block_on(exchange(proxy, proxied.as_bytes())))
+    });
+    group.finish();
+}
+
 fn main() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
     let mut c = Criterion::default().configure_from_args();
-    sandbox(&mut c);
+    commands(&mut c, &rt);
+    proxy(&mut c, &rt);
     c.final_summary();
 }

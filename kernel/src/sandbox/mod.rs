@@ -356,6 +356,19 @@ pub async fn run_command(
     .map_err(|e| e.to_string())
 }
 
+/// keel's proxy for sandboxed commands, serving `listener` under `network` (a host the policy
+/// would ask about is refused; nobody is asked) until the future is dropped. For the
+/// benchmarks; commands get it only through the exec gate, inside their own namespace.
+pub async fn serve_proxy(listener: tokio::net::TcpListener, network: crate::NetConfig) {
+    let client = crate::net_client::NetClient::new(network);
+    let gate = proxy::CommandNet::new(
+        &client,
+        "keel",
+        std::sync::Arc::new(crate::gates::approvals::DenyAll),
+    );
+    proxy::serve(listener, &gate).await;
+}
+
 /// The program and arguments that run `sh -c script` in `dir` under `config`, with the files
 /// in `shared` (absolute paths the kernel reads back afterwards) writable inside. With
 /// `keel_network` the command keeps the network namespace its parent made ([`netns`]) instead
