@@ -22,7 +22,6 @@ use keel_protocol::{
 };
 use serde_json::Value;
 
-use crate::exec_gate::{self, Containment, ExecCommand, ExecOutcome};
 use crate::gates::approvals::{
     Answer, ApprovalRequest, Approvals, Approver, DenyAll, GrantStore, Outcome, SessionApprovals,
 };
@@ -32,6 +31,7 @@ use crate::gates::net_policy::{NetDecision, NetPolicy};
 use crate::gates::{redact, safe_path, sanitize};
 use crate::net_client::{NetClient, NetConfig, Secrets};
 use crate::sandbox::proxy::CommandNet;
+use crate::sandbox::runner::{self, Containment, ExecCommand, ExecOutcome};
 use crate::sandbox::{CommandNetwork, Confinement, SandboxConfig};
 use crate::types::{GuardVerdict, KernelError, ToolCapabilities, ToolSpec};
 
@@ -403,7 +403,7 @@ impl SessionGates {
                 "the command was not started: the person cancelled the turn (Ctrl-C)".into(),
             ));
         }
-        let mut outcome = exec_gate::run(
+        let mut outcome = runner::run(
             workspace,
             &cmd,
             &self.secret_names,
@@ -480,7 +480,7 @@ impl SessionGates {
             config: self.containment.config.clone(),
             confinement: Confinement::Off,
         };
-        let mut rerun = exec_gate::run(
+        let mut rerun = runner::run(
             workspace,
             cmd,
             &self.secret_names,

@@ -6,10 +6,10 @@ use std::sync::{Arc, Weak};
 
 use crate::call_chain::CallChain;
 use crate::env::Effect;
-use crate::exec_gate::{ExecCommand, ExecOutcome};
 use crate::lifecycle::Shared;
 use crate::manifest::Manifest;
 use crate::net_client::{HttpHead, HttpRequest};
+use crate::sandbox::runner::{ExecCommand, ExecOutcome};
 use crate::types::{KernelError, Level, ToolSpec};
 
 /// A plugin instance's handle on the kernel. Cheap to clone; holds the kernel weakly so an

@@ -8,7 +8,6 @@ mod call_chain;
 pub mod consent;
 mod dispatch;
 mod env;
-mod exec_gate;
 mod graph;
 mod host_api;
 mod instance;
@@ -30,7 +29,6 @@ pub use keel_gates as gates;
 pub use call_chain::{CallChain, CallKind, CpuAccount, Deadline, Deadlines};
 pub use dispatch::{GateConfig, KEEP_HEAD, KEEP_TAIL};
 pub use env::{Env, ServiceEntry, ToolEntry};
-pub use exec_gate::{ExecCommand, ExecOutcome};
 pub use graph::{GraphError, PluginGraph};
 pub use host_api::HostHandle;
 pub use instance::{InstanceError, PluginInstance, PluginSource};
@@ -46,6 +44,7 @@ pub use manifest::{
 };
 pub use native_host::{KeelBuf, KeelHostApi, NATIVE_ABI_VERSION, NativeError, open as open_native};
 pub use net_client::{HttpHead, HttpRequest, NetConfig, SecretHeader, Secrets};
+pub use sandbox::runner::{ExecCommand, ExecOutcome};
 pub use types::{
     Event, GuardDecision, GuardVerdict, KERNEL_NAME, KernelError, Level, ToolCapabilities, ToolSpec,
 };

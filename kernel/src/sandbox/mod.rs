@@ -33,6 +33,7 @@ use std::sync::OnceLock;
 
 pub(crate) mod netns;
 pub(crate) mod proxy;
+pub(crate) mod runner;
 
 /// How commands are confined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -327,7 +328,7 @@ pub async fn run_command(
     config: &SandboxConfig,
     network: Option<crate::NetConfig>,
 ) -> Result<crate::ExecOutcome, String> {
-    let containment = crate::exec_gate::Containment {
+    let containment = runner::Containment {
         config: config.clone(),
         confinement: probe(config),
     };
@@ -344,7 +345,7 @@ pub async fn run_command(
             std::sync::Arc::new(crate::gates::approvals::DenyAll),
         )
     });
-    crate::exec_gate::run(
+    runner::run(
         workspace,
         &cmd,
         &[],

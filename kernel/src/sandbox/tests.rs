@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::runner::{Containment, ExecCommand, ExecOutcome, run};
 use super::*;
-use crate::exec_gate::{Containment, ExecCommand, ExecOutcome, run};
 
 struct Fixture {
     _dirs: Vec<tempfile::TempDir>,

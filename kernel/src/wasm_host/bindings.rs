@@ -4,8 +4,8 @@
 //! instance's CPU meter while it runs (see [`limits`](super::limits)).
 
 use super::store::StoreState;
-use crate::exec_gate::ExecCommand;
 use crate::net_client::{HttpRequest, SecretHeader};
+use crate::sandbox::runner::ExecCommand;
 use crate::types;
 
 wasmtime::component::bindgen!({

@@ -1,8 +1,13 @@
-//! Running commands for plugins: the exec gate's runner. The policy decision is made by the
-//! caller (see `dispatch`); this module confines the working directory to the workspace,
-//! runs the command inside the OS sandbox ([`crate::sandbox`]) in its own process group with a
-//! wall-clock limit, keeps stdout and stderr interleaved and capped, and reports where the
+//! The kernel's process runner: every process keel starts goes through [`start`], which puts
+//! it in the OS sandbox ([`crate::sandbox`]) with its limits, in its own process group, without
+//! the kernel-held secrets in its environment, and — when it may use the network — in a network
+//! namespace of keel's making whose only way out is the proxy listener it hands back.
+//!
+//! [`run`] is the one-shot form for the exec gate (the policy decision is the caller's, see
+//! `dispatch`): the working directory confined to the workspace, a wall-clock limit, stdout and
+//! stderr interleaved and capped, the proxy served while the command runs, and where the
 //! command left its working directory so a shell tool can carry it to the next call.
+//! Long-lived processes with pipes (MCP servers) are meant to use [`start`] the same way.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -116,35 +121,43 @@ impl Containment {
     }
 }
 
-/// Run `cmd` in `workspace` (canonical), confined as `containment` says. Environment variables
-/// named in `hidden` (the kernel-held secrets) are removed from the child's environment. With
-/// `network` (the command may use the network) a sandboxed command reaches it only through
-/// keel's proxy, which serves while the command runs. When `cancel` resolves first (the person
-/// pressed Ctrl-C), the process group is killed and the output so far kept.
-pub(crate) async fn run(
-    workspace: &Path,
-    cmd: &ExecCommand,
-    hidden: &[String],
-    containment: &Containment,
-    network: Option<&CommandNet<'_>>,
-    cancel: impl Future<Output = ()>,
-) -> Result<ExecOutcome, ExecError> {
-    let dir = resolve_cwd(workspace, &cmd.cwd)?;
-    let timeout = match cmd.timeout {
-        Duration::ZERO => DEFAULT_TIMEOUT,
-        t => t.min(MAX_TIMEOUT),
-    };
-    let marker = tempfile::NamedTempFile::new().map_err(|e| ExecError::Spawn(e.to_string()))?;
-    // stderr joins stdout for the whole script, so the model sees both in the order they
-    // happened; the final directory goes to a private file, not into the output.
-    let script = format!(
-        "exec 2>&1\n{}\n__keel_status=$?\npwd -P >\"$KEEL_CWD_FILE\" 2>/dev/null\nexit $__keel_status\n",
-        cmd.line
-    );
-    // A sandboxed command with network gets a namespace of keel's making whose only way out
-    // is the proxy; without a sandbox there is nothing to route (the command has full rights).
-    let handoff = match (&containment.confinement, network) {
-        (Confinement::Bubblewrap(..), Some(_)) => {
+/// What [`start`] starts: `sh -c script` in `dir`.
+pub(crate) struct Launch<'a> {
+    /// The canonical workspace.
+    pub(crate) workspace: &'a Path,
+    /// The working directory, inside the workspace.
+    pub(crate) dir: &'a Path,
+    /// The shell script.
+    pub(crate) script: &'a str,
+    /// Files outside the workspace the process may write (read back by the kernel).
+    pub(crate) shared: &'a [&'a Path],
+    /// Environment variables set for it.
+    pub(crate) env: &'a [(&'a str, &'a Path)],
+    /// Environment variables removed (the kernel-held secrets).
+    pub(crate) hidden: &'a [String],
+    /// Whether it may use the network (through keel's proxy, when sandboxed).
+    pub(crate) network: bool,
+    /// stdin, stdout and stderr.
+    pub(crate) stdio: [Stdio; 3],
+}
+
+/// A process [`start`] started.
+pub(crate) struct Started {
+    /// The process, leader of its own process group, killed when dropped.
+    pub(crate) child: tokio::process::Child,
+    /// The listener of its network namespace, for [`crate::sandbox::proxy::serve`]; `None`
+    /// without network or without a sandbox.
+    pub(crate) proxy: Option<tokio::net::TcpListener>,
+    /// For root: the `pids` cgroup the tree lives in, removed when dropped (after the tree).
+    pub(crate) cgroup: Option<PidsCgroup>,
+}
+
+/// Start a process confined as `containment` says.
+pub(crate) fn start(launch: Launch<'_>, containment: &Containment) -> Result<Started, ExecError> {
+    // A sandboxed process with network gets a namespace of keel's making whose only way out
+    // is the proxy; without a sandbox there is nothing to route (it has full rights).
+    let handoff = match &containment.confinement {
+        Confinement::Bubblewrap(..) if launch.network => {
             Some(Handoff::new().map_err(|e| ExecError::Spawn(format!("network handoff: {e}")))?)
         }
         _ => None,
@@ -157,10 +170,10 @@ pub(crate) async fn run(
             };
             crate::sandbox::command_line(
                 &config,
-                workspace,
-                &dir,
-                &script,
-                &[marker.path()],
+                launch.workspace,
+                launch.dir,
+                launch.script,
+                launch.shared,
                 handoff.is_some(),
             )
         }
@@ -192,42 +205,94 @@ pub(crate) async fn run(
         }
         None => {
             let mut command = tokio::process::Command::new("sh");
-            command.arg("-c").arg(script);
+            command.arg("-c").arg(launch.script);
             command
         }
     };
+    let [stdin, stdout, stderr] = launch.stdio;
     command
-        .current_dir(&dir)
-        .env("KEEL_CWD_FILE", marker.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .current_dir(launch.dir)
+        .stdin(stdin)
+        .stdout(stdout)
+        .stderr(stderr)
         .kill_on_drop(true);
-    for name in hidden {
+    for (name, value) in launch.env {
+        command.env(name, value);
+    }
+    for name in launch.hidden {
         command.env_remove(name);
     }
     #[cfg(unix)]
     command.process_group(0);
-    let mut child = command.spawn().map_err(|e| match &handoff {
+    let child = command.spawn().map_err(|e| match &handoff {
         Some(_) => ExecError::Spawn(format!(
             "cannot give the sandboxed command keel's network proxy ({e}); user namespaces \
              may be restricted here. Run the command without network"
         )),
         None => ExecError::Spawn(e.to_string()),
     })?;
-    let proxy = match (handoff, network) {
-        (Some(handoff), Some(gate)) => {
-            let listener = handoff
+    let proxy = match handoff {
+        Some(handoff) => Some(
+            handoff
                 .receive()
                 .and_then(|l| {
                     l.set_nonblocking(true)?;
                     tokio::net::TcpListener::from_std(l)
                 })
-                .map_err(|e| ExecError::Spawn(format!("keel's network proxy: {e}")))?;
-            Some(crate::sandbox::proxy::serve(listener, gate))
-        }
-        _ => None,
+                .map_err(|e| ExecError::Spawn(format!("keel's network proxy: {e}")))?,
+        ),
+        None => None,
     };
+    Ok(Started {
+        child,
+        proxy,
+        cgroup,
+    })
+}
+
+/// Run `cmd` in `workspace` (canonical), confined as `containment` says. Environment variables
+/// named in `hidden` (the kernel-held secrets) are removed from the child's environment. With
+/// `network` (the command may use the network) a sandboxed command reaches it only through
+/// keel's proxy, which serves while the command runs. When `cancel` resolves first (the person
+/// pressed Ctrl-C), the process group is killed and the output so far kept.
+pub(crate) async fn run(
+    workspace: &Path,
+    cmd: &ExecCommand,
+    hidden: &[String],
+    containment: &Containment,
+    network: Option<&CommandNet<'_>>,
+    cancel: impl Future<Output = ()>,
+) -> Result<ExecOutcome, ExecError> {
+    let dir = resolve_cwd(workspace, &cmd.cwd)?;
+    let timeout = match cmd.timeout {
+        Duration::ZERO => DEFAULT_TIMEOUT,
+        t => t.min(MAX_TIMEOUT),
+    };
+    let marker = tempfile::NamedTempFile::new().map_err(|e| ExecError::Spawn(e.to_string()))?;
+    // stderr joins stdout for the whole script, so the model sees both in the order they
+    // happened; the final directory goes to a private file, not into the output.
+    let script = format!(
+        "exec 2>&1\n{}\n__keel_status=$?\npwd -P >\"$KEEL_CWD_FILE\" 2>/dev/null\nexit $__keel_status\n",
+        cmd.line
+    );
+    let started = start(
+        Launch {
+            workspace,
+            dir: &dir,
+            script: &script,
+            shared: &[marker.path()],
+            env: &[("KEEL_CWD_FILE", marker.path())],
+            hidden,
+            network: network.is_some(),
+            stdio: [Stdio::null(), Stdio::piped(), Stdio::null()],
+        },
+        containment,
+    )?;
+    let (mut child, cgroup) = (started.child, started.cgroup);
+    let proxy = started
+        .proxy
+        .zip(network)
+        .map(|(listener, gate)| crate::sandbox::proxy::serve(listener, gate));
     let mut stdout = child.stdout.take();
     let mut output = Vec::new();
     let mut dropped = 0usize;
