@@ -425,7 +425,7 @@ async fn an_approved_network_command_goes_out_through_keels_gate_only() -> R {
     let o = s.shell(&fetch).await?;
     assert_status(&o, OutcomeStatus::Ok);
     assert!(o.content.contains("hello"), "{}", o.content);
-    assert_eq!(s.approver.asked(), [fetch.clone()]);
+    assert_eq!(s.approver.asked(), [fetch]);
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
     let log = std::fs::read_to_string(&audit)?;
     assert!(
