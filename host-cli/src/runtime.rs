@@ -103,6 +103,52 @@ pub fn installed_packages(
         .collect()
 }
 
+/// Where one of a session's plugins comes from.
+pub enum PluginSource {
+    /// A bundled plugin, by its entry.
+    Bundled(&'static keel_bundled_plugins::Bundled),
+    /// A plugin directory (or manifest) named in `[profile] plugins` or `[plugins] paths`.
+    Path(std::path::PathBuf),
+    /// A plugin installed from a registry, re-hashed against the lockfile, and its directory.
+    Installed(Box<PluginPackage>, std::path::PathBuf),
+}
+
+/// The plugins of a session of this config, in load order: the profile's entries (bundled
+/// names or paths), then `[plugins] paths`, then the installed plugins. The one list every
+/// command builds its kernel from (`keel run`/`exec`, `keel plugin`, `keel tool`).
+pub fn session_plugins(ctx: &Context, loader: &PluginLoader) -> anyhow::Result<Vec<PluginSource>> {
+    let mut sources = Vec::new();
+    for entry in crate::session::profile(ctx) {
+        if entry.contains('/') || entry.starts_with('.') {
+            sources.push(PluginSource::Path(entry.into()));
+        } else if let Some(bundled) = keel_bundled_plugins::get(&entry) {
+            sources.push(PluginSource::Bundled(bundled));
+        } else {
+            anyhow::bail!(
+                "profile plugin `{entry}` is neither bundled nor a path; the bundled plugins \
+                 are: {}",
+                keel_bundled_plugins::all()
+                    .iter()
+                    .map(|b| b.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    sources.extend(
+        ctx.config
+            .plugins
+            .paths
+            .iter()
+            .cloned()
+            .map(PluginSource::Path),
+    );
+    for (package, dir) in installed_packages(ctx, loader)? {
+        sources.push(PluginSource::Installed(Box::new(package), dir));
+    }
+    Ok(sources)
+}
+
 impl Runtime {
     /// A kernel with no plugins yet.
     pub fn new(ctx: &Context) -> anyhow::Result<Runtime> {
@@ -118,29 +164,24 @@ impl Runtime {
         extra: &[std::path::PathBuf],
     ) -> anyhow::Result<Runtime> {
         let rt = Runtime::new(ctx)?;
-        // The example plugins, then what a session of this config would load.
-        let mut names: Vec<String> = EXAMPLES.iter().map(|n| (*n).to_owned()).collect();
-        names.extend(crate::session::profile(ctx));
-        for name in &names {
-            let package = match keel_bundled_plugins::get(name) {
-                Some(bundled) => bundled_package(&rt.loader, bundled)?,
-                None => rt
+        // The example plugins, then what a session of this config would load, then `extra`.
+        let examples = EXAMPLES
+            .iter()
+            .filter_map(|name| keel_bundled_plugins::get(name))
+            .map(PluginSource::Bundled);
+        let extra = extra.iter().cloned().map(PluginSource::Path);
+        let sources = examples
+            .chain(session_plugins(ctx, &rt.loader)?)
+            .chain(extra);
+        for source in sources {
+            let package = match source {
+                PluginSource::Bundled(bundled) => bundled_package(&rt.loader, bundled)?,
+                PluginSource::Path(path) => rt
                     .loader
-                    .from_path(std::path::Path::new(name))
-                    .with_context(|| {
-                        format!("profile plugin `{name}` is neither bundled nor a plugin directory")
-                    })?,
+                    .from_path(&path)
+                    .with_context(|| format!("cannot load the plugin at `{}`", path.display()))?,
+                PluginSource::Installed(package, _) => *package,
             };
-            rt.load(ctx, package).await?;
-        }
-        for path in ctx.config.plugins.paths.iter().chain(extra) {
-            let package = rt
-                .loader
-                .from_path(path)
-                .with_context(|| format!("cannot load the plugin at `{}`", path.display()))?;
-            rt.load(ctx, package).await?;
-        }
-        for (package, _) in installed_packages(ctx, &rt.loader)? {
             rt.load(ctx, package).await?;
         }
         Ok(rt)

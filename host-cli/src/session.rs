@@ -25,7 +25,7 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use crate::commands::policy::load_policy;
 use crate::config::Context;
-use crate::runtime;
+use crate::runtime::{self, PluginSource};
 
 /// How approvals are answered in this session (`--approval`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -374,11 +374,19 @@ impl Session {
             overrides,
             user_config: ctx.config.config.clone(),
         };
-        for name in &profile(ctx) {
-            session.load_entry(name).await?;
-        }
-        for (package, dir) in runtime::installed_packages(ctx, &session.loader)? {
-            session.load_package(package, Origin::Path(dir)).await?;
+        for source in runtime::session_plugins(ctx, &session.loader)? {
+            match source {
+                PluginSource::Bundled(bundled) => {
+                    let package = runtime::bundled_package(&session.loader, bundled)?;
+                    session
+                        .load_package(package, Origin::Bundled(bundled))
+                        .await?;
+                }
+                PluginSource::Path(path) => session.load_path(&path, false).await?,
+                PluginSource::Installed(package, dir) => {
+                    session.load_package(*package, Origin::Path(dir)).await?;
+                }
+            }
         }
         for path in &opts.extra_plugins {
             session.load_path(path, true).await?;
@@ -450,26 +458,6 @@ impl Session {
         {
             eprintln!("warning: {e}");
         }
-    }
-
-    /// Load one profile entry: a path, a bundled plugin, or an installed one.
-    async fn load_entry(&self, entry: &str) -> anyhow::Result<()> {
-        if entry.contains('/') || entry.starts_with('.') {
-            return self.load_path(Path::new(entry), false).await;
-        }
-        if let Some(bundled) = keel_bundled_plugins::get(entry) {
-            let package = runtime::bundled_package(&self.loader, bundled)?;
-            self.load_package(package, Origin::Bundled(bundled)).await?;
-            return Ok(());
-        }
-        bail!(
-            "profile plugin `{entry}` is neither bundled nor a path; the bundled plugins are: {}",
-            keel_bundled_plugins::all()
-                .iter()
-                .map(|b| b.name)
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
     }
 
     /// Load the plugin directory `path`; with `confirm`, show its capabilities first.

@@ -125,6 +125,69 @@ async fn exec_json_runs_a_turn_against_an_openai_compatible_server() -> R {
     Ok(())
 }
 
+/// `keel exec` (and so `keel run`, which starts its session the same way) loads the plugin
+/// directories of `[plugins] paths`: the model is offered their tools and a call reaches them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_loads_the_plugins_named_in_plugins_paths() -> R {
+    let server = ModelServer::start(|n, _| {
+        let mut steps = vec![sse_head()];
+        if n == 0 {
+            steps.push(oa(
+                json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                        "function": {"name": "echo", "arguments": "{\"text\": \"from paths\"}"}}]}),
+                None,
+            ));
+            steps.push(oa(json!({}), Some("tool_calls")));
+        } else {
+            steps.push(oa(json!({"content": "Echoed."}), None));
+            steps.push(oa(json!({}), Some("stop")));
+        }
+        steps.extend(oa_done());
+        steps
+    })
+    .await?;
+    let plugins = tempfile::tempdir()?;
+    let extra = plugins.path().join("echo-extra");
+    std::fs::create_dir(&extra)?;
+    let bundled = keel_bundled_plugins::get("echo-tool").ok_or("echo-tool is bundled")?;
+    std::fs::write(
+        extra.join("keel.toml"),
+        bundled
+            .manifest
+            .replace("name = \"echo-tool\"", "name = \"echo-extra\""),
+    )?;
+    std::fs::write(extra.join("echo-tool.wasm"), bundled.component)?;
+    let config = format!(
+        "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n\
+         [plugins]\npaths = [{:?}]\n",
+        server.url("/v1"),
+        extra.display().to_string()
+    );
+    let (home, ws) = setup(&config);
+    let mut cmd = keel(home.path(), ws.path());
+    cmd.env("OPENAI_API_KEY", KEY)
+        .args(["exec", "--json", "Echo something."]);
+    let out = run(cmd).await;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let offered = server.received()[0].json().to_string();
+    assert!(
+        offered.contains("\"echo\""),
+        "echo was not offered: {offered}"
+    );
+    let outcome = json_lines(&out.stdout)
+        .into_iter()
+        .find(|e| e["event"]["kind"] == "tool_outcome")
+        .ok_or("no tool outcome event")?;
+    assert_eq!(outcome["event"]["outcome"]["status"], "ok", "{outcome}");
+    assert_eq!(
+        outcome["event"]["outcome"]["content"], "from paths",
+        "{outcome}"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_call_cut_at_max_tokens_is_not_executed_and_the_notice_goes_back() -> R {
     let server = ModelServer::start(|n, _| {
