@@ -18,6 +18,7 @@ mod native_host;
 mod net_client;
 pub mod quotas;
 pub mod sandbox;
+mod session_gates;
 mod types;
 mod undo;
 mod wasm_host;
@@ -27,7 +28,6 @@ mod wasm_host;
 pub use keel_gates as gates;
 
 pub use call_chain::{CallChain, CallKind, CpuAccount, Deadline, Deadlines};
-pub use dispatch::{GateConfig, KEEP_HEAD, KEEP_TAIL};
 pub use env::{Env, ServiceEntry, ToolEntry};
 pub use graph::{GraphError, PluginGraph};
 pub use host_api::HostHandle;
@@ -45,6 +45,7 @@ pub use manifest::{
 pub use native_host::{KeelBuf, KeelHostApi, NATIVE_ABI_VERSION, NativeError, open as open_native};
 pub use net_client::{HttpHead, HttpRequest, NetConfig, SecretHeader, Secrets};
 pub use sandbox::runner::{ExecCommand, ExecOutcome};
+pub use session_gates::{GateConfig, KEEP_HEAD, KEEP_TAIL};
 pub use types::{
     Event, GuardDecision, GuardVerdict, KERNEL_NAME, KernelError, Level, ToolCapabilities, ToolSpec,
 };

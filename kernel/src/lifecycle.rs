@@ -18,12 +18,13 @@ use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::call_chain::{CallChain, CallKind, Deadline, Deadlines};
-use crate::dispatch::{GateConfig, Mediator, SessionGates};
+use crate::dispatch::Mediator;
 use crate::env::{Effect, Env, validate_topic};
 use crate::graph::{GraphError, PluginGraph};
 use crate::host_api::HostHandle;
 use crate::instance::{PluginInstance, PluginSource};
 use crate::manifest::{Manifest, PluginKind};
+use crate::session_gates::{GateConfig, SessionGates};
 use crate::types::{
     Event, GuardVerdict, KERNEL_NAME, KernelError, RESERVED_SERVICE_PREFIX, ToolSpec,
 };

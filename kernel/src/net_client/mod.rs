@@ -211,7 +211,7 @@ const CREDENTIAL_HEADERS: &[&str] = &["authorization", "cookie", "x-api-key"];
 
 /// A session approver usable from a blocking thread: the session's gates, kept alive for the
 /// duration of one request.
-pub(crate) struct GateApprover(pub(crate) std::sync::Arc<crate::dispatch::SessionGates>);
+pub(crate) struct GateApprover(pub(crate) std::sync::Arc<crate::session_gates::SessionGates>);
 
 impl Approver for GateApprover {
     fn ask(&self, request: &ApprovalRequest) -> Answer {

@@ -1,0 +1,637 @@
+//! The sealed gate state of a session: what the host configured ([`GateConfig`]) and what the
+//! kernel keeps for one session ([`SessionGates`]) — the exec policy and the approver, stored
+//! and session approvals, the network client, the sandbox commands run in, the model's
+//! recorded tool calls and the turn they belong to, what each in-flight call was approved for
+//! and reached, Ctrl-C, and the budget for spilled outputs. Plugins never see it; the pipeline
+//! in [`crate::dispatch`] and the host handles reach it through the kernel.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use keel_protocol::{Block, ExecRecord, ModelResponse, StopReason};
+use serde_json::Value;
+
+use crate::gates::approvals::{
+    Answer, ApprovalRequest, Approver, DenyAll, GrantStore, SessionApprovals,
+};
+use crate::gates::arg_repair;
+use crate::gates::exec_policy::{ApprovalMode, Decision, ExecPolicy, NETWORK_RULE, Verdict};
+use crate::gates::net_policy::{NetDecision, NetPolicy};
+use crate::gates::{redact, safe_path};
+use crate::net_client::{NetClient, NetConfig, Secrets};
+use crate::sandbox::proxy::CommandNet;
+use crate::sandbox::runner::{self, Containment, ExecCommand, ExecOutcome};
+use crate::sandbox::{CommandNetwork, Confinement, SandboxConfig};
+use crate::types::KernelError;
+
+/// Bytes of a long tool output kept from its start and its end.
+pub const KEEP_HEAD: usize = 22 * 1024;
+/// See [`KEEP_HEAD`].
+pub const KEEP_TAIL: usize = 8 * 1024;
+
+/// How the sealed gates are set up for a session. Built by the host; nothing a plugin
+/// imports can read or change it.
+pub struct GateConfig {
+    /// The canonical workspace: commands run and outputs spill only inside it. `None`
+    /// refuses every command.
+    pub workspace: Option<PathBuf>,
+    /// The exec policy (user config, tightened by the project's).
+    pub exec_policy: ExecPolicy,
+    /// Who answers approval requests.
+    pub approver: Arc<dyn Approver>,
+    /// "Always" grants in the user's home.
+    pub grants: Option<GrantStore>,
+    /// The network gate's settings.
+    pub network: NetConfig,
+    /// How long a guard may take to answer before it counts as forbid.
+    pub guard_timeout: Duration,
+    /// The OS sandbox commands run in.
+    pub sandbox: SandboxConfig,
+}
+
+impl GateConfig {
+    /// Everything closed: no workspace, deny every approval, deny every host.
+    pub fn locked_down() -> Self {
+        GateConfig {
+            workspace: None,
+            exec_policy: ExecPolicy::builtin(),
+            approver: Arc::new(DenyAll),
+            grants: None,
+            network: NetConfig {
+                policy: NetPolicy::new(NetDecision::Forbid),
+                secrets: Secrets::new(),
+                audit_log: None,
+            },
+            guard_timeout: Duration::from_secs(2),
+            sandbox: SandboxConfig::default(),
+        }
+    }
+}
+
+/// A tool call as the model stream delivered it.
+#[derive(Debug, Clone)]
+pub(crate) struct RecordedCall {
+    pub(crate) name: String,
+    pub(crate) raw: String,
+    pub(crate) stop: StopReason,
+    pub(crate) stop_raw: String,
+    turn: u64,
+    /// Set once the call passed the gates and ran: its resolved tool and parsed input.
+    executed: Option<(String, Value)>,
+    dispatched: bool,
+}
+
+/// The in-flight record of the tool call a plugin serves, removed when the call ends however it
+/// ends: a call dropped halfway (a turn stopped at Ctrl-C) must not leave its approved command
+/// for the plugin's next service call or event handler to run unasked.
+pub(crate) struct Serving<'a> {
+    gates: &'a SessionGates,
+    owner: &'a str,
+}
+
+impl<'a> Serving<'a> {
+    pub(crate) fn start(
+        gates: &'a SessionGates,
+        owner: &'a str,
+        approved_command: Option<String>,
+    ) -> Self {
+        lock(&gates.inflight).insert(
+            owner.to_owned(),
+            Inflight {
+                approved_command,
+                ..Inflight::default()
+            },
+        );
+        Serving { gates, owner }
+    }
+
+    /// The record of what the call did; the approval ends with it.
+    pub(crate) fn finish(self) -> Inflight {
+        lock(&self.gates.inflight)
+            .remove(self.owner)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Serving<'_> {
+    fn drop(&mut self) {
+        lock(&self.gates.inflight).remove(self.owner);
+    }
+}
+
+/// What a tool plugin's in-flight call may do through the exec gate, and what it did.
+#[derive(Debug, Default)]
+pub(crate) struct Inflight {
+    /// The command the person (or a stored grant, or the policy) approved for this call.
+    pub(crate) approved_command: Option<String>,
+    pub(crate) execs: Vec<ExecRecord>,
+    pub(crate) hosts: Vec<String>,
+}
+
+/// The sealed per-session state of the gates.
+pub(crate) struct SessionGates {
+    pub(crate) workspace: Option<PathBuf>,
+    pub(crate) policy: ExecPolicy,
+    pub(crate) approver: Arc<dyn Approver>,
+    pub(crate) grants: Option<GrantStore>,
+    pub(crate) session: SessionApprovals,
+    pub(crate) net: NetClient,
+    secret_names: Vec<String>,
+    pub(crate) guard_timeout: Duration,
+    /// The sandbox commands run in, probed once when the session starts.
+    containment: Containment,
+    calls: Mutex<BTreeMap<String, RecordedCall>>,
+    next_call: AtomicU64,
+    inflight: Mutex<HashMap<String, Inflight>>,
+    /// One dispatch at a time per tool plugin, so `inflight` belongs to exactly one call.
+    plugin_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    turn: AtomicU64,
+    /// Set by Ctrl-C, cleared when the next turn begins. A watch rather than a flag, so a
+    /// model stream or command that is waiting can be woken and ended at once.
+    cancel: tokio::sync::watch::Sender<bool>,
+    /// Bytes spilled to `.keel/spill` this session, and how many may be.
+    spilled: AtomicU64,
+    spill_limit: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SessionGates {
+    pub(crate) fn new(config: GateConfig) -> Self {
+        let secret_names = config.network.secrets.names();
+        SessionGates {
+            workspace: config.workspace,
+            policy: config.exec_policy,
+            approver: config.approver,
+            grants: config.grants,
+            session: SessionApprovals::new(),
+            net: NetClient::new(config.network),
+            secret_names,
+            guard_timeout: config.guard_timeout,
+            containment: Containment {
+                confinement: crate::sandbox::probe(&config.sandbox),
+                config: config.sandbox,
+            },
+            calls: Mutex::new(BTreeMap::new()),
+            next_call: AtomicU64::new(1),
+            inflight: Mutex::new(HashMap::new()),
+            plugin_locks: Mutex::new(HashMap::new()),
+            turn: AtomicU64::new(0),
+            cancel: tokio::sync::watch::Sender::new(false),
+            spilled: AtomicU64::new(0),
+            spill_limit: crate::quotas::MAX_SPILL_BYTES_PER_SESSION,
+        }
+    }
+
+    pub(crate) fn approver(&self) -> &dyn Approver {
+        &*self.approver
+    }
+
+    pub(crate) fn begin_turn(&self) {
+        self.turn.fetch_add(1, Ordering::SeqCst);
+        self.cancel.send_replace(false);
+    }
+
+    pub(crate) fn cancel_turn(&self) {
+        self.cancel.send_replace(true);
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    /// Resolves once the current turn is cancelled (at once if it already is).
+    pub(crate) async fn until_cancelled(&self) {
+        let mut rx = self.cancel.subscribe();
+        // The sender lives as long as `self`, so `wait_for` only returns on a cancel.
+        let _ = rx.wait_for(|cancelled| *cancelled).await;
+    }
+
+    /// Run `work` unless the turn is cancelled first: a cancelled turn ends waiting model
+    /// streams and requests at once instead of at the next step boundary.
+    pub(crate) async fn unless_cancelled<T>(
+        &self,
+        what: &str,
+        work: impl Future<Output = Result<T, KernelError>>,
+    ) -> Result<T, KernelError> {
+        let cancelled = || {
+            KernelError::Denied(format!(
+                "{what} was stopped: the person cancelled the turn (Ctrl-C)"
+            ))
+        };
+        if self.is_cancelled() {
+            return Err(cancelled());
+        }
+        tokio::select! {
+            result = work => result,
+            () = self.until_cancelled() => Err(cancelled()),
+        }
+    }
+
+    /// Redact kernel-held secrets (and key shapes) from text a plugin or a log will see.
+    pub(crate) fn redact(&self, text: &str) -> String {
+        redact::redact(text, &self.net.secret_values())
+    }
+
+    /// Record the tool calls of a model response and clean its text. Returns the response as
+    /// the agent will see it.
+    pub(crate) fn record_response(&self, mut response: ModelResponse) -> ModelResponse {
+        let turn = self.turn.load(Ordering::SeqCst);
+        let mut calls = lock(&self.calls);
+        for block in &mut response.message.content {
+            match block {
+                Block::Text { text } => {
+                    let (clean, removed) = arg_repair::strip_tool_call_lookalikes(text);
+                    if !removed.is_empty() {
+                        *text = format!(
+                            "{clean}\n[keel: removed {} tool-call look-alike{} from this text; they were \
+                             NOT executed. Call tools through the tool interface only.]",
+                            removed.len(),
+                            if removed.len() == 1 { "" } else { "s" }
+                        );
+                    }
+                }
+                Block::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => {
+                    // Ids come from the model; a missing, unsafe or repeated one gets a
+                    // kernel-made id so every call is addressable exactly once.
+                    if safe_path::safe_component(id).is_err() || calls.contains_key(id.as_str()) {
+                        *id = format!(
+                            "keel-call-{}",
+                            self.next_call.fetch_add(1, Ordering::SeqCst)
+                        );
+                    }
+                    calls.insert(
+                        id.clone(),
+                        RecordedCall {
+                            name: name.clone(),
+                            raw: arguments.clone(),
+                            stop: response.stop_reason,
+                            stop_raw: response.stop_reason_raw.clone(),
+                            turn,
+                            executed: None,
+                            dispatched: false,
+                        },
+                    );
+                }
+                _ => {}
+            }
+        }
+        response
+    }
+
+    /// Record a call the host makes on the person's behalf (`keel tool call`), so it passes
+    /// the same pipeline as a model's call. Returns its id.
+    pub(crate) fn record_host_call(&self, name: &str, raw: &str) -> String {
+        let id = format!(
+            "keel-host-{}",
+            self.next_call.fetch_add(1, Ordering::SeqCst)
+        );
+        lock(&self.calls).insert(
+            id.clone(),
+            RecordedCall {
+                name: name.to_owned(),
+                raw: raw.to_owned(),
+                stop: StopReason::EndTurn,
+                stop_raw: "host".into(),
+                turn: self.turn.load(Ordering::SeqCst),
+                executed: None,
+                dispatched: false,
+            },
+        );
+        id
+    }
+
+    pub(crate) fn plugin_lock(&self, plugin: &str) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.plugin_locks)
+            .entry(plugin.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Which confinement commands run under.
+    pub(crate) fn confinement(&self) -> &Confinement {
+        &self.containment.confinement
+    }
+
+    /// The exec policy's verdict on `line`, raised to "ask first" when the sandbox that should
+    /// contain commands cannot start: an unconfined command never runs without the person.
+    pub(crate) fn decide_exec(&self, line: &str) -> Verdict {
+        let mut verdict = self.policy.decide(line);
+        if verdict.decision == Decision::Allow
+            && let Confinement::Unavailable(reason) = &self.containment.confinement
+        {
+            verdict.decision = Decision::Prompt;
+            verdict.reason = format!("commands are NOT sandboxed ({reason})");
+        }
+        verdict
+    }
+
+    /// The exec gate: may `plugin` run `line` now? Forbidden never; allowed always; prompt
+    /// only when it is exactly the command approved for the call being served. `Ok(true)`
+    /// when the command may also use the network (through keel's proxy): the sandbox setting
+    /// allows every command, or the policy asked because the command talks to the network and
+    /// the approval it passed included that.
+    pub(crate) fn check_exec(&self, plugin: &str, line: &str) -> Result<bool, KernelError> {
+        let verdict = self.decide_exec(line);
+        // Unconfined commands have the whole network anyway; no proxy is put in front.
+        let network = match self.containment.confinement {
+            Confinement::Bubblewrap(_, CommandNetwork::None)
+            | Confinement::Off
+            | Confinement::Unavailable(_) => false,
+            Confinement::Bubblewrap(_, CommandNetwork::All) => true,
+            Confinement::Bubblewrap(_, CommandNetwork::Approved) => verdict
+                .segments
+                .iter()
+                .any(|s| s.rule.as_deref() == Some(NETWORK_RULE)),
+        };
+        match verdict.decision {
+            Decision::Allow => Ok(network),
+            Decision::Forbid => Err(KernelError::Denied(refusal_text(&verdict))),
+            Decision::Prompt => {
+                let inflight = lock(&self.inflight);
+                let approved = inflight
+                    .get(plugin)
+                    .and_then(|i| i.approved_command.as_deref());
+                if approved == Some(line) {
+                    Ok(network)
+                } else {
+                    Err(KernelError::Denied(format!(
+                        "`{line}` needs approval ({}) and it is not the command approved for the \
+                         tool call being served; put the command in the tool call's input so it \
+                         is shown for approval",
+                        verdict.reason
+                    )))
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn run_exec(
+        self: &Arc<Self>,
+        plugin: &str,
+        cmd: ExecCommand,
+    ) -> Result<ExecOutcome, KernelError> {
+        let Some(workspace) = &self.workspace else {
+            return Err(KernelError::Unavailable(
+                "this session has no workspace, so no command can run; start keel inside a \
+                 project directory or pass --workspace"
+                    .into(),
+            ));
+        };
+        let network = self.check_exec(plugin, &cmd.line)?.then(|| {
+            CommandNet::new(
+                &self.net,
+                plugin,
+                Arc::new(crate::net_client::GateApprover(self.clone())),
+            )
+        });
+        if self.is_cancelled() {
+            return Err(KernelError::Denied(
+                "the command was not started: the person cancelled the turn (Ctrl-C)".into(),
+            ));
+        }
+        let mut outcome = runner::run(
+            workspace,
+            &cmd,
+            &self.secret_names,
+            &self.containment,
+            network.as_ref(),
+            self.until_cancelled(),
+        )
+        .await
+        .map_err(|e| KernelError::Invalid(e.to_string()))?;
+        if let Some(rerun) = self
+            .offer_unconfined(plugin, workspace, &cmd, &outcome, network.is_some())
+            .await
+        {
+            outcome = rerun;
+        }
+        outcome.output = self.redact(&outcome.output);
+        if let Some(i) = lock(&self.inflight).get_mut(plugin) {
+            i.execs.push(ExecRecord {
+                command: cmd.line.clone(),
+                exit_code: outcome.exit_code,
+                timed_out: outcome.timed_out,
+            });
+        }
+        Ok(outcome)
+    }
+
+    /// A sandboxed command failed because of the sandbox: under `ask`, offer the person to run
+    /// it again outside, as its own approval. Never automatic (not under `auto`, not without a
+    /// person), never remembered (every rerun is asked anew), and said in the result either
+    /// way. The rerun's outcome when the person said yes.
+    async fn offer_unconfined(
+        self: &Arc<Self>,
+        plugin: &str,
+        workspace: &Path,
+        cmd: &ExecCommand,
+        sandboxed: &ExecOutcome,
+        proxied: bool,
+    ) -> Option<ExecOutcome> {
+        let Confinement::Bubblewrap(mode, _) = self.containment.confinement else {
+            return None;
+        };
+        if sandboxed.exit_code == Some(0)
+            || sandboxed.timed_out
+            || self.policy.approval() != ApprovalMode::Ask
+            || self.is_cancelled()
+        {
+            return None;
+        }
+        let why = crate::sandbox::refusal_hint(mode, &sandboxed.output, proxied)?;
+        let request = ApprovalRequest {
+            tool: plugin.to_owned(),
+            summary: format!("OUTSIDE the sandbox, with your full rights: {}", cmd.line),
+            key: None,
+            reason: format!(
+                "it failed inside keel's sandbox ({why}); a yes runs it once, unconfined, and is \
+                 not remembered"
+            ),
+            can_always: false,
+        };
+        let gates = self.clone();
+        let answer = tokio::task::spawn_blocking(move || gates.approver().ask(&request))
+            .await
+            .unwrap_or(Answer::Deny);
+        if answer == Answer::Deny {
+            tracing::info!(plugin, command = %cmd.line, "the person kept the command sandboxed");
+            return None;
+        }
+        tracing::warn!(
+            plugin,
+            command = %cmd.line,
+            "running a command outside the sandbox with the person's approval"
+        );
+        let unconfined = Containment {
+            config: self.containment.config.clone(),
+            confinement: Confinement::Off,
+        };
+        let mut rerun = runner::run(
+            workspace,
+            cmd,
+            &self.secret_names,
+            &unconfined,
+            None,
+            self.until_cancelled(),
+        )
+        .await
+        .ok()?;
+        let ran = "the command failed inside keel's sandbox and the person approved running it \
+                   again outside, once, with their full rights; this is that run's output";
+        rerun.note = if rerun.note.is_empty() {
+            ran.to_owned()
+        } else {
+            format!("{ran}; {}", rerun.note)
+        };
+        Some(rerun)
+    }
+
+    /// Note a host a plugin's in-flight call reached, for the `<external_content>` label.
+    pub(crate) fn note_host(&self, plugin: &str, host: &str) {
+        if let Some(i) = lock(&self.inflight).get_mut(plugin)
+            && !i.hosts.iter().any(|h| h == host)
+        {
+            i.hosts.push(host.to_owned());
+        }
+    }
+
+    /// Take a recorded call for dispatch (each id runs once).
+    pub(crate) fn take_for_dispatch(&self, id: &str) -> Result<RecordedCall, String> {
+        let mut calls = lock(&self.calls);
+        let Some(call) = calls.get_mut(id) else {
+            return Err(format!(
+                "no tool call with id `{id}` came from the model; the kernel runs only calls \
+                 it saw in a model response"
+            ));
+        };
+        if call.dispatched {
+            return Err(format!(
+                "tool call `{id}` was already dispatched; each call runs once"
+            ));
+        }
+        call.dispatched = true;
+        Ok(call.clone())
+    }
+
+    pub(crate) fn mark_executed(&self, id: &str, tool: &str, input: &Value) {
+        if let Some(call) = lock(&self.calls).get_mut(id) {
+            call.executed = Some((tool.to_owned(), input.clone()));
+        }
+    }
+
+    /// The tool and input of an approved, executed call of the current turn.
+    pub(crate) fn replayable(&self, id: &str) -> Result<(String, Value), String> {
+        let turn = self.turn.load(Ordering::SeqCst);
+        let calls = lock(&self.calls);
+        match calls.get(id) {
+            Some(RecordedCall {
+                executed: Some((tool, input)),
+                turn: t,
+                ..
+            }) if *t == turn => Ok((tool.clone(), input.clone())),
+            Some(_) => Err(format!(
+                "tool call `{id}` was not approved and run in the current turn, so it cannot \
+                 be replayed"
+            )),
+            None => Err(format!("no tool call with id `{id}` is known")),
+        }
+    }
+
+    /// Spill `text` for call `id` and return the pointer the model can read it with.
+    /// Nothing is spilled once the session's spilled outputs reach their quota: the output is
+    /// then cut to head and tail only.
+    pub(crate) fn spill(&self, id: &str, text: &str) -> Option<(String, String)> {
+        let workspace = self.workspace.as_ref()?;
+        let name = safe_path::safe_component(id).ok()?;
+        let size = text.len() as u64;
+        self.spilled
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |spilled| {
+                let total = spilled.checked_add(size)?;
+                (total <= self.spill_limit).then_some(total)
+            })
+            .ok()?;
+        let dir = workspace.join(".keel").join("spill");
+        std::fs::create_dir_all(&dir).ok()?;
+        let ignore = dir.join(".gitignore");
+        if !ignore.exists() {
+            let _ = std::fs::write(&ignore, "*\n");
+        }
+        let path = dir.join(format!("{name}.txt"));
+        write_atomic(&path, text.as_bytes()).ok()?;
+        let relative = format!(".keel/spill/{name}.txt");
+        Some((
+            relative.clone(),
+            format!("read_file {{\"path\": \"{relative}\"}}"),
+        ))
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// The model-facing text of a refused command: what, why, what instead.
+pub(crate) fn refusal_text(verdict: &Verdict) -> String {
+    let mut text = format!("`{}` is refused: {}", verdict.command, verdict.reason);
+    if let Some(s) = &verdict.suggestion {
+        text.push_str("; ");
+        text.push_str(s);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_approval_ends_with_its_call_even_when_the_call_is_dropped() {
+        let gates = SessionGates::new(GateConfig::locked_down());
+        // A command the locked-down policy would ask about.
+        let line = "curl https://example.com";
+        assert!(gates.check_exec("tool", line).is_err());
+        let serving = Serving::start(&gates, "tool", Some(line.to_owned()));
+        assert!(
+            gates.check_exec("tool", line).is_ok(),
+            "approved for the call"
+        );
+        drop(serving);
+        assert!(
+            gates.check_exec("tool", line).is_err(),
+            "the approval outlived a call that was dropped"
+        );
+        let serving = Serving::start(&gates, "tool", Some(line.to_owned()));
+        assert_eq!(serving.finish().approved_command.as_deref(), Some(line));
+        assert!(gates.check_exec("tool", line).is_err());
+    }
+
+    #[test]
+    fn a_sessions_spilled_outputs_are_bounded() {
+        let ws = tempfile::tempdir().expect("workspace");
+        let mut gates = SessionGates::new(GateConfig {
+            workspace: Some(ws.path().to_owned()),
+            ..GateConfig::locked_down()
+        });
+        gates.spill_limit = 10;
+        assert!(gates.spill("c1", "12345678").is_some());
+        assert!(gates.spill("c2", "12345678").is_none(), "over the quota");
+        assert!(!ws.path().join(".keel/spill/c2.txt").exists());
+        assert!(gates.spill("c3", "12").is_some(), "what fits is still kept");
+    }
+}
