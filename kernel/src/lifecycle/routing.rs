@@ -1,0 +1,263 @@
+//! The doors of a turn (model completion, tool dispatch, replay), the kernel's own services,
+//! guard calls, and what the gate pipeline needs from the lifecycle ([`Mediator`]).
+
+use super::*;
+
+/// Kernel errors carry plugin-produced text; secrets are removed before anyone sees it.
+pub(super) fn redact_error(gates: &SessionGates, e: KernelError) -> KernelError {
+    match e {
+        KernelError::Invalid(m) => KernelError::Invalid(gates.redact(&m)),
+        KernelError::Conflict(m) => KernelError::Conflict(gates.redact(&m)),
+        KernelError::Denied(m) => KernelError::Denied(gates.redact(&m)),
+        KernelError::Unavailable(m) => KernelError::Unavailable(gates.redact(&m)),
+        KernelError::Failed(m) => KernelError::Failed(gates.redact(&m)),
+        KernelError::TimedOut(m) => KernelError::TimedOut(gates.redact(&m)),
+    }
+}
+
+impl Mediator for Shared {
+    fn call_service<'a>(
+        &'a self,
+        chain: &'a CallChain,
+        service: &'a str,
+        method: &'a str,
+        payload: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<String, KernelError>> {
+        Box::pin(Shared::call_service(self, chain, service, method, payload))
+    }
+
+    fn invoke_tool<'a>(
+        &'a self,
+        chain: &'a CallChain,
+        name: &'a str,
+        input: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<String, KernelError>> {
+        Box::pin(Shared::invoke_tool(self, chain, name, input))
+    }
+
+    fn check_guard<'a>(
+        &'a self,
+        chain: &'a CallChain,
+        guard: &'a str,
+        tool: &'a str,
+        input: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<GuardVerdict, KernelError>> {
+        Box::pin(self.check_guard_call(chain, guard, tool, input))
+    }
+
+    fn tool(&self, name: &str) -> Option<(ToolSpec, String)> {
+        self.lock()
+            .env
+            .tools()
+            .get(name)
+            .map(|t| (t.spec.clone(), t.owner.clone()))
+    }
+
+    fn guards(&self) -> Vec<(String, String)> {
+        self.lock()
+            .env
+            .guards()
+            .map(|(g, p)| (g.to_owned(), p.to_owned()))
+            .collect()
+    }
+
+    fn has_service(&self, name: &str) -> bool {
+        self.lock().env.services().contains_key(name)
+    }
+}
+
+/// The doors of a turn (model completion, tool dispatch, replay) and what the gate pipeline
+/// needs from the lifecycle.
+impl Shared {
+    /// Registered tools, sorted by name.
+    pub(crate) fn tools(&self) -> Vec<ToolSpec> {
+        self.lock()
+            .env
+            .tools()
+            .values()
+            .map(|t| t.spec.clone())
+            .collect()
+    }
+
+    /// The manifest of a loaded plugin.
+    pub(crate) fn manifest_of(&self, plugin: &str) -> Option<Arc<Manifest>> {
+        self.lock().plugins.get(plugin).map(|r| r.manifest.clone())
+    }
+
+    pub(super) async fn check_guard_call(
+        &self,
+        chain: &CallChain,
+        guard: &str,
+        tool: &str,
+        input: &str,
+    ) -> Result<GuardVerdict, KernelError> {
+        let route = {
+            let inner = self.lock();
+            inner
+                .env
+                .guards()
+                .find(|(g, _)| *g == guard)
+                .and_then(|(_, p)| inner.plugins.get(p).map(|r| (p.to_owned(), r.slot.clone())))
+        };
+        let Some((plugin, slot)) = route else {
+            return Err(KernelError::Unavailable(format!("guard `{guard}` is gone")));
+        };
+        if chain.contains(&plugin) {
+            return Err(KernelError::Denied(format!(
+                "re-entrant call refused: {chain} → {plugin} (guard `{guard}`)"
+            )));
+        }
+        let text = self
+            .call_into(chain, &plugin, slot, Request::Guard { guard, tool, input })
+            .await?;
+        serde_json::from_str(&text).map_err(|e| {
+            KernelError::Failed(format!("guard `{guard}` answered malformed data: {e}"))
+        })
+    }
+
+    /// `agent.complete`: ask the model service, record the calls, clean the text.
+    pub(crate) async fn agent_complete(
+        &self,
+        chain: &CallChain,
+        request: &str,
+    ) -> Result<String, KernelError> {
+        let answer = self
+            .call_service(chain, keel_protocol::services::MODEL, "complete", request)
+            .await
+            .map_err(|e| redact_error(&self.gates, e))?;
+        let response: keel_protocol::ModelResponse =
+            serde_json::from_str(&answer).map_err(|e| {
+                KernelError::Failed(format!(
+                    "the model plugin answered something that is not a ModelResponse ({e})"
+                ))
+            })?;
+        let response = self.gates.record_response(response);
+        serde_json::to_string(&response)
+            .map_err(|e| KernelError::Failed(format!("cannot encode the response: {e}")))
+    }
+
+    /// The plugin that provides `service` now.
+    pub(crate) fn provider_of(&self, service: &str) -> Option<String> {
+        self.lock()
+            .env
+            .services()
+            .get(service)
+            .map(|entry| entry.provider.clone())
+    }
+
+    /// The services in the reserved `keel.` namespace, which the kernel serves itself: read
+    /// only, so no plugin gains anything by calling them.
+    ///
+    /// `keel.caller`: `name` answers the kernel-attested name of the plugin whose call the
+    /// caller is serving (`keel` for the host, empty outside a call), so a provider can refuse
+    /// callers; `provider` (payload: a service name) answers who provides that service now.
+    pub(super) fn kernel_service(
+        &self,
+        chain: &CallChain,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, KernelError> {
+        match (service, method) {
+            (crate::manifest::CALLER_SERVICE, "name") => {
+                let plugins: Vec<&str> = chain.plugins().collect();
+                Ok(match plugins.as_slice() {
+                    [.., caller, _callee] => (*caller).to_owned(),
+                    _ => String::new(),
+                })
+            }
+            (crate::manifest::CALLER_SERVICE, "provider") => {
+                Ok(self.provider_of(payload.trim()).unwrap_or_default())
+            }
+            (crate::manifest::CALLER_SERVICE, other) => Err(KernelError::Invalid(format!(
+                "the kernel's `{service}` service has no method `{other}`; it has `name` and \
+                 `provider`"
+            ))),
+            (keel_protocol::services::PROMPT, "fragments") => {
+                let fragments: Vec<keel_protocol::PromptFragment> = self
+                    .lock()
+                    .env
+                    .prompt_fragments()
+                    .map(|(plugin, id, text)| keel_protocol::PromptFragment {
+                        plugin: plugin.to_owned(),
+                        id: id.to_owned(),
+                        text: text.to_owned(),
+                    })
+                    .collect();
+                serde_json::to_string(&fragments).map_err(|e| {
+                    KernelError::Failed(format!("cannot encode the prompt fragments: {e}"))
+                })
+            }
+            (keel_protocol::services::PROMPT, other) => Err(KernelError::Invalid(format!(
+                "the kernel's `{service}` service has no method `{other}`; it has `fragments`"
+            ))),
+            _ => Err(KernelError::Unavailable(format!(
+                "no service `{service}`: the `keel.` namespace belongs to the kernel, which \
+                 serves only `{}` and `{}`",
+                keel_protocol::services::PROMPT,
+                crate::manifest::CALLER_SERVICE
+            ))),
+        }
+    }
+
+    /// `agent.dispatch`: run the calls concurrently through the gate pipeline; outcomes in
+    /// the order of `ids`.
+    pub(crate) async fn agent_dispatch(&self, chain: &CallChain, ids: &[String]) -> Vec<String> {
+        let gates = self.gates.clone();
+        let runs = ids
+            .iter()
+            .map(|id| crate::dispatch::dispatch_one(&gates, self, chain, id));
+        futures::future::join_all(runs)
+            .await
+            .into_iter()
+            .map(|o| serde_json::to_string(&o).unwrap_or_default())
+            .collect()
+    }
+
+    /// `agent.replay`: re-run an approved call of this turn with the same input.
+    pub(crate) async fn agent_replay(
+        &self,
+        chain: &CallChain,
+        id: &str,
+    ) -> Result<String, KernelError> {
+        let gates = self.gates.clone();
+        let outcome = crate::dispatch::replay(&gates, self, chain, id).await?;
+        serde_json::to_string(&outcome)
+            .map_err(|e| KernelError::Failed(format!("cannot encode the outcome: {e}")))
+    }
+
+    /// Why `service` has no provider right now, for the caller.
+    pub(super) fn explain_missing(inner: &Inner, service: &str) -> String {
+        let declared: Vec<String> = inner
+            .plugins
+            .values()
+            .filter(|r| r.manifest.provides.contains_key(service))
+            .map(|r| match &r.state {
+                PluginState::Pending { waiting_for } => format!(
+                    "plugin `{}` would provide it but is waiting for {}",
+                    r.manifest.name,
+                    waiting_for.join(", ")
+                ),
+                PluginState::Failed { reason } => format!(
+                    "plugin `{}` would provide it but failed: {reason}",
+                    r.manifest.name
+                ),
+                other => format!(
+                    "plugin `{}` would provide it but is {}",
+                    r.manifest.name,
+                    other.name()
+                ),
+            })
+            .collect();
+        if declared.is_empty() {
+            format!(
+                "no loaded plugin provides service `{service}`; load one that declares it under [provides]"
+            )
+        } else {
+            format!(
+                "service `{service}` is not available: {}",
+                declared.join("; ")
+            )
+        }
+    }
+}
