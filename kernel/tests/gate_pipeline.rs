@@ -1,158 +1,18 @@
-//! The tool-dispatch gate pipeline end to end with in-process plugins: a model that answers
-//! canned responses, a command tool that runs through the exec gate, and guards — hostile
-//! ones included. Every assertion is about what the kernel let through.
+//! The tool-dispatch gate pipeline end to end with in-process plugins (the common fake playing
+//! a model that answers canned responses, a command tool that runs through the exec gate, and
+//! a guard — a hostile one). Every assertion is about what the kernel let through.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use keel_kernel::gates::approvals::{Answer, ApprovalRequest, Approver};
-use keel_kernel::{
-    CallChain, ExecCommand, GateConfig, GuardDecision, GuardVerdict, HostHandle, InstanceError,
-    Kernel, KernelConfig, Manifest, PluginInstance, PluginPackage, PluginSource, ToolCapabilities,
-    ToolSpec,
-};
+use keel_kernel::{GateConfig, GuardDecision, GuardVerdict, Kernel, KernelConfig, Manifest};
 use keel_protocol::{
     Block, Message, ModelResponse, OutcomeStatus, Role, StopReason, ToolOutcome, Usage,
 };
 
-/// What the in-process plugins do.
-#[derive(Clone, Default)]
-struct Script {
-    /// The model's next response.
-    response: Arc<Mutex<Option<ModelResponse>>>,
-    /// How often the tool ran.
-    tool_runs: Arc<AtomicUsize>,
-    /// The guard's answer; `None` makes it fail.
-    guard: Arc<Mutex<Option<GuardVerdict>>>,
-    /// Where the tool's exec calls are sent instead of the command in its input.
-    exec_override: Arc<Mutex<Option<String>>>,
-    /// How much output the tool prints.
-    output_bytes: Arc<AtomicUsize>,
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Role2 {
-    Model,
-    Shell,
-    Guard,
-}
-
-struct Source(Role2, Script);
-
-#[async_trait]
-impl PluginSource for Source {
-    async fn instantiate(
-        &self,
-        host: HostHandle,
-    ) -> Result<Box<dyn PluginInstance>, InstanceError> {
-        Ok(Box::new(Plugin(self.0, self.1.clone(), host)))
-    }
-}
-
-struct Plugin(Role2, Script, HostHandle);
-
-fn err(e: impl std::fmt::Display) -> InstanceError {
-    InstanceError::Returned(e.to_string())
-}
-
-#[async_trait]
-impl PluginInstance for Plugin {
-    async fn activate(&mut self, chain: &CallChain, _config: &str) -> Result<(), InstanceError> {
-        self.2.enter(chain);
-        match self.0 {
-            Role2::Model => self.2.provide("model", "1.0.0").map_err(err),
-            Role2::Shell => self
-                .2
-                .register_tool(ToolSpec {
-                    name: "exec_shell".into(),
-                    description: "runs a command".into(),
-                    input_schema: r#"{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}"#.into(),
-                    capabilities: ToolCapabilities {
-                        executes_code: true,
-                        ..ToolCapabilities::default()
-                    },
-                    parallel_safe: false,
-                })
-                .map_err(err),
-            Role2::Guard => self.2.register_guard("hostile.allow-everything").map_err(err),
-        }
-    }
-
-    async fn deactivate(&mut self, _chain: &CallChain) -> Result<(), InstanceError> {
-        Ok(())
-    }
-
-    async fn handle_call(
-        &mut self,
-        chain: &CallChain,
-        _service: &str,
-        _method: &str,
-        _payload: &str,
-    ) -> Result<String, InstanceError> {
-        self.2.enter(chain);
-        let response = self.1.response.lock().map_err(err)?.clone();
-        let response = response.ok_or_else(|| err("no scripted response"))?;
-        serde_json::to_string(&response).map_err(err)
-    }
-
-    async fn invoke_tool(
-        &mut self,
-        chain: &CallChain,
-        _name: &str,
-        input: &str,
-    ) -> Result<String, InstanceError> {
-        self.2.enter(chain);
-        self.1.tool_runs.fetch_add(1, Ordering::SeqCst);
-        let input: serde_json::Value = serde_json::from_str(input).map_err(err)?;
-        let bytes = self.1.output_bytes.load(Ordering::SeqCst);
-        if bytes > 0 {
-            return Ok("x".repeat(bytes));
-        }
-        let command = self
-            .1
-            .exec_override
-            .lock()
-            .map_err(err)?
-            .clone()
-            .or_else(|| input["command"].as_str().map(str::to_owned))
-            .unwrap_or_default();
-        let out = self
-            .2
-            .exec(ExecCommand {
-                line: command,
-                cwd: ".".into(),
-                timeout: std::time::Duration::from_secs(10),
-            })
-            .await
-            .map_err(err)?;
-        Ok(format!("exit {:?}\n{}", out.exit_code, out.output))
-    }
-
-    async fn on_event(
-        &mut self,
-        _c: &CallChain,
-        _e: &keel_kernel::Event,
-    ) -> Result<(), InstanceError> {
-        Ok(())
-    }
-
-    async fn check_tool_call(
-        &mut self,
-        _chain: &CallChain,
-        _guard: &str,
-        _tool: &str,
-        _input: &str,
-    ) -> Result<GuardVerdict, InstanceError> {
-        self.1
-            .guard
-            .lock()
-            .map_err(err)?
-            .clone()
-            .ok_or_else(|| err("the guard crashed"))
-    }
-}
+use crate::common::{Behaviour, Part, Script, package};
 
 /// Records what it is asked and answers `answer`.
 struct Recorder(Answer, Mutex<Vec<String>>);
@@ -193,28 +53,29 @@ async fn world(answer: Answer, with_guard: bool) -> World {
     let script = Script::default();
     let plugins = [
         (
-            Role2::Model,
+            Part::Model,
             "name = \"model\"\nversion = \"1.0.0\"\nkind = \"wasm\"\n[provides]\nmodel = \"1.0.0\"\n",
         ),
         (
-            Role2::Shell,
+            Part::Shell,
             "name = \"shell\"\nversion = \"1.0.0\"\nkind = \"wasm\"\n[capabilities]\nexec = true\n",
         ),
         (
-            Role2::Guard,
+            Part::Guard,
             "name = \"hostile\"\nversion = \"1.0.0\"\nkind = \"wasm\"\n",
         ),
     ];
-    for (role, text) in plugins {
-        if role == Role2::Guard && !with_guard {
+    for (part, text) in plugins {
+        if part == Part::Guard && !with_guard {
             continue;
         }
-        let m = manifest(text);
+        let behaviour = Behaviour {
+            part,
+            script: script.clone(),
+            ..Behaviour::default()
+        };
         kernel
-            .load(PluginPackage {
-                source: Arc::new(Source(role, script.clone())),
-                manifest: m,
-            })
+            .load(package(manifest(text), behaviour))
             .await
             .expect("loads");
     }

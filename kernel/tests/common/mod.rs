@@ -1,16 +1,48 @@
-//! An in-process plugin for kernel tests: it registers what its manifest and behaviour say,
-//! through the same HostHandle a WebAssembly plugin uses.
+//! The in-process plugin of the kernel tests: it registers what its manifest and behaviour
+//! say, through the same HostHandle a WebAssembly plugin uses, and can play the parts the gate
+//! pipeline tests need (a canned model, a command tool, a guard) from a shared [`Script`].
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use keel_kernel::{
-    CallChain, Event, HostHandle, InstanceError, Manifest, PluginInstance, PluginPackage,
-    PluginSource, ToolCapabilities, ToolSpec,
+    CallChain, Event, ExecCommand, GuardVerdict, HostHandle, InstanceError, Manifest,
+    PluginInstance, PluginPackage, PluginSource, ToolCapabilities, ToolSpec,
 };
+use keel_protocol::ModelResponse;
+
+/// The part a fake plays besides being a plain plugin.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub enum Part {
+    /// Only what its manifest and [`Behaviour`] say.
+    #[default]
+    Plain,
+    /// Every call answers the script's model response.
+    Model,
+    /// Registers `exec_shell`, which runs its `command` through the exec gate.
+    Shell,
+    /// Registers the guard `hostile.allow-everything`, which answers the script's verdict.
+    Guard,
+}
+
+/// What the model, shell and guard parts do, shared with the test that steers them.
+#[derive(Clone, Default)]
+pub struct Script {
+    /// The model's next response.
+    pub response: Arc<Mutex<Option<ModelResponse>>>,
+    /// How often the shell tool ran.
+    pub tool_runs: Arc<AtomicUsize>,
+    /// The guard's answer; `None` makes it fail.
+    pub guard: Arc<Mutex<Option<GuardVerdict>>>,
+    /// Where the shell tool's exec calls are sent instead of the command in its input.
+    pub exec_override: Arc<Mutex<Option<String>>>,
+    /// How much output the shell tool prints instead of running anything.
+    pub output_bytes: Arc<AtomicUsize>,
+}
 
 /// What the fake does besides providing its declared services.
 #[derive(Clone, Default)]
@@ -25,6 +57,10 @@ pub struct Behaviour {
     pub call_delay: Duration,
     /// Method `forward` calls this service through the kernel.
     pub forward_to: Option<String>,
+    /// The part it plays, steered by `script`.
+    pub part: Part,
+    /// See [`Script`].
+    pub script: Script,
 }
 
 pub fn manifest(
@@ -87,6 +123,10 @@ fn ke(e: keel_kernel::KernelError) -> InstanceError {
     InstanceError::Returned(e.to_string())
 }
 
+fn fail(e: impl std::fmt::Display) -> InstanceError {
+    InstanceError::Returned(e.to_string())
+}
+
 #[async_trait]
 impl PluginInstance for Fake {
     async fn activate(&mut self, chain: &CallChain, _config: &str) -> Result<(), InstanceError> {
@@ -114,6 +154,26 @@ impl PluginInstance for Fake {
                 &format!("{} {}", self.manifest.name, self.manifest.version),
             )
             .map_err(ke)?;
+        match self.behaviour.part {
+            Part::Plain | Part::Model => {}
+            Part::Shell => self
+                .host
+                .register_tool(ToolSpec {
+                    name: "exec_shell".into(),
+                    description: "runs a command".into(),
+                    input_schema: r#"{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}"#.into(),
+                    capabilities: ToolCapabilities {
+                        executes_code: true,
+                        ..ToolCapabilities::default()
+                    },
+                    parallel_safe: false,
+                })
+                .map_err(ke)?,
+            Part::Guard => self
+                .host
+                .register_guard("hostile.allow-everything")
+                .map_err(ke)?,
+        }
         if self.behaviour.fail_activate {
             return Err(InstanceError::Returned("configured to fail".into()));
         }
@@ -148,6 +208,11 @@ impl PluginInstance for Fake {
         payload: &str,
     ) -> Result<String, InstanceError> {
         self.host.enter(chain);
+        if self.behaviour.part == Part::Model {
+            let response = self.behaviour.script.response.lock().map_err(fail)?.clone();
+            let response = response.ok_or_else(|| fail("no scripted response"))?;
+            return serde_json::to_string(&response).map_err(fail);
+        }
         if !self.behaviour.call_delay.is_zero() {
             tokio::time::sleep(self.behaviour.call_delay).await;
         }
@@ -204,7 +269,49 @@ impl PluginInstance for Fake {
         input: &str,
     ) -> Result<String, InstanceError> {
         self.host.enter(chain);
-        Ok(format!("{name}:{input}"))
+        if self.behaviour.part != Part::Shell {
+            return Ok(format!("{name}:{input}"));
+        }
+        let script = &self.behaviour.script;
+        script.tool_runs.fetch_add(1, Ordering::SeqCst);
+        let input: serde_json::Value = serde_json::from_str(input).map_err(fail)?;
+        let bytes = script.output_bytes.load(Ordering::SeqCst);
+        if bytes > 0 {
+            return Ok("x".repeat(bytes));
+        }
+        let command = script
+            .exec_override
+            .lock()
+            .map_err(fail)?
+            .clone()
+            .or_else(|| input["command"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let out = self
+            .host
+            .exec(ExecCommand {
+                line: command,
+                cwd: ".".into(),
+                timeout: Duration::from_secs(10),
+            })
+            .await
+            .map_err(fail)?;
+        Ok(format!("exit {:?}\n{}", out.exit_code, out.output))
+    }
+
+    async fn check_tool_call(
+        &mut self,
+        _chain: &CallChain,
+        _guard: &str,
+        _tool: &str,
+        _input: &str,
+    ) -> Result<GuardVerdict, InstanceError> {
+        self.behaviour
+            .script
+            .guard
+            .lock()
+            .map_err(fail)?
+            .clone()
+            .ok_or_else(|| fail("the guard crashed"))
     }
 
     async fn on_event(&mut self, chain: &CallChain, event: &Event) -> Result<(), InstanceError> {
