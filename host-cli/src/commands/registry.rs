@@ -34,85 +34,105 @@ pub enum RegistryCommand {
     Key(KeyCommand),
     /// Validate a plugin (manifest, ABI, imports vs capabilities, version) and publish it,
     /// signed, to the registry.
-    Publish {
-        /// The plugin directory (with keel.toml) or its manifest.
-        #[arg(default_value = ".")]
-        path: PathBuf,
-        /// The namespace to publish under (default: the signing key's namespace).
-        #[arg(long, value_name = "NS")]
-        namespace: Option<String>,
-        /// The signing key's name.
-        #[arg(long, default_value = "default")]
-        key: String,
-        /// Publish without a signature (installs then need --allow-unverified).
-        #[arg(long, conflicts_with = "key")]
-        unsigned: bool,
-        /// The component to publish, if not where the manifest says.
-        #[arg(long, value_name = "FILE")]
-        component: Option<PathBuf>,
-        #[command(flatten)]
-        registry: RegistryArg,
-        /// One JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-    },
+    Publish(PublishArgs),
     /// Hide NAME@VERSION from new installs (lockfiles that pin it keep it). Appends a signed
     /// yank record; nothing is removed.
-    Yank {
-        /// `namespace:name@version`.
-        spec: String,
-        /// The signing key's name.
-        #[arg(long, default_value = "default")]
-        key: String,
-        #[command(flatten)]
-        registry: RegistryArg,
-    },
+    Yank(YankArgs),
     /// Install plugins: resolve versions, verify every hash and signature, show what each
     /// plugin asks to be allowed to do, ask for approval, write them and the lockfile.
-    Install {
-        /// `namespace:name[@range]`, e.g. `acme:echo` or `acme:echo@^1.2`.
-        #[arg(required = true)]
-        specs: Vec<String>,
-        /// Approve without asking (for scripts).
-        #[arg(long)]
-        yes: bool,
-        /// Install unsigned plugins or plugins signed by keys you do not trust; the lockfile
-        /// records it.
-        #[arg(long)]
-        allow_unverified: bool,
-        /// Install native plugins, which run outside the sandbox with your full rights.
-        #[arg(long)]
-        allow_native: bool,
-        #[command(flatten)]
-        registry: RegistryArg,
-        /// The plan and the result as JSON on stdout.
-        #[arg(long)]
-        json: bool,
-    },
+    Install(InstallArgs),
     /// Find plugins whose name or description contains TEXT.
-    Search {
-        /// Text to look for (case-insensitive); empty lists everything.
-        #[arg(default_value = "")]
-        text: String,
-        #[command(flatten)]
-        registry: RegistryArg,
-        /// One JSON array on stdout.
-        #[arg(long)]
-        json: bool,
-    },
+    Search(SearchArgs),
     /// A plugin's versions with their requirements, capabilities, signer and yanked state.
-    Info {
-        /// `namespace:name`.
-        name: String,
-        #[command(flatten)]
-        registry: RegistryArg,
-        /// One JSON object on stdout.
-        #[arg(long)]
-        json: bool,
-    },
+    Info(InfoArgs),
     /// Create, share and repair registries.
     #[command(subcommand)]
     Registry(AdminCommand),
+}
+
+/// The arguments of `keel publish`.
+#[derive(Args)]
+pub struct PublishArgs {
+    /// The plugin directory (with keel.toml) or its manifest.
+    #[arg(default_value = ".")]
+    pub path: PathBuf,
+    /// The namespace to publish under (default: the signing key's namespace).
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// The signing key's name.
+    #[arg(long, default_value = "default")]
+    pub key: String,
+    /// Publish without a signature (installs then need --allow-unverified).
+    #[arg(long, conflicts_with = "key")]
+    pub unsigned: bool,
+    /// The component to publish, if not where the manifest says.
+    #[arg(long, value_name = "FILE")]
+    pub component: Option<PathBuf>,
+    #[command(flatten)]
+    pub registry: RegistryArg,
+    /// One JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The arguments of `keel yank`.
+#[derive(Args)]
+pub struct YankArgs {
+    /// `namespace:name@version`.
+    pub spec: String,
+    /// The signing key's name.
+    #[arg(long, default_value = "default")]
+    pub key: String,
+    #[command(flatten)]
+    pub registry: RegistryArg,
+}
+
+/// The arguments of `keel install`.
+#[derive(Args)]
+pub struct InstallArgs {
+    /// `namespace:name[@range]`, e.g. `acme:echo` or `acme:echo@^1.2`.
+    #[arg(required = true)]
+    pub specs: Vec<String>,
+    /// Approve without asking (for scripts).
+    #[arg(long)]
+    pub yes: bool,
+    /// Install unsigned plugins or plugins signed by keys you do not trust; the lockfile
+    /// records it.
+    #[arg(long)]
+    pub allow_unverified: bool,
+    /// Install native plugins, which run outside the sandbox with your full rights.
+    #[arg(long)]
+    pub allow_native: bool,
+    #[command(flatten)]
+    pub registry: RegistryArg,
+    /// The plan and the result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The arguments of `keel search`.
+#[derive(Args)]
+pub struct SearchArgs {
+    /// Text to look for (case-insensitive); empty lists everything.
+    #[arg(default_value = "")]
+    pub text: String,
+    #[command(flatten)]
+    pub registry: RegistryArg,
+    /// One JSON array on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The arguments of `keel info`.
+#[derive(Args)]
+pub struct InfoArgs {
+    /// `namespace:name`.
+    pub name: String,
+    #[command(flatten)]
+    pub registry: RegistryArg,
+    /// One JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand)]
@@ -183,305 +203,331 @@ fn run_blocking(ctx: &Context, cmd: RegistryCommand) -> anyhow::Result<ExitCode>
         RegistryCommand::Key(_) | RegistryCommand::Registry(AdminCommand::Serve { .. }) => {
             bail!("internal: dispatched to the wrong runner")
         }
-        RegistryCommand::Publish {
-            path,
-            namespace,
-            key,
-            unsigned,
-            component,
-            registry,
-            json,
-        } => {
-            let file = manifest_path(&path);
-            let text = std::fs::read_to_string(&file).with_context(|| {
-                format!(
-                    "cannot read `{}`; pass the plugin directory (with keel.toml)",
-                    file.display()
-                )
-            })?;
-            let manifest = Manifest::parse(&text, &file)?;
-            let code_file = component.unwrap_or_else(|| code_path(&file, &manifest));
-            let code = std::fs::read(&code_file).with_context(|| {
-                format!(
-                    "cannot read `{}`; build the plugin first (`keel plugin build {}`), or pass --component FILE",
-                    code_file.display(),
-                    path.display()
-                )
-            })?;
-            let key = if unsigned {
-                None
-            } else {
-                Some(KeyPair::load(&home.keys_dir(), &key)?)
-            };
-            let namespace = match namespace
-                .or_else(|| key.as_ref().and_then(|k| k.namespace().map(str::to_owned)))
-            {
-                Some(ns) => ns,
-                None => bail!(
-                    "refused to publish `{}`: no namespace; pass --namespace NS, or create the key with `keel key new --namespace NS`",
-                    manifest.name
-                ),
-            };
-            let name = PluginName::new(&namespace, &manifest.name)?;
-            let package = validate(&wasm_host(ctx)?, &file, &text, code)?;
-            let registry = open_registry(ctx, &registry, true)?;
-            let mut session = Session::new(home, registry)?;
-            let record = publish(&mut session, &name, &package, key.as_ref(), &mut |_| {})?;
-            session.finish()?;
-            let sha = record
-                .release
-                .as_ref()
-                .map(|r| r.sha256.clone())
-                .unwrap_or_default();
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "name": name,
-                        "version": record.version.to_string(),
-                        "sha256": sha,
-                        "key": key.as_ref().map(|k| k.public().to_string()),
-                        "registry": session.location(),
-                    })
-                );
-            } else {
-                println!(
-                    "published {name} {} to {}",
-                    record.version,
-                    session.location()
-                );
-                println!("  sha256 {sha}");
-                match &key {
-                    Some(k) => println!("  signed by {} ({})", k.public(), k.name()),
-                    None => println!("  UNSIGNED: installs need --allow-unverified"),
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        RegistryCommand::Yank {
-            spec,
-            key,
-            registry,
-        } => {
-            let Some((name, version)) = spec.split_once('@') else {
-                bail!("`{spec}`: write NAME@VERSION, e.g. `acme:echo@0.2.0`");
-            };
-            let name: PluginName = name.parse()?;
-            let version = semver::Version::parse(version)
-                .with_context(|| format!("`{version}` is not a version; write e.g. 0.2.0"))?;
-            let key = KeyPair::load(&home.keys_dir(), &key)?;
-            let registry = open_registry(ctx, &registry, false)?;
-            let mut session = Session::new(home, registry)?;
-            yank(&mut session, &name, &version, Some(&key))?;
-            session.finish()?;
-            println!(
-                "yanked {name} {version}: new installs skip it; lockfiles that pin it keep it"
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        RegistryCommand::Install {
-            specs,
-            yes,
-            allow_unverified,
-            allow_native,
-            registry,
-            json,
-        } => {
-            let wanted = specs
-                .iter()
-                .map(|s| parse_spec(s))
-                .collect::<Result<Vec<_>, _>>()?;
-            let registry = open_registry(ctx, &registry, false)?;
-            let mut session = Session::new(home.clone(), registry)?;
-            let plan = plan_install(
-                &mut session,
-                &wanted,
-                InstallOptions {
-                    allow_unverified,
-                    allow_native,
-                },
-            )?;
-            session.finish()?;
-            install(&home, &plan, yes, json)
-        }
-        RegistryCommand::Search {
-            text,
-            registry,
-            json,
-        } => {
-            let registry = open_registry(ctx, &registry, false)?;
-            let mut session = Session::new(home, registry)?;
-            let needle = text.to_lowercase();
-            let mut hits = Vec::new();
-            for name in session.registry.names()? {
-                let log = match session.log(&name) {
-                    Ok(log) => log,
-                    Err(e) => {
-                        eprintln!("warning: {e}");
-                        continue;
-                    }
-                };
-                let versions = log.versions();
-                let Some(latest) = versions.iter().rev().find(|v| v.yanked_by.is_none()) else {
-                    continue;
-                };
-                let description = latest.release.description.clone();
-                if name.to_string().contains(&needle)
-                    || description.to_lowercase().contains(&needle)
-                {
-                    hits.push(serde_json::json!({
-                        "name": name,
-                        "version": latest.record.version.to_string(),
-                        "description": description,
-                    }));
-                }
-            }
-            session.finish()?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&hits)?);
-            } else if hits.is_empty() {
-                println!("no plugin matches `{text}` in {}", session.location());
-            } else {
-                for h in &hits {
-                    println!(
-                        "{} {}  {}",
-                        h["name"].as_str().unwrap_or_default(),
-                        h["version"].as_str().unwrap_or_default(),
-                        h["description"].as_str().unwrap_or_default()
-                    );
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        RegistryCommand::Info {
-            name,
-            registry,
-            json,
-        } => {
-            let name: PluginName = name.parse()?;
-            let registry = open_registry(ctx, &registry, false)?;
-            let mut session = Session::new(home, registry)?;
-            let log = session.log(&name)?;
-            session.finish()?;
-            if log.is_empty() {
-                bail!(
-                    "registry {} has no plugin {name}; `keel search TEXT --registry {}` lists what it has",
-                    session.location(),
-                    session.location()
-                );
-            }
-            let trusted = |key: &Option<keel_registry::PublicKey>| {
-                key.is_some_and(|k| {
-                    session
-                        .trust
-                        .namespaces
-                        .get(name.namespace())
-                        .is_some_and(|t| t.keys.contains(&k) && t.registry == session.location())
-                })
-            };
-            let versions: Vec<serde_json::Value> = log
-                .versions()
-                .iter()
-                .map(|v| {
-                    serde_json::json!({
-                        "version": v.record.version.to_string(),
-                        "yanked": v.yanked_by.is_some(),
-                        "sha256": v.release.sha256,
-                        "size": v.release.size,
-                        "kind": v.release.kind,
-                        "description": v.release.description,
-                        "requires": v.release.requires,
-                        "provides": v.release.provides,
-                        "capabilities": v.release.capabilities,
-                        "signer": v.signer.map(|k| k.to_string()),
-                        "trusted": trusted(&v.signer),
-                    })
-                })
-                .collect();
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({
-                        "name": name,
-                        "registry": session.location(),
-                        "versions": versions,
-                    }))?
-                );
-            } else {
-                println!("{name}  ({})", session.location());
-                for v in log.versions() {
-                    println!(
-                        "{} {}{}",
-                        v.record.version,
-                        v.release.kind,
-                        if v.yanked_by.is_some() {
-                            "  YANKED"
-                        } else {
-                            ""
-                        }
-                    );
-                    if !v.release.description.is_empty() {
-                        println!("  {}", v.release.description);
-                    }
-                    println!(
-                        "  signer:       {}",
-                        match &v.signer {
-                            Some(k) if trusted(&v.signer) => format!("{k} (trusted)"),
-                            Some(k) => format!("{k} (NOT trusted for `{}`)", name.namespace()),
-                            None => "unsigned".to_owned(),
-                        }
-                    );
-                    let reqs: Vec<String> = v
-                        .release
-                        .requires
-                        .iter()
-                        .map(|(s, r)| {
-                            format!(
-                                "{s} {}{}",
-                                r.range,
-                                if r.optional { " (optional)" } else { "" }
-                            )
-                        })
-                        .collect();
-                    let provides: Vec<String> = v
-                        .release
-                        .provides
-                        .iter()
-                        .map(|(s, ver)| format!("{s} {ver}"))
-                        .collect();
-                    println!("  requires:     {}", none_if_empty(&reqs));
-                    println!("  provides:     {}", none_if_empty(&provides));
-                    println!(
-                        "  capabilities: {}",
-                        none_if_empty(&capability_summary(&v.release.capabilities))
-                    );
-                    println!("  sha256:       {}", v.release.sha256);
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        RegistryCommand::Publish(args) => publish_plugin(ctx, home, args),
+        RegistryCommand::Yank(args) => yank_release(ctx, home, args),
+        RegistryCommand::Install(args) => install_plugins(ctx, home, args),
+        RegistryCommand::Search(args) => search(ctx, home, args),
+        RegistryCommand::Info(args) => info(ctx, home, args),
         RegistryCommand::Registry(AdminCommand::Init { registry }) => {
             let registry = open_registry(ctx, &registry, true)?;
             println!("registry ready at {}", registry.location());
             Ok(ExitCode::SUCCESS)
         }
         RegistryCommand::Registry(AdminCommand::ForgetHead { name, registry }) => {
-            let name: PluginName = name.parse()?;
-            let registry = open_registry(ctx, &registry, false)?;
-            let mut session = Session::new(home, registry)?;
-            let forgot = session.forget_head(&name);
-            session.finish()?;
-            if forgot {
-                println!(
-                    "forgot the head seen of {name}; the next read accepts {}'s current history",
-                    session.location()
-                );
-            } else {
-                println!("nothing remembered of {name} in {}", session.location());
-            }
-            Ok(ExitCode::SUCCESS)
+            forget_head(ctx, home, &name, &registry)
         }
     }
+}
+
+/// `keel registry forget-head`.
+fn forget_head(
+    ctx: &Context,
+    home: Home,
+    name: &str,
+    registry: &RegistryArg,
+) -> anyhow::Result<ExitCode> {
+    let name: PluginName = name.parse()?;
+    let registry = open_registry(ctx, registry, false)?;
+    let mut session = Session::new(home, registry)?;
+    let forgot = session.forget_head(&name);
+    session.finish()?;
+    if forgot {
+        println!(
+            "forgot the head seen of {name}; the next read accepts {}'s current history",
+            session.location()
+        );
+    } else {
+        println!("nothing remembered of {name} in {}", session.location());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `keel publish`.
+fn publish_plugin(ctx: &Context, home: Home, args: PublishArgs) -> anyhow::Result<ExitCode> {
+    let PublishArgs {
+        path,
+        namespace,
+        key,
+        unsigned,
+        component,
+        registry,
+        json,
+    } = args;
+    let file = manifest_path(&path);
+    let text = std::fs::read_to_string(&file).with_context(|| {
+        format!(
+            "cannot read `{}`; pass the plugin directory (with keel.toml)",
+            file.display()
+        )
+    })?;
+    let manifest = Manifest::parse(&text, &file)?;
+    let code_file = component.unwrap_or_else(|| code_path(&file, &manifest));
+    let code = std::fs::read(&code_file).with_context(|| {
+            format!(
+                "cannot read `{}`; build the plugin first (`keel plugin build {}`), or pass --component FILE",
+                code_file.display(),
+                path.display()
+            )
+        })?;
+    let key = if unsigned {
+        None
+    } else {
+        Some(KeyPair::load(&home.keys_dir(), &key)?)
+    };
+    let namespace = match namespace
+        .or_else(|| key.as_ref().and_then(|k| k.namespace().map(str::to_owned)))
+    {
+        Some(ns) => ns,
+        None => bail!(
+            "refused to publish `{}`: no namespace; pass --namespace NS, or create the key with `keel key new --namespace NS`",
+            manifest.name
+        ),
+    };
+    let name = PluginName::new(&namespace, &manifest.name)?;
+    let package = validate(&wasm_host(ctx)?, &file, &text, code)?;
+    let registry = open_registry(ctx, &registry, true)?;
+    let mut session = Session::new(home, registry)?;
+    let record = publish(&mut session, &name, &package, key.as_ref(), &mut |_| {})?;
+    session.finish()?;
+    let sha = record
+        .release
+        .as_ref()
+        .map(|r| r.sha256.clone())
+        .unwrap_or_default();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "name": name,
+                "version": record.version.to_string(),
+                "sha256": sha,
+                "key": key.as_ref().map(|k| k.public().to_string()),
+                "registry": session.location(),
+            })
+        );
+    } else {
+        println!(
+            "published {name} {} to {}",
+            record.version,
+            session.location()
+        );
+        println!("  sha256 {sha}");
+        match &key {
+            Some(k) => println!("  signed by {} ({})", k.public(), k.name()),
+            None => println!("  UNSIGNED: installs need --allow-unverified"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `keel yank`.
+fn yank_release(ctx: &Context, home: Home, args: YankArgs) -> anyhow::Result<ExitCode> {
+    let YankArgs {
+        spec,
+        key,
+        registry,
+    } = args;
+    let Some((name, version)) = spec.split_once('@') else {
+        bail!("`{spec}`: write NAME@VERSION, e.g. `acme:echo@0.2.0`");
+    };
+    let name: PluginName = name.parse()?;
+    let version = semver::Version::parse(version)
+        .with_context(|| format!("`{version}` is not a version; write e.g. 0.2.0"))?;
+    let key = KeyPair::load(&home.keys_dir(), &key)?;
+    let registry = open_registry(ctx, &registry, false)?;
+    let mut session = Session::new(home, registry)?;
+    yank(&mut session, &name, &version, Some(&key))?;
+    session.finish()?;
+    println!("yanked {name} {version}: new installs skip it; lockfiles that pin it keep it");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `keel install`.
+fn install_plugins(ctx: &Context, home: Home, args: InstallArgs) -> anyhow::Result<ExitCode> {
+    let InstallArgs {
+        specs,
+        yes,
+        allow_unverified,
+        allow_native,
+        registry,
+        json,
+    } = args;
+    let wanted = specs
+        .iter()
+        .map(|s| parse_spec(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let registry = open_registry(ctx, &registry, false)?;
+    let mut session = Session::new(home.clone(), registry)?;
+    let plan = plan_install(
+        &mut session,
+        &wanted,
+        InstallOptions {
+            allow_unverified,
+            allow_native,
+        },
+    )?;
+    session.finish()?;
+    install(&home, &plan, yes, json)
+}
+
+/// `keel search`.
+fn search(ctx: &Context, home: Home, args: SearchArgs) -> anyhow::Result<ExitCode> {
+    let SearchArgs {
+        text,
+        registry,
+        json,
+    } = args;
+    let registry = open_registry(ctx, &registry, false)?;
+    let mut session = Session::new(home, registry)?;
+    let needle = text.to_lowercase();
+    let mut hits = Vec::new();
+    for name in session.registry.names()? {
+        let log = match session.log(&name) {
+            Ok(log) => log,
+            Err(e) => {
+                eprintln!("warning: {e}");
+                continue;
+            }
+        };
+        let versions = log.versions();
+        let Some(latest) = versions.iter().rev().find(|v| v.yanked_by.is_none()) else {
+            continue;
+        };
+        let description = latest.release.description.clone();
+        if name.to_string().contains(&needle) || description.to_lowercase().contains(&needle) {
+            hits.push(serde_json::json!({
+                "name": name,
+                "version": latest.record.version.to_string(),
+                "description": description,
+            }));
+        }
+    }
+    session.finish()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&hits)?);
+    } else if hits.is_empty() {
+        println!("no plugin matches `{text}` in {}", session.location());
+    } else {
+        for h in &hits {
+            println!(
+                "{} {}  {}",
+                h["name"].as_str().unwrap_or_default(),
+                h["version"].as_str().unwrap_or_default(),
+                h["description"].as_str().unwrap_or_default()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `keel info`.
+fn info(ctx: &Context, home: Home, args: InfoArgs) -> anyhow::Result<ExitCode> {
+    let InfoArgs {
+        name,
+        registry,
+        json,
+    } = args;
+    let name: PluginName = name.parse()?;
+    let registry = open_registry(ctx, &registry, false)?;
+    let mut session = Session::new(home, registry)?;
+    let log = session.log(&name)?;
+    session.finish()?;
+    if log.is_empty() {
+        bail!(
+            "registry {} has no plugin {name}; `keel search TEXT --registry {}` lists what it has",
+            session.location(),
+            session.location()
+        );
+    }
+    let trusted = |key: &Option<keel_registry::PublicKey>| {
+        key.is_some_and(|k| {
+            session
+                .trust
+                .namespaces
+                .get(name.namespace())
+                .is_some_and(|t| t.keys.contains(&k) && t.registry == session.location())
+        })
+    };
+    let versions: Vec<serde_json::Value> = log
+        .versions()
+        .iter()
+        .map(|v| {
+            serde_json::json!({
+                "version": v.record.version.to_string(),
+                "yanked": v.yanked_by.is_some(),
+                "sha256": v.release.sha256,
+                "size": v.release.size,
+                "kind": v.release.kind,
+                "description": v.release.description,
+                "requires": v.release.requires,
+                "provides": v.release.provides,
+                "capabilities": v.release.capabilities,
+                "signer": v.signer.map(|k| k.to_string()),
+                "trusted": trusted(&v.signer),
+            })
+        })
+        .collect();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "name": name,
+                "registry": session.location(),
+                "versions": versions,
+            }))?
+        );
+    } else {
+        println!("{name}  ({})", session.location());
+        for v in log.versions() {
+            println!(
+                "{} {}{}",
+                v.record.version,
+                v.release.kind,
+                if v.yanked_by.is_some() {
+                    "  YANKED"
+                } else {
+                    ""
+                }
+            );
+            if !v.release.description.is_empty() {
+                println!("  {}", v.release.description);
+            }
+            println!(
+                "  signer:       {}",
+                match &v.signer {
+                    Some(k) if trusted(&v.signer) => format!("{k} (trusted)"),
+                    Some(k) => format!("{k} (NOT trusted for `{}`)", name.namespace()),
+                    None => "unsigned".to_owned(),
+                }
+            );
+            let reqs: Vec<String> = v
+                .release
+                .requires
+                .iter()
+                .map(|(s, r)| {
+                    format!(
+                        "{s} {}{}",
+                        r.range,
+                        if r.optional { " (optional)" } else { "" }
+                    )
+                })
+                .collect();
+            let provides: Vec<String> = v
+                .release
+                .provides
+                .iter()
+                .map(|(s, ver)| format!("{s} {ver}"))
+                .collect();
+            println!("  requires:     {}", none_if_empty(&reqs));
+            println!("  provides:     {}", none_if_empty(&provides));
+            println!(
+                "  capabilities: {}",
+                none_if_empty(&capability_summary(&v.release.capabilities))
+            );
+            println!("  sha256:       {}", v.release.sha256);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn none_if_empty(items: &[String]) -> String {
