@@ -27,15 +27,12 @@ use crate::commands::policy::load_policy;
 use crate::config::Context;
 use crate::runtime::{self, PluginSource};
 
-/// How approvals are answered in this session (`--approval`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ApprovalFlag {
-    /// Ask on the terminal; without a terminal, deny.
-    Ask,
-    /// Never ask: what needs approval is refused.
-    Never,
-    /// Approve what needs approval (forbidden stays forbidden).
-    Auto,
+/// The `--approval` value parser shared by every command that takes one: `ask`, `never` or
+/// `auto`, read straight into the gates' [`ApprovalMode`].
+pub fn approval_parser() -> impl clap::builder::TypedValueParser<Value = ApprovalMode> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(["ask", "never", "auto"])
+        .map(|mode: String| ApprovalMode::parse(&mode).unwrap_or_default())
 }
 
 /// How a session shows what happens.
@@ -50,7 +47,7 @@ pub enum Display {
 /// Settings of one session.
 pub struct SessionOptions {
     /// `--approval`; `None` means the config's `[exec] approval`.
-    pub approval: Option<ApprovalFlag>,
+    pub approval: Option<ApprovalMode>,
     /// Extra plugin directories for this session only.
     pub extra_plugins: Vec<PathBuf>,
     /// How to show events.
@@ -317,11 +314,7 @@ impl Session {
         let choice = ModelChoice::from(ctx);
         let mut policy = load_policy(ctx)?;
         if let Some(flag) = opts.approval {
-            policy = policy.with_approval(match flag {
-                ApprovalFlag::Ask => ApprovalMode::Ask,
-                ApprovalFlag::Never => ApprovalMode::Never,
-                ApprovalFlag::Auto => ApprovalMode::Auto,
-            });
+            policy = policy.with_approval(flag);
         }
         let approver = approver_for(policy.approval());
         let grants = match GrantStore::open(&ctx.grants_file(), &ctx.workspace) {

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::{Subcommand, ValueEnum};
+use clap::Subcommand;
 use keel_kernel::gates::exec_policy::{ApprovalMode, Decision, ExecPolicy};
 
 use crate::config::Context;
@@ -20,19 +20,9 @@ pub enum PolicyCommand {
         #[arg(long)]
         json: bool,
         /// Judge under this approval policy instead of the configured one.
-        #[arg(long, value_enum)]
-        approval: Option<Approval>,
+        #[arg(long, value_parser = crate::session::approval_parser())]
+        approval: Option<ApprovalMode>,
     },
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum Approval {
-    /// Commands that need approval are asked about.
-    Ask,
-    /// Commands that need approval are refused.
-    Never,
-    /// Commands that need approval are approved.
-    Auto,
 }
 
 /// The user's exec policy, tightened by the project's.
@@ -62,11 +52,7 @@ pub fn run(ctx: &Context, cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
     let policy = load_policy(ctx)?;
     let verdict = match approval {
         None => policy.decide(&command),
-        Some(a) => policy.check(&command).under(match a {
-            Approval::Ask => ApprovalMode::Ask,
-            Approval::Never => ApprovalMode::Never,
-            Approval::Auto => ApprovalMode::Auto,
-        }),
+        Some(mode) => policy.check(&command).under(mode),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&verdict)?);

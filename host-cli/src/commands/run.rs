@@ -8,15 +8,17 @@ use anyhow::Context as _;
 use keel_protocol::TurnEnd;
 
 use crate::config::Context;
-use crate::session::{ApprovalFlag, Display, Session, SessionOptions};
+use keel_kernel::gates::exec_policy::ApprovalMode;
+
+use crate::session::{Display, Session, SessionOptions, approval_parser};
 
 /// Options every session command shares.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SessionArgs {
     /// How approvals are answered: `ask` on a terminal (deny without one), `never` refuses
     /// what needs approval, `auto` approves it (forbidden commands stay forbidden).
-    #[arg(long, value_enum)]
-    pub approval: Option<ApprovalFlag>,
+    #[arg(long, value_parser = approval_parser())]
+    pub approval: Option<ApprovalMode>,
     /// Load the plugin in DIR for this session only (its capabilities are shown first).
     #[arg(long = "plugin", value_name = "DIR")]
     pub plugins: Vec<PathBuf>,
@@ -179,7 +181,7 @@ pub async fn demo(ctx: &Context, keep: bool) -> anyhow::Result<ExitCode> {
     let session = Session::start(
         &demo_ctx,
         SessionOptions {
-            approval: Some(ApprovalFlag::Auto),
+            approval: Some(ApprovalMode::Auto),
             extra_plugins: Vec::new(),
             display: Display::Human,
             resume: None,
