@@ -259,11 +259,6 @@ impl Context {
         self.home.join("data")
     }
 
-    /// Directory of the session logs.
-    pub fn sessions_dir(&self) -> PathBuf {
-        self.data_dir().join("sessions")
-    }
-
     /// The verdict ledger of the claim verifier.
     pub fn verdict_ledger(&self) -> PathBuf {
         self.data_dir().join("verifier").join("verdicts.jsonl")

@@ -4,6 +4,7 @@ mod commands;
 mod config;
 mod runtime;
 mod session;
+mod settings;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -122,7 +123,7 @@ fn main() -> ExitCode {
             Command::Resume { id, prompt, args } => {
                 commands::run::run(&ctx, args, prompt, Some(id)).await
             }
-            Command::Sessions(cmd) => commands::sessions::run(&ctx, cmd),
+            Command::Sessions(cmd) => commands::sessions::run(&ctx, cmd).await,
             Command::Verify(VerifyCommand::Stats { json }) => {
                 commands::sessions::verify_stats(&ctx, json)
             }

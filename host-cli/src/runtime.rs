@@ -118,7 +118,7 @@ pub enum PluginSource {
 /// command builds its kernel from (`keel run`/`exec`, `keel plugin`, `keel tool`).
 pub fn session_plugins(ctx: &Context, loader: &PluginLoader) -> anyhow::Result<Vec<PluginSource>> {
     let mut sources = Vec::new();
-    for entry in crate::session::profile(ctx) {
+    for entry in crate::settings::profile(ctx) {
         if entry.contains('/') || entry.starts_with('.') {
             sources.push(PluginSource::Path(entry.into()));
         } else if let Some(bundled) = keel_bundled_plugins::get(&entry) {

@@ -4,9 +4,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::commands::policy::load_policy;
 use crate::config::Context;
-use crate::session::{ModelChoice, default_profile, network_policy, secrets};
+use crate::settings::load_policy;
+use crate::settings::{ModelChoice, default_profile, network_policy, secrets};
 
 struct Report {
     failed: usize,
@@ -111,7 +111,7 @@ pub async fn run(ctx: &Context) -> anyhow::Result<ExitCode> {
             "reinstall keel; report the error",
         ),
     }
-    match crate::session::sandbox_config(ctx) {
+    match crate::settings::sandbox_config(ctx) {
         Ok(config) => match keel_kernel::sandbox::probe(&config) {
             keel_kernel::sandbox::Confinement::Unavailable(reason) => r.fail(
                 &format!("commands: NOT sandboxed: {reason}; every command needs approval"),

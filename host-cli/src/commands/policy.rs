@@ -2,9 +2,8 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::Subcommand;
-use keel_kernel::gates::exec_policy::{ApprovalMode, Decision, ExecPolicy};
+use keel_kernel::gates::exec_policy::{ApprovalMode, Decision};
 
 use crate::config::Context;
 
@@ -20,27 +19,9 @@ pub enum PolicyCommand {
         #[arg(long)]
         json: bool,
         /// Judge under this approval policy instead of the configured one.
-        #[arg(long, value_parser = crate::session::approval_parser())]
+        #[arg(long, value_parser = crate::settings::approval_parser())]
         approval: Option<ApprovalMode>,
     },
-}
-
-/// The user's exec policy, tightened by the project's.
-pub fn load_policy(ctx: &Context) -> anyhow::Result<ExecPolicy> {
-    let mut policy = ExecPolicy::from_toml(&ctx.config_text)
-        .with_context(|| format!("in {}", ctx.home.join("config.toml").display()))?;
-    if let Some((path, text)) = ctx.project_config()? {
-        let warnings = policy
-            .tighten_with_project(&text)
-            .with_context(|| format!("in {}", path.display()))?;
-        for w in warnings {
-            eprintln!("warning: {}: {w}", path.display());
-        }
-    }
-    for w in policy.warnings() {
-        eprintln!("warning: {w}");
-    }
-    Ok(policy)
 }
 
 pub fn run(ctx: &Context, cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
@@ -49,7 +30,7 @@ pub fn run(ctx: &Context, cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
         json,
         approval,
     } = cmd;
-    let policy = load_policy(ctx)?;
+    let policy = crate::settings::load_policy(ctx)?;
     let verdict = match approval {
         None => policy.decide(&command),
         Some(mode) => policy.check(&command).under(mode),

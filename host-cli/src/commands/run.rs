@@ -10,7 +10,8 @@ use keel_protocol::TurnEnd;
 use crate::config::Context;
 use keel_kernel::gates::exec_policy::ApprovalMode;
 
-use crate::session::{Display, Session, SessionOptions, approval_parser};
+use crate::session::{Display, Session, SessionOptions};
+use crate::settings::approval_parser;
 
 /// Options every session command shares.
 #[derive(clap::Args, Debug, Clone)]

@@ -1,14 +1,87 @@
 //! `keel sessions list|show` and `keel verify stats`: reading the session logs and the
-//! verdict ledger the plugins wrote. No model call, no plugin needed.
+//! verdict ledger the plugins wrote. No model call. The logs are read through the `session-log`
+//! service of the plugin this config's sessions use, so a replaced session-log plugin is the
+//! one asked (as `keel resume` does).
 
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Subcommand;
-use keel_agent_kit::session_log;
-use keel_protocol::{Block, Role, SessionEvent};
+use keel_protocol::{Block, LogLine, Role, SessionEvent, services};
+use serde::Deserialize;
 
 use crate::config::Context;
+use crate::runtime::{self, PluginSource, Runtime};
+
+/// One session as the service lists it.
+#[derive(Deserialize)]
+struct Listed {
+    id: String,
+    first_time_ms: Option<u64>,
+    last_time_ms: Option<u64>,
+    entries: usize,
+    preview: Option<String>,
+}
+
+/// A log as the service reads it back.
+#[derive(Deserialize)]
+struct Read {
+    lines: Vec<LogLine>,
+    warnings: Vec<ReadWarning>,
+}
+
+#[derive(Deserialize)]
+struct ReadWarning {
+    line: usize,
+    message: String,
+}
+
+/// A kernel holding only the plugin that provides `session-log` in this config's sessions.
+async fn session_log(ctx: &Context) -> anyhow::Result<Runtime> {
+    let rt = Runtime::new(ctx)?;
+    for source in runtime::session_plugins(ctx, &rt.loader)? {
+        let mut package = match source {
+            PluginSource::Bundled(bundled) => runtime::bundled_package(&rt.loader, bundled)?,
+            PluginSource::Path(path) => rt
+                .loader
+                .from_path(&path)
+                .with_context(|| format!("cannot load the plugin at `{}`", path.display()))?,
+            PluginSource::Installed(package, _) => *package,
+        };
+        if package
+            .manifest
+            .provides
+            .contains_key(services::SESSION_LOG)
+        {
+            runtime::apply_user_config(&ctx.config.config, &mut package)?;
+            rt.kernel.load(package).await?;
+            return Ok(rt);
+        }
+    }
+    anyhow::bail!(
+        "no plugin of this config's sessions provides `{}`; add `session-log` to [profile] \
+         plugins",
+        services::SESSION_LOG
+    )
+}
+
+/// Call the session log's `method`.
+async fn ask<T: serde::de::DeserializeOwned>(
+    rt: &Runtime,
+    method: &str,
+    payload: &serde_json::Value,
+) -> anyhow::Result<T> {
+    let answer = rt
+        .kernel
+        .call_service(services::SESSION_LOG, method, &payload.to_string())
+        .await?;
+    serde_json::from_str(&answer).with_context(|| {
+        format!(
+            "the `{}` plugin answered `{method}` with malformed JSON",
+            services::SESSION_LOG
+        )
+    })
+}
 
 /// `keel sessions …`
 #[derive(Subcommand, Debug)]
@@ -29,15 +102,11 @@ pub enum SessionsCommand {
     },
 }
 
-pub fn run(ctx: &Context, cmd: SessionsCommand) -> anyhow::Result<ExitCode> {
-    let dir = ctx.sessions_dir();
+pub async fn run(ctx: &Context, cmd: SessionsCommand) -> anyhow::Result<ExitCode> {
+    let rt = session_log(ctx).await?;
     match cmd {
         SessionsCommand::List { json } => {
-            let sessions = if dir.exists() {
-                session_log::list(&dir).with_context(|| format!("reading {}", dir.display()))?
-            } else {
-                Vec::new()
-            };
+            let sessions: Vec<Listed> = ask(&rt, "list", &serde_json::json!({})).await?;
             if sessions.is_empty() && !json {
                 println!("no sessions yet; `keel run` or `keel demo` starts one");
             }
@@ -62,9 +131,11 @@ pub fn run(ctx: &Context, cmd: SessionsCommand) -> anyhow::Result<ExitCode> {
             }
         }
         SessionsCommand::Show { id, json } => {
-            let read = session_log::read_log(&dir, &id).with_context(|| {
-                format!("cannot read session `{id}`; `keel sessions list` shows the sessions")
-            })?;
+            let read: Read = ask(&rt, "read", &serde_json::json!({ "session": id }))
+                .await
+                .with_context(|| {
+                    format!("cannot read session `{id}`; `keel sessions list` shows the sessions")
+                })?;
             for w in &read.warnings {
                 eprintln!("warning: line {}: {}", w.line, w.message);
             }

@@ -1,0 +1,177 @@
+//! Loading a session's plugins: bundled, from a directory (its capabilities shown first when
+//! the person named it), mid-session with the conversation handed to a new agent loop, and
+//! reloading one from where it came from; each with the user's and the session's config laid
+//! over its defaults.
+
+use std::io::{BufRead, IsTerminal};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use keel_kernel::PluginPackage;
+use keel_protocol::services;
+
+use super::Session;
+use crate::runtime;
+
+#[derive(Clone)]
+pub(crate) enum Origin {
+    Bundled(&'static keel_bundled_plugins::Bundled),
+    Path(PathBuf),
+}
+
+/// Show what a plugin loaded with `--plugin` asks for, and require a yes.
+pub(crate) fn confirm_capabilities(package: &PluginPackage) -> anyhow::Result<()> {
+    let m = &package.manifest;
+    let mut lines = vec![format!("plugin `{}` {} asks for:", m.name, m.version)];
+    lines.extend(
+        keel_kernel::consent::capability_lines(m)
+            .into_iter()
+            .map(|line| format!("  {line}")),
+    );
+    eprintln!("{}", lines.join("\n"));
+    if std::env::var("KEEL_YES").is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!(
+            "refusing to load `{}` without confirmation: no terminal to ask on; set KEEL_YES=1 \
+             to accept the capabilities above",
+            m.name
+        );
+    }
+    eprint!("load it? [y/N] ");
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    if line.trim().eq_ignore_ascii_case("y") {
+        Ok(())
+    } else {
+        bail!("not loading `{}`", m.name)
+    }
+}
+
+impl Session {
+    /// Load the plugin directory `path`; with `confirm`, show its capabilities first.
+    pub async fn load_path(&self, path: &Path, confirm: bool) -> anyhow::Result<()> {
+        self.load_path_providing(path, confirm).await.map(|_| ())
+    }
+
+    /// [`Self::load_path`], answering whether the plugin provides the agent service.
+    pub(crate) async fn load_path_providing(
+        &self,
+        path: &Path,
+        confirm: bool,
+    ) -> anyhow::Result<bool> {
+        let package = self
+            .loader
+            .from_path(path)
+            .with_context(|| format!("cannot load the plugin at `{}`", path.display()))?;
+        if confirm {
+            confirm_capabilities(&package)?;
+        }
+        let agent = package.manifest.provides.contains_key(services::AGENT);
+        self.load_package(package, Origin::Path(path.to_path_buf()))
+            .await?;
+        Ok(agent)
+    }
+
+    /// `/load DIR` in a running session. A plugin that takes over the agent service (one
+    /// loaded after `/unload agent-loop`, say) starts with no conversation, so it is given
+    /// this session's, read back from the log: the session goes on rather than starting over.
+    pub async fn load_mid_session(&self, path: &Path) -> anyhow::Result<()> {
+        if !self.load_path_providing(path, true).await? {
+            return Ok(());
+        }
+        // What the last turn emitted may still be on its way to the log.
+        self.kernel.settle_events().await;
+        // Nothing logged yet (no turn so far, or no session log loaded): nothing to carry.
+        let logged = self
+            .kernel
+            .call_service(services::SESSION_LOG, "list", "{}")
+            .await
+            .ok()
+            .and_then(|list| serde_json::from_str::<Vec<serde_json::Value>>(&list).ok())
+            .is_some_and(|list| list.iter().any(|s| s["id"] == self.id.as_str()));
+        if logged {
+            let n = self.seed_conversation(&self.id).await.context(
+                "the agent plugin is loaded but starts without this session's conversation",
+            )?;
+            eprintln!("the new agent plugin continues this session ({n} messages)");
+        }
+        Ok(())
+    }
+
+    /// The session's overrides (model choice, demo script), then the user's
+    /// `[config.<name>]`, over the manifest's defaults.
+    pub(crate) fn configure(&self, package: &mut PluginPackage) -> anyhow::Result<()> {
+        let name = package.manifest.name.clone();
+        runtime::overlay_config(
+            package,
+            self.overrides
+                .iter()
+                .filter(|(plugin, _, _)| *plugin == name)
+                .map(|(_, key, value)| (key.clone(), value.clone())),
+        );
+        runtime::apply_user_config(&self.user_config, package)
+    }
+
+    pub(crate) async fn load_package(
+        &self,
+        mut package: PluginPackage,
+        origin: Origin,
+    ) -> anyhow::Result<()> {
+        self.configure(&mut package)?;
+        let name = package.manifest.name.clone();
+        let status = self.kernel.load(package).await?;
+        if let keel_kernel::PluginState::Failed { reason } = &status.state {
+            bail!("plugin `{name}` failed to activate: {reason}");
+        }
+        let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
+        origins.retain(|(n, _)| *n != name);
+        origins.push((name, origin));
+        Ok(())
+    }
+
+    /// `/reload NAME`: load the plugin again from where it came from.
+    pub async fn reload(&self, name: &str) -> anyhow::Result<()> {
+        let origin = self
+            .origins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, o)| o.clone());
+        let mut package = match origin {
+            Some(Origin::Bundled(b)) => runtime::bundled_package(&self.loader, b)?,
+            Some(Origin::Path(p)) => self.loader.from_path(&p)?,
+            None => bail!("plugin `{name}` was not loaded by this session; `/plugins` lists them"),
+        };
+        self.configure(&mut package)?;
+        self.kernel.reload(package).await?;
+        Ok(())
+    }
+
+    /// Every plugin the session needs is active, or say what is missing and how to fix it.
+    pub(crate) fn check_ready(&self) -> anyhow::Result<()> {
+        let mut problems = Vec::new();
+        for status in self.kernel.list() {
+            match &status.state {
+                keel_kernel::PluginState::Active => {}
+                other => problems.push(format!("plugin `{}` is {other:?}", status.name)),
+            }
+        }
+        if !self.kernel.env().services().contains_key(services::AGENT) {
+            bail!(
+                "no plugin provides the `agent` service ({}); add `agent-loop` to [profile] plugins",
+                if problems.is_empty() {
+                    "nothing failed".to_owned()
+                } else {
+                    problems.join("; ")
+                }
+            );
+        }
+        for p in problems {
+            eprintln!("warning: {p}");
+        }
+        Ok(())
+    }
+}

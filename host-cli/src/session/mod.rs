@@ -1,0 +1,267 @@
+//! An agent session: the kernel with the session's sealed gates, the profile's plugins, and
+//! the turns the person drives. Nothing here is agent logic — the loop, the model, the tools,
+//! the log and the verifier are plugins. The gates are wired from the settings in `gates`,
+//! plugins come in through `loading`, and what the plugins emit is shown by `output`.
+
+mod gates;
+mod loading;
+mod output;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use keel_kernel::gates::exec_policy::ApprovalMode;
+use keel_kernel::{Kernel, KernelConfig, PluginLoader};
+use keel_protocol::{SessionEvent, TurnEnd, TurnReport, TurnRequest, services, topics};
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+
+use crate::config::Context;
+use crate::runtime::{self, PluginSource};
+use crate::settings::{ModelChoice, model_overrides};
+use loading::Origin;
+pub use output::Display;
+use output::Printer;
+
+/// Settings of one session.
+pub struct SessionOptions {
+    /// `--approval`; `None` means the config's `[exec] approval`.
+    pub approval: Option<ApprovalMode>,
+    /// Extra plugin directories for this session only.
+    pub extra_plugins: Vec<PathBuf>,
+    /// How to show events.
+    pub display: Display,
+    /// Resume this session instead of starting a new one.
+    pub resume: Option<String>,
+    /// Plugin config overrides laid over everything else, `(plugin, key, value)`.
+    pub overrides: Vec<(String, String, serde_json::Value)>,
+}
+
+/// A running session.
+pub struct Session {
+    pub kernel: Kernel,
+    pub loader: PluginLoader,
+    pub id: String,
+    display: Display,
+    ctx_workspace: PathBuf,
+    /// Where each plugin came from, for `/reload`.
+    origins: Mutex<Vec<(String, Origin)>>,
+    overrides: Vec<(String, String, serde_json::Value)>,
+    user_config: std::collections::BTreeMap<String, toml::Table>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Session {
+    /// Start (or resume) a session in `ctx.workspace`.
+    pub async fn start(ctx: &Context, opts: SessionOptions) -> anyhow::Result<Session> {
+        let choice = ModelChoice::from(ctx);
+        let gates = gates::gate_config(ctx, &choice, opts.approval)?;
+        let kernel = Kernel::with_gates(
+            KernelConfig {
+                deadlines: ctx.config.timeouts.deadlines()?,
+                ..KernelConfig::default()
+            },
+            gates,
+        );
+        let loader = runtime::loader(ctx)?;
+        let id = match &opts.resume {
+            Some(id) => id.clone(),
+            None => keel_agent_kit::session_log::new_session_id(now_ms(), rand_u32()),
+        };
+        let mut overrides = model_overrides(ctx, &choice)?;
+        overrides.extend(opts.overrides);
+        let session = Session {
+            kernel,
+            loader,
+            id,
+            display: opts.display,
+            ctx_workspace: ctx.workspace.clone(),
+            origins: Mutex::new(Vec::new()),
+            overrides,
+            user_config: ctx.config.config.clone(),
+        };
+        for source in runtime::session_plugins(ctx, &session.loader)? {
+            match source {
+                PluginSource::Bundled(bundled) => {
+                    let package = runtime::bundled_package(&session.loader, bundled)?;
+                    session
+                        .load_package(package, Origin::Bundled(bundled))
+                        .await?;
+                }
+                PluginSource::Path(path) => session.load_path(&path, false).await?,
+                PluginSource::Installed(package, dir) => {
+                    session.load_package(*package, Origin::Path(dir)).await?;
+                }
+            }
+        }
+        for path in &opts.extra_plugins {
+            session.load_path(path, true).await?;
+        }
+        session.check_ready()?;
+        if let Some(resume) = &opts.resume {
+            let n = session.seed_conversation(resume).await.with_context(|| {
+                format!("cannot resume session `{resume}`; `keel sessions list` shows the sessions")
+            })?;
+            if session.display == Display::Human {
+                eprintln!("resumed session {resume}: {n} messages");
+            }
+        }
+        session.emit(&SessionEvent::SessionStarted {
+            session: session.id.clone(),
+            workspace: ctx.workspace.display().to_string(),
+            model: choice
+                .model
+                .clone()
+                .unwrap_or_else(|| choice.provider.clone()),
+        });
+        Ok(session)
+    }
+
+    /// Give the agent plugin the conversation of session `id`, read back from its log; the
+    /// number of messages.
+    async fn seed_conversation(&self, id: &str) -> anyhow::Result<usize> {
+        #[derive(serde::Deserialize)]
+        struct Conversation {
+            messages: Vec<keel_protocol::Message>,
+            warnings: Vec<Warning>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Warning {
+            line: usize,
+            message: String,
+        }
+        // Read through the session log's service, so a replaced session-log plugin is the one
+        // asked.
+        let request = serde_json::json!({ "session": id });
+        let answer = self
+            .kernel
+            .call_service(services::SESSION_LOG, "conversation", &request.to_string())
+            .await?;
+        let conversation: Conversation = serde_json::from_str(&answer)
+            .context("the session log answered `conversation` with malformed JSON")?;
+        for w in &conversation.warnings {
+            eprintln!("warning: session `{id}` line {}: {}", w.line, w.message);
+        }
+        let payload = serde_json::json!({"session": id, "messages": conversation.messages});
+        self.kernel
+            .call_service(services::AGENT, "load", &payload.to_string())
+            .await
+            .map_err(|e| anyhow::anyhow!("the agent plugin could not load session `{id}`: {e}"))?;
+        Ok(conversation.messages.len())
+    }
+
+    fn emit(&self, event: &SessionEvent) {
+        if let Ok(json) = serde_json::to_string(event)
+            && let Err(e) = self.kernel.emit(topics::SESSION_EVENT, &json)
+        {
+            eprintln!("warning: {e}");
+        }
+    }
+
+    /// Run one turn, showing what happens; Ctrl-C cancels it.
+    pub async fn turn(&self, input: &str) -> anyhow::Result<TurnReport> {
+        self.kernel.begin_turn();
+        let mut events = self.kernel.events();
+        let display = self.display;
+        let (turn_over, mut stop) = tokio::sync::oneshot::channel::<()>();
+        let printer = tokio::spawn(async move {
+            let mut printer = Printer::default();
+            let mut draining = false;
+            loop {
+                let next = if draining {
+                    // Everything the turn emitted was queued before its call returned: show
+                    // what is left, then stop.
+                    match events.try_recv() {
+                        Ok(event) => Ok(event),
+                        Err(TryRecvError::Lagged(n)) => Err(RecvError::Lagged(n)),
+                        Err(_) => break,
+                    }
+                } else {
+                    tokio::select! {
+                        next = events.recv() => next,
+                        _ = &mut stop => {
+                            draining = true;
+                            continue;
+                        }
+                    }
+                };
+                match next {
+                    Ok(event) => printer.show(display, &event),
+                    Err(RecvError::Lagged(n)) => {
+                        if display == Display::Human {
+                            eprintln!("[{n} display events skipped]");
+                        }
+                    }
+                    Err(RecvError::Closed) => break,
+                }
+            }
+        });
+        let request = TurnRequest {
+            session: self.id.clone(),
+            input: input.to_owned(),
+        };
+        let payload = serde_json::to_string(&request)?;
+        let kernel = self.kernel.clone();
+        let call = kernel.call_service(services::AGENT, "turn", &payload);
+        tokio::pin!(call);
+        let mut interrupts = 0;
+        let answer = loop {
+            tokio::select! {
+                answer = &mut call => break answer,
+                _ = tokio::signal::ctrl_c() => {
+                    interrupts += 1;
+                    if interrupts > 1 {
+                        // The way out at once: the first Ctrl-C stops every call of the turn
+                        // (the agent's own after 2 s); events still queued for the session
+                        // log may be lost, which the person chose.
+                        eprintln!("\n[second Ctrl-C: leaving now]");
+                        std::process::exit(130);
+                    }
+                    self.kernel.cancel_turn();
+                    if display == Display::Human {
+                        eprintln!("\n[cancelling the turn; press Ctrl-C again to leave at once]");
+                    }
+                }
+            }
+        };
+        let _ = turn_over.send(());
+        let _ = printer.await;
+        let answer = answer.map_err(|e| anyhow::anyhow!("the turn failed: {e}"))?;
+        let report: TurnReport = serde_json::from_str(&answer)
+            .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
+        if display == Display::Human {
+            println!();
+            if report.end != TurnEnd::Completed {
+                eprintln!("[turn ended: {:?}: {}]", report.end, report.detail);
+            } else if !report.detail.is_empty() {
+                eprintln!("[{}]", report.detail);
+            }
+        }
+        Ok(report)
+    }
+
+    /// The workspace of the session.
+    pub fn workspace(&self) -> &Path {
+        &self.ctx_workspace
+    }
+
+    /// Unload everything (the session log flushes as its plugin deactivates).
+    pub async fn close(&self) {
+        if let Err(e) = self.kernel.shutdown().await {
+            eprintln!("warning: {e}");
+        }
+    }
+}
+
+fn rand_u32() -> u32 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    nanos ^ std::process::id().rotate_left(16)
+}

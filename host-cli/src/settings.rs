@@ -1,0 +1,249 @@
+//! What a session's settings are, derived from the user's config and the environment: the
+//! model choice and its config for the model plugin, the profile of plugins, the exec policy,
+//! the network policy, the secrets bound to their hosts, the sandbox, and the `--approval`
+//! parser. Commands read them here; none reaches into another command for them.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use keel_kernel::Secrets;
+use keel_kernel::gates::exec_policy::{ApprovalMode, ExecPolicy};
+use keel_kernel::gates::net_policy::{NetDecision, NetPolicy};
+use keel_kernel::sandbox::{CommandNetwork, SandboxConfig, SandboxMode};
+
+use crate::config::Context;
+
+/// The `--approval` value parser shared by every command that takes one: `ask`, `never` or
+/// `auto`, read straight into the gates' [`ApprovalMode`].
+pub fn approval_parser() -> impl clap::builder::TypedValueParser<Value = ApprovalMode> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(["ask", "never", "auto"])
+        .map(|mode: String| ApprovalMode::parse(&mode).unwrap_or_default())
+}
+
+/// The plugins a session loads when the profile does not say.
+pub fn default_profile(provider: &str) -> Vec<String> {
+    vec![
+        format!("model-{provider}"),
+        "tool-registry".into(),
+        "fs-tools".into(),
+        "shell".into(),
+        "session-log".into(),
+        "verifier".into(),
+        "agent-loop".into(),
+    ]
+}
+
+/// The plugins of a session: `[profile] plugins`, or the default set for the provider.
+pub fn profile(ctx: &Context) -> Vec<String> {
+    if ctx.config.profile.plugins.is_empty() {
+        default_profile(&ModelChoice::from(ctx).provider)
+    } else {
+        ctx.config.profile.plugins.clone()
+    }
+}
+
+/// The provider, model and endpoint after environment overrides.
+pub struct ModelChoice {
+    pub provider: String,
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+}
+
+impl ModelChoice {
+    pub fn from(ctx: &Context) -> ModelChoice {
+        let env = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .filter(|v| ctx.env_overrides && !v.is_empty())
+        };
+        ModelChoice {
+            provider: env("KEEL_PROVIDER")
+                .or_else(|| ctx.config.model.provider.clone())
+                .unwrap_or_else(|| "openai".into()),
+            model: env("KEEL_MODEL").or_else(|| ctx.config.model.model.clone()),
+            base_url: env("KEEL_BASE_URL").or_else(|| ctx.config.model.base_url.clone()),
+        }
+    }
+
+    /// The API endpoint: `[model] base-url`, or the provider's public API.
+    pub fn endpoint(&self) -> Option<String> {
+        self.base_url.clone().or(match self.provider.as_str() {
+            "openai" => Some("https://api.openai.com/v1".into()),
+            "anthropic" => Some("https://api.anthropic.com/v1".into()),
+            _ => None,
+        })
+    }
+
+    /// The secret the provider's plugin sends, if any.
+    pub fn secret_name(&self) -> Option<&'static str> {
+        match self.provider.as_str() {
+            "openai" => Some("OPENAI_API_KEY"),
+            "anthropic" => Some("ANTHROPIC_API_KEY"),
+            _ => None,
+        }
+    }
+}
+
+/// Kernel-held secrets, each bound to its hosts: the environment wins over `[secrets]` in the
+/// config for the value; the hosts are those `[secrets]` names plus, for a model key, the
+/// provider's public API and the configured model endpoint.
+pub fn secrets(ctx: &Context) -> Secrets {
+    let choice = ModelChoice::from(ctx);
+    let mut secrets = Secrets::new();
+    for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(ctx.config.secrets.keys().cloned())
+    {
+        let setting = ctx.config.secrets.get(&name);
+        let value = std::env::var(&name)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .or_else(|| setting.and_then(|s| s.value()).map(str::to_owned));
+        let Some(value) = value else { continue };
+        let mut hosts: Vec<String> = setting.map(|s| s.hosts().to_vec()).unwrap_or_default();
+        hosts.extend(model_key_hosts(&name, &choice));
+        secrets.insert(&name, &value, &hosts);
+    }
+    secrets
+}
+
+/// Where a model key may go: its provider's public API, and the configured endpoint when the
+/// key is the one the chosen provider sends.
+pub(crate) fn model_key_hosts(name: &str, choice: &ModelChoice) -> Vec<String> {
+    let mut hosts = Vec::new();
+    match name {
+        "OPENAI_API_KEY" => hosts.push("api.openai.com".to_owned()),
+        "ANTHROPIC_API_KEY" => hosts.push("api.anthropic.com".to_owned()),
+        _ => return hosts,
+    }
+    if choice.secret_name() == Some(name)
+        && let Some(endpoint) = choice.endpoint()
+        && let Ok(url) = url::Url::parse(&endpoint)
+        && let (Some(host), Some(port)) = (url.host(), url.port_or_known_default())
+    {
+        hosts.push(match host {
+            url::Host::Ipv6(a) => format!("[{a}]:{port}"),
+            other => format!("{other}:{port}"),
+        });
+    }
+    hosts
+}
+
+/// The OS sandbox of commands: `[sandbox]` over the defaults (workspace-write, the built-in
+/// deny-read list, keel's home hidden).
+pub fn sandbox_config(ctx: &Context) -> anyhow::Result<SandboxConfig> {
+    let settings = &ctx.config.sandbox;
+    let mode = match &settings.mode {
+        Some(m) => SandboxMode::parse(m).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: [sandbox] mode: {e}",
+                ctx.home.join("config.toml").display()
+            )
+        })?,
+        None => SandboxMode::default(),
+    };
+    let network = match &settings.network {
+        Some(n) => CommandNetwork::parse(n).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: [sandbox] network: {e}",
+                ctx.home.join("config.toml").display()
+            )
+        })?,
+        None => CommandNetwork::default(),
+    };
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let expand = |p: &str| match (p.strip_prefix("~/"), &home) {
+        (Some(rest), Some(home)) => Some(home.join(rest)),
+        (Some(_), None) => None,
+        (None, _) => Some(PathBuf::from(p)),
+    };
+    let deny_read = keel_kernel::sandbox::DEFAULT_DENY_READ
+        .iter()
+        .map(|p| format!("~/{p}"))
+        .chain(settings.deny_read.iter().cloned())
+        .filter_map(|p| expand(&p))
+        .collect();
+    Ok(SandboxConfig {
+        mode,
+        network,
+        deny_read,
+        keel_home: Some(ctx.home.clone()),
+        ..SandboxConfig::default()
+    })
+}
+
+/// The network policy: the user's `[network]`, plus the model endpoint the user configured
+/// (named explicitly, so a loopback server such as Ollama becomes reachable).
+pub fn network_policy(ctx: &Context, choice: &ModelChoice) -> anyhow::Result<NetPolicy> {
+    let (mut policy, warnings) = NetPolicy::from_toml(&ctx.config_text).map_err(|e| {
+        anyhow::anyhow!("{}: [network]: {e}", ctx.home.join("config.toml").display())
+    })?;
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    if let Some(base) = choice.endpoint().as_deref() {
+        let url = url::Url::parse(base).with_context(|| {
+            format!("model base URL `{base}` is not a URL; fix [model] base-url")
+        })?;
+        if let Some(host) = url.host_str() {
+            policy = policy
+                .with_rule(host, NetDecision::Allow)
+                .map_err(|e| anyhow::anyhow!("model base URL `{base}`: {e}"))?;
+            if choice.base_url.is_some()
+                && let Some(port) = url.port_or_known_default()
+            {
+                let entry = match url.host() {
+                    Some(url::Host::Ipv6(a)) => format!("[{a}]:{port}"),
+                    _ => format!("{host}:{port}"),
+                };
+                policy = policy
+                    .with_allow_private(&entry)
+                    .map_err(|e| anyhow::anyhow!("model base URL `{base}`: {e}"))?;
+            }
+        }
+    }
+    Ok(policy)
+}
+
+/// Config handed to the model plugin from `[model]` and the environment.
+pub(crate) fn model_overrides(
+    ctx: &Context,
+    choice: &ModelChoice,
+) -> anyhow::Result<Vec<(String, String, serde_json::Value)>> {
+    let plugin = format!("model-{}", choice.provider);
+    let mut out = Vec::new();
+    if let Some(m) = &choice.model {
+        out.push((plugin.clone(), "model".into(), m.clone().into()));
+    }
+    if let Some(b) = &choice.base_url {
+        out.push((plugin.clone(), "base-url".into(), b.clone().into()));
+    }
+    if choice.provider == "scripted"
+        && let Some(path) = &ctx.config.model.script
+    {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the model script {}", path.display()))?;
+        out.push((plugin, "script".into(), text.into()));
+    }
+    Ok(out)
+}
+
+/// The user's exec policy, tightened by the project's.
+pub fn load_policy(ctx: &Context) -> anyhow::Result<ExecPolicy> {
+    let mut policy = ExecPolicy::from_toml(&ctx.config_text)
+        .with_context(|| format!("in {}", ctx.home.join("config.toml").display()))?;
+    if let Some((path, text)) = ctx.project_config()? {
+        let warnings = policy
+            .tighten_with_project(&text)
+            .with_context(|| format!("in {}", path.display()))?;
+        for w in warnings {
+            eprintln!("warning: {}: {w}", path.display());
+        }
+    }
+    for w in policy.warnings() {
+        eprintln!("warning: {w}");
+    }
+    Ok(policy)
+}
