@@ -222,7 +222,7 @@ impl HostHandle {
             &caps.network,
             &caps.secrets,
             request,
-            Arc::new(crate::net_client::GateApprover(gates.clone())),
+            gates.approver.clone(),
         );
         let result = gates.unless_cancelled("the request", send).await;
         if let Ok((_, head)) = &result

@@ -188,10 +188,6 @@ impl SessionGates {
         }
     }
 
-    pub(crate) fn approver(&self) -> &dyn Approver {
-        &*self.approver
-    }
-
     pub(crate) fn begin_turn(&self) {
         self.turn.fetch_add(1, Ordering::SeqCst);
         self.cancel.send_replace(false);
@@ -376,7 +372,7 @@ impl SessionGates {
     }
 
     pub(crate) async fn run_exec(
-        self: &Arc<Self>,
+        &self,
         plugin: &str,
         cmd: ExecCommand,
     ) -> Result<ExecOutcome, KernelError> {
@@ -387,13 +383,9 @@ impl SessionGates {
                     .into(),
             ));
         };
-        let network = self.check_exec(plugin, &cmd.line)?.then(|| {
-            CommandNet::new(
-                &self.net,
-                plugin,
-                Arc::new(crate::net_client::GateApprover(self.clone())),
-            )
-        });
+        let network = self
+            .check_exec(plugin, &cmd.line)?
+            .then(|| CommandNet::new(&self.net, plugin, self.approver.clone()));
         if self.is_cancelled() {
             return Err(KernelError::Denied(
                 "the command was not started: the person cancelled the turn (Ctrl-C)".into(),
@@ -431,7 +423,7 @@ impl SessionGates {
     /// person), never remembered (every rerun is asked anew), and said in the result either
     /// way. The rerun's outcome when the person said yes.
     async fn offer_unconfined(
-        self: &Arc<Self>,
+        &self,
         plugin: &str,
         workspace: &Path,
         cmd: &ExecCommand,
@@ -459,8 +451,8 @@ impl SessionGates {
             ),
             can_always: false,
         };
-        let gates = self.clone();
-        let answer = tokio::task::spawn_blocking(move || gates.approver().ask(&request))
+        let approver = self.approver.clone();
+        let answer = tokio::task::spawn_blocking(move || approver.ask(&request))
             .await
             .unwrap_or(Answer::Deny);
         if answer == Answer::Deny {

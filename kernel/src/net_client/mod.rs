@@ -209,16 +209,6 @@ const RESERVED_HEADERS: &[&str] = &[
 /// secret headers, which are always dropped then).
 const CREDENTIAL_HEADERS: &[&str] = &["authorization", "cookie", "x-api-key"];
 
-/// A session approver usable from a blocking thread: the session's gates, kept alive for the
-/// duration of one request.
-pub(crate) struct GateApprover(pub(crate) std::sync::Arc<crate::session_gates::SessionGates>);
-
-impl Approver for GateApprover {
-    fn ask(&self, request: &ApprovalRequest) -> Answer {
-        self.0.approver().ask(request)
-    }
-}
-
 /// A resolver that answers every name with the addresses the gate checked. The client also
 /// gets a `resolve_to_addrs(host, addrs)` override for the URL's host; this catches any other
 /// spelling of a name (a trailing dot, say) so the system resolver is never asked.
