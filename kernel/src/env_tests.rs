@@ -1,0 +1,157 @@
+//! Unit tests of `kernel/src/env.rs`.
+
+use super::*;
+
+#[test]
+fn topic_patterns() {
+    assert!(topic_matches("*", "a.b"));
+    assert!(topic_matches("a.*", "a.b"));
+    assert!(topic_matches("a.*", "a.b.c"));
+    assert!(!topic_matches("a.*", "a"));
+    assert!(!topic_matches("a.*", "ab.c"));
+    assert!(topic_matches("a.b", "a.b"));
+    assert!(!topic_matches("a.b", "a.c"));
+}
+
+fn manifest() -> crate::manifest::Manifest {
+    crate::manifest::Manifest::parse(
+        "name = \"p\"\nversion = \"1.0.0\"\nkind = \"wasm\"\n",
+        std::path::Path::new("keel.toml"),
+    )
+    .expect("manifest")
+}
+
+fn tool(name: &str, description: &str) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: description.into(),
+        input_schema: "{}".into(),
+        capabilities: crate::types::ToolCapabilities::default(),
+        parallel_safe: true,
+    }
+}
+
+/// A plugin cannot make every model request grow without bound: its tools and prompt
+/// fragments are limited in number and in bytes.
+#[test]
+fn tools_and_fragments_are_bounded_per_plugin() {
+    let m = manifest();
+    let mut env = Env::default();
+    let long = "d".repeat(quotas::MAX_TOOL_DESCRIPTION + 1);
+    let e = env
+        .apply("p", &m, Effect::RegisterTool(tool("long", &long)))
+        .expect_err("too long");
+    assert!(e.to_string().contains("description"), "{e}");
+    let desc = "d".repeat(quotas::MAX_TOOL_DESCRIPTION);
+    let mut registered = 0;
+    let refusal = loop {
+        match env.apply(
+            "p",
+            &m,
+            Effect::RegisterTool(tool(&format!("t{registered}"), &desc)),
+        ) {
+            Ok(_) => registered += 1,
+            Err(e) => break e,
+        }
+        assert!(registered <= quotas::MAX_TOOLS_PER_PLUGIN, "never refused");
+    };
+    assert!(
+        refusal.to_string().contains("go into every model request"),
+        "{refusal}"
+    );
+    assert!(registered * desc.len() <= quotas::MAX_TOOL_BYTES_PER_PLUGIN);
+    // Another plugin has its own quota.
+    assert!(
+        env.apply("q", &m, Effect::RegisterTool(tool("other", "x")))
+            .is_ok()
+    );
+
+    let text = "f".repeat(MAX_FRAGMENT_BYTES);
+    let mut added = 0;
+    let refusal = loop {
+        match env.apply(
+            "p",
+            &m,
+            Effect::AddPromptFragment {
+                id: format!("f{added}"),
+                text: text.clone(),
+            },
+        ) {
+            Ok(_) => added += 1,
+            Err(e) => break e,
+        }
+        assert!(added <= quotas::MAX_FRAGMENTS_PER_PLUGIN, "never refused");
+    };
+    assert!(
+        refusal.to_string().contains("prompt fragments"),
+        "{refusal}"
+    );
+    assert!(added * text.len() <= quotas::MAX_FRAGMENT_BYTES_PER_PLUGIN);
+}
+
+#[test]
+fn subscriptions_and_guards_are_bounded_per_plugin() {
+    let m = manifest();
+    let mut env = Env::default();
+    for n in 0..quotas::MAX_SUBSCRIPTIONS_PER_PLUGIN {
+        let topic = format!("flood.t{n}");
+        env.apply("p", &m, Effect::Subscribe { topic })
+            .expect("under the quota");
+    }
+    let e = env
+        .apply(
+            "p",
+            &m,
+            Effect::Subscribe {
+                topic: "flood.more".into(),
+            },
+        )
+        .expect_err("over the quota");
+    assert!(e.to_string().contains("`flood.*` instead"), "{e}");
+    // Subscribing again to a held topic is not a new subscription.
+    assert!(
+        env.apply(
+            "p",
+            &m,
+            Effect::Subscribe {
+                topic: "flood.t0".into()
+            }
+        )
+        .is_ok()
+    );
+    for n in 0..quotas::MAX_GUARDS_PER_PLUGIN {
+        let name = format!("p.guard{n}");
+        env.apply("p", &m, Effect::RegisterGuard { name })
+            .expect("under the quota");
+    }
+    let e = env
+        .apply(
+            "p",
+            &m,
+            Effect::RegisterGuard {
+                name: "p.more".into(),
+            },
+        )
+        .expect_err("over the quota");
+    assert!(e.to_string().contains("guards"), "{e}");
+    assert!(
+        env.apply(
+            "q",
+            &m,
+            Effect::Subscribe {
+                topic: "flood.more".into()
+            }
+        )
+        .is_ok(),
+        "another plugin has its own quota"
+    );
+}
+
+#[test]
+fn topic_validation() {
+    assert!(validate_topic("session.turn-ended", false).is_ok());
+    assert!(validate_topic("session.*", true).is_ok());
+    assert!(validate_topic("session.*", false).is_err());
+    assert!(validate_topic("", true).is_err());
+    assert!(validate_topic("Bad Topic", true).is_err());
+}
