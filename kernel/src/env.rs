@@ -11,7 +11,7 @@ use semver::Version;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::manifest::{Manifest, is_valid_service_name};
+use crate::manifest::{Manifest, is_valid_service_name, topic_matches};
 use crate::quotas;
 use crate::types::{KernelError, ToolSpec, reads_like_kernel};
 
@@ -369,19 +369,6 @@ impl Env {
     #[cfg(test)]
     pub(crate) fn remove_service_for_test(&mut self, name: &str) {
         self.services.remove(name);
-    }
-}
-
-/// Whether a subscription `pattern` (`a.b`, `a.*` or `*`) matches `topic`.
-pub(crate) fn topic_matches(pattern: &str, topic: &str) -> bool {
-    if pattern == "*" || pattern == topic {
-        return true;
-    }
-    match pattern.strip_suffix(".*") {
-        Some(prefix) => topic
-            .strip_prefix(prefix)
-            .is_some_and(|rest| rest.starts_with('.')),
-        None => false,
     }
 }
 

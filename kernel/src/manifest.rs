@@ -107,7 +107,7 @@ impl Manifest {
         self.capabilities
             .emits
             .iter()
-            .any(|pattern| crate::env::topic_matches(pattern, topic))
+            .any(|pattern| topic_matches(pattern, topic))
     }
 }
 
@@ -466,6 +466,19 @@ fn field_of_toml_error(message: &str, text: &str, offset: usize) -> String {
     match line.split_once('=') {
         Some((key, _)) => key.trim().trim_matches('"').to_owned(),
         None => line.trim().trim_matches(['[', ']']).to_owned(),
+    }
+}
+
+/// Whether a subscription `pattern` (`a.b`, `a.*` or `*`) matches `topic`.
+pub(crate) fn topic_matches(pattern: &str, topic: &str) -> bool {
+    if pattern == "*" || pattern == topic {
+        return true;
+    }
+    match pattern.strip_suffix(".*") {
+        Some(prefix) => topic
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('.')),
+        None => false,
     }
 }
 
