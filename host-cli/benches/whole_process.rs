@@ -31,6 +31,7 @@ struct Run {
 
 /// Run `keel exec PROMPT` with `home` and `ws`, waiting for it with `wait4` for its rusage.
 fn run_keel(home: &Path, ws: &Path, prompt: &str) -> Run {
+    let stderr = std::fs::File::create(home.join("stderr.txt")).expect("stderr file");
     let started = Instant::now();
     let child = Command::new(env!("CARGO_BIN_EXE_keel"))
         .arg("--home")
@@ -42,7 +43,7 @@ fn run_keel(home: &Path, ws: &Path, prompt: &str) -> Run {
         .env_remove("KEEL_LOG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("keel starts");
     let pid = child.id() as i32;
@@ -60,7 +61,9 @@ fn run_keel(home: &Path, ws: &Path, prompt: &str) -> Run {
     std::mem::forget(child);
     assert!(
         nix::libc::WIFEXITED(status) && nix::libc::WEXITSTATUS(status) == 0,
-        "keel exited with {status}"
+        "keel exited with status {}: {}",
+        nix::libc::WEXITSTATUS(status),
+        std::fs::read_to_string(home.join("stderr.txt")).unwrap_or_default()
     );
     Run {
         started,
@@ -123,14 +126,9 @@ async fn main() {
     }
 
     // A one-shot answer: text, then stop.
-    let answer = ModelServer::start(|_, _| {
-        let mut steps = vec![sse_head()];
-        steps.extend(oa_text(&["Hello", " there."], "stop"));
-        steps.extend(oa_done());
-        steps
-    })
-    .await
-    .expect("server");
+    let answer = ModelServer::start(|_, _| oa_text(&["Hello", " there."], "stop"))
+        .await
+        .expect("server");
     let blocking = |home: std::path::PathBuf, ws: std::path::PathBuf, prompt: &'static str| {
         tokio::task::spawn_blocking(move || run_keel(&home, &ws, prompt))
     };
@@ -171,20 +169,19 @@ async fn main() {
 
     // Three parallel reads, then the answer: the gap between the two requests.
     let reads = ModelServer::start(|n, _| {
-        let mut steps = vec![sse_head()];
-        if n % 2 == 0 {
-            for (i, file) in ["a.txt", "b.txt", "c.txt"].iter().enumerate() {
-                steps.push(oa(
-                    json!({"tool_calls": [{"index": i, "id": format!("call_{i}"), "type": "function",
-                            "function": {"name": "read_file",
-                                         "arguments": json!({"path": file}).to_string()}}]}),
-                    None,
-                ));
-            }
-            steps.push(oa(json!({}), Some("tool_calls")));
-        } else {
-            steps.extend(oa_text(&["Read", " them."], "stop"));
+        if n % 2 == 1 {
+            return oa_text(&["Read", " them."], "stop");
         }
+        let mut steps = vec![sse_head()];
+        for (i, file) in ["a.txt", "b.txt", "c.txt"].iter().enumerate() {
+            steps.push(oa(
+                json!({"tool_calls": [{"index": i, "id": format!("call_{i}"), "type": "function",
+                        "function": {"name": "read_file",
+                                     "arguments": json!({"path": file}).to_string()}}]}),
+                None,
+            ));
+        }
+        steps.push(oa(json!({}), Some("tool_calls")));
         steps.extend(oa_done());
         steps
     })
