@@ -149,6 +149,28 @@ pub fn session_plugins(ctx: &Context, loader: &PluginLoader) -> anyhow::Result<V
     Ok(sources)
 }
 
+/// On a terminal, say so before the bundled plugins are compiled for this machine (a first run,
+/// or the first after an upgrade): it takes seconds, and a blank screen that long looks hung.
+pub fn say_if_compiling(loader: &PluginLoader, sources: &[PluginSource]) {
+    use std::io::IsTerminal as _;
+    if !std::io::stderr().is_terminal() {
+        return;
+    }
+    let to_compile = sources
+        .iter()
+        .filter(|source| match source {
+            PluginSource::Bundled(bundled) => !loader.wasm().is_compiled(bundled.component),
+            _ => false,
+        })
+        .count();
+    if to_compile > 0 {
+        eprintln!(
+            "compiling {to_compile} bundled plugin(s) for this machine (once; later starts load \
+             them from the component cache)…"
+        );
+    }
+}
+
 impl Runtime {
     /// A kernel with no plugins yet.
     pub fn new(ctx: &Context) -> anyhow::Result<Runtime> {

@@ -86,7 +86,9 @@ impl Session {
             overrides,
             user_config: ctx.config.config.clone(),
         };
-        for source in runtime::session_plugins(ctx, &session.loader)? {
+        let sources = runtime::session_plugins(ctx, &session.loader)?;
+        runtime::say_if_compiling(&session.loader, &sources);
+        for source in sources {
             match source {
                 PluginSource::Bundled(bundled) => {
                     let package = runtime::bundled_package(&session.loader, bundled)?;

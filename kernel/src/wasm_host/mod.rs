@@ -275,6 +275,17 @@ impl WasmHost {
         self.compile_with(plugin, bytes, true)
     }
 
+    /// Whether `bytes` have an entry in the compiled-component cache, so a load will not
+    /// compile them (the entry is still checked when it is read). For a host to say that a
+    /// first run is compiling.
+    pub fn is_compiled(&self, bytes: &[u8]) -> bool {
+        self.inner.cache.as_ref().is_some_and(|cache| {
+            cache
+                .path(&cache::key(&self.inner.fingerprint, bytes))
+                .exists()
+        })
+    }
+
     /// [`compile`](Self::compile) without reading or writing the cache (to measure a cold
     /// compile).
     pub fn compile_uncached(&self, plugin: &str, bytes: &[u8]) -> Result<WasmComponent, WasmError> {

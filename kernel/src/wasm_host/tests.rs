@@ -835,3 +835,15 @@ async fn a_call_into_another_plugin_is_charged_to_the_chain_it_serves() {
         Some("active")
     );
 }
+
+#[test]
+fn a_host_can_tell_whether_a_load_will_compile() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bytes = wat(PLUGIN_WAT);
+    assert!(!host().is_compiled(&bytes), "no cache: every load compiles");
+    let cached = cached_host(dir.path());
+    assert!(!cached.is_compiled(&bytes));
+    cached.compile("p", &bytes).expect("compile");
+    assert!(cached.is_compiled(&bytes));
+    assert!(!cached.is_compiled(&plugin_of_version("0.3.0")));
+}
