@@ -113,6 +113,12 @@ fn new_build_publish_install_load_and_call() -> R {
         .assert()
         .success()
         .stdout(predicate::str::contains("installed 1 plugin(s)"));
+    // Compiled at install time: the component cache already holds it.
+    let cached = std::fs::read_dir(user.join("cache/components"))?
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        .count();
+    assert!(cached >= 1, "nothing compiled at install time");
     let lock = std::fs::read_to_string(user.join("keel.lock"))?;
     for field in [
         "name = \"acme:word-count\"",

@@ -367,7 +367,7 @@ fn install_plugins(ctx: &Context, home: Home, args: InstallArgs) -> anyhow::Resu
         },
     )?;
     session.finish()?;
-    install(&home, &plan, yes, json)
+    install(ctx, &home, &plan, yes, json)
 }
 
 /// `keel search`.
@@ -553,7 +553,13 @@ fn capability_summary(caps: &keel_kernel::Capabilities) -> Vec<String> {
     out
 }
 
-fn install(home: &Home, plan: &InstallPlan, yes: bool, json: bool) -> anyhow::Result<ExitCode> {
+fn install(
+    ctx: &Context,
+    home: &Home,
+    plan: &InstallPlan,
+    yes: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let changes: Vec<_> = plan.changes().collect();
     let describe = |p: &keel_registry::PlannedPlugin| {
         serde_json::json!({
@@ -631,6 +637,16 @@ fn install(home: &Home, plan: &InstallPlan, yes: bool, json: bool) -> anyhow::Re
         }
     }
     apply_install(home, plan)?;
+    // Compiled for this machine now, into the component cache, so the first session that uses
+    // them does not wait for it.
+    let compiled = crate::runtime::loader(ctx)
+        .and_then(|loader| crate::runtime::installed_packages(ctx, &loader));
+    if let Err(e) = compiled {
+        eprintln!(
+            "warning: installed, but compiling the installed plugins failed ({e:#}); a session \
+             will try again and report it"
+        );
+    }
     if json {
         println!(
             "{}",
