@@ -141,8 +141,12 @@ pub(crate) struct SessionGates {
     pub(crate) net: NetClient,
     secret_names: Vec<String>,
     pub(crate) guard_timeout: Duration,
-    /// The sandbox commands run in, probed once when the session starts.
-    containment: Containment,
+    /// The sandbox settings of the session.
+    sandbox: SandboxConfig,
+    /// The sandbox commands run in, as probed. The probe (a bubblewrap run and a namespace
+    /// check, a few milliseconds) starts on a thread of its own when the session does, beside
+    /// plugin loading, and is waited for the first time the confinement is needed.
+    containment: std::sync::OnceLock<Containment>,
     calls: Mutex<BTreeMap<String, RecordedCall>>,
     next_call: AtomicU64,
     inflight: Mutex<HashMap<String, Inflight>>,
@@ -173,10 +177,13 @@ impl SessionGates {
             net: NetClient::new(config.network),
             secret_names,
             guard_timeout: config.guard_timeout,
-            containment: Containment {
-                confinement: crate::sandbox::probe(&config.sandbox),
-                config: config.sandbox,
+            sandbox: {
+                let probing = config.sandbox.clone();
+                // The probe's result is kept process-wide; this only starts it early.
+                std::thread::spawn(move || crate::sandbox::probe(&probing));
+                config.sandbox
             },
+            containment: std::sync::OnceLock::new(),
             calls: Mutex::new(BTreeMap::new()),
             next_call: AtomicU64::new(1),
             inflight: Mutex::new(HashMap::new()),
@@ -313,9 +320,17 @@ impl SessionGates {
             .clone()
     }
 
+    /// The sandbox commands run in (waits for the probe the first time).
+    fn containment(&self) -> &Containment {
+        self.containment.get_or_init(|| Containment {
+            config: self.sandbox.clone(),
+            confinement: crate::sandbox::probe(&self.sandbox),
+        })
+    }
+
     /// Which confinement commands run under.
     pub(crate) fn confinement(&self) -> &Confinement {
-        &self.containment.confinement
+        &self.containment().confinement
     }
 
     /// The exec policy's verdict on `line`, raised to "ask first" when the sandbox that should
@@ -323,7 +338,7 @@ impl SessionGates {
     pub(crate) fn decide_exec(&self, line: &str) -> Verdict {
         let mut verdict = self.policy.decide(line);
         if verdict.decision == Decision::Allow
-            && let Confinement::Unavailable(reason) = &self.containment.confinement
+            && let Confinement::Unavailable(reason) = &self.containment().confinement
         {
             verdict.decision = Decision::Prompt;
             verdict.reason = format!("commands are NOT sandboxed ({reason})");
@@ -339,7 +354,7 @@ impl SessionGates {
     pub(crate) fn check_exec(&self, plugin: &str, line: &str) -> Result<bool, KernelError> {
         let verdict = self.decide_exec(line);
         // Unconfined commands have the whole network anyway; no proxy is put in front.
-        let network = match self.containment.confinement {
+        let network = match self.containment().confinement {
             Confinement::Bubblewrap(_, CommandNetwork::None)
             | Confinement::Off
             | Confinement::Unavailable(_) => false,
@@ -395,7 +410,7 @@ impl SessionGates {
             workspace,
             &cmd,
             &self.secret_names,
-            &self.containment,
+            self.containment(),
             network.as_ref(),
             self.until_cancelled(),
         )
@@ -430,7 +445,7 @@ impl SessionGates {
         sandboxed: &ExecOutcome,
         proxied: bool,
     ) -> Option<ExecOutcome> {
-        let Confinement::Bubblewrap(mode, _) = self.containment.confinement else {
+        let Confinement::Bubblewrap(mode, _) = self.containment().confinement else {
             return None;
         };
         if sandboxed.exit_code == Some(0)
@@ -465,7 +480,7 @@ impl SessionGates {
             "running a command outside the sandbox with the person's approval"
         );
         let unconfined = Containment {
-            config: self.containment.config.clone(),
+            config: self.sandbox.clone(),
             confinement: Confinement::Off,
         };
         let mut rerun = runner::run(
