@@ -149,6 +149,77 @@ pub fn session_plugins(ctx: &Context, loader: &PluginLoader) -> anyhow::Result<V
     Ok(sources)
 }
 
+/// Where a loaded plugin came from, to load it again (`/reload`).
+#[derive(Clone)]
+pub enum Origin {
+    /// A bundled plugin.
+    Bundled(&'static keel_bundled_plugins::Bundled),
+    /// A plugin directory.
+    Path(std::path::PathBuf),
+}
+
+/// A session plugin's package, ready to load, and where it came from.
+pub struct Prepared {
+    /// The package, or why it could not be read.
+    pub package: anyhow::Result<PluginPackage>,
+    /// Where it came from.
+    pub origin: Origin,
+}
+
+/// The packages of `sources`, in their order, read on all the machine's cores: reading a
+/// compiled component from the cache (an HMAC over it and wasmtime's deserialize) or compiling
+/// it is most of a session's start, and no plugin needs another for it. Loading them into the
+/// kernel stays in order.
+pub fn prepare(loader: &PluginLoader, sources: Vec<PluginSource>) -> Vec<Prepared> {
+    let one = |source: PluginSource| match source {
+        PluginSource::Bundled(bundled) => Prepared {
+            package: bundled_package(loader, bundled),
+            origin: Origin::Bundled(bundled),
+        },
+        PluginSource::Path(path) => Prepared {
+            package: loader
+                .from_path(&path)
+                .with_context(|| format!("cannot load the plugin at `{}`", path.display())),
+            origin: Origin::Path(path),
+        },
+        PluginSource::Installed(package, dir) => Prepared {
+            package: Ok(*package),
+            origin: Origin::Path(dir),
+        },
+    };
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(sources.len());
+    if workers <= 1 {
+        return sources.into_iter().map(one).collect();
+    }
+    let count = sources.len();
+    let queue = std::sync::Mutex::new(sources.into_iter().enumerate());
+    let done = std::sync::Mutex::new(Vec::with_capacity(count));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let next = queue
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .next();
+                    let Some((index, source)) = next else { break };
+                    let prepared = one(source);
+                    done.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push((index, prepared));
+                }
+            });
+        }
+    });
+    let mut done = done
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    done.sort_by_key(|(index, _)| *index);
+    done.into_iter().map(|(_, prepared)| prepared).collect()
+}
+
 /// On a terminal, say so before the bundled plugins are compiled for this machine (a first run,
 /// or the first after an upgrade): it takes seconds, and a blank screen that long looks hung.
 pub fn say_if_compiling(loader: &PluginLoader, sources: &[PluginSource]) {
@@ -194,17 +265,10 @@ impl Runtime {
         let extra = extra.iter().cloned().map(PluginSource::Path);
         let sources = examples
             .chain(session_plugins(ctx, &rt.loader)?)
-            .chain(extra);
-        for source in sources {
-            let package = match source {
-                PluginSource::Bundled(bundled) => bundled_package(&rt.loader, bundled)?,
-                PluginSource::Path(path) => rt
-                    .loader
-                    .from_path(&path)
-                    .with_context(|| format!("cannot load the plugin at `{}`", path.display()))?,
-                PluginSource::Installed(package, _) => *package,
-            };
-            rt.load(ctx, package).await?;
+            .chain(extra)
+            .collect();
+        for prepared in prepare(&rt.loader, sources) {
+            rt.load(ctx, prepared.package?).await?;
         }
         Ok(rt)
     }

@@ -4,20 +4,14 @@
 //! over its defaults.
 
 use std::io::{BufRead, IsTerminal};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context as _, bail};
 use keel_kernel::PluginPackage;
 use keel_protocol::services;
 
 use super::Session;
-use crate::runtime;
-
-#[derive(Clone)]
-pub(crate) enum Origin {
-    Bundled(&'static keel_bundled_plugins::Bundled),
-    Path(PathBuf),
-}
+use crate::runtime::{self, Origin};
 
 /// Show what a plugin loaded with `--plugin` asks for, and require a yes.
 pub(crate) fn confirm_capabilities(package: &PluginPackage) -> anyhow::Result<()> {

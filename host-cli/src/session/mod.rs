@@ -18,9 +18,9 @@ use keel_protocol::{SessionEvent, TurnEnd, TurnReport, TurnRequest, services, to
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use crate::config::Context;
-use crate::runtime::{self, PluginSource};
+use crate::runtime;
+use crate::runtime::Origin;
 use crate::settings::{ModelChoice, model_overrides};
-use loading::Origin;
 pub use output::Display;
 use output::Printer;
 
@@ -88,19 +88,10 @@ impl Session {
         };
         let sources = runtime::session_plugins(ctx, &session.loader)?;
         runtime::say_if_compiling(&session.loader, &sources);
-        for source in sources {
-            match source {
-                PluginSource::Bundled(bundled) => {
-                    let package = runtime::bundled_package(&session.loader, bundled)?;
-                    session
-                        .load_package(package, Origin::Bundled(bundled))
-                        .await?;
-                }
-                PluginSource::Path(path) => session.load_path(&path, false).await?,
-                PluginSource::Installed(package, dir) => {
-                    session.load_package(*package, Origin::Path(dir)).await?;
-                }
-            }
+        for prepared in runtime::prepare(&session.loader, sources) {
+            session
+                .load_package(prepared.package?, prepared.origin)
+                .await?;
         }
         for path in &opts.extra_plugins {
             session.load_path(path, true).await?;
