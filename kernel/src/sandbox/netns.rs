@@ -69,8 +69,8 @@ impl Handoff {
         })
     }
 
-    /// What the forked child needs for [`enter`]; borrowed from `self`, which outlives the
-    /// spawn.
+    /// What the forked child needs for [`enter`], made before the fork (the child may not
+    /// allocate). Its descriptor stays open as long as `self`, which outlives the spawn.
     pub(crate) fn child_side(&self) -> ChildSide {
         ChildSide {
             fd: self.child_end.as_raw_fd(),
