@@ -81,7 +81,7 @@ pub fn bundled_package(
     Ok(loader.from_shipped(
         &format!("bundled {}", bundled.name),
         bundled.manifest,
-        bundled.component,
+        bundled.shipped(),
     )?)
 }
 
@@ -230,7 +230,7 @@ pub fn say_if_compiling(loader: &PluginLoader, sources: &[PluginSource]) {
     let to_compile = sources
         .iter()
         .filter(|source| match source {
-            PluginSource::Bundled(bundled) => !loader.wasm().is_compiled(bundled.component),
+            PluginSource::Bundled(bundled) => loader.wasm().compiles(&bundled.shipped()),
             _ => false,
         })
         .count();

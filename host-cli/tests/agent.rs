@@ -156,7 +156,7 @@ async fn a_session_loads_the_plugins_named_in_plugins_paths() -> R {
             .manifest
             .replace("name = \"echo-tool\"", "name = \"echo-extra\""),
     )?;
-    std::fs::write(extra.join("echo-tool.wasm"), bundled.component)?;
+    std::fs::write(extra.join("echo-tool.wasm"), bundled.component())?;
     let config = format!(
         "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n\
          [plugins]\npaths = [{:?}]\n",

@@ -99,7 +99,7 @@ fn a_waiting_plugin_says_what_it_waits_for() -> R {
         "name = \"needy\"\nversion = \"0.1.0\"\nkind = \"wasm\"\ncomponent = \"c.wasm\"\n[requires]\n\"example.missing\" = \"^2\"\n",
     )?;
     let component = keel_bundled_plugins::get("echo-tool")
-        .map(|b| b.component)
+        .map(|b| b.component())
         .unwrap_or_default();
     std::fs::write(plugin.join("c.wasm"), component)?;
     keel(home.path())?
@@ -120,7 +120,7 @@ fn plugin_check_validates_and_refuses_clearly() -> R {
     std::fs::create_dir(&plugin)?;
     let bundled = keel_bundled_plugins::get("echo-tool").ok_or("echo-tool is bundled")?;
     std::fs::write(plugin.join("keel.toml"), bundled.manifest)?;
-    std::fs::write(plugin.join("echo-tool.wasm"), bundled.component)?;
+    std::fs::write(plugin.join("echo-tool.wasm"), bundled.component())?;
     keel(home.path())?
         .args(["plugin", "check"])
         .arg(&plugin)

@@ -44,7 +44,7 @@ fn plugin_copy(root: &std::path::Path, name: &str) -> Result<std::path::PathBuf,
     let write = || -> std::io::Result<()> {
         std::fs::create_dir(&dir)?;
         std::fs::write(dir.join("keel.toml"), bundled.manifest)?;
-        std::fs::write(dir.join(format!("{name}.wasm")), bundled.component)
+        std::fs::write(dir.join(format!("{name}.wasm")), bundled.component())
     };
     write().map_err(|e| format!("copying {name}: {e}"))?;
     Ok(dir)

@@ -177,7 +177,7 @@ fn plugin_dir(root: &Path, name: &str, extra: &str) -> Result<PathBuf, Box<dyn s
         ),
     )?;
     let component = keel_bundled_plugins::get("echo-tool")
-        .map(|b| b.component)
+        .map(|b| b.component())
         .ok_or("echo-tool is bundled")?;
     std::fs::write(dir.join("c.wasm"), component)?;
     Ok(dir)

@@ -50,6 +50,6 @@ pub use types::{
     Event, GuardDecision, GuardVerdict, KERNEL_NAME, KernelError, Level, ToolCapabilities, ToolSpec,
 };
 pub use wasm_host::{
-    CacheStatus, ComponentReport, GrantedDir, SUPPORTED_ABI, WasmComponent, WasmError, WasmGrants,
-    WasmHost, WasmHostConfig, WasmLimits, check_imports, inspect_component,
+    CacheStatus, ComponentReport, GrantedDir, Precompiled, SUPPORTED_ABI, Shipped, WasmComponent,
+    WasmError, WasmGrants, WasmHost, WasmHostConfig, WasmLimits, check_imports, inspect_component,
 };

@@ -162,10 +162,10 @@ impl PluginLoader {
         &self,
         origin: &str,
         manifest: &str,
-        component: &[u8],
+        shipped: crate::Shipped<'_>,
     ) -> Result<PluginPackage, LoadError> {
         let manifest = Manifest::parse(manifest, Path::new(&format!("<{origin}>/keel.toml")))?;
-        let compiled = self.wasm.compile(&manifest.name, component)?;
+        let compiled = self.wasm.compile_shipped(&manifest.name, shipped)?;
         let grants = self.grants_for(&manifest, true)?;
         let source = self.wasm.source(&compiled, grants);
         Ok(PluginPackage { manifest, source })

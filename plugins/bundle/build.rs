@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use keel_guest_build::{GuestCrate, build_components, workspace_root};
 
+mod precompile;
+
 /// The plugin crates (directories under `plugins/`) bundled into the binary.
 const BUNDLED: &[&str] = &[
     "greeter",
@@ -38,21 +40,30 @@ fn main() {
         workspace_root().join("protocol").display()
     );
     let built = build_components(&crates);
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let bundle = precompile::all(&built, &out_dir);
 
     let mut code = String::from(
         "/// Every bundled plugin, in a fixed order.\nstatic BUNDLED: &[Bundled] = &[\n",
     );
-    for component in &built {
+    for (component, packed) in built.iter().zip(&bundle.plugins) {
+        let precompiled = match &packed.code {
+            Some(path) => format!("Some(include_bytes!({:?}))", path.display().to_string()),
+            None => "None".to_owned(),
+        };
         let _ = writeln!(
             code,
-            "    Bundled {{\n        name: {:?},\n        manifest: {},\n        component: {},\n    }},",
+            "    Bundled {{\n        name: {:?},\n        manifest: {},\n        packed: include_bytes!({:?}),\n        precompiled: {precompiled},\n    }},",
             component.name,
             component.include_manifest_expr(),
-            component.include_component_expr(),
+            packed.component.display().to_string(),
         );
     }
     code.push_str("];\n");
-
-    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let _ = writeln!(
+        code,
+        "/// The fingerprint of the engine that compiled `precompiled` (see `keel_engine`).\nstatic ENGINE: Option<[u8; 32]> = {:?};",
+        bundle.engine
+    );
     std::fs::write(out_dir.join("bundled.rs"), code).expect("cannot write bundled.rs to OUT_DIR");
 }

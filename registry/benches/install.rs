@@ -17,7 +17,7 @@ const SIZE: usize = 5 * 1024 * 1024;
 /// The bundled echo-tool component grown to 5 MiB with a trailing custom section.
 fn big_component() -> Vec<u8> {
     let mut bytes = keel_bundled_plugins::get("echo-tool")
-        .map(|b| b.component.to_vec())
+        .map(|b| b.component())
         .expect("echo-tool is bundled");
     let name = b"padding";
     let payload = SIZE - bytes.len() - 16;

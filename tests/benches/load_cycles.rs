@@ -42,7 +42,7 @@ fn rss() -> anyhow::Result<u64> {
 /// Where the packages of one cycle come from.
 enum Source {
     /// `PluginLoader::from_component` on the bundled bytes: a cache hit every cycle.
-    Cache(Vec<(Manifest, &'static [u8])>),
+    Cache(Vec<(Manifest, Vec<u8>)>),
     /// Components compiled once, kept in memory.
     Memory(Vec<(Manifest, WasmComponent)>),
 }
@@ -129,13 +129,13 @@ async fn phase(h: &Harness, source: &Source, cycles: usize) -> anyhow::Result<()
     Ok(())
 }
 
-fn bundled(name: &str) -> anyhow::Result<(Manifest, &'static [u8])> {
+fn bundled(name: &str) -> anyhow::Result<(Manifest, Vec<u8>)> {
     let b = keel_bundled_plugins::get(name).with_context(|| format!("no bundled `{name}`"))?;
     let manifest = Manifest::parse(
         b.manifest,
         Path::new(&format!("<bundled {name}>/keel.toml")),
     )?;
-    Ok((manifest, b.component))
+    Ok((manifest, b.component()))
 }
 
 async fn run(cycles: usize) -> anyhow::Result<()> {

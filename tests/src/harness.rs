@@ -73,11 +73,11 @@ impl Harness {
 
     /// The package of a plugin under test (see [`crate::plugins`]).
     pub fn plugin(&self, name: &str) -> anyhow::Result<PluginPackage> {
-        let (manifest, component) = crate::plugins::plugin(name)
+        let b = crate::plugins::plugin(name)
             .with_context(|| format!("no plugin under test `{name}`"))?;
         Ok(self
             .loader
-            .from_shipped(&format!("plugin {name}"), manifest, component)?)
+            .from_shipped(&format!("plugin {name}"), b.manifest, b.shipped())?)
     }
 
     /// Load a plugin under test.
@@ -91,7 +91,7 @@ impl Harness {
             .with_context(|| format!("no bundled plugin `{name}`"))?;
         Ok(self
             .loader
-            .from_shipped(&format!("bundled {name}"), b.manifest, b.component)?)
+            .from_shipped(&format!("bundled {name}"), b.manifest, b.shipped())?)
     }
 
     /// The package of a test fixture.

@@ -4,11 +4,9 @@
 use anyhow::Context as _;
 use keel_kernel::{PluginLoader, PluginPackage};
 
-/// The manifest text and component bytes of the model plugin `name`, if there is one.
-pub fn model_plugin(name: &str) -> Option<(&'static str, &'static [u8])> {
-    keel_bundled_plugins::get(name)
-        .filter(|b| b.name.starts_with("model-"))
-        .map(|b| (b.manifest, b.component))
+/// The bundled model plugin `name`, if there is one.
+pub fn model_plugin(name: &str) -> Option<&'static keel_bundled_plugins::Bundled> {
+    keel_bundled_plugins::get(name).filter(|b| b.name.starts_with("model-"))
 }
 
 /// The package of the model plugin `name` with its configuration overridden by `config` (a
@@ -18,9 +16,12 @@ pub fn package(
     name: &str,
     config: serde_json::Value,
 ) -> anyhow::Result<PluginPackage> {
-    let (manifest, component) =
-        model_plugin(name).with_context(|| format!("no model plugin `{name}`"))?;
-    let mut package = loader.from_shipped(&format!("model plugin {name}"), manifest, component)?;
+    let bundled = model_plugin(name).with_context(|| format!("no model plugin `{name}`"))?;
+    let mut package = loader.from_shipped(
+        &format!("model plugin {name}"),
+        bundled.manifest,
+        bundled.shipped(),
+    )?;
     if let (Some(defaults), serde_json::Value::Object(overrides)) =
         (package.manifest.config.as_object_mut(), config)
     {
@@ -36,14 +37,15 @@ mod tests {
     #[test]
     fn every_model_plugin_is_a_component_providing_model() {
         for name in ["model-openai", "model-anthropic", "model-scripted"] {
-            let (manifest, component) = model_plugin(name).expect("built");
+            let bundled = model_plugin(name).expect("built");
             assert_eq!(
-                component.get(..8),
+                bundled.component().get(..8),
                 Some(&b"\0asm\x0d\x00\x01\x00"[..]),
                 "{name}"
             );
-            let manifest = keel_kernel::Manifest::parse(manifest, std::path::Path::new(name))
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let manifest =
+                keel_kernel::Manifest::parse(bundled.manifest, std::path::Path::new(name))
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(manifest.name, name);
             assert!(manifest.provides.contains_key("model"), "{name}");
         }

@@ -1,9 +1,9 @@
 //! The agent plugins the tests load (`fs-tools`, `shell`, `tool-registry`, `session-log`,
 //! `verifier`, …), taken from the bundled set so they are compiled once.
 
-/// The manifest text and component bytes of the bundled plugin `name`, if there is one.
-pub fn plugin(name: &str) -> Option<(&'static str, &'static [u8])> {
-    keel_bundled_plugins::get(name).map(|b| (b.manifest, b.component))
+/// The bundled plugin `name`, if there is one.
+pub fn plugin(name: &str) -> Option<&'static keel_bundled_plugins::Bundled> {
+    keel_bundled_plugins::get(name)
 }
 
 /// The name of every bundled plugin.

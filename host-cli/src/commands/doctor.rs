@@ -159,6 +159,6 @@ fn sandbox_check(ctx: &Context) -> anyhow::Result<()> {
     let bundled = keel_bundled_plugins::all()
         .first()
         .ok_or_else(|| anyhow::anyhow!("no bundled plugin"))?;
-    host.compile(bundled.name, bundled.component)?;
+    host.compile(bundled.name, &bundled.component())?;
     Ok(())
 }

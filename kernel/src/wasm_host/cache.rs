@@ -1,12 +1,13 @@
 //! The on-disk cache of compiled components.
 //!
-//! An entry is named by its key, `sha256("keel-wasm-cache" ‖ format version ‖ wasmtime version
-//! ‖ engine compatibility hash ‖ sha256(component bytes))`, so a component compiled under other
+//! An entry is named by its key, `sha256(engine fingerprint ‖ sha256(component bytes))`,
+//! where the engine's fingerprint (`keel_engine::fingerprint`) covers the cache format, the
+//! wasmtime version and the engine's compatibility hash, so a component compiled under other
 //! engine settings or another wasmtime lands in another file. An entry file is:
 //!
 //! ```text
 //! offset  size  field
-//!      0     8  magic  b"KEELWC\x00\x01"
+//!      0     8  magic  b"KEELWC\x00\x02"
 //!      8    32  key    (the entry's own key, so a file copied or renamed onto another key is refused)
 //!     40     8  payload length, little endian
 //!     48    32  HMAC-SHA256(cache key, entry key ‖ payload)
@@ -17,54 +18,23 @@
 //! only ever see bytes wasmtime itself produced). The MAC's key is 32 random bytes in
 //! `mac.key` inside the cache directory (0600, created once, atomically): a payload that anyone
 //! without the key wrote or changed — a plugin granted the directory, say — fails the check and
-//! is recompiled, never run. An entry that fails any check is logged, ignored and rewritten. Writes go to a temporary file in the same directory, are synced, then
-//! renamed into place, so a reader never sees a half-written entry.
+//! is recompiled, never run. An entry that fails any check is logged, ignored and rewritten.
+//! Writes go to a temporary file in the same directory, are synced, then renamed into place, so
+//! a reader never sees a half-written entry.
 
 use std::fs;
-use std::hash::Hasher;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
-use wasmtime::Engine;
 
 const MAGIC: &[u8; 8] = b"KEELWC\x00\x02";
 const HEADER_LEN: usize = 8 + 32 + 8 + 32;
-const FORMAT: &str = "keel-wasm-cache-2";
 /// The file holding the MAC key, in the cache directory.
 const KEY_FILE: &str = "mac.key";
 
 type Mac = hmac::Hmac<Sha256>;
-/// The wasmtime this kernel is built against (kept in step with Cargo.toml / Cargo.lock).
-pub(crate) const WASMTIME_VERSION: &str = "48.0.8";
-
-/// Feeds `Hash` output into SHA-256, so the engine's compatibility hash becomes stable bytes.
-struct ShaHasher(Sha256);
-
-impl Hasher for ShaHasher {
-    fn finish(&self) -> u64 {
-        // Only `write` is used; the digest is read from the inner hasher.
-        0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
-    }
-}
-
-/// The part of every key that depends on the engine, computed once per engine.
-pub(crate) fn engine_fingerprint(engine: &Engine) -> [u8; 32] {
-    let mut hasher = ShaHasher(Sha256::new());
-    std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
-    let mut outer = Sha256::new();
-    outer.update(FORMAT.as_bytes());
-    outer.update([0]);
-    outer.update(WASMTIME_VERSION.as_bytes());
-    outer.update([0]);
-    outer.update(hasher.0.finalize());
-    outer.finalize().into()
-}
 
 /// The key of `bytes` compiled by the engine with fingerprint `engine`.
 pub(crate) fn key(engine: &[u8; 32], bytes: &[u8]) -> [u8; 32] {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine, OptLevel};
+use wasmtime::{Config, Engine};
 
 pub use abi::{ComponentReport, SUPPORTED_ABI, check_imports};
 
@@ -185,6 +185,63 @@ pub enum CacheStatus {
     /// Compiled; there was an entry, but it was corrupt, truncated or foreign, so it was
     /// ignored and rewritten.
     Replaced,
+    /// Loaded from machine code compiled ahead of time and shipped with keel (the cache is
+    /// neither read nor written).
+    Shipped,
+}
+
+/// A component's machine code compiled ahead of time, shipped inside keel's binary: the
+/// zstd-compressed output of `Engine::precompile_component` and the fingerprint of the engine
+/// that made it (`keel_engine::fingerprint`). A host whose engine has another fingerprint
+/// compiles the component instead.
+#[derive(Clone, Copy)]
+pub struct Precompiled<'a> {
+    engine: [u8; 32],
+    packed: &'a [u8],
+}
+
+impl fmt::Debug for Precompiled<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Precompiled")
+            .field("bytes", &self.packed.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A component keel ships in its binary: compressed with zstd, and with its machine code from
+/// keel's build when there is any.
+#[derive(Debug, Clone, Copy)]
+pub struct Shipped<'a> {
+    /// The component, compressed with zstd.
+    pub packed: &'a [u8],
+    /// Its machine code, for the engine that made it.
+    pub code: Option<Precompiled<'a>>,
+}
+
+impl Shipped<'_> {
+    /// The component, unpacked.
+    fn unpack(&self, plugin: &str) -> Result<Vec<u8>, WasmError> {
+        zstd::stream::decode_all(self.packed).map_err(|e| WasmError::NotAComponent {
+            plugin: plugin.to_owned(),
+            reason: format!("its packed component does not unpack ({e})"),
+        })
+    }
+}
+
+impl<'a> Precompiled<'a> {
+    /// Machine code for a component.
+    ///
+    /// # Safety
+    ///
+    /// It is run as machine code: `packed` must be the zstd-compressed output of
+    /// `Engine::precompile_component`, for the component it is passed with, by an engine built
+    /// from `keel_engine::config()` whose `keel_engine::fingerprint` is `engine`, and it must
+    /// come from a source as trusted as keel's own binary (it is meant for what keel's build
+    /// compiled and embedded, nothing read at run time).
+    #[allow(unsafe_code)]
+    pub unsafe fn new(engine: [u8; 32], packed: &'a [u8]) -> Self {
+        Precompiled { engine, packed }
+    }
 }
 
 struct HostInner {
@@ -225,11 +282,7 @@ impl WasmHost {
         tweak: impl FnOnce(&mut Config),
     ) -> Result<WasmHost, WasmError> {
         let engine_error = |e: wasmtime::Error| WasmError::Engine(format!("{e:#}"));
-        let mut engine_config = Config::new();
-        engine_config
-            .wasm_component_model(true)
-            .epoch_interruption(true)
-            .cranelift_opt_level(OptLevel::Speed);
+        let mut engine_config = keel_engine::config();
         tweak(&mut engine_config);
         let engine = Engine::new(&engine_config).map_err(engine_error)?;
 
@@ -242,7 +295,7 @@ impl WasmHost {
             .map_err(|e| WasmError::Engine(format!("cannot start the epoch ticker: {e}")))?;
         Ok(WasmHost {
             inner: Arc::new(HostInner {
-                fingerprint: cache::engine_fingerprint(&engine),
+                fingerprint: keel_engine::fingerprint(&engine),
                 engine,
                 linker,
                 cache: config.cache_dir.and_then(|dir| {
@@ -273,6 +326,39 @@ impl WasmHost {
     /// executor (`tokio::task::spawn_blocking`) when that matters.
     pub fn compile(&self, plugin: &str, bytes: &[u8]) -> Result<WasmComponent, WasmError> {
         self.compile_with(plugin, bytes, true)
+    }
+
+    /// A component keel ships: from its machine code when this host's engine is the one that
+    /// made it (no compile, no cache), otherwise unpacked and compiled as
+    /// [`compile`](Self::compile) does.
+    pub fn compile_shipped(
+        &self,
+        plugin: &str,
+        shipped: Shipped<'_>,
+    ) -> Result<WasmComponent, WasmError> {
+        if let Some(component) = shipped
+            .code
+            .filter(|code| self.runs(code))
+            .and_then(|code| self.unpack(plugin, code))
+        {
+            return self.link(plugin, component, CacheStatus::Shipped);
+        }
+        self.compile(plugin, &shipped.unpack(plugin)?)
+    }
+
+    /// Whether loading `shipped` will compile it (its machine code is not for this engine and
+    /// the cache has no entry for it), for a host to say that a first run is compiling.
+    pub fn compiles(&self, shipped: &Shipped<'_>) -> bool {
+        !shipped.code.is_some_and(|code| self.runs(&code))
+            && shipped
+                .unpack("")
+                .is_ok_and(|bytes| !self.is_compiled(&bytes))
+    }
+
+    /// Whether this host can run `precompiled` (its engine made it), so loading it will not
+    /// compile.
+    pub fn runs(&self, precompiled: &Precompiled<'_>) -> bool {
+        precompiled.engine == self.inner.fingerprint
     }
 
     /// Whether `bytes` have an entry in the compiled-component cache, so a load will not
@@ -308,6 +394,16 @@ impl WasmHost {
     ) -> Result<WasmComponent, WasmError> {
         abi::precheck(plugin, bytes)?;
         let (component, cache) = self.load(plugin, bytes, use_cache)?;
+        self.link(plugin, component, cache)
+    }
+
+    /// Check `component`'s ABI and link it as every load does.
+    fn link(
+        &self,
+        plugin: &str,
+        component: Component,
+        cache: CacheStatus,
+    ) -> Result<WasmComponent, WasmError> {
         let report = abi::report(&self.inner.engine, plugin, &component)?;
         let link_error = |e: wasmtime::Error| WasmError::Link {
             plugin: plugin.to_owned(),
@@ -335,6 +431,35 @@ impl WasmHost {
             plugin: plugin.to_owned(),
             message: format!("{e:#}"),
         })
+    }
+
+    /// The component in `code`, or `None` (logged) when it cannot be used, so the caller
+    /// compiles instead.
+    fn unpack(&self, plugin: &str, code: Precompiled<'_>) -> Option<Component> {
+        let unpacked = match zstd::stream::decode_all(code.packed) {
+            Ok(unpacked) => unpacked,
+            Err(e) => {
+                tracing::warn!(
+                    plugin,
+                    "cannot unpack its shipped machine code ({e}); compiling"
+                );
+                return None;
+            }
+        };
+        // SAFETY: `Precompiled::new`'s contract: these are wasmtime's own artifact for this
+        // component, made by an engine with this host's fingerprint (checked by the caller),
+        // embedded in keel's binary. wasmtime checks its header, the engine's settings and the
+        // CPU's features again and refuses a mismatch.
+        #[allow(unsafe_code)]
+        let loaded = unsafe { Component::deserialize(&self.inner.engine, &unpacked) };
+        loaded
+            .map_err(|e| {
+                tracing::warn!(
+                    plugin,
+                    "wasmtime refused its shipped machine code ({e:#}); compiling"
+                );
+            })
+            .ok()
     }
 
     /// The compiled component, from the cache when allowed and valid.

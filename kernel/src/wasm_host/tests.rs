@@ -7,6 +7,7 @@ use super::*;
 use crate::call_chain::CallChain;
 use crate::host_api::HostHandle;
 use crate::instance::{InstanceError, PluginInstance};
+use wasmtime::OptLevel;
 
 /// A keel plugin whose `activate` does what its config says (its first byte, or `x` in a
 /// kernel's `{"op":"x"}`): `s` spin forever, `m` grow memory until refused, `t` trap, `w` wait
@@ -846,4 +847,82 @@ fn a_host_can_tell_whether_a_load_will_compile() {
     cached.compile("p", &bytes).expect("compile");
     assert!(cached.is_compiled(&bytes));
     assert!(!cached.is_compiled(&plugin_of_version("0.3.0")));
+}
+
+/// Machine code made by `engine` for `bytes`, packed as keel's build packs it.
+fn shipped_code(engine: &Engine, bytes: &[u8]) -> Vec<u8> {
+    let code = engine.precompile_component(bytes).expect("precompile");
+    zstd::bulk::compress(&code, 3).expect("compress")
+}
+
+#[test]
+fn shipped_machine_code_is_used_only_by_the_engine_that_made_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bytes = wat(PLUGIN_WAT);
+    let host = cached_host(dir.path());
+    let own = shipped_code(&host.inner.engine, &bytes);
+    let fingerprint = keel_engine::fingerprint(&host.inner.engine);
+    // SAFETY (test): `own` is this host's engine's artifact for `bytes`.
+    #[allow(unsafe_code)]
+    let code = unsafe { Precompiled::new(fingerprint, &own) };
+    assert!(host.runs(&code));
+    let packed = zstd::bulk::compress(&bytes, 3).expect("compress");
+    let ship = |code| Shipped {
+        packed: &packed,
+        code,
+    };
+    assert!(!host.compiles(&ship(Some(code))));
+    let shipped = host.compile_shipped("p", ship(Some(code))).expect("load");
+    assert_eq!(shipped.cache_status(), CacheStatus::Shipped);
+    assert!(
+        std::fs::read_dir(dir.path())
+            .expect("dir")
+            .filter_map(Result::ok)
+            .all(|e| e.path().extension().is_none_or(|x| x != "cwasm")),
+        "shipped code is neither read from nor written to the cache"
+    );
+
+    // Code from an engine with other settings — here without the epoch checks that bound a
+    // plugin's CPU — is never handed to this one: it compiles.
+    let unbounded = WasmHost::with_engine_config(WasmHostConfig::default(), |c| {
+        c.epoch_interruption(false);
+    })
+    .expect("engine");
+    let other = shipped_code(&unbounded.inner.engine, &bytes);
+    #[allow(unsafe_code)]
+    let foreign =
+        unsafe { Precompiled::new(keel_engine::fingerprint(&unbounded.inner.engine), &other) };
+    assert!(!host.runs(&foreign));
+    assert!(host.compiles(&ship(Some(foreign))));
+    assert_eq!(
+        host.compile_shipped("p", ship(Some(foreign)))
+            .expect("compile")
+            .cache_status(),
+        CacheStatus::Miss
+    );
+    // Even claiming this engine's fingerprint, the other engine's code is refused (by
+    // wasmtime's own check of its settings), and so is a damaged artifact: both compile (from
+    // the cache written above).
+    let damaged = {
+        let mut packed = own.clone();
+        packed.truncate(packed.len() / 2);
+        packed
+    };
+    for packed in [&other, &damaged] {
+        #[allow(unsafe_code)]
+        let lying = unsafe { Precompiled::new(fingerprint, packed) };
+        assert_eq!(
+            host.compile_shipped("p", ship(Some(lying)))
+                .expect("compile")
+                .cache_status(),
+            CacheStatus::Hit
+        );
+    }
+    // Without machine code it is unpacked and compiled like any component.
+    assert_eq!(
+        host.compile_shipped("p", ship(None))
+            .expect("compile")
+            .cache_status(),
+        CacheStatus::Hit
+    );
 }

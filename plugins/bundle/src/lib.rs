@@ -1,8 +1,9 @@
 //! The default keel plugins, compiled to WebAssembly components when this crate is built and
 //! embedded in it.
 //!
-//! The build script compiles the plugin crates `plugins/greeter`, `plugins/greeter-client` and
-//! `plugins/echo-tool` with `keel-guest-build`; [`all`] returns them with their manifests.
+//! The build script compiles the plugin crates listed in `build.rs` with `keel-guest-build`,
+//! then on to machine code for the building machine (`precompile.rs`), so that no run compiles
+//! them; [`all`] returns them with their manifests.
 
 /// A plugin bundled into the binary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,11 +12,40 @@ pub struct Bundled {
     pub name: &'static str,
     /// The plugin's manifest, the text of its `keel.toml`.
     pub manifest: &'static str,
-    /// The compiled component (a `wasm32-wasip2` WebAssembly component).
-    pub component: &'static [u8],
+    /// The component, compressed with zstd ([`Bundled::component`] unpacks it).
+    packed: &'static [u8],
+    /// Its machine code for the machine keel was built on, compressed, or `None` (a cross
+    /// build; see `precompile.rs`).
+    precompiled: Option<&'static [u8]>,
 }
 
 include!(concat!(env!("OUT_DIR"), "/bundled.rs"));
+
+impl Bundled {
+    /// The compiled component (a `wasm32-wasip2` WebAssembly component), unpacked.
+    pub fn component(&self) -> Vec<u8> {
+        zstd::stream::decode_all(self.packed).expect("the build script packed it with zstd")
+    }
+
+    /// The plugin as keel ships it, for `PluginLoader::from_shipped`: the packed component
+    /// and its machine code from keel's build (used when the running engine made it).
+    pub fn shipped(&self) -> keel_kernel::Shipped<'static> {
+        let code = ENGINE.zip(self.precompiled).map(|(engine, packed)| {
+            // SAFETY: `packed` is what this crate's build script wrote: wasmtime's
+            // `precompile_component` output for this component, by an engine built from
+            // `keel_engine::config()` whose fingerprint is `ENGINE`, compressed with zstd and
+            // embedded in this binary by `include_bytes!`; nothing read at run time.
+            #[allow(unsafe_code)]
+            unsafe {
+                keel_kernel::Precompiled::new(engine, packed)
+            }
+        });
+        keel_kernel::Shipped {
+            packed: self.packed,
+            code,
+        }
+    }
+}
 
 /// Every bundled plugin, in a fixed order.
 pub fn all() -> &'static [Bundled] {
@@ -54,7 +84,7 @@ mod tests {
         for bundled in all() {
             // A component, not a core module: magic, then version 0x0d and layer 1.
             assert_eq!(
-                bundled.component.get(..8),
+                bundled.component().get(..8),
                 Some(&b"\0asm\x0d\x00\x01\x00"[..])
             );
             assert!(
@@ -65,5 +95,38 @@ mod tests {
         }
         assert!(get("greeter").is_some_and(|g| g.manifest.contains("example.greeting")));
         assert!(get("missing").is_none());
+    }
+
+    /// The build's engine and the kernel's agree, so no bundled plugin is compiled at run time
+    /// on the machine keel was built on (a wasmtime feature or setting that differed between
+    /// the build script's engine and the kernel's would fail here, not silently recompile).
+    #[test]
+    fn every_bundled_plugin_loads_from_its_shipped_machine_code() {
+        let cache = tempfile::tempdir().expect("tempdir");
+        let host = keel_kernel::WasmHost::new(keel_kernel::WasmHostConfig {
+            cache_dir: Some(cache.path().to_path_buf()),
+            ..Default::default()
+        })
+        .expect("engine");
+        for bundled in all() {
+            let shipped = bundled.shipped();
+            let code = shipped.code.expect("machine code is bundled");
+            assert!(host.runs(&code), "{}: another engine made it", bundled.name);
+            let loaded = host
+                .compile_shipped(bundled.name, shipped)
+                .unwrap_or_else(|e| panic!("{}: {e}", bundled.name));
+            assert_eq!(
+                loaded.cache_status(),
+                keel_kernel::CacheStatus::Shipped,
+                "{}",
+                bundled.name
+            );
+        }
+        let cached = std::fs::read_dir(cache.path())
+            .expect("cache dir")
+            .filter_map(Result::ok)
+            .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+            .count();
+        assert_eq!(cached, 0, "nothing was compiled");
     }
 }

@@ -16,7 +16,7 @@ pub type R = Result<(), Box<dyn std::error::Error>>;
 /// The bundled echo-tool component, built as version 0.1.0.
 pub fn echo_component() -> Vec<u8> {
     keel_bundled_plugins::get("echo-tool")
-        .map(|b| b.component.to_vec())
+        .map(|b| b.component())
         .expect("echo-tool is bundled")
 }
 
