@@ -11,6 +11,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::session::Display;
+
 /// keel: an agent runtime in which everything is a plugin.
 #[derive(Parser)]
 #[command(name = "keel", version, about, propagate_version = true)]
@@ -46,13 +48,19 @@ enum Command {
         #[command(flatten)]
         args: commands::run::SessionArgs,
     },
-    /// Run one turn non-interactively; the exit status says whether it completed.
+    /// Run one turn non-interactively: the answer alone on stdout, the transcript on stderr;
+    /// the exit status says how the turn ended (0 completed, 1 error, 2 usage, 3 not completed,
+    /// 4 the model failed).
     Exec {
         /// What to ask the agent.
         prompt: String,
-        /// One JSON event per line on stdout.
+        /// One JSON event per line on stdout (each with `"version"`).
         #[arg(long)]
         json: bool,
+        /// With --json: show the model's context (system prompt and tool schemas) in full
+        /// instead of its size and the tool names.
+        #[arg(long, requires = "json")]
+        json_requests: bool,
         #[command(flatten)]
         args: commands::run::SessionArgs,
     },
@@ -91,15 +99,37 @@ enum VerifyCommand {
     },
 }
 
+/// Whether keel's log lines on stderr may carry colour: `CLICOLOR_FORCE` (not `0`) forces it,
+/// `NO_COLOR` (any value) turns it off, and otherwise only a terminal gets it, so a pipe or a
+/// file never holds escape codes.
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal as _;
+    if std::env::var_os("CLICOLOR_FORCE").is_some_and(|v| v != "0") {
+        return true;
+    }
+    std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal()
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help` and `--version` print and succeed; anything else is a usage error.
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(commands::run::exit::USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
-        .with_ansi(std::env::var_os("NO_COLOR").is_none())
+        .with_ansi(colour_on_stderr())
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -117,8 +147,20 @@ fn main() -> ExitCode {
             Command::Plugin(cmd) => commands::plugin::run(&ctx, cmd).await,
             Command::Policy(cmd) => commands::policy::run(&ctx, cmd),
             Command::Run { prompt, args } => commands::run::run(&ctx, args, prompt, None).await,
-            Command::Exec { prompt, json, args } => {
-                commands::run::exec(&ctx, args, prompt, json).await
+            Command::Exec {
+                prompt,
+                json,
+                json_requests,
+                args,
+            } => {
+                let display = if json {
+                    Display::Json {
+                        requests: json_requests,
+                    }
+                } else {
+                    Display::Answer
+                };
+                commands::run::exec(&ctx, args, prompt, display).await
             }
             Command::Resume { id, prompt, args } => {
                 commands::run::run(&ctx, args, prompt, Some(id)).await
@@ -137,7 +179,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(1)
+            ExitCode::from(commands::run::exit::ERROR)
         }
     }
 }

@@ -277,7 +277,7 @@ async fn an_authentication_failure_is_not_retried_and_names_the_key_without_show
     cmd.env("OPENAI_API_KEY", KEY)
         .args(["exec", "--json", "hello"]);
     let out = run(cmd).await;
-    assert_eq!(out.status.code(), Some(2), "the turn did not complete");
+    assert_eq!(out.status.code(), Some(4), "the model failed");
     let all = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -393,7 +393,7 @@ async fn ctrl_c_ends_a_waiting_model_stream_at_once_and_the_log_records_it() -> 
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(
         out.status.code(),
-        Some(2),
+        Some(3),
         "stdout:\n{stdout}\nstderr:\n{stderr}"
     );
     let events = json_lines(&out.stdout);
@@ -461,7 +461,7 @@ async fn ctrl_c_kills_a_running_command_with_its_children() -> R {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(
         out.status.code(),
-        Some(2),
+        Some(3),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );

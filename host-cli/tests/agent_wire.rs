@@ -801,9 +801,10 @@ async fn a_connection_dropped_after_partial_text_is_an_interruption_not_a_retry(
     .await;
     run.assert_no_key(OPENAI_KEY);
     // What arrived is presented as is: the agent loop ends the turn with the partial text
-    // (an answer without tool calls), so the report says `completed` and keel exits 0; the
-    // report's detail and the message's stop reason say it broke off.
-    run.assert_completed();
+    // (an answer without tool calls) as `interrupted`, so keel exits 3; the report's detail
+    // and the message's stop reason say it broke off.
+    assert_eq!(run.report()["end"], "interrupted", "{}", run.dump());
+    assert_eq!(run.out.status.code(), Some(3), "{}", run.dump());
     assert_eq!(run.report()["text"], "The answer is", "{}", run.dump());
     let detail = run.report()["detail"]
         .as_str()
@@ -833,7 +834,7 @@ async fn a_connection_dropped_after_partial_text_is_an_interruption_not_a_retry(
     assert_eq!(event["stop_reason"], "interrupted", "{event}");
     let ended: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "turn_ended").collect();
     assert_eq!(ended.len(), 1, "{lines:#?}");
-    assert_eq!(ended[0]["end"], "completed", "{}", ended[0]);
+    assert_eq!(ended[0]["end"], "interrupted", "{}", ended[0]);
     assert_eq!(ended[0]["detail"], detail.as_str());
     Ok(())
 }

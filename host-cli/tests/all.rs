@@ -6,5 +6,6 @@ mod common;
 mod agent;
 mod agent_wire;
 mod cli;
+mod exit_codes;
 mod interactive;
 mod registry;

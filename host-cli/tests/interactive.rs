@@ -37,7 +37,7 @@ text = "Fourth answer."
 text = "Fifth answer."
 "#;
 
-/// A directory holding bundled plugin `name` as `/load` takes it.
+/// A directory holding bundled plugin `name`, as `/load DIR` takes it.
 fn plugin_copy(root: &std::path::Path, name: &str) -> Result<std::path::PathBuf, String> {
     let bundled = keel_bundled_plugins::get(name).ok_or(format!("{name} is bundled"))?;
     let dir = root.join(format!("{name}-copy"));
@@ -64,7 +64,6 @@ fn slash_commands_unload_reload_and_load_plugins_while_the_session_goes_on() -> 
             script.display().to_string()
         ),
     )?;
-    let fs_tools = plugin_copy(home.path(), "fs-tools")?;
     let agent_loop = plugin_copy(home.path(), "agent-loop")?;
     let input = [
         "hello",
@@ -73,10 +72,13 @@ fn slash_commands_unload_reload_and_load_plugins_while_the_session_goes_on() -> 
         "again",
         "/reload agent-loop",
         "third",
-        &format!("/load {}", fs_tools.display()),
+        // A bundled plugin by name.
+        "/load fs-tools",
         "read it",
-        // Another agent loop takes over: it is given the conversation from the log.
+        // Another agent loop takes over: it is given the conversation from the log. Until
+        // then, a request says what to load rather than failing.
         "/unload agent-loop",
+        "anyone there?",
         &format!("/load {}", agent_loop.display()),
         "fifth",
         "/exit",
@@ -92,9 +94,26 @@ fn slash_commands_unload_reload_and_load_plugins_while_the_session_goes_on() -> 
     assert!(out.status.success(), "keel run failed:\n{stderr}");
     assert!(!stderr.contains("error:"), "a command failed:\n{stderr}");
     assert!(
-        stderr.contains("the new agent plugin continues this session (10 messages)"),
+        stderr.contains("loaded agent-loop 0.2.0; it continues this session (10 messages)"),
         "{stderr}"
     );
+    assert!(stderr.contains("loaded fs-tools 0.1.0\n"), "{stderr}");
+    assert!(stderr.contains("unloaded fs-tools"), "{stderr}");
+    assert!(
+        stderr.contains("no agent loop is loaded, so nothing can answer: `/load agent-loop`"),
+        "{stderr}"
+    );
+    // On the way out: how to come back.
+    let resume = stderr
+        .lines()
+        .last()
+        // (after the prompts that piped input leaves without line breaks)
+        .and_then(|l| l.rsplit_once("session "))
+        .map(|(_, l)| l)
+        .and_then(|l| l.split_once(" is in its log; continue it with `keel resume "))
+        .map(|(id, rest)| (id.to_owned(), rest.to_owned()))
+        .ok_or(format!("no resume hint at the end:\n{stderr}"))?;
+    assert_eq!(resume.1, format!("{}`", resume.0));
     // `/plugins` listed the session's plugins, all active.
     for name in ["agent-loop", "fs-tools", "session-log", "model-scripted"] {
         assert!(

@@ -355,6 +355,9 @@ pub struct TurnRequest {
 pub enum TurnEnd {
     /// The model answered without asking for tools.
     Completed,
+    /// The model's stream broke off after content arrived: what arrived is kept as the
+    /// answer, but it may be incomplete.
+    Interrupted,
     /// The turn reached its step limit.
     StepLimit,
     /// The loop guard stopped it (too many consecutive failures).

@@ -25,15 +25,30 @@ pub struct SessionArgs {
     pub plugins: Vec<PathBuf>,
 }
 
-/// Exit status of a turn that did not complete.
-const TURN_INCOMPLETE: u8 = 2;
+/// keel's exit statuses, the same for `run`, `exec`, `resume` and `demo` (README: "Exit
+/// codes").
+pub mod exit {
+    /// The turn completed.
+    pub const COMPLETED: u8 = 0;
+    /// keel could not do what was asked: bad config, a plugin that does not load, a session
+    /// that does not exist.
+    pub const ERROR: u8 = 1;
+    /// The command line was wrong (clap's own status for usage errors).
+    pub const USAGE: u8 = 2;
+    /// The turn ended without completing: interrupted stream, cancelled, step limit, loop guard.
+    pub const NOT_COMPLETED: u8 = 3;
+    /// The model could not be reached or refused the request (a rejected key included).
+    pub const MODEL_FAILED: u8 = 4;
+}
 
 fn exit_for(end: TurnEnd) -> ExitCode {
-    if end == TurnEnd::Completed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(TURN_INCOMPLETE)
-    }
+    ExitCode::from(match end {
+        TurnEnd::Completed => exit::COMPLETED,
+        TurnEnd::ModelError => exit::MODEL_FAILED,
+        TurnEnd::Interrupted | TurnEnd::Cancelled | TurnEnd::StepLimit | TurnEnd::LoopGuard => {
+            exit::NOT_COMPLETED
+        }
+    })
 }
 
 /// `keel run [PROMPT]`: one turn, or an interactive session.
@@ -68,6 +83,10 @@ pub async fn run(
         }
     };
     session.close().await;
+    eprintln!(
+        "session {id} is in its log; continue it with `keel resume {id}`",
+        id = session.id
+    );
     Ok(code)
 }
 
@@ -76,14 +95,15 @@ pub async fn exec(
     ctx: &Context,
     args: SessionArgs,
     prompt: String,
-    json: bool,
+    display: Display,
 ) -> anyhow::Result<ExitCode> {
+    let json = !display.is_human();
     let session = Session::start(
         ctx,
         SessionOptions {
             approval: args.approval,
             extra_plugins: args.plugins,
-            display: if json { Display::Json } else { Display::Human },
+            display,
             resume: None,
             overrides: Vec::new(),
         },
@@ -98,6 +118,7 @@ pub async fn exec(
         println!(
             "{}",
             serde_json::json!({
+                "version": crate::session::JSON_VERSION,
                 "topic": "turn.report",
                 "session": session.id,
                 "sandbox": sandbox,
@@ -109,7 +130,7 @@ pub async fn exec(
     Ok(exit_for(report.end))
 }
 
-const HELP: &str = "commands: /plugins, /load DIR, /unload NAME, /reload NAME, /help, /exit";
+const HELP: &str = "commands: /plugins, /load NAME|DIR, /unload NAME, /reload NAME, /help, /exit";
 
 async fn interactive(session: &Session) -> anyhow::Result<()> {
     eprintln!("type a request, or {HELP}");
@@ -132,24 +153,42 @@ async fn interactive(session: &Session) -> anyhow::Result<()> {
                 "exit" | "quit" => return Ok(()),
                 "help" => {
                     eprintln!("{HELP}");
-                    Ok(())
+                    Ok(None)
                 }
                 "plugins" => {
                     for s in session.kernel.list() {
                         eprintln!("  {:<16} {:<8} {:?}", s.name, s.version, s.state);
                     }
-                    Ok(())
+                    Ok(None)
                 }
-                "load" => session.load_mid_session(std::path::Path::new(arg)).await,
-                "unload" => session.kernel.unload(arg).await.map_err(Into::into),
-                "reload" => session.reload(arg).await,
+                "load" => session.load_mid_session(arg).await.map(Some),
+                "unload" | "reload" if arg.is_empty() => Err(anyhow::anyhow!(
+                    "say which plugin: `/{name} NAME`; `/plugins` lists them"
+                )),
+                "unload" => session
+                    .kernel
+                    .unload(arg)
+                    .await
+                    .map(|()| Some(format!("unloaded {arg}; what it changed is undone")))
+                    .map_err(Into::into),
+                "reload" => session
+                    .reload(arg)
+                    .await
+                    .map(|()| Some(format!("reloaded {arg}"))),
                 other => Err(anyhow::anyhow!("unknown command `/{other}`; {HELP}")),
             };
             match result {
-                Ok(()) if name != "plugins" && name != "help" => eprintln!("ok"),
-                Ok(()) => {}
+                Ok(Some(done)) => eprintln!("{done}"),
+                Ok(None) => {}
                 Err(e) => eprintln!("error: {e:#}"),
             }
+            continue;
+        }
+        if !session.has_agent() {
+            eprintln!(
+                "no agent loop is loaded, so nothing can answer: `/load agent-loop` brings the \
+                 bundled one back (the conversation goes on from the session log)"
+            );
             continue;
         }
         if let Err(e) = session.turn(line).await {

@@ -46,15 +46,6 @@ pub(crate) fn confirm_capabilities(package: &PluginPackage) -> anyhow::Result<()
 impl Session {
     /// Load the plugin directory `path`; with `confirm`, show its capabilities first.
     pub async fn load_path(&self, path: &Path, confirm: bool) -> anyhow::Result<()> {
-        self.load_path_providing(path, confirm).await.map(|_| ())
-    }
-
-    /// [`Self::load_path`], answering whether the plugin provides the agent service.
-    pub(crate) async fn load_path_providing(
-        &self,
-        path: &Path,
-        confirm: bool,
-    ) -> anyhow::Result<bool> {
         let package = self
             .loader
             .from_path(path)
@@ -62,18 +53,57 @@ impl Session {
         if confirm {
             confirm_capabilities(&package)?;
         }
-        let agent = package.manifest.provides.contains_key(services::AGENT);
         self.load_package(package, Origin::Path(path.to_path_buf()))
-            .await?;
-        Ok(agent)
+            .await
     }
 
-    /// `/load DIR` in a running session. A plugin that takes over the agent service (one
-    /// loaded after `/unload agent-loop`, say) starts with no conversation, so it is given
-    /// this session's, read back from the log: the session goes on rather than starting over.
-    pub async fn load_mid_session(&self, path: &Path) -> anyhow::Result<()> {
-        if !self.load_path_providing(path, true).await? {
-            return Ok(());
+    /// `/load NAME|DIR` in a running session: a bundled plugin by name, or a plugin directory
+    /// (its capabilities shown for consent first); answers what was loaded. A plugin that
+    /// takes over the agent service (one loaded after `/unload agent-loop`, say) starts with
+    /// no conversation, so it is given this session's, read back from the log: the session
+    /// goes on rather than starting over.
+    pub async fn load_mid_session(&self, what: &str) -> anyhow::Result<String> {
+        let names = || {
+            keel_bundled_plugins::all()
+                .iter()
+                .map(|b| b.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if what.is_empty() {
+            bail!(
+                "say what to load: `/load NAME` for a bundled plugin ({}), or `/load DIR` for a \
+                 plugin directory",
+                names()
+            );
+        }
+        let bundled = keel_bundled_plugins::get(what).filter(|_| !what.contains('/'));
+        let (package, origin) = match bundled {
+            Some(b) => (
+                runtime::bundled_package(&self.loader, b)?,
+                Origin::Bundled(b),
+            ),
+            None => {
+                let path = Path::new(what);
+                let package = self.loader.from_path(path).with_context(|| {
+                    format!(
+                        "cannot load `{what}`: it is neither a bundled plugin ({}) nor a plugin \
+                         directory",
+                        names()
+                    )
+                })?;
+                confirm_capabilities(&package)?;
+                (package, Origin::Path(path.to_path_buf()))
+            }
+        };
+        let loaded = format!(
+            "loaded {} {}",
+            package.manifest.name, package.manifest.version
+        );
+        let agent = package.manifest.provides.contains_key(services::AGENT);
+        self.load_package(package, origin).await?;
+        if !agent {
+            return Ok(loaded);
         }
         // What the last turn emitted may still be on its way to the log.
         self.kernel.settle_events().await;
@@ -85,13 +115,16 @@ impl Session {
             .ok()
             .and_then(|list| serde_json::from_str::<Vec<serde_json::Value>>(&list).ok())
             .is_some_and(|list| list.iter().any(|s| s["id"] == self.id.as_str()));
-        if logged {
-            let n = self.seed_conversation(&self.id).await.context(
-                "the agent plugin is loaded but starts without this session's conversation",
-            )?;
-            eprintln!("the new agent plugin continues this session ({n} messages)");
+        if !logged {
+            return Ok(loaded);
         }
-        Ok(())
+        let n = self
+            .seed_conversation(&self.id)
+            .await
+            .context("the agent plugin is loaded but starts without this session's conversation")?;
+        Ok(format!(
+            "{loaded}; it continues this session ({n} messages)"
+        ))
     }
 
     /// The session's overrides (model choice, demo script), then the user's
@@ -144,6 +177,11 @@ impl Session {
         Ok(())
     }
 
+    /// Whether a plugin provides the agent service, so a turn can run.
+    pub fn has_agent(&self) -> bool {
+        self.kernel.env().services().contains_key(services::AGENT)
+    }
+
     /// Every plugin the session needs is active, or say what is missing and how to fix it.
     pub(crate) fn check_ready(&self) -> anyhow::Result<()> {
         let mut problems = Vec::new();
@@ -153,7 +191,7 @@ impl Session {
                 other => problems.push(format!("plugin `{}` is {other:?}", status.name)),
             }
         }
-        if !self.kernel.env().services().contains_key(services::AGENT) {
+        if !self.has_agent() {
             bail!(
                 "no plugin provides the `agent` service ({}); add `agent-loop` to [profile] plugins",
                 if problems.is_empty() {

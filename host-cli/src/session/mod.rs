@@ -21,8 +21,8 @@ use crate::config::Context;
 use crate::runtime;
 use crate::runtime::Origin;
 use crate::settings::{ModelChoice, model_overrides};
-pub use output::Display;
 use output::Printer;
+pub use output::{Display, JSON_VERSION};
 
 /// Settings of one session.
 pub struct SessionOptions {
@@ -101,7 +101,7 @@ impl Session {
             let n = session.seed_conversation(resume).await.with_context(|| {
                 format!("cannot resume session `{resume}`; `keel sessions list` shows the sessions")
             })?;
-            if session.display == Display::Human {
+            if session.display.is_human() {
                 eprintln!("resumed session {resume}: {n} messages");
             }
         }
@@ -187,7 +187,7 @@ impl Session {
                 match next {
                     Ok(event) => printer.show(display, &event),
                     Err(RecvError::Lagged(n)) => {
-                        if display == Display::Human {
+                        if display.is_human() {
                             eprintln!("[{n} display events skipped]");
                         }
                     }
@@ -217,7 +217,7 @@ impl Session {
                         std::process::exit(130);
                     }
                     self.kernel.cancel_turn();
-                    if display == Display::Human {
+                    if display.is_human() {
                         eprintln!("\n[cancelling the turn; press Ctrl-C again to leave at once]");
                     }
                 }
@@ -228,13 +228,23 @@ impl Session {
         let answer = answer.map_err(|e| anyhow::anyhow!("the turn failed: {e}"))?;
         let report: TurnReport = serde_json::from_str(&answer)
             .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
-        if display == Display::Human {
-            println!();
-            if report.end != TurnEnd::Completed {
-                eprintln!("[turn ended: {:?}: {}]", report.end, report.detail);
-            } else if !report.detail.is_empty() {
-                eprintln!("[{}]", report.detail);
+        match display {
+            // End the streamed text's line where the transcript went.
+            Display::Human => println!(),
+            Display::Answer => eprintln!(),
+            Display::Json { .. } => {}
+        }
+        if display.is_human() {
+            let ended = output::end_words(report.end);
+            match (report.end, report.detail.is_empty()) {
+                (TurnEnd::Completed, true) => {}
+                (TurnEnd::Completed, false) => eprintln!("[{}]", report.detail),
+                (_, true) => eprintln!("[turn ended: {ended}]"),
+                (_, false) => eprintln!("[turn ended: {ended}: {}]", report.detail),
             }
+        }
+        if display == Display::Answer && !report.text.is_empty() {
+            println!("{}", report.text);
         }
         Ok(report)
     }

@@ -2,17 +2,47 @@
 //! call and result) or as JSON lines for scripts.
 
 use keel_kernel::Event;
-use std::io::Write as _;
+use std::io::Write;
 
-use keel_protocol::{Message, SessionEvent, StreamDelta, topics};
+use keel_protocol::{Message, SessionEvent, StreamDelta, TurnEnd, topics};
+
+/// The version of the `--json` lines (every line carries it as `"version"`); raised when a
+/// line changes in a way a script could trip over.
+pub const JSON_VERSION: u32 = 1;
 
 /// How a session shows what happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Display {
-    /// Streamed text and tool lines for a person.
+    /// Streamed text and tool lines for a person, on stdout (`keel run`).
     Human,
-    /// One JSON event per line on stdout.
-    Json,
+    /// The same transcript on stderr, and only the turn's final answer on stdout (`keel exec`),
+    /// so a script reads the answer alone.
+    Answer,
+    /// One JSON event per line on stdout; the model's context (system prompt and tool schemas)
+    /// summarised unless `requests`.
+    Json {
+        /// Show each context in full.
+        requests: bool,
+    },
+}
+
+impl Display {
+    /// Whether a person reads the transcript (as opposed to a script reading JSON).
+    pub fn is_human(self) -> bool {
+        !matches!(self, Display::Json { .. })
+    }
+}
+
+/// How a turn's end reads for a person.
+pub fn end_words(end: TurnEnd) -> &'static str {
+    match end {
+        TurnEnd::Completed => "completed",
+        TurnEnd::Interrupted => "interrupted",
+        TurnEnd::StepLimit => "stopped at the step limit",
+        TurnEnd::LoopGuard => "stopped by the loop guard",
+        TurnEnd::Cancelled => "cancelled",
+        TurnEnd::ModelError => "the model call failed",
+    }
 }
 
 /// Renders bus events.
@@ -24,22 +54,13 @@ pub(crate) struct Printer {
 impl Printer {
     pub(crate) fn show(&mut self, display: Display, event: &Event) {
         match display {
-            Display::Json => {
-                let payload: serde_json::Value =
-                    serde_json::from_str(&event.payload).unwrap_or(serde_json::Value::Null);
-                let line = serde_json::json!({
-                    "topic": event.topic,
-                    "source": event.source,
-                    "event": payload,
-                });
-                println!("{line}");
-            }
-            Display::Human => self.human(event),
+            Display::Json { requests } => println!("{}", json_line(event, requests)),
+            Display::Human => self.human(&mut std::io::stdout(), event),
+            Display::Answer => self.human(&mut std::io::stderr(), event),
         }
     }
 
-    pub(crate) fn human(&mut self, event: &Event) {
-        let mut out = std::io::stdout();
+    pub(crate) fn human(&mut self, out: &mut dyn Write, event: &Event) {
         if event.topic == topics::MODEL_DELTA {
             match serde_json::from_str::<StreamDelta>(&event.payload) {
                 Ok(StreamDelta::Text { text }) => {
@@ -75,23 +96,18 @@ impl Printer {
                 })
                 .tool_calls()
                 {
-                    if self.in_text {
-                        println!();
-                        self.in_text = false;
-                    }
-                    println!("⏺ {name} {}", short(args, 160));
+                    self.end_text(out);
+                    let _ = writeln!(out, "⏺ {name} {}", short(args, 160));
                 }
             }
             SessionEvent::ToolOutcome { outcome, .. } => {
                 let head = outcome.content.lines().next().unwrap_or_default();
-                println!("  ⎿ {:?}: {}", outcome.status, short(head, 200));
+                let _ = writeln!(out, "  ⎿ {:?}: {}", outcome.status, short(head, 200));
             }
             SessionEvent::Verdict { verdict, .. } => {
-                if self.in_text {
-                    println!();
-                    self.in_text = false;
-                }
-                println!(
+                self.end_text(out);
+                let _ = writeln!(
+                    out,
                     "✔ verifier: {:?} ({}) {}",
                     verdict.status,
                     verdict.dimension,
@@ -101,6 +117,41 @@ impl Printer {
             _ => {}
         }
     }
+
+    /// End streamed text with a line break before something else is shown.
+    fn end_text(&mut self, out: &mut dyn Write) {
+        if self.in_text {
+            let _ = writeln!(out);
+            self.in_text = false;
+        }
+    }
+}
+
+/// `event` as one `--json` line. A context entry (the system prompt and every tool's schema,
+/// several KB, logged whenever it changes) is summarised to its size and tool names unless
+/// `requests`.
+fn json_line(event: &Event, requests: bool) -> serde_json::Value {
+    let mut payload: serde_json::Value =
+        serde_json::from_str(&event.payload).unwrap_or(serde_json::Value::Null);
+    if !requests && event.topic == topics::SESSION_EVENT && payload["kind"] == "context" {
+        let system_bytes = payload["system"].as_str().map_or(0, str::len);
+        let tools: Vec<serde_json::Value> = payload["tools"]
+            .as_array()
+            .map(|tools| tools.iter().map(|t| t["name"].clone()).collect())
+            .unwrap_or_default();
+        payload = serde_json::json!({
+            "kind": "context",
+            "session": payload["session"],
+            "system_bytes": system_bytes,
+            "tools": tools,
+        });
+    }
+    serde_json::json!({
+        "version": JSON_VERSION,
+        "topic": event.topic,
+        "source": event.source,
+        "event": payload,
+    })
 }
 
 pub(crate) fn short(s: &str, max: usize) -> String {

@@ -340,7 +340,7 @@ impl<D: AgentDoors> AgentLoop<D> {
             report.steps += 1;
             let answer = serde_json::to_string(&request)
                 .map_err(|e| e.to_string())
-                .and_then(|json| self.doors.complete(&json).map_err(|e| e.to_string()))
+                .and_then(|json| self.doors.complete(&json).map_err(|e| model_failure(&e)))
                 .and_then(|json| {
                     serde_json::from_str::<ModelResponse>(&json).map_err(|e| e.to_string())
                 });
@@ -389,7 +389,11 @@ impl<D: AgentDoors> AgentLoop<D> {
                 break;
             }
             if calls.is_empty() {
-                report.end = TurnEnd::Completed;
+                report.end = if response.stop_reason == StopReason::Interrupted {
+                    TurnEnd::Interrupted
+                } else {
+                    TurnEnd::Completed
+                };
                 report.detail = cut_short(&response).unwrap_or_default();
                 break;
             }
@@ -537,6 +541,18 @@ impl<D: AgentDoors> AgentLoop<D> {
         let notice = crate::claims::verdict_notice(&verdict);
         self.push(session, Message::user_text(notice), None);
     }
+}
+
+/// What a failed model call tells the person: the model plugin's own words ("the model provider
+/// rejected the API key …"), without the kernel's routing prefix (``plugin `model-openai`
+/// (service `model`, method `complete`): ``), which names plumbing, not the problem.
+fn model_failure(e: &DoorError) -> String {
+    let message = e.message.as_str();
+    message
+        .strip_prefix("plugin `")
+        .and_then(|rest| rest.split_once("): "))
+        .map_or(message, |(_, own)| own)
+        .to_owned()
 }
 
 /// Why a final answer may be incomplete, for the person: it is kept as it arrived (an

@@ -379,6 +379,24 @@ fn a_model_error_ends_the_turn_with_its_message() {
 }
 
 #[test]
+fn a_model_error_reads_as_the_model_plugin_said_it_without_the_kernels_routing() {
+    let mut k = FakeKernel::default();
+    k.responses.push_back(Err(DoorError {
+        kind: "failed",
+        message: "plugin `model-openai` (service `model`, method `complete`): the model \
+                  provider rejected the API key (HTTP 401): check it"
+            .into(),
+    }));
+    let mut a = agent(k, "{}");
+    let r = turn(&mut a, "go");
+    assert_eq!(r.end, TurnEnd::ModelError);
+    assert_eq!(
+        r.detail,
+        "the model provider rejected the API key (HTTP 401): check it"
+    );
+}
+
+#[test]
 fn malformed_kernel_data_becomes_an_error_result_not_a_crash() {
     let mut k = FakeKernel {
         dispatch_garbage: true,
@@ -456,7 +474,7 @@ fn fragments_follow_the_system_prompt_and_a_verdict_is_appended() {
 }
 
 #[test]
-fn a_cut_short_answer_says_so_in_one_readable_line() {
+fn a_cut_short_answer_ends_the_turn_interrupted_and_says_so_in_one_readable_line() {
     let mut k = FakeKernel::default();
     let mut cut = answer("partial").expect("a response");
     cut.stop_reason = StopReason::Interrupted;
@@ -464,7 +482,8 @@ fn a_cut_short_answer_says_so_in_one_readable_line() {
     k.responses.push_back(Ok(cut));
     let mut a = agent(k, "{}");
     let r = turn(&mut a, "go");
-    assert_eq!(r.end, TurnEnd::Completed);
+    assert_eq!(r.end, TurnEnd::Interrupted);
+    assert_eq!(r.text, "partial", "what arrived is kept");
     assert!(r.detail.contains("connection reset"), "{}", r.detail);
     assert!(!r.detail.contains("  "), "stray spaces in {:?}", r.detail);
 }

@@ -14,7 +14,7 @@ struct KernelDoors;
 fn door_error(e: KernelError) -> DoorError {
     DoorError {
         kind: e.kind(),
-        message: e.to_string(),
+        message: e.message().to_owned(),
     }
 }
 

@@ -169,13 +169,16 @@ fn apply_common(
     });
     config.credential_hint = if secret.is_empty() {
         format!(
-            "a key: {} sends none because `api-key-secret` is empty; name the secret there",
+            "{} sent none because its `api-key-secret` is empty; name the secret there",
             s.plugin
         )
     } else {
+        // keel refuses to send a request whose secret is not set, so a rejection means the
+        // key was sent: it is wrong, not missing.
         format!(
-            "the {secret} environment variable before starting keel (the secret named by \
-             `api-key-secret` of {})",
+            "keel sent the key in {secret} (the environment variable, or `[secrets]` in keel's \
+             config; named by `api-key-secret` of {}) and the provider refused it: it may be \
+             mistyped, revoked, or meant for another provider or base-url",
             s.plugin
         )
     };

@@ -238,7 +238,7 @@ impl AdapterConfig {
 pub enum ModelError {
     /// The provider rejected the credential.
     #[error(
-        "the model provider rejected the API key ({}); set {hint}. The key is never shown",
+        "the model provider rejected the API key ({}): {hint}. The key is never shown",
         origin(*.status)
     )]
     Authentication {

@@ -122,10 +122,13 @@ pub fn render_request(req: &ModelRequest, opts: &OpenAiOptions) -> Result<Render
                             name,
                             arguments,
                         } => {
-                            let arguments = if arguments.trim().is_empty() {
-                                "{}"
-                            } else {
+                            // Arguments cut off by the output limit are not JSON, and some
+                            // OpenAI-compatible servers reject the whole request over them; the
+                            // call was never run (its result says so), so `{}` stands in.
+                            let arguments = if serde_json::from_str::<Value>(arguments).is_ok() {
                                 arguments.as_str()
+                            } else {
+                                "{}"
                             };
                             calls.push(json!({
                                 "id": id,

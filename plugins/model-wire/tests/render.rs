@@ -78,7 +78,7 @@ fn openai_request_body() {
                 {"role": "user", "content": "Read two files."},
                 {"role": "assistant", "content": "Reading.", "tool_calls": [
                     {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"a.rs\"}"}},
-                    {"id": "c2", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"b.r"}},
+                    {"id": "c2", "type": "function", "function": {"name": "read_file", "arguments": "{}"}},
                 ]},
                 {"role": "tool", "tool_call_id": "c1", "content": "fn a() {}"},
                 {"role": "tool", "tool_call_id": "c2", "content": "Error: arguments were cut off"},
