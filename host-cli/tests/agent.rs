@@ -300,10 +300,15 @@ fn the_demo_fixes_the_bug_refuses_the_dangerous_command_and_verifies_the_claim()
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(
-        stdout.contains("Refused") && stdout.contains("is refused: forbid:"),
+        stdout.contains("⎿ refused\n") && stdout.contains("is refused: forbid:"),
         "{stdout}"
     );
     assert!(stdout.contains("VerifiedPass"), "{stdout}");
+    // The failing test run is labelled with its exit code and shows its last lines.
+    assert!(
+        stdout.contains("⎿ exit code 101\n    … ") && stdout.contains("test result: FAILED"),
+        "{stdout}"
+    );
     let stats = keel(home.path(), ws.path())
         .args(["verify", "stats", "--json"])
         .output()?;

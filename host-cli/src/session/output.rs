@@ -101,8 +101,19 @@ impl Printer {
                 }
             }
             SessionEvent::ToolOutcome { outcome, .. } => {
-                let head = outcome.content.lines().next().unwrap_or_default();
-                let _ = writeln!(out, "  ⎿ {:?}: {}", outcome.status, short(head, 200));
+                let _ = writeln!(out, "  ⎿ {}", outcome_label(&outcome));
+                let lines: Vec<&str> = outcome
+                    .content
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .collect();
+                let hidden = lines.len().saturating_sub(RESULT_LINES);
+                if hidden > 0 {
+                    let _ = writeln!(out, "    … {hidden} line(s) above");
+                }
+                for line in &lines[hidden..] {
+                    let _ = writeln!(out, "    {}", short(line, 200));
+                }
             }
             SessionEvent::Verdict { verdict, .. } => {
                 self.end_text(out);
@@ -154,6 +165,33 @@ fn json_line(event: &Event, requests: bool) -> serde_json::Value {
     })
 }
 
+/// How many of a tool result's last lines the transcript shows (the model gets all of it;
+/// `keel sessions show` replays it).
+const RESULT_LINES: usize = 4;
+
+/// What happened to a tool call, in words: a command killed at its timeout or by Ctrl-C, or
+/// one that exited non-zero, is not labelled as a plain success.
+pub(crate) fn outcome_label(outcome: &keel_protocol::ToolOutcome) -> String {
+    use keel_protocol::OutcomeStatus;
+    let base = match outcome.status {
+        OutcomeStatus::Ok => "ok",
+        OutcomeStatus::Error => "failed",
+        OutcomeStatus::Refused => "refused",
+        OutcomeStatus::NotExecuted => "not run (its arguments were cut off)",
+    };
+    let Some(last) = outcome.exec.last() else {
+        return base.to_owned();
+    };
+    match (last.timed_out, last.exit_code) {
+        (true, _) => "timed out: the command was killed at its timeout".to_owned(),
+        (false, None) => "killed: the command did not exit by itself".to_owned(),
+        (false, Some(0)) => base.to_owned(),
+        // The tool ran; the command it ran failed.
+        (false, Some(code)) if outcome.status == OutcomeStatus::Ok => format!("exit code {code}"),
+        (false, Some(code)) => format!("{base}: exit code {code}"),
+    }
+}
+
 pub(crate) fn short(s: &str, max: usize) -> String {
     let flat = s.replace('\n', " ");
     if flat.chars().count() <= max {
@@ -161,5 +199,45 @@ pub(crate) fn short(s: &str, max: usize) -> String {
     } else {
         let cut: String = flat.chars().take(max).collect();
         format!("{cut}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_protocol::{ExecRecord, OutcomeStatus, ToolOutcome};
+
+    fn outcome(status: OutcomeStatus, exec: Option<(Option<i32>, bool)>) -> ToolOutcome {
+        ToolOutcome {
+            call_id: "c".into(),
+            tool: "exec_shell".into(),
+            status,
+            content: String::new(),
+            exec: exec
+                .map(|(exit_code, timed_out)| ExecRecord {
+                    command: "sleep 9".into(),
+                    exit_code,
+                    timed_out,
+                })
+                .into_iter()
+                .collect(),
+            spill: None,
+        }
+    }
+
+    #[test]
+    fn a_result_is_labelled_as_what_happened() {
+        let label = |status, exec| outcome_label(&outcome(status, exec));
+        assert_eq!(label(OutcomeStatus::Ok, None), "ok");
+        assert_eq!(label(OutcomeStatus::Ok, Some((Some(0), false))), "ok");
+        assert_eq!(
+            label(OutcomeStatus::Ok, Some((Some(2), false))),
+            "exit code 2"
+        );
+        assert!(label(OutcomeStatus::Ok, Some((None, true))).starts_with("timed out"));
+        assert!(label(OutcomeStatus::Ok, Some((None, false))).starts_with("killed"));
+        assert!(label(OutcomeStatus::Error, Some((None, false))).starts_with("killed"));
+        assert_eq!(label(OutcomeStatus::Refused, None), "refused");
+        assert_eq!(label(OutcomeStatus::Error, None), "failed");
     }
 }
