@@ -9,3 +9,4 @@ mod cli;
 mod exit_codes;
 mod interactive;
 mod registry;
+mod terminal;

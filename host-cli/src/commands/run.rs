@@ -1,6 +1,6 @@
 //! `keel run`, `keel exec`, `keel resume` and `keel demo`: agent sessions.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -134,14 +134,36 @@ const HELP: &str = "commands: /plugins, /load NAME|DIR, /unload NAME, /reload NA
 
 async fn interactive(session: &Session) -> anyhow::Result<()> {
     eprintln!("type a request, or {HELP}");
-    let stdin = std::io::stdin();
+    // The line being waited for survives a Ctrl-C at the prompt, so no typed line is lost.
+    let mut pending: Option<tokio::task::JoinHandle<Option<String>>> = None;
+    let mut interrupts = 0;
     loop {
-        eprint!("› ");
-        let _ = std::io::stderr().flush();
-        let mut line = String::new();
-        if stdin.lock().read_line(&mut line)? == 0 {
+        let waiting = match &mut pending {
+            Some(waiting) => waiting,
+            None => {
+                eprint!("› ");
+                let _ = std::io::stderr().flush();
+                pending.insert(tokio::task::spawn_blocking(crate::session::next_line))
+            }
+        };
+        let line = tokio::select! {
+            line = waiting => line,
+            _ = tokio::signal::ctrl_c() => {
+                interrupts += 1;
+                if interrupts > 1 {
+                    eprintln!();
+                    return Ok(());
+                }
+                eprint!("\n(Ctrl-C again or /exit to leave)\n› ");
+                let _ = std::io::stderr().flush();
+                continue;
+            }
+        };
+        pending = None;
+        interrupts = 0;
+        let Some(line) = line.ok().flatten() else {
             return Ok(());
-        }
+        };
         let line = line.trim();
         if line.is_empty() {
             continue;

@@ -2,7 +2,7 @@
 //! approver (the terminal, or the policy when there is none), the stored grants, the network
 //! gate with its audit log, and the sandbox.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 
 use keel_kernel::gates::approvals::{
@@ -52,27 +52,43 @@ pub(crate) fn gate_config(
     })
 }
 
-/// Asks on the terminal: once, for the session, always, or deny.
+/// Asks on the terminal: once, for the session, always, or deny. Ctrl-C while it waits denies
+/// at once (the turn is being cancelled).
 struct TerminalApprover;
+
+/// The question for `request`, each answer saying in words what it lets run.
+fn approval_question(request: &ApprovalRequest) -> String {
+    let covers = match &request.key {
+        Some(key) => format!("any `{key} …` in this workspace"),
+        None => format!("this same {} request", request.tool),
+    };
+    let mut question = format!(
+        "\n? {} wants to run: {}\n  why: {}\n  [y] yes, this once\n  [s] yes, and for the rest \
+         of this session: {covers}\n",
+        request.tool, request.summary, request.reason
+    );
+    if request.can_always {
+        question.push_str(&format!(
+            "  [a] yes, and always (remembered across sessions): {covers}\n"
+        ));
+    }
+    question.push_str("  [n] no (Ctrl-C: no, and cancel the turn): ");
+    question
+}
 
 impl Approver for TerminalApprover {
     fn ask(&self, request: &ApprovalRequest) -> Answer {
         let mut err = std::io::stderr();
-        let always = if request.can_always {
-            " / [a]lways"
-        } else {
-            ""
-        };
-        let _ = writeln!(
-            err,
-            "\n? {} wants to run: {}\n  why: {}\n  [y]es once / [s]ession{always} / [n]o: ",
-            request.tool, request.summary, request.reason
-        );
+        let _ = write!(err, "{}", approval_question(request));
         let _ = err.flush();
-        let mut line = String::new();
-        if std::io::stdin().lock().read_line(&mut line).is_err() {
-            return Answer::Deny;
-        }
+        let line = match super::input::next_line_unless_cancelled() {
+            Ok(Some(line)) => line,
+            Ok(None) => return Answer::Deny,
+            Err(super::input::Cancelled) => {
+                let _ = writeln!(err, "\n[denied: the turn is being cancelled]");
+                return Answer::Deny;
+            }
+        };
         match line.trim().to_ascii_lowercase().as_str() {
             "y" | "yes" => Answer::Once,
             "s" | "session" => Answer::Session,
@@ -86,5 +102,39 @@ fn approver_for(mode: ApprovalMode) -> Arc<dyn Approver> {
     match mode {
         ApprovalMode::Ask if std::io::stdin().is_terminal() => Arc::new(TerminalApprover),
         other => Arc::new(PolicyApprover(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(key: Option<&str>, can_always: bool) -> ApprovalRequest {
+        ApprovalRequest {
+            tool: "exec_shell".into(),
+            summary: "touch x1.txt".into(),
+            key: key.map(str::to_owned),
+            reason: "it writes files".into(),
+            can_always,
+        }
+    }
+
+    #[test]
+    fn each_answer_says_what_it_lets_run() {
+        let q = approval_question(&request(Some("touch"), true));
+        assert!(q.contains("wants to run: touch x1.txt"), "{q}");
+        assert!(
+            q.contains(
+                "[s] yes, and for the rest of this session: any `touch …` in this workspace"
+            ),
+            "{q}"
+        );
+        assert!(
+            q.contains("[a] yes, and always (remembered across sessions): any `touch …`"),
+            "{q}"
+        );
+        let q = approval_question(&request(None, false));
+        assert!(q.contains("session: this same exec_shell request"), "{q}");
+        assert!(!q.contains("[a]"), "{q}");
     }
 }

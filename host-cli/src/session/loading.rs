@@ -3,7 +3,7 @@
 //! reloading one from where it came from; each with the user's and the session's config laid
 //! over its defaults.
 
-use std::io::{BufRead, IsTerminal};
+use std::io::IsTerminal;
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
@@ -34,8 +34,7 @@ pub(crate) fn confirm_capabilities(package: &PluginPackage) -> anyhow::Result<()
         );
     }
     eprint!("load it? [y/N] ");
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
+    let line = super::input::next_line().unwrap_or_default();
     if line.trim().eq_ignore_ascii_case("y") {
         Ok(())
     } else {

@@ -4,6 +4,7 @@
 //! plugins come in through `loading`, and what the plugins emit is shown by `output`.
 
 mod gates;
+mod input;
 mod loading;
 mod output;
 
@@ -21,6 +22,7 @@ use crate::config::Context;
 use crate::runtime;
 use crate::runtime::Origin;
 use crate::settings::{ModelChoice, model_overrides};
+pub(crate) use input::next_line;
 use output::Printer;
 pub use output::{Display, JSON_VERSION};
 
@@ -159,6 +161,7 @@ impl Session {
 
     /// Run one turn, showing what happens; Ctrl-C cancels it.
     pub async fn turn(&self, input: &str) -> anyhow::Result<TurnReport> {
+        input::clear_interrupt();
         self.kernel.begin_turn();
         let mut events = self.kernel.events();
         let display = self.display;
@@ -217,6 +220,7 @@ impl Session {
                         std::process::exit(130);
                     }
                     self.kernel.cancel_turn();
+                    input::interrupt();
                     if display.is_human() {
                         eprintln!("\n[cancelling the turn; press Ctrl-C again to leave at once]");
                     }

@@ -1,0 +1,88 @@
+//! `keel run` in a real terminal (a pseudo-terminal): the approval question says what each
+//! answer covers, Ctrl-C at the question denies and cancels the turn at once (no Enter
+//! needed), Ctrl-C at the idle prompt asks before leaving, and leaving shows how to resume.
+
+use std::time::Duration;
+
+use expectrl::ControlCode;
+use keel_tests::model_server::{ModelServer, sse_head};
+use keel_tests::wire::{oa, oa_done, oa_text};
+use serde_json::json;
+
+use crate::common::keel_process;
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+/// Names the step that failed, for a readable failure.
+fn e<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
+    move |err| format!("{what}: {err}")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_at_an_approval_denies_at_once_and_the_session_goes_on() -> R {
+    let server = ModelServer::start(|n, _| {
+        if n > 0 {
+            return oa_text(&["Stopped."], "stop");
+        }
+        let mut steps = vec![sse_head()];
+        steps.push(oa(
+            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                    "function": {"name": "exec_shell",
+                                 "arguments": "{\"command\": \"touch x1.txt\"}"}}]}),
+            None,
+        ));
+        steps.push(oa(json!({}), Some("tool_calls")));
+        steps.extend(oa_done());
+        steps
+    })
+    .await?;
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+            server.url("/v1")
+        ),
+    )?;
+    let mut cmd = keel_process(home.path(), ws.path());
+    cmd.env("OPENAI_API_KEY", "sk-term-0123456789abcdefghijklmnop")
+        .args(["run", "--approval", "ask"]);
+    let screen = tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let mut term = expectrl::Session::spawn(cmd).map_err(e("spawn"))?;
+        term.set_expect_timeout(Some(Duration::from_secs(60)));
+        term.expect("› ").map_err(e("the prompt"))?;
+        term.send_line("make a file").map_err(e("typing"))?;
+        term.expect("wants to run: touch x1.txt")
+            .map_err(e("the approval question"))?;
+        term.expect("[s] yes, and for the rest of this session: any `touch …` in this workspace")
+            .map_err(e("the session scope in words"))?;
+        term.expect("Ctrl-C: no, and cancel the turn")
+            .map_err(e("the question's end"))?;
+        // No Enter: Ctrl-C alone answers.
+        term.set_expect_timeout(Some(Duration::from_secs(10)));
+        term.send(ControlCode::EndOfText).map_err(e("Ctrl-C"))?;
+        term.expect("[denied: the turn is being cancelled]")
+            .map_err(e("the denial"))?;
+        term.expect("[turn ended: cancelled")
+            .map_err(e("the cancelled turn"))?;
+        term.expect("› ").map_err(e("the prompt again"))?;
+        // At the idle prompt, Ctrl-C asks before leaving; a second one leaves.
+        term.send(ControlCode::EndOfText)
+            .map_err(e("idle Ctrl-C"))?;
+        term.expect("(Ctrl-C again or /exit to leave)")
+            .map_err(e("the idle hint"))?;
+        term.send(ControlCode::EndOfText)
+            .map_err(e("second Ctrl-C"))?;
+        term.expect("continue it with `keel resume ")
+            .map_err(e("the resume hint"))?;
+        Ok(())
+    })
+    .await?;
+    screen?;
+    assert!(
+        !ws.path().join("x1.txt").exists(),
+        "the denied command did not run"
+    );
+    Ok(())
+}
