@@ -284,6 +284,19 @@ impl Context {
         ]
     }
 
+    /// The interactive prompt's history for this workspace, one file per workspace (named by
+    /// its path, `/` written `%`).
+    pub fn history_file(&self) -> PathBuf {
+        let name: String = self
+            .workspace
+            .to_string_lossy()
+            .chars()
+            .map(|c| if c == '/' { '%' } else { c })
+            .take(200)
+            .collect();
+        self.home.join("history").join(format!("{name}.txt"))
+    }
+
     /// Directory of the compiled-component cache.
     pub fn component_cache(&self) -> PathBuf {
         self.home.join("cache").join("components")

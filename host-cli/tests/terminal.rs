@@ -59,6 +59,8 @@ async fn ctrl_c_at_an_approval_denies_at_once_and_the_session_goes_on() -> R {
             .map_err(e("the session scope in words"))?;
         term.expect("Ctrl-C: no, and cancel the turn")
             .map_err(e("the question's end"))?;
+        // The answer's own prompt: the line editor is reading.
+        term.expect("answer: ").map_err(e("the answer prompt"))?;
         // No Enter: Ctrl-C alone answers.
         term.set_expect_timeout(Some(Duration::from_secs(10)));
         term.send(ControlCode::EndOfText).map_err(e("Ctrl-C"))?;
@@ -72,6 +74,7 @@ async fn ctrl_c_at_an_approval_denies_at_once_and_the_session_goes_on() -> R {
             .map_err(e("idle Ctrl-C"))?;
         term.expect("(Ctrl-C again or /exit to leave)")
             .map_err(e("the idle hint"))?;
+        term.expect("› ").map_err(e("the prompt after the hint"))?;
         term.send(ControlCode::EndOfText)
             .map_err(e("second Ctrl-C"))?;
         term.expect("continue it with `keel resume ")
@@ -84,5 +87,96 @@ async fn ctrl_c_at_an_approval_denies_at_once_and_the_session_goes_on() -> R {
         !ws.path().join("x1.txt").exists(),
         "the denied command did not run"
     );
+    Ok(())
+}
+
+/// The text of the last user message in a request the model server received.
+fn last_user_text(body: &serde_json::Value) -> String {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_prompt_edits_recalls_history_across_sessions_completes_and_continues_lines() -> R {
+    let server = ModelServer::start(|_, _| oa_text(&["Noted."], "stop")).await?;
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+            server.url("/v1")
+        ),
+    )?;
+    let session = |home: std::path::PathBuf,
+                   ws: std::path::PathBuf,
+                   keys: Vec<(&'static str, &'static str)>| {
+        tokio::task::spawn_blocking(move || -> Result<(), String> {
+            let mut cmd = keel_process(&home, &ws);
+            cmd.env("OPENAI_API_KEY", "sk-term-0123456789abcdefghijklmnop")
+                .arg("run");
+            let mut term = expectrl::Session::spawn(cmd).map_err(e("spawn"))?;
+            term.set_expect_timeout(Some(Duration::from_secs(60)));
+            for (send, then) in keys {
+                // Up (`\x1b[A`) and Enter (`\r`) alone act on the line being edited.
+                if send != "\x1b[A" && send != "\r" {
+                    term.expect("› ").map_err(e("the prompt"))?;
+                }
+                term.send(send).map_err(e("typing"))?;
+                if !then.is_empty() {
+                    term.expect(then)
+                        .map_err(|err| format!("after {send:?}, waiting for {then:?}: {err}"))?;
+                }
+            }
+            term.expect("› ").map_err(e("the last prompt"))?;
+            term.send_line("/exit").map_err(e("exit"))?;
+            term.expect("keel resume").map_err(e("leaving"))?;
+            Ok(())
+        })
+    };
+    let (h, w) = (home.path().to_path_buf(), ws.path().to_path_buf());
+    session(
+        h.clone(),
+        w.clone(),
+        vec![
+            ("first request\r", "Noted."),
+            // Left arrow back to the typo, a character, Enter: edited in place.
+            (
+                "secnd request\x1b[D\x1b[D\x1b[D\x1b[D\x1b[D\x1b[D\x1b[D\x1b[D\x1b[D\x1b[Do\r",
+                "Noted.",
+            ),
+            // Up arrow twice: the first request again.
+            ("\x1b[A", "second request"),
+            ("\x1b[A", "first request"),
+            ("\r", "Noted."),
+            // Tab completes the command and the plugin name.
+            ("/unl\tfs-t\t\r", "unloaded fs-tools"),
+            // A line ending in `\` continues.
+            ("line one\\\rline two\r", "Noted."),
+        ],
+    )
+    .await??;
+    let texts: Vec<String> = server
+        .received()
+        .iter()
+        .map(|r| last_user_text(&r.json()))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "first request",
+            "second request",
+            "first request",
+            "line one\nline two"
+        ]
+    );
+    // A new session in the same workspace recalls the last one's requests.
+    session(h, w, vec![("\x1b[A", "line two"), ("\r", "Noted.")]).await??;
+    let last = server.received().last().map(|r| last_user_text(&r.json()));
+    assert_eq!(last.as_deref(), Some("line one\nline two"));
     Ok(())
 }

@@ -10,7 +10,7 @@ use keel_protocol::TurnEnd;
 use crate::config::Context;
 use keel_kernel::gates::exec_policy::ApprovalMode;
 
-use crate::session::{Display, Session, SessionOptions};
+use crate::session::{Display, Reply, Session, SessionOptions};
 use crate::settings::approval_parser;
 
 /// Options every session command shares.
@@ -78,7 +78,7 @@ pub async fn run(
     let code = match prompt {
         Some(p) => exit_for(session.turn(&p).await?.end),
         None => {
-            interactive(&session).await?;
+            interactive(ctx, &session).await?;
             ExitCode::SUCCESS
         }
     };
@@ -132,38 +132,62 @@ pub async fn exec(
 
 const HELP: &str = "commands: /plugins, /load NAME|DIR, /unload NAME, /reload NAME, /help, /exit";
 
-async fn interactive(session: &Session) -> anyhow::Result<()> {
-    eprintln!("type a request, or {HELP}");
+async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
+    eprintln!("type a request, or {HELP}; a line ending in `\\` continues on the next");
+    // Plugin names for Tab completion: the bundled ones and whatever is loaded.
+    let names = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
+        crate::session::use_line_editor(ctx.history_file(), names.clone());
+    }
     // The line being waited for survives a Ctrl-C at the prompt, so no typed line is lost.
-    let mut pending: Option<tokio::task::JoinHandle<Option<String>>> = None;
+    let mut pending: Option<tokio::task::JoinHandle<Reply>> = None;
     let mut interrupts = 0;
     loop {
         let waiting = match &mut pending {
             Some(waiting) => waiting,
             None => {
-                eprint!("› ");
-                let _ = std::io::stderr().flush();
-                pending.insert(tokio::task::spawn_blocking(crate::session::next_line))
+                let mut known: Vec<String> = keel_bundled_plugins::all()
+                    .iter()
+                    .map(|b| b.name.to_owned())
+                    .chain(session.kernel.list().into_iter().map(|s| s.name))
+                    .collect();
+                known.sort();
+                known.dedup();
+                *names
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = known;
+                pending.insert(tokio::task::spawn_blocking(|| crate::session::prompt("› ")))
             }
         };
-        let line = tokio::select! {
-            line = waiting => line,
-            _ = tokio::signal::ctrl_c() => {
+        let reply = tokio::select! {
+            reply = waiting => reply.unwrap_or(Reply::End),
+            // A plain terminal or pipe: Ctrl-C is a signal. (The line editor reads raw and
+            // answers `Interrupted` instead.)
+            _ = tokio::signal::ctrl_c() => Reply::Interrupted,
+        };
+        let line = match reply {
+            Reply::Line(line) => line,
+            Reply::End => return Ok(()),
+            Reply::Interrupted | Reply::Cancelled => {
+                if pending.as_ref().is_none_or(|p| p.is_finished()) {
+                    pending = None;
+                }
                 interrupts += 1;
                 if interrupts > 1 {
                     eprintln!();
                     return Ok(());
                 }
-                eprint!("\n(Ctrl-C again or /exit to leave)\n› ");
-                let _ = std::io::stderr().flush();
+                eprintln!("\n(Ctrl-C again or /exit to leave)");
+                if pending.is_some() {
+                    eprint!("› ");
+                    let _ = std::io::stderr().flush();
+                }
                 continue;
             }
         };
         pending = None;
         interrupts = 0;
-        let Some(line) = line.ok().flatten() else {
-            return Ok(());
-        };
         let line = line.trim();
         if line.is_empty() {
             continue;

@@ -11,6 +11,7 @@ use keel_kernel::gates::approvals::{
 use keel_kernel::gates::exec_policy::ApprovalMode;
 use keel_kernel::{GateConfig, NetConfig};
 
+use super::input::{self, Reply};
 use crate::config::Context;
 use crate::settings::{self, ModelChoice};
 
@@ -72,7 +73,7 @@ fn approval_question(request: &ApprovalRequest) -> String {
             "  [a] yes, and always (remembered across sessions): {covers}\n"
         ));
     }
-    question.push_str("  [n] no (Ctrl-C: no, and cancel the turn): ");
+    question.push_str("  [n] no (Ctrl-C: no, and cancel the turn)\n");
     question
 }
 
@@ -81,11 +82,18 @@ impl Approver for TerminalApprover {
         let mut err = std::io::stderr();
         let _ = write!(err, "{}", approval_question(request));
         let _ = err.flush();
-        let line = match super::input::next_line_unless_cancelled() {
-            Ok(Some(line)) => line,
-            Ok(None) => return Answer::Deny,
-            Err(super::input::Cancelled) => {
+        let line = match input::answer_unless_cancelled("  answer: ") {
+            Reply::Line(line) => line,
+            Reply::End => return Answer::Deny,
+            Reply::Cancelled => {
                 let _ = writeln!(err, "\n[denied: the turn is being cancelled]");
+                return Answer::Deny;
+            }
+            Reply::Interrupted => {
+                // Ctrl-C in the line editor, whose raw terminal sent no signal: cancel the
+                // turn as the signal would have.
+                input::cancel_turn();
+                let _ = writeln!(err, "[denied: the turn is being cancelled]");
                 return Answer::Deny;
             }
         };

@@ -1,69 +1,193 @@
-//! The session's input: every line the person types is read on one thread for the whole
-//! process and handed out in order, so the idle prompt, consent questions and approval
-//! questions never race for a line, and a question can stop waiting the moment the turn is
-//! cancelled (Ctrl-C at an approval denies at once, without waiting for Enter).
+//! The session's input. One thread reads everything the person types, one request at a time,
+//! so the idle prompt, consent questions and approval questions never race for a line, and a
+//! question can stop waiting the moment the turn is cancelled (Ctrl-C at an approval denies at
+//! once, without waiting for Enter).
+//!
+//! On a terminal, `keel run`'s interactive session switches the reader to a line editor
+//! (rustyline): arrow keys, history kept per workspace, Tab completion of slash commands and
+//! plugin names, and multi-line input (a line ending in `\` continues). Anything else reads
+//! plain lines.
 
-use std::io::BufRead as _;
+use std::io::{BufRead as _, Write as _};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
+
+use rustyline::completion::{Completer, Pair};
+use rustyline::error::ReadlineError;
+use rustyline::history::DefaultHistory;
+use rustyline::validate::{ValidationContext, ValidationResult, Validator};
+use rustyline::{Editor, Helper, Highlighter, Hinter};
 
 /// Set by Ctrl-C during a turn, cleared when the next turn starts.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-/// Lines from stdin (`None`: end of input or a read error), read by one thread started on
-/// first use.
-fn lines() -> &'static Mutex<Receiver<Option<String>>> {
-    static LINES: OnceLock<Mutex<Receiver<Option<String>>>> = OnceLock::new();
-    LINES.get_or_init(|| {
+/// What a read gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// A line (multi-line input joined with line breaks), without its final line break.
+    Line(String),
+    /// The input ended (Ctrl-D, or a closed pipe).
+    End,
+    /// Ctrl-C while the line editor read (the terminal is raw then, so no signal comes).
+    Interrupted,
+    /// The turn was cancelled (Ctrl-C as a signal) while a question waited.
+    Cancelled,
+}
+
+enum Request {
+    /// Read one line after `prompt`; `remember` adds it to the history.
+    Read {
+        prompt: String,
+        remember: bool,
+        reply: Sender<Reply>,
+    },
+    /// From now on read with the line editor.
+    Edit {
+        history: PathBuf,
+        names: Arc<Mutex<Vec<String>>>,
+    },
+}
+
+/// The reader thread's mailbox, started on first use.
+fn reader() -> &'static Mutex<Sender<Request>> {
+    static READER: OnceLock<Mutex<Sender<Request>>> = OnceLock::new();
+    READER.get_or_init(|| {
         let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            let stdin = std::io::stdin();
-            loop {
-                let mut line = String::new();
-                let read = stdin.lock().read_line(&mut line);
-                let line = match read {
-                    Ok(0) | Err(_) => None,
-                    Ok(_) => Some(line),
-                };
-                let end = line.is_none();
-                if tx.send(line).is_err() || end {
-                    return;
-                }
-            }
-        });
-        Mutex::new(rx)
+        std::thread::spawn(move || serve(&rx));
+        Mutex::new(tx)
     })
 }
 
-/// The next line (with its line break), or `None` at the end of input.
-pub(crate) fn next_line() -> Option<String> {
-    lines()
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .recv()
-        .ok()
-        .flatten()
+fn serve(requests: &Receiver<Request>) {
+    let mut editor: Option<(Editor<Completion, DefaultHistory>, PathBuf)> = None;
+    while let Ok(request) = requests.recv() {
+        match request {
+            Request::Edit { history, names } => {
+                let Ok(mut ed) = Editor::new() else { continue };
+                ed.set_helper(Some(Completion { names }));
+                let _ = ed.load_history(&history);
+                editor = Some((ed, history));
+            }
+            Request::Read {
+                prompt,
+                remember,
+                reply,
+            } => {
+                let answer = match &mut editor {
+                    Some((ed, history)) => match ed.readline(&prompt) {
+                        Ok(line) => {
+                            let line = line.replace("\\\n", "\n");
+                            // Leaving is not worth recalling.
+                            let kept = !matches!(line.trim(), "" | "/exit" | "/quit");
+                            if remember && kept {
+                                let _ = ed.add_history_entry(line.as_str());
+                                if let Some(dir) = history.parent() {
+                                    let _ = std::fs::create_dir_all(dir);
+                                }
+                                let _ = ed.append_history(history);
+                            }
+                            Reply::Line(line)
+                        }
+                        Err(ReadlineError::Interrupted) => Reply::Interrupted,
+                        Err(_) => Reply::End,
+                    },
+                    None => {
+                        eprint!("{prompt}");
+                        let _ = std::io::stderr().flush();
+                        let mut line = String::new();
+                        match std::io::stdin().lock().read_line(&mut line) {
+                            Ok(0) | Err(_) => Reply::End,
+                            Ok(_) => Reply::Line(line.trim_end_matches(['\n', '\r']).to_owned()),
+                        }
+                    }
+                };
+                let _ = reply.send(answer);
+            }
+        }
+    }
 }
 
-/// The turn was cancelled while a question waited for its answer.
-pub(crate) struct Cancelled;
+/// Read the rest of the session with the line editor, its history in `history`; Tab
+/// completes slash commands and the plugin names in `names`.
+pub(crate) fn use_line_editor(history: PathBuf, names: Arc<Mutex<Vec<String>>>) {
+    let _ = reader()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .send(Request::Edit { history, names });
+}
 
-/// The next line, or [`Cancelled`] as soon as the turn is cancelled.
-pub(crate) fn next_line_unless_cancelled() -> Result<Option<String>, Cancelled> {
-    let lines = lines().lock().unwrap_or_else(PoisonError::into_inner);
+/// A read whose asker stopped waiting (a question cancelled by Ctrl-C's signal): the reader
+/// is still reading it, and what it reads goes to the next asker instead of being lost.
+static LEFTOVER: Mutex<Option<Receiver<Reply>>> = Mutex::new(None);
+
+fn ask(prompt: &str, remember: bool) -> Receiver<Reply> {
+    if let Some(pending) = LEFTOVER
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+    {
+        return pending;
+    }
+    let (reply, answer) = channel();
+    let sent = reader()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .send(Request::Read {
+            prompt: prompt.to_owned(),
+            remember,
+            reply: reply.clone(),
+        });
+    if sent.is_err() {
+        let _ = reply.send(Reply::End);
+    }
+    answer
+}
+
+/// The person's next request after `prompt`, remembered in the history.
+pub(crate) fn prompt(prompt: &str) -> Reply {
+    ask(prompt, true).recv().unwrap_or(Reply::End)
+}
+
+/// An answer to a question, after `prompt`.
+pub(crate) fn answer(prompt: &str) -> Reply {
+    ask(prompt, false).recv().unwrap_or(Reply::End)
+}
+
+/// An answer to a question asked during a turn: [`Reply::Cancelled`] as soon as the turn is
+/// cancelled (the line being read then goes to nobody).
+pub(crate) fn answer_unless_cancelled(prompt: &str) -> Reply {
+    let answer = ask(prompt, false);
     loop {
         if INTERRUPTED.load(Ordering::SeqCst) {
-            return Err(Cancelled);
+            *LEFTOVER.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
+            return Reply::Cancelled;
         }
         // A question is open only while a person reads it; checking the flag every 25 ms
         // answers Ctrl-C well within a keystroke's time.
-        match lines.recv_timeout(Duration::from_millis(25)) {
-            Ok(line) => return Ok(line),
+        match answer.recv_timeout(Duration::from_millis(25)) {
+            Ok(reply) => return reply,
             Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return Ok(None),
+            Err(RecvTimeoutError::Disconnected) => return Reply::End,
         }
+    }
+}
+
+/// Ctrl-C pressed in the line editor during a turn (its raw terminal sends no signal).
+static CANCEL: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Ask the session to cancel the turn, as Ctrl-C's signal would, and wait until it has (at
+/// most a second), so that what the caller answers next — a denial — reaches a turn that is
+/// already ending.
+pub(crate) fn cancel_turn() {
+    CANCEL.notify_one();
+    for _ in 0..200 {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -72,7 +196,97 @@ pub(crate) fn interrupt() {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// A new turn starts: nothing is cancelled.
+/// Resolves when [`cancel_turn`] asks for the turn to be cancelled.
+pub(crate) async fn cancel_requested() {
+    CANCEL.notified().await;
+}
+
+/// A new turn starts: nothing is cancelled, and a request left from the last turn is dropped.
 pub(crate) fn clear_interrupt() {
     INTERRUPTED.store(false, Ordering::SeqCst);
+    let stale = std::pin::pin!(CANCEL.notified());
+    stale.enable();
+}
+
+/// The slash commands, for completion.
+const COMMANDS: &[&str] = &[
+    "/help", "/plugins", "/load ", "/unload ", "/reload ", "/exit",
+];
+
+/// Tab completion and multi-line input for the line editor.
+#[derive(Helper, Highlighter, Hinter)]
+struct Completion {
+    names: Arc<Mutex<Vec<String>>>,
+}
+
+impl Completer for Completion {
+    type Candidate = Pair;
+
+    fn complete(
+        &self,
+        line: &str,
+        pos: usize,
+        _ctx: &rustyline::Context<'_>,
+    ) -> rustyline::Result<(usize, Vec<Pair>)> {
+        let line = &line[..pos];
+        let pair = |s: &str| Pair {
+            display: s.trim_end().to_owned(),
+            replacement: s.to_owned(),
+        };
+        if let Some((command, partial)) = line.split_once(' ')
+            && matches!(command, "/load" | "/unload" | "/reload")
+        {
+            let names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+            let found = names
+                .iter()
+                .filter(|n| n.starts_with(partial))
+                .map(|n| pair(n))
+                .collect();
+            return Ok((command.len() + 1, found));
+        }
+        if line.starts_with('/') && !line.contains(' ') {
+            let found = COMMANDS
+                .iter()
+                .filter(|c| c.starts_with(line))
+                .map(|c| pair(c))
+                .collect();
+            return Ok((0, found));
+        }
+        Ok((pos, Vec::new()))
+    }
+}
+
+impl Validator for Completion {
+    /// A line ending in `\` continues on the next.
+    fn validate(&self, ctx: &mut ValidationContext<'_>) -> rustyline::Result<ValidationResult> {
+        Ok(if ctx.input().ends_with('\\') {
+            ValidationResult::Incomplete
+        } else {
+            ValidationResult::Valid(None)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn complete(line: &str) -> Vec<String> {
+        let names = Arc::new(Mutex::new(vec!["fs-tools".to_owned(), "shell".to_owned()]));
+        let c = Completion { names };
+        let history = DefaultHistory::new();
+        let ctx = rustyline::Context::new(&history);
+        c.complete(line, line.len(), &ctx)
+            .map(|(_, found)| found.into_iter().map(|p| p.replacement).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn tab_completes_commands_and_plugin_names() {
+        assert_eq!(complete("/lo"), ["/load "]);
+        assert_eq!(complete("/re"), ["/reload "]);
+        assert_eq!(complete("/load fs"), ["fs-tools"]);
+        assert_eq!(complete("/unload s"), ["shell"]);
+        assert!(complete("hello").is_empty());
+    }
 }

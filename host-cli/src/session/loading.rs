@@ -33,9 +33,8 @@ pub(crate) fn confirm_capabilities(package: &PluginPackage) -> anyhow::Result<()
             m.name
         );
     }
-    eprint!("load it? [y/N] ");
-    let line = super::input::next_line().unwrap_or_default();
-    if line.trim().eq_ignore_ascii_case("y") {
+    let answer = super::input::answer("load it? [y/N] ");
+    if matches!(answer, super::input::Reply::Line(line) if line.trim().eq_ignore_ascii_case("y")) {
         Ok(())
     } else {
         bail!("not loading `{}`", m.name)

@@ -22,7 +22,7 @@ use crate::config::Context;
 use crate::runtime;
 use crate::runtime::Origin;
 use crate::settings::{ModelChoice, model_overrides};
-pub(crate) use input::next_line;
+pub(crate) use input::{Reply, prompt, use_line_editor};
 use output::Printer;
 pub use output::{Display, JSON_VERSION};
 
@@ -210,7 +210,13 @@ impl Session {
         let answer = loop {
             tokio::select! {
                 answer = &mut call => break answer,
-                _ = tokio::signal::ctrl_c() => {
+                // Ctrl-C: a signal, or the line editor's key at an approval question.
+                () = async {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        () = input::cancel_requested() => {}
+                    }
+                } => {
                     interrupts += 1;
                     if interrupts > 1 {
                         // The way out at once: the first Ctrl-C stops every call of the turn
