@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use expectrl::ControlCode;
-use keel_tests::model_server::{ModelServer, sse_head};
+use keel_tests::model_server::{ModelServer, Step, sse_head};
 use keel_tests::wire::{oa, oa_done, oa_text};
 use serde_json::json;
 
@@ -178,5 +178,45 @@ async fn the_prompt_edits_recalls_history_across_sessions_completes_and_continue
     session(h, w, vec![("\x1b[A", "line two"), ("\r", "Noted.")]).await??;
     let last = server.received().last().map(|r| last_user_text(&r.json()));
     assert_eq!(last.as_deref(), Some("line one\nline two"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stalled_model_shows_a_spinner_with_what_it_waits_for_and_the_time() -> R {
+    // The answer comes after a stall (the server's own pause, as a slow provider's).
+    let server = ModelServer::start(|_, _| {
+        let mut steps = oa_text(&["Noted."], "stop");
+        steps.insert(1, Step::Sleep(1500));
+        steps
+    })
+    .await?;
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n\
+             [config.model-openai]\nidle-timeout-ms = 10000\n",
+            server.url("/v1")
+        ),
+    )?;
+    let mut cmd = keel_process(home.path(), ws.path());
+    cmd.env("OPENAI_API_KEY", "sk-term-0123456789abcdefghijklmnop")
+        .arg("run");
+    tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let mut term = expectrl::Session::spawn(cmd).map_err(e("spawn"))?;
+        term.set_expect_timeout(Some(Duration::from_secs(60)));
+        term.expect("› ").map_err(e("the prompt"))?;
+        term.send_line("hello").map_err(e("typing"))?;
+        term.expect("waiting for the model · ")
+            .map_err(e("the spinner"))?;
+        term.expect(" s").map_err(e("the elapsed time"))?;
+        term.expect("Noted.").map_err(e("the answer"))?;
+        term.expect("› ").map_err(e("the prompt again"))?;
+        term.send_line("/exit").map_err(e("exit"))?;
+        term.expect("keel resume").map_err(e("leaving"))?;
+        Ok(())
+    })
+    .await??;
     Ok(())
 }

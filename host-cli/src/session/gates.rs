@@ -79,6 +79,7 @@ fn approval_question(request: &ApprovalRequest) -> String {
 
 impl Approver for TerminalApprover {
     fn ask(&self, request: &ApprovalRequest) -> Answer {
+        let _asking = input::asking();
         let mut err = std::io::stderr();
         let _ = write!(err, "{}", approval_question(request));
         let _ = err.flush();

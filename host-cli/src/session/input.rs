@@ -208,6 +208,35 @@ pub(crate) fn clear_interrupt() {
     stale.enable();
 }
 
+/// The terminal's status line (the spinner) and questions take turns: a question holds this
+/// while it wipes the spinner and is shown, and the spinner draws only while no question is
+/// open.
+static TERMINAL: Mutex<()> = Mutex::new(());
+static ASKING: AtomicBool = AtomicBool::new(false);
+
+/// The terminal, for the spinner to draw on, unless a question is open.
+pub(crate) fn terminal_unless_asking() -> Option<std::sync::MutexGuard<'static, ()>> {
+    let terminal = TERMINAL.lock().unwrap_or_else(PoisonError::into_inner);
+    (!ASKING.load(Ordering::SeqCst)).then_some(terminal)
+}
+
+/// A question is on the screen until this is dropped: the spinner is wiped and stays away.
+pub(crate) struct Asking(());
+
+/// Open a question (see [`Asking`]).
+pub(crate) fn asking() -> Asking {
+    let _terminal = TERMINAL.lock().unwrap_or_else(PoisonError::into_inner);
+    ASKING.store(true, Ordering::SeqCst);
+    eprint!("\r\x1b[K");
+    Asking(())
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        ASKING.store(false, Ordering::SeqCst);
+    }
+}
+
 /// The slash commands, for completion.
 const COMMANDS: &[&str] = &[
     "/help", "/plugins", "/load ", "/unload ", "/reload ", "/exit",

@@ -8,6 +8,7 @@ mod input;
 mod loading;
 mod output;
 
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -169,6 +170,9 @@ impl Session {
         let printer = tokio::spawn(async move {
             let mut printer = Printer::default();
             let mut draining = false;
+            // On a terminal, a spinner says what the turn waits for while nothing is shown.
+            let spin = display.is_human() && std::io::stderr().is_terminal();
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
             loop {
                 let next = if draining {
                     // Everything the turn emitted was queued before its call returned: show
@@ -183,12 +187,20 @@ impl Session {
                         next = events.recv() => next,
                         _ = &mut stop => {
                             draining = true;
+                            printer.clear_spinner();
+                            continue;
+                        }
+                        _ = tick.tick(), if spin => {
+                            printer.spin();
                             continue;
                         }
                     }
                 };
                 match next {
-                    Ok(event) => printer.show(display, &event),
+                    Ok(event) => {
+                        printer.clear_spinner();
+                        printer.show(display, &event);
+                    }
                     Err(RecvError::Lagged(n)) => {
                         if display.is_human() {
                             eprintln!("[{n} display events skipped]");

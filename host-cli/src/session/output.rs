@@ -46,13 +46,80 @@ pub fn end_words(end: TurnEnd) -> &'static str {
 }
 
 /// Renders bus events.
-#[derive(Default)]
 pub(crate) struct Printer {
     in_text: bool,
+    /// What the turn waits for now, for the spinner, and since when.
+    waiting_for: String,
+    since: std::time::Instant,
+    /// The last output, so the spinner shows only after a quiet moment.
+    last_output: std::time::Instant,
+    /// Characters of the model's text in this step, for a rough token count.
+    step_chars: usize,
+    frame: usize,
+    spinner_shown: bool,
 }
 
+impl Default for Printer {
+    fn default() -> Self {
+        let now = std::time::Instant::now();
+        Printer {
+            in_text: false,
+            waiting_for: "waiting for the model".into(),
+            since: now,
+            last_output: now,
+            step_chars: 0,
+            frame: 0,
+            spinner_shown: false,
+        }
+    }
+}
+
+/// A spinner's frames.
+const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
 impl Printer {
+    /// Draw the spinner on stderr if nothing was shown for a moment, no text is mid-line and
+    /// no question is open.
+    pub(crate) fn spin(&mut self) {
+        if self.in_text || self.last_output.elapsed() < std::time::Duration::from_millis(300) {
+            return;
+        }
+        let Some(_terminal) = super::input::terminal_unless_asking() else {
+            return;
+        };
+        self.frame = (self.frame + 1) % FRAMES.len();
+        let tokens = if self.step_chars > 0 {
+            format!(" · ~{} tokens", self.step_chars.div_ceil(4))
+        } else {
+            String::new()
+        };
+        eprint!(
+            "\r{} {} · {:.1} s{tokens}\x1b[K",
+            FRAMES[self.frame],
+            self.waiting_for,
+            self.since.elapsed().as_secs_f64()
+        );
+        let _ = std::io::stderr().flush();
+        self.spinner_shown = true;
+    }
+
+    /// Take the spinner off the screen before anything else is shown.
+    pub(crate) fn clear_spinner(&mut self) {
+        if self.spinner_shown {
+            eprint!("\r\x1b[K");
+            let _ = std::io::stderr().flush();
+            self.spinner_shown = false;
+        }
+    }
+
+    /// The turn now waits for `what`.
+    fn wait_for(&mut self, what: String) {
+        self.waiting_for = what;
+        self.since = std::time::Instant::now();
+    }
+
     pub(crate) fn show(&mut self, display: Display, event: &Event) {
+        self.last_output = std::time::Instant::now();
         match display {
             Display::Json { requests } => println!("{}", json_line(event, requests)),
             Display::Human => self.human(&mut std::io::stdout(), event),
@@ -65,6 +132,7 @@ impl Printer {
             match serde_json::from_str::<StreamDelta>(&event.payload) {
                 Ok(StreamDelta::Text { text }) => {
                     self.in_text = true;
+                    self.step_chars += text.chars().count();
                     let _ = write!(out, "{text}");
                     let _ = out.flush();
                 }
@@ -98,9 +166,12 @@ impl Printer {
                 {
                     self.end_text(out);
                     let _ = writeln!(out, "⏺ {name} {}", short(args, 160));
+                    self.wait_for(format!("running {name}"));
                 }
+                self.step_chars = 0;
             }
             SessionEvent::ToolOutcome { outcome, .. } => {
+                self.wait_for("waiting for the model".into());
                 let _ = writeln!(out, "  ⎿ {}", outcome_label(&outcome));
                 let lines: Vec<&str> = outcome
                     .content
