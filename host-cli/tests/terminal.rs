@@ -220,3 +220,58 @@ async fn a_stalled_model_shows_a_spinner_with_what_it_waits_for_and_the_time() -
     .await??;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_answer_is_rendered_as_markdown_on_a_terminal() -> R {
+    let server = ModelServer::start(|_, _| {
+        oa_text(
+            &[
+                "# Plan\n\nThis is **important** and `code`.\n",
+                "- first\n- second\n\n```rust\nfn main() {}\n```\nDone.",
+            ],
+            "stop",
+        )
+    })
+    .await?;
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+            server.url("/v1")
+        ),
+    )?;
+    let mut cmd = keel_process(home.path(), ws.path());
+    cmd.env("OPENAI_API_KEY", "sk-term-0123456789abcdefghijklmnop")
+        .arg("run");
+    let shown = tokio::task::spawn_blocking(move || -> Result<String, String> {
+        let mut term = expectrl::Session::spawn(cmd).map_err(e("spawn"))?;
+        term.set_expect_timeout(Some(Duration::from_secs(60)));
+        term.expect("› ").map_err(e("the prompt"))?;
+        term.send_line("plan it").map_err(e("typing"))?;
+        let answer = term.expect("Done.").map_err(e("the answer"))?;
+        let shown = String::from_utf8_lossy(answer.before()).into_owned();
+        term.expect("› ").map_err(e("the prompt again"))?;
+        term.send_line("/exit").map_err(e("exit"))?;
+        term.expect("keel resume").map_err(e("leaving"))?;
+        Ok(shown)
+    })
+    .await??;
+    // The markers are gone; what they marked is there (NO_COLOR is set, so without colour).
+    for marker in ["**", "# Plan", "- first", "`code`"] {
+        assert!(!shown.contains(marker), "`{marker}` shown raw:\n{shown}");
+    }
+    for text in [
+        "Plan",
+        "important",
+        "code",
+        "first",
+        "second",
+        "fn main() {}",
+    ] {
+        assert!(shown.contains(text), "`{text}` missing:\n{shown}");
+    }
+    assert!(shown.contains("• first"), "no bullet:\n{shown}");
+    Ok(())
+}

@@ -168,7 +168,7 @@ impl Session {
         let display = self.display;
         let (turn_over, mut stop) = tokio::sync::oneshot::channel::<()>();
         let printer = tokio::spawn(async move {
-            let mut printer = Printer::default();
+            let mut printer = Printer::new(display);
             let mut draining = false;
             // On a terminal, a spinner says what the turn waits for while nothing is shown.
             let spin = display.is_human() && std::io::stderr().is_terminal();
@@ -209,6 +209,7 @@ impl Session {
                     Err(RecvError::Closed) => break,
                 }
             }
+            printer.finish();
         });
         let request = TurnRequest {
             session: self.id.clone(),

@@ -57,6 +57,76 @@ pub(crate) struct Printer {
     step_chars: usize,
     frame: usize,
     spinner_shown: bool,
+    /// Markdown rendering of the model's text, when stdout is a terminal.
+    markdown: Option<Markdown>,
+}
+
+/// The model's text rendered as Markdown line by line as it streams: headings, emphasis,
+/// lists and quotes through termimad, fenced code blocks set apart; plain without colour when
+/// `NO_COLOR` is set.
+struct Markdown {
+    skin: termimad::MadSkin,
+    /// The line being streamed, shown once complete.
+    line: String,
+    in_fence: bool,
+}
+
+impl Markdown {
+    fn new() -> Markdown {
+        let skin = if std::env::var_os("NO_COLOR").is_some() {
+            termimad::MadSkin::no_style()
+        } else {
+            termimad::MadSkin::default()
+        };
+        Markdown {
+            skin,
+            line: String::new(),
+            in_fence: false,
+        }
+    }
+
+    /// Take `text` in; show every line it completes.
+    fn push(&mut self, out: &mut dyn Write, text: &str) {
+        for piece in text.split_inclusive('\n') {
+            self.line.push_str(piece);
+            if self.line.ends_with('\n') {
+                self.show_line(out);
+            }
+        }
+    }
+
+    /// Show the line taken in so far (the end of a message).
+    fn flush(&mut self, out: &mut dyn Write) {
+        if !self.line.is_empty() {
+            self.line.push('\n');
+            self.show_line(out);
+        }
+    }
+
+    fn show_line(&mut self, out: &mut dyn Write) {
+        let line = std::mem::take(&mut self.line);
+        let line = line.trim_end_matches(['\n', '\r']);
+        if let Some(lang) = line.trim_start().strip_prefix("```") {
+            // A fence: a corner opening the block (with its language), or closing it.
+            self.in_fence = !self.in_fence;
+            let corner = if self.in_fence { "┌" } else { "└" };
+            let _ = writeln!(out, "  {corner} {}", lang.trim());
+        } else if self.in_fence {
+            let code = self.skin.inline_code.apply_to(line);
+            let _ = writeln!(out, "  │ {code}");
+        } else if line.trim().is_empty() {
+            let _ = writeln!(out);
+        } else if let Some(item) = ["- ", "* ", "+ "]
+            .iter()
+            .find_map(|m| line.trim_start().strip_prefix(m))
+        {
+            let indent = line.len() - line.trim_start().len();
+            let _ = writeln!(out, "{}• {}", " ".repeat(indent), self.skin.inline(item));
+        } else {
+            let _ = write!(out, "{}", self.skin.term_text(line));
+        }
+        let _ = out.flush();
+    }
 }
 
 impl Default for Printer {
@@ -70,6 +140,7 @@ impl Default for Printer {
             step_chars: 0,
             frame: 0,
             spinner_shown: false,
+            markdown: None,
         }
     }
 }
@@ -78,6 +149,16 @@ impl Default for Printer {
 const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
 impl Printer {
+    /// A printer for `display`: Markdown is rendered for a person reading stdout on a terminal.
+    pub(crate) fn new(display: Display) -> Printer {
+        use std::io::IsTerminal as _;
+        Printer {
+            markdown: (display == Display::Human && std::io::stdout().is_terminal())
+                .then(Markdown::new),
+            ..Printer::default()
+        }
+    }
+
     /// Draw the spinner on stderr if nothing was shown for a moment, no text is mid-line and
     /// no question is open.
     pub(crate) fn spin(&mut self) {
@@ -133,8 +214,13 @@ impl Printer {
                 Ok(StreamDelta::Text { text }) => {
                     self.in_text = true;
                     self.step_chars += text.chars().count();
-                    let _ = write!(out, "{text}");
-                    let _ = out.flush();
+                    match &mut self.markdown {
+                        Some(markdown) => markdown.push(out, &text),
+                        None => {
+                            let _ = write!(out, "{text}");
+                            let _ = out.flush();
+                        }
+                    }
                 }
                 Ok(StreamDelta::Retry { attempt, reason }) => {
                     eprintln!("[model: retry {attempt}: {reason}]");
@@ -203,8 +289,20 @@ impl Printer {
     /// End streamed text with a line break before something else is shown.
     fn end_text(&mut self, out: &mut dyn Write) {
         if self.in_text {
-            let _ = writeln!(out);
+            match &mut self.markdown {
+                Some(markdown) => markdown.flush(out),
+                None => {
+                    let _ = writeln!(out);
+                }
+            }
             self.in_text = false;
+        }
+    }
+
+    /// The turn is over: show what is left of its text.
+    pub(crate) fn finish(&mut self) {
+        if let Some(markdown) = &mut self.markdown {
+            markdown.flush(&mut std::io::stdout());
         }
     }
 }
