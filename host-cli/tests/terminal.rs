@@ -53,6 +53,9 @@ async fn ctrl_c_at_an_approval_denies_at_once_and_the_session_goes_on() -> R {
         term.set_expect_timeout(Some(Duration::from_secs(60)));
         term.expect("› ").map_err(e("the prompt"))?;
         term.send_line("make a file").map_err(e("typing"))?;
+        // The call's header comes first, then the question about it.
+        term.expect("⏺ exec_shell")
+            .map_err(e("the tool call header"))?;
         term.expect("wants to run: touch x1.txt")
             .map_err(e("the approval question"))?;
         term.expect("[s] yes, and for the rest of this session: any `touch …` in this workspace")

@@ -81,8 +81,7 @@ impl Approver for TerminalApprover {
     fn ask(&self, request: &ApprovalRequest) -> Answer {
         let _asking = input::asking();
         let mut err = std::io::stderr();
-        let _ = write!(err, "{}", approval_question(request));
-        let _ = err.flush();
+        input::show_question(&approval_question(request));
         let line = match input::answer_unless_cancelled("  answer: ") {
             Reply::Line(line) => line,
             Reply::End => return Answer::Deny,

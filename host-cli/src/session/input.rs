@@ -237,6 +237,37 @@ impl Drop for Asking {
     }
 }
 
+/// A question for the turn's printer, and where it says it has shown it.
+pub(crate) type Question = (String, std::sync::mpsc::Sender<()>);
+
+/// The running turn's printer, which shows questions in order: after everything the turn
+/// emitted before asking (the tool call being asked about comes first, never after).
+static PRINTER: Mutex<Option<tokio::sync::mpsc::UnboundedSender<Question>>> = Mutex::new(None);
+
+/// Route questions to a turn's printer (`Some`), or show them directly again (`None`).
+pub(crate) fn route_questions(printer: Option<tokio::sync::mpsc::UnboundedSender<Question>>) {
+    *PRINTER.lock().unwrap_or_else(PoisonError::into_inner) = printer;
+}
+
+/// Show `question` on stderr: through the turn's printer when one runs (waiting at most two
+/// seconds for it), otherwise at once.
+pub(crate) fn show_question(question: &str) {
+    let printer = PRINTER
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    if let Some(printer) = printer {
+        let (shown, done) = channel();
+        if printer.send((question.to_owned(), shown)).is_ok()
+            && done.recv_timeout(Duration::from_secs(2)).is_ok()
+        {
+            return;
+        }
+    }
+    eprint!("{question}");
+    let _ = std::io::stderr().flush();
+}
+
 /// The slash commands, for completion.
 const COMMANDS: &[&str] = &[
     "/help", "/plugins", "/load ", "/unload ", "/reload ", "/exit",

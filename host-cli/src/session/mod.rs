@@ -167,6 +167,8 @@ impl Session {
         let mut events = self.kernel.events();
         let display = self.display;
         let (turn_over, mut stop) = tokio::sync::oneshot::channel::<()>();
+        let (questions, mut asked) = tokio::sync::mpsc::unbounded_channel::<input::Question>();
+        input::route_questions(Some(questions));
         let printer = tokio::spawn(async move {
             let mut printer = Printer::new(display);
             let mut draining = false;
@@ -194,6 +196,17 @@ impl Session {
                             printer.spin();
                             continue;
                         }
+                        Some((question, shown)) = asked.recv() => {
+                            // What the turn emitted before it asked is shown first.
+                            while let Ok(event) = events.try_recv() {
+                                printer.show(display, &event);
+                            }
+                            printer.clear_spinner();
+                            eprint!("{question}");
+                            let _ = std::io::Write::flush(&mut std::io::stderr());
+                            let _ = shown.send(());
+                            continue;
+                        }
                     }
                 };
                 match next {
@@ -210,6 +223,7 @@ impl Session {
                 }
             }
             printer.finish();
+            input::route_questions(None);
         });
         let request = TurnRequest {
             session: self.id.clone(),
