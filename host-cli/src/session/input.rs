@@ -84,8 +84,13 @@ fn serve(requests: &Receiver<Request>) {
                             let kept = !matches!(line.trim(), "" | "/exit" | "/quit");
                             if remember && kept {
                                 let _ = ed.add_history_entry(line.as_str());
+                                // Requests can hold what no one else should read.
                                 if let Some(dir) = history.parent() {
-                                    let _ = std::fs::create_dir_all(dir);
+                                    use std::os::unix::fs::DirBuilderExt as _;
+                                    let _ = std::fs::DirBuilder::new()
+                                        .recursive(true)
+                                        .mode(0o700)
+                                        .create(dir);
                                 }
                                 let _ = ed.append_history(history);
                             }
