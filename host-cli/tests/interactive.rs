@@ -68,6 +68,7 @@ fn slash_commands_unload_reload_and_load_plugins_while_the_session_goes_on() -> 
     let input = [
         "hello",
         "/plugins",
+        "/sessions",
         "/unload fs-tools",
         "again",
         "/reload agent-loop",
@@ -114,6 +115,19 @@ fn slash_commands_unload_reload_and_load_plugins_while_the_session_goes_on() -> 
         .map(|(id, rest)| (id.to_owned(), rest.to_owned()))
         .ok_or(format!("no resume hint at the end:\n{stderr}"))?;
     assert_eq!(resume.1, format!("{}`", resume.0));
+    // `/sessions` listed this session, marked, with its entries so far.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("* 20") && l.contains(" entries  hello")),
+        "`/sessions` does not mark this session:\n{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("agent-loop") && l.contains("provides agent ")),
+        "`/plugins` does not say what agent-loop provides:\n{stderr}"
+    );
     // `/plugins` listed the session's plugins, all active.
     for name in ["agent-loop", "fs-tools", "session-log", "model-scripted"] {
         assert!(

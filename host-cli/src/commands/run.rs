@@ -130,7 +130,8 @@ pub async fn exec(
     Ok(exit_for(report.end))
 }
 
-const HELP: &str = "commands: /plugins, /load NAME|DIR, /unload NAME, /reload NAME, /help, /exit";
+const HELP: &str = "commands: /plugins, /sessions, /load NAME|DIR, /unload NAME, /reload NAME, \
+                    /help, /exit";
 
 async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
@@ -203,9 +204,25 @@ async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
                 }
                 "plugins" => {
                     for s in session.kernel.list() {
-                        eprintln!("  {:<16} {:<8} {:?}", s.name, s.version, s.state);
+                        let provides = if s.provides.is_empty() {
+                            String::new()
+                        } else {
+                            format!("  provides {}", s.provides.join(", "))
+                        };
+                        eprintln!("  {:<16} {:<8} {:?}{provides}", s.name, s.version, s.state);
                     }
                     Ok(None)
+                }
+                "sessions" => {
+                    session.kernel.settle_events().await;
+                    crate::commands::sessions::listing(&session.kernel, &session.id)
+                        .await
+                        .map(|lines| {
+                            for line in lines {
+                                eprintln!("{line}");
+                            }
+                            None
+                        })
                 }
                 "load" => session.load_mid_session(arg).await.map(Some),
                 "unload" | "reload" if arg.is_empty() => Err(anyhow::anyhow!(

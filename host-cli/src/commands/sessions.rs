@@ -23,6 +23,31 @@ struct Listed {
     preview: Option<String>,
 }
 
+impl Listed {
+    /// The session in one line: id, size, how it began.
+    fn line(&self) -> String {
+        format!(
+            "{}  {:>5} entries  {}",
+            self.id,
+            self.entries,
+            self.preview.as_deref().unwrap_or("")
+        )
+    }
+}
+
+/// The sessions the log service of `kernel` lists, a line each, `current` marked with `*`
+/// (`/sessions` in a live session).
+pub async fn listing(kernel: &keel_kernel::Kernel, current: &str) -> anyhow::Result<Vec<String>> {
+    let sessions: Vec<Listed> = ask(kernel, "list", &serde_json::json!({})).await?;
+    Ok(sessions
+        .iter()
+        .map(|s| {
+            let mark = if s.id == current { "*" } else { " " };
+            format!("{mark} {}", s.line())
+        })
+        .collect())
+}
+
 /// A log as the service reads it back.
 #[derive(Deserialize)]
 struct Read {
@@ -67,12 +92,11 @@ async fn session_log(ctx: &Context) -> anyhow::Result<Runtime> {
 
 /// Call the session log's `method`.
 async fn ask<T: serde::de::DeserializeOwned>(
-    rt: &Runtime,
+    kernel: &keel_kernel::Kernel,
     method: &str,
     payload: &serde_json::Value,
 ) -> anyhow::Result<T> {
-    let answer = rt
-        .kernel
+    let answer = kernel
         .call_service(services::SESSION_LOG, method, &payload.to_string())
         .await?;
     serde_json::from_str(&answer).with_context(|| {
@@ -106,7 +130,7 @@ pub async fn run(ctx: &Context, cmd: SessionsCommand) -> anyhow::Result<ExitCode
     let rt = session_log(ctx).await?;
     match cmd {
         SessionsCommand::List { json } => {
-            let sessions: Vec<Listed> = ask(&rt, "list", &serde_json::json!({})).await?;
+            let sessions: Vec<Listed> = ask(&rt.kernel, "list", &serde_json::json!({})).await?;
             if sessions.is_empty() && !json {
                 println!("no sessions yet; `keel run` or `keel demo` starts one");
             }
@@ -121,17 +145,12 @@ pub async fn run(ctx: &Context, cmd: SessionsCommand) -> anyhow::Result<ExitCode
                         })
                     );
                 } else {
-                    println!(
-                        "{}  {:>5} entries  {}",
-                        s.id,
-                        s.entries,
-                        s.preview.as_deref().unwrap_or("")
-                    );
+                    println!("{}", s.line());
                 }
             }
         }
         SessionsCommand::Show { id, json } => {
-            let read: Read = ask(&rt, "read", &serde_json::json!({ "session": id }))
+            let read: Read = ask(&rt.kernel, "read", &serde_json::json!({ "session": id }))
                 .await
                 .with_context(|| {
                     format!("cannot read session `{id}`; `keel sessions list` shows the sessions")

@@ -275,7 +275,13 @@ pub(crate) fn show_question(question: &str) {
 
 /// The slash commands, for completion.
 const COMMANDS: &[&str] = &[
-    "/help", "/plugins", "/load ", "/unload ", "/reload ", "/exit",
+    "/help",
+    "/plugins",
+    "/sessions",
+    "/load ",
+    "/unload ",
+    "/reload ",
+    "/exit",
 ];
 
 /// Tab completion and multi-line input for the line editor.
