@@ -278,3 +278,57 @@ async fn the_answer_is_rendered_as_markdown_on_a_terminal() -> R {
     assert!(shown.contains("• first"), "no bullet:\n{shown}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_no_with_what_to_do_instead_reaches_the_model() -> R {
+    let server = ModelServer::start(|n, _| {
+        if n > 0 {
+            return oa_text(&["Understood."], "stop");
+        }
+        let mut steps = vec![sse_head()];
+        steps.push(oa(
+            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                    "function": {"name": "exec_shell",
+                                 "arguments": "{\"command\": \"touch x1.txt\"}"}}]}),
+            None,
+        ));
+        steps.push(oa(json!({}), Some("tool_calls")));
+        steps.extend(oa_done());
+        steps
+    })
+    .await?;
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+            server.url("/v1")
+        ),
+    )?;
+    let mut cmd = keel_process(home.path(), ws.path());
+    cmd.env("OPENAI_API_KEY", "sk-term-0123456789abcdefghijklmnop")
+        .args(["run", "--approval", "ask"]);
+    tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let mut term = expectrl::Session::spawn(cmd).map_err(e("spawn"))?;
+        term.set_expect_timeout(Some(Duration::from_secs(60)));
+        term.expect("› ").map_err(e("the prompt"))?;
+        term.send_line("make a file").map_err(e("typing"))?;
+        term.expect("answer: ").map_err(e("the question"))?;
+        term.send_line("no, write it under out/ instead")
+            .map_err(e("answering"))?;
+        term.expect("Understood.").map_err(e("the next answer"))?;
+        term.expect("› ").map_err(e("the prompt again"))?;
+        term.send_line("/exit").map_err(e("exit"))?;
+        term.expect("keel resume").map_err(e("leaving"))?;
+        Ok(())
+    })
+    .await??;
+    let second = server.received()[1].body.clone();
+    assert!(
+        second.contains("and said: no, write it under out/ instead"),
+        "{second}"
+    );
+    assert!(!ws.path().join("x1.txt").exists());
+    Ok(())
+}

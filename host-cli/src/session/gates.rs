@@ -73,36 +73,50 @@ fn approval_question(request: &ApprovalRequest) -> String {
             "  [a] yes, and always (remembered across sessions): {covers}\n"
         ));
     }
-    question.push_str("  [n] no (Ctrl-C: no, and cancel the turn)\n");
+    question.push_str(
+        "  [n] no — or type what to do instead, and the model is told\n  (Ctrl-C: no, and cancel \
+         the turn)\n",
+    );
     question
+}
+
+/// What a typed answer means: a key, or (two words or more) "no, and do this instead".
+fn read_answer(line: &str, can_always: bool) -> (Answer, Option<String>) {
+    let said = line.trim();
+    match said.to_ascii_lowercase().as_str() {
+        "y" | "yes" => (Answer::Once, None),
+        "s" | "session" => (Answer::Session, None),
+        "a" | "always" if can_always => (Answer::Always, None),
+        _ if said.contains(char::is_whitespace) => (Answer::Deny, Some(said.to_owned())),
+        _ => (Answer::Deny, None),
+    }
 }
 
 impl Approver for TerminalApprover {
     fn ask(&self, request: &ApprovalRequest) -> Answer {
+        self.ask_why(request).0
+    }
+
+    fn ask_why(&self, request: &ApprovalRequest) -> (Answer, Option<String>) {
         let _asking = input::asking();
         let mut err = std::io::stderr();
         input::show_question(&approval_question(request));
         let line = match input::answer_unless_cancelled("  answer: ") {
             Reply::Line(line) => line,
-            Reply::End => return Answer::Deny,
+            Reply::End => return (Answer::Deny, None),
             Reply::Cancelled => {
                 let _ = writeln!(err, "\n[denied: the turn is being cancelled]");
-                return Answer::Deny;
+                return (Answer::Deny, None);
             }
             Reply::Interrupted => {
                 // Ctrl-C in the line editor, whose raw terminal sent no signal: cancel the
                 // turn as the signal would have.
                 input::cancel_turn();
                 let _ = writeln!(err, "[denied: the turn is being cancelled]");
-                return Answer::Deny;
+                return (Answer::Deny, None);
             }
         };
-        match line.trim().to_ascii_lowercase().as_str() {
-            "y" | "yes" => Answer::Once,
-            "s" | "session" => Answer::Session,
-            "a" | "always" if request.can_always => Answer::Always,
-            _ => Answer::Deny,
-        }
+        read_answer(&line, request.can_always)
     }
 }
 
@@ -144,5 +158,19 @@ mod tests {
         let q = approval_question(&request(None, false));
         assert!(q.contains("session: this same exec_shell request"), "{q}");
         assert!(!q.contains("[a]"), "{q}");
+    }
+
+    #[test]
+    fn a_typed_answer_is_a_key_or_what_to_do_instead() {
+        assert_eq!(read_answer("y\n", true), (Answer::Once, None));
+        assert_eq!(read_answer(" S ", true), (Answer::Session, None));
+        assert_eq!(read_answer("a", true), (Answer::Always, None));
+        assert_eq!(read_answer("a", false), (Answer::Deny, None));
+        assert_eq!(read_answer("n", true), (Answer::Deny, None));
+        assert_eq!(read_answer("", true), (Answer::Deny, None));
+        assert_eq!(
+            read_answer("use mkdir -p out instead\n", true),
+            (Answer::Deny, Some("use mkdir -p out instead".into()))
+        );
     }
 }

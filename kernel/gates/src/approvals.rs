@@ -150,7 +150,17 @@ pub struct ApprovalRequest {
 pub trait Approver: Send + Sync {
     /// Answers one request. Must not panic; when in doubt, [`Answer::Deny`].
     fn ask(&self, request: &ApprovalRequest) -> Answer;
+
+    /// Answers one request, with what the person said to do instead when the answer is
+    /// [`Answer::Deny`] ("no, and …"); it reaches the model with the refusal. By default,
+    /// [`Approver::ask`] and nothing said.
+    fn ask_why(&self, request: &ApprovalRequest) -> (Answer, Option<String>) {
+        (self.ask(request), None)
+    }
 }
+
+/// The most of what a person said with a "no" that reaches the model.
+pub const INSTEAD_MAX: usize = 2_000;
 
 /// The approver when there is nobody to ask: every request is denied.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -822,7 +832,7 @@ impl Approvals<'_> {
             ),
             can_always: can_always && key.is_some() && self.grants.is_some(),
         };
-        let mut answer = self.approver.ask(&request);
+        let (mut answer, instead) = self.approver.ask_why(&request);
         if answer == Answer::Always && !request.can_always {
             answer = Answer::Session;
         }
@@ -846,7 +856,13 @@ impl Approvals<'_> {
             }
             Answer::Deny => {
                 self.session.reject(summary);
-                let reason = format!("the user denied `{summary}`");
+                let reason = match instead.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+                    Some(said) => {
+                        let said: String = said.chars().take(INSTEAD_MAX).collect();
+                        format!("the user denied `{summary}` and said: {said}")
+                    }
+                    None => format!("the user denied `{summary}`"),
+                };
                 return ruling(Outcome::Refused { reason }, warnings);
             }
         }

@@ -381,3 +381,57 @@ fn concurrent_writers_lose_nothing() -> R {
     assert_eq!(store.list(e.ws.path())?.len(), 160);
     Ok(())
 }
+
+/// Says no, and what to do instead.
+struct SaysInstead(&'static str);
+
+impl Approver for SaysInstead {
+    fn ask(&self, _request: &ApprovalRequest) -> Answer {
+        Answer::Deny
+    }
+
+    fn ask_why(&self, request: &ApprovalRequest) -> (Answer, Option<String>) {
+        (self.ask(request), Some(self.0.to_owned()))
+    }
+}
+
+#[test]
+fn what_the_person_says_with_a_no_reaches_the_refusal_bounded() {
+    let policy = ExecPolicy::builtin();
+    let cmd = "touch x1.txt";
+    let v = policy.decide(cmd);
+    let long = "x".repeat(INSTEAD_MAX + 500);
+    let long: &'static str = Box::leak(long.into_boxed_str());
+    for (said, expect) in [
+        (
+            "use mkdir -p out instead",
+            Some("and said: use mkdir -p out instead"),
+        ),
+        ("   ", None),
+        (long, Some("and said: xxx")),
+    ] {
+        // A fresh session each time: a no is remembered for the exact command.
+        let session = SessionApprovals::new();
+        let approver = SaysInstead(said);
+        let gate = Approvals {
+            session: &session,
+            grants: None,
+            workspace: std::path::Path::new("/ws"),
+            approver: &approver,
+        };
+        let key = policy.approval_key(cmd);
+        let r = gate.authorize("shell", &caps(true, true), cmd, key.as_deref(), Some(&v));
+        let Outcome::Refused { reason } = r.outcome else {
+            panic!("a no runs nothing: {:?}", r.outcome);
+        };
+        match expect {
+            Some(text) => assert!(reason.contains(text), "{reason}"),
+            None => assert_eq!(reason, format!("the user denied `{cmd}`")),
+        }
+        assert!(
+            reason.len() <= INSTEAD_MAX + 100,
+            "bounded: {}",
+            reason.len()
+        );
+    }
+}
