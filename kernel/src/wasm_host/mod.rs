@@ -339,7 +339,7 @@ impl WasmHost {
         if let Some(component) = shipped
             .code
             .filter(|code| self.runs(code))
-            .and_then(|code| self.unpack(plugin, code))
+            .and_then(|code| self.deserialize_shipped(plugin, code))
         {
             return self.link(plugin, component, CacheStatus::Shipped);
         }
@@ -435,7 +435,7 @@ impl WasmHost {
 
     /// The component in `code`, or `None` (logged) when it cannot be used, so the caller
     /// compiles instead.
-    fn unpack(&self, plugin: &str, code: Precompiled<'_>) -> Option<Component> {
+    fn deserialize_shipped(&self, plugin: &str, code: Precompiled<'_>) -> Option<Component> {
         let unpacked = match zstd::stream::decode_all(code.packed) {
             Ok(unpacked) => unpacked,
             Err(e) => {
