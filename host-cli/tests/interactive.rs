@@ -76,6 +76,8 @@ fn slash_commands_unload_reload_and_load_plugins_while_the_session_goes_on() -> 
         // A bundled plugin by name.
         "/load fs-tools",
         "read it",
+        // The whole result of that read, on stderr.
+        "/expand",
         // Another agent loop takes over: it is given the conversation from the log. Until
         // then, a request says what to load rather than failing.
         "/unload agent-loop",
@@ -115,6 +117,10 @@ fn slash_commands_unload_reload_and_load_plugins_while_the_session_goes_on() -> 
         .map(|(id, rest)| (id.to_owned(), rest.to_owned()))
         .ok_or(format!("no resume hint at the end:\n{stderr}"))?;
     assert_eq!(resume.1, format!("{}`", resume.0));
+    assert!(
+        stderr.contains("⎿ read_file, in full:\n") && stderr.contains("hi from the workspace"),
+        "`/expand` did not show the read:\n{stderr}"
+    );
     // `/sessions` listed this session, marked, with its entries so far.
     assert!(
         stderr

@@ -130,8 +130,8 @@ pub async fn exec(
     Ok(exit_for(report.end))
 }
 
-const HELP: &str = "commands: /plugins, /sessions, /load NAME|DIR, /unload NAME, /reload NAME, \
-                    /help, /exit";
+const HELP: &str = "commands: /plugins, /sessions, /expand, /load NAME|DIR, /unload NAME, \
+                    /reload NAME, /help, /exit";
 
 async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
@@ -210,6 +210,13 @@ async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
                             format!("  provides {}", s.provides.join(", "))
                         };
                         eprintln!("  {:<16} {:<8} {:?}{provides}", s.name, s.version, s.state);
+                    }
+                    Ok(None)
+                }
+                "expand" => {
+                    match session.last_result() {
+                        Some((tool, content)) => eprintln!("⎿ {tool}, in full:\n{content}"),
+                        None => eprintln!("no tool has run in this session yet"),
                     }
                     Ok(None)
                 }

@@ -278,6 +278,7 @@ const COMMANDS: &[&str] = &[
     "/help",
     "/plugins",
     "/sessions",
+    "/expand",
     "/load ",
     "/unload ",
     "/reload ",

@@ -50,6 +50,8 @@ pub struct Session {
     ctx_workspace: PathBuf,
     /// Where each plugin came from, for `/reload`.
     origins: Mutex<Vec<(String, Origin)>>,
+    /// The last tool result in full, for `/expand` (the transcript shows its last lines).
+    last_result: output::LastResult,
     overrides: Vec<(String, String, serde_json::Value)>,
     user_config: std::collections::BTreeMap<String, toml::Table>,
 }
@@ -86,6 +88,7 @@ impl Session {
             display: opts.display,
             ctx_workspace: ctx.workspace.clone(),
             origins: Mutex::new(Vec::new()),
+            last_result: output::LastResult::default(),
             overrides,
             user_config: ctx.config.config.clone(),
         };
@@ -166,11 +169,12 @@ impl Session {
         self.kernel.begin_turn();
         let mut events = self.kernel.events();
         let display = self.display;
+        let last_result = self.last_result.clone();
         let (turn_over, mut stop) = tokio::sync::oneshot::channel::<()>();
         let (questions, mut asked) = tokio::sync::mpsc::unbounded_channel::<input::Question>();
         input::route_questions(Some(questions));
         let printer = tokio::spawn(async move {
-            let mut printer = Printer::new(display);
+            let mut printer = Printer::new(display, last_result);
             let mut draining = false;
             // On a terminal, a spinner says what the turn waits for while nothing is shown.
             let spin = display.is_human() && std::io::stderr().is_terminal();
@@ -284,6 +288,14 @@ impl Session {
             println!("{}", report.text);
         }
         Ok(report)
+    }
+
+    /// The last tool result in full, with its tool's name (`/expand`).
+    pub fn last_result(&self) -> Option<(String, String)> {
+        self.last_result
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The workspace of the session.

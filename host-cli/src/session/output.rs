@@ -45,8 +45,13 @@ pub fn end_words(end: TurnEnd) -> &'static str {
     }
 }
 
+/// The last tool result a turn showed, in full, with its tool's name.
+pub(crate) type LastResult = std::sync::Arc<std::sync::Mutex<Option<(String, String)>>>;
+
 /// Renders bus events.
 pub(crate) struct Printer {
+    /// Where the last tool result is kept whole.
+    last_result: LastResult,
     in_text: bool,
     /// What the turn waits for now, for the spinner, and since when.
     waiting_for: String,
@@ -141,6 +146,7 @@ impl Default for Printer {
             frame: 0,
             spinner_shown: false,
             markdown: None,
+            last_result: LastResult::default(),
         }
     }
 }
@@ -150,9 +156,10 @@ const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧"
 
 impl Printer {
     /// A printer for `display`: Markdown is rendered for a person reading stdout on a terminal.
-    pub(crate) fn new(display: Display) -> Printer {
+    pub(crate) fn new(display: Display, last_result: LastResult) -> Printer {
         use std::io::IsTerminal as _;
         Printer {
+            last_result,
             markdown: (display == Display::Human && std::io::stdout().is_terminal())
                 .then(Markdown::new),
             ..Printer::default()
@@ -258,6 +265,11 @@ impl Printer {
             }
             SessionEvent::ToolOutcome { outcome, .. } => {
                 self.wait_for("waiting for the model".into());
+                *self
+                    .last_result
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                    Some((outcome.tool.clone(), outcome.content.clone()));
                 let _ = writeln!(out, "  ⎿ {}", outcome_label(&outcome));
                 let lines: Vec<&str> = outcome
                     .content
