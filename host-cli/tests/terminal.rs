@@ -18,11 +18,11 @@ fn e<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
     move |err| format!("{what}: {err}")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn ctrl_c_at_an_approval_denies_at_once_and_the_session_goes_on() -> R {
-    let server = ModelServer::start(|n, _| {
+/// A model that asks to run `touch x1.txt`, then answers `then`.
+async fn touch_then(then: &'static str) -> Result<ModelServer, Box<dyn std::error::Error>> {
+    Ok(ModelServer::start(move |n, _| {
         if n > 0 {
-            return oa_text(&["Stopped."], "stop");
+            return oa_text(&[then], "stop");
         }
         let mut steps = vec![sse_head()];
         steps.push(oa(
@@ -35,19 +35,40 @@ async fn ctrl_c_at_an_approval_denies_at_once_and_the_session_goes_on() -> R {
         steps.extend(oa_done());
         steps
     })
-    .await?;
+    .await?)
+}
+
+/// A home whose config points keel at `server` (with `extra` config lines), and a workspace.
+fn home_for(
+    server: &ModelServer,
+    extra: &str,
+) -> Result<(tempfile::TempDir, tempfile::TempDir), std::io::Error> {
     let home = tempfile::tempdir()?;
     let ws = tempfile::tempdir()?;
     std::fs::write(
         home.path().join("config.toml"),
         format!(
-            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n{extra}",
             server.url("/v1")
         ),
     )?;
-    let mut cmd = keel_process(home.path(), ws.path());
+    Ok((home, ws))
+}
+
+/// `keel run ARGS` in `home` and `ws`, with a key for the loopback model.
+fn keel_run(home: &std::path::Path, ws: &std::path::Path, args: &[&str]) -> std::process::Command {
+    let mut cmd = keel_process(home, ws);
     cmd.env("OPENAI_API_KEY", "sk-term-0123456789abcdefghijklmnop")
-        .args(["run", "--approval", "ask"]);
+        .arg("run")
+        .args(args);
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_at_an_approval_denies_at_once_and_the_session_goes_on() -> R {
+    let server = touch_then("Stopped.").await?;
+    let (home, ws) = home_for(&server, "")?;
+    let cmd = keel_run(home.path(), ws.path(), &["--approval", "ask"]);
     let screen = tokio::task::spawn_blocking(move || -> Result<(), String> {
         let mut term = expectrl::Session::spawn(cmd).map_err(e("spawn"))?;
         term.set_expect_timeout(Some(Duration::from_secs(60)));
@@ -106,22 +127,12 @@ fn last_user_text(body: &serde_json::Value) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_prompt_edits_recalls_history_across_sessions_completes_and_continues_lines() -> R {
     let server = ModelServer::start(|_, _| oa_text(&["Noted."], "stop")).await?;
-    let home = tempfile::tempdir()?;
-    let ws = tempfile::tempdir()?;
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!(
-            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
-            server.url("/v1")
-        ),
-    )?;
+    let (home, ws) = home_for(&server, "")?;
     let session = |home: std::path::PathBuf,
                    ws: std::path::PathBuf,
                    keys: Vec<(&'static str, &'static str)>| {
         tokio::task::spawn_blocking(move || -> Result<(), String> {
-            let mut cmd = keel_process(&home, &ws);
-            cmd.env("OPENAI_API_KEY", "sk-term-0123456789abcdefghijklmnop")
-                .arg("run");
+            let cmd = keel_run(&home, &ws, &[]);
             let mut term = expectrl::Session::spawn(cmd).map_err(e("spawn"))?;
             term.set_expect_timeout(Some(Duration::from_secs(60)));
             for (send, then) in keys {
@@ -193,19 +204,8 @@ async fn a_stalled_model_shows_a_spinner_with_what_it_waits_for_and_the_time() -
         steps
     })
     .await?;
-    let home = tempfile::tempdir()?;
-    let ws = tempfile::tempdir()?;
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!(
-            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n\
-             [config.model-openai]\nidle-timeout-ms = 10000\n",
-            server.url("/v1")
-        ),
-    )?;
-    let mut cmd = keel_process(home.path(), ws.path());
-    cmd.env("OPENAI_API_KEY", "sk-term-0123456789abcdefghijklmnop")
-        .arg("run");
+    let (home, ws) = home_for(&server, "[config.model-openai]\nidle-timeout-ms = 10000\n")?;
+    let cmd = keel_run(home.path(), ws.path(), &[]);
     tokio::task::spawn_blocking(move || -> Result<(), String> {
         let mut term = expectrl::Session::spawn(cmd).map_err(e("spawn"))?;
         term.set_expect_timeout(Some(Duration::from_secs(60)));
@@ -236,18 +236,8 @@ async fn the_answer_is_rendered_as_markdown_on_a_terminal() -> R {
         )
     })
     .await?;
-    let home = tempfile::tempdir()?;
-    let ws = tempfile::tempdir()?;
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!(
-            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
-            server.url("/v1")
-        ),
-    )?;
-    let mut cmd = keel_process(home.path(), ws.path());
-    cmd.env("OPENAI_API_KEY", "sk-term-0123456789abcdefghijklmnop")
-        .arg("run");
+    let (home, ws) = home_for(&server, "")?;
+    let cmd = keel_run(home.path(), ws.path(), &[]);
     let shown = tokio::task::spawn_blocking(move || -> Result<String, String> {
         let mut term = expectrl::Session::spawn(cmd).map_err(e("spawn"))?;
         term.set_expect_timeout(Some(Duration::from_secs(60)));
@@ -281,34 +271,9 @@ async fn the_answer_is_rendered_as_markdown_on_a_terminal() -> R {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_no_with_what_to_do_instead_reaches_the_model() -> R {
-    let server = ModelServer::start(|n, _| {
-        if n > 0 {
-            return oa_text(&["Understood."], "stop");
-        }
-        let mut steps = vec![sse_head()];
-        steps.push(oa(
-            json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                    "function": {"name": "exec_shell",
-                                 "arguments": "{\"command\": \"touch x1.txt\"}"}}]}),
-            None,
-        ));
-        steps.push(oa(json!({}), Some("tool_calls")));
-        steps.extend(oa_done());
-        steps
-    })
-    .await?;
-    let home = tempfile::tempdir()?;
-    let ws = tempfile::tempdir()?;
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!(
-            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
-            server.url("/v1")
-        ),
-    )?;
-    let mut cmd = keel_process(home.path(), ws.path());
-    cmd.env("OPENAI_API_KEY", "sk-term-0123456789abcdefghijklmnop")
-        .args(["run", "--approval", "ask"]);
+    let server = touch_then("Understood.").await?;
+    let (home, ws) = home_for(&server, "")?;
+    let cmd = keel_run(home.path(), ws.path(), &["--approval", "ask"]);
     tokio::task::spawn_blocking(move || -> Result<(), String> {
         let mut term = expectrl::Session::spawn(cmd).map_err(e("spawn"))?;
         term.set_expect_timeout(Some(Duration::from_secs(60)));
