@@ -287,7 +287,7 @@ impl Shared {
         match outcome {
             Ok(out) => Ok(out),
             Err(e) => {
-                let message = format!("plugin `{plugin}` ({what}): {e}");
+                let message = keel_protocol::call_failure::describe(plugin, &what, &e.to_string());
                 if matches!(e, crate::instance::InstanceError::Limit { .. }) {
                     // A limit is the plugin's bound doing its job, not a broken plugin: the
                     // next call gets a fresh instance.

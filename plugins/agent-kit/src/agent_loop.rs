@@ -544,15 +544,10 @@ impl<D: AgentDoors> AgentLoop<D> {
 }
 
 /// What a failed model call tells the person: the model plugin's own words ("the model provider
-/// rejected the API key …"), without the kernel's routing prefix (``plugin `model-openai`
-/// (service `model`, method `complete`): ``), which names plumbing, not the problem.
+/// rejected the API key …"), without the kernel's routing (``plugin `model-openai` (service
+/// `model`, method `complete`): ``), which names plumbing, not the problem.
 fn model_failure(e: &DoorError) -> String {
-    let message = e.message.as_str();
-    message
-        .strip_prefix("plugin `")
-        .and_then(|rest| rest.split_once("): "))
-        .map_or(message, |(_, own)| own)
-        .to_owned()
+    keel_protocol::call_failure::failure_message(&e.message).to_owned()
 }
 
 /// Why a final answer may be incomplete, for the person: it is kept as it arrived (an

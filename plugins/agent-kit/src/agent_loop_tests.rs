@@ -383,9 +383,11 @@ fn a_model_error_reads_as_the_model_plugin_said_it_without_the_kernels_routing()
     let mut k = FakeKernel::default();
     k.responses.push_back(Err(DoorError {
         kind: "failed",
-        message: "plugin `model-openai` (service `model`, method `complete`): the model \
-                  provider rejected the API key (HTTP 401): check it"
-            .into(),
+        message: keel_protocol::call_failure::describe(
+            "model-openai",
+            "service `model`, method `complete`",
+            "the model provider rejected the API key (HTTP 401): check it",
+        ),
     }));
     let mut a = agent(k, "{}");
     let r = turn(&mut a, "go");
