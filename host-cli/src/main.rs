@@ -102,7 +102,7 @@ enum VerifyCommand {
 /// Whether keel's log lines on stderr may carry colour: `CLICOLOR_FORCE` (not `0`) forces it,
 /// `NO_COLOR` (any value) turns it off, and otherwise only a terminal gets it, so a pipe or a
 /// file never holds escape codes.
-fn colour_on_stderr() -> bool {
+pub(crate) fn colour_on_stderr() -> bool {
     use std::io::IsTerminal as _;
     if std::env::var_os("CLICOLOR_FORCE").is_some_and(|v| v != "0") {
         return true;

@@ -1,6 +1,7 @@
 //! `keel run` in a real terminal (a pseudo-terminal): the approval question says what each
 //! answer covers, Ctrl-C at the question denies and cancels the turn at once (no Enter
-//! needed), Ctrl-C at the idle prompt asks before leaving, and leaving shows how to resume.
+//! needed), Ctrl-C at the idle prompt asks before leaving, leaving shows how to resume, a write
+//! is approved from its diff, and nothing the model sends can drive the terminal.
 
 use std::time::Duration;
 
@@ -20,6 +21,16 @@ fn e<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
 
 /// A model that asks to run `touch x1.txt`, then answers `then`.
 async fn touch_then(then: &'static str) -> Result<ModelServer, Box<dyn std::error::Error>> {
+    call_then("exec_shell", json!({"command": "touch x1.txt"}), then).await
+}
+
+/// A model that calls `tool` with `args`, then answers `then`.
+async fn call_then(
+    tool: &'static str,
+    args: serde_json::Value,
+    then: &'static str,
+) -> Result<ModelServer, Box<dyn std::error::Error>> {
+    let args = args.to_string();
     Ok(ModelServer::start(move |n, _| {
         if n > 0 {
             return oa_text(&[then], "stop");
@@ -27,8 +38,7 @@ async fn touch_then(then: &'static str) -> Result<ModelServer, Box<dyn std::erro
         let mut steps = vec![sse_head()];
         steps.push(oa(
             json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                    "function": {"name": "exec_shell",
-                                 "arguments": "{\"command\": \"touch x1.txt\"}"}}]}),
+                    "function": {"name": tool, "arguments": args}}]}),
             None,
         ));
         steps.push(oa(json!({}), Some("tool_calls")));
@@ -295,5 +305,58 @@ async fn a_no_with_what_to_do_instead_reaches_the_model() -> R {
         "{second}"
     );
     assert!(!ws.path().join("x1.txt").exists());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_approval_shows_the_diff_and_no_escape_sequence_reaches_the_terminal() -> R {
+    let server = call_then(
+        "write_file",
+        json!({"path": "notes.txt", "content": "alpha\nBETA\ngamma\n"}),
+        // A hostile answer: retitle the window, clear the screen, hide text.
+        "Written.\x1b]0;pwned\x07\x1b[2J\x1b[8mhidden\x1b[0m All done.",
+    )
+    .await?;
+    let (home, ws) = home_for(&server, "")?;
+    std::fs::write(ws.path().join("notes.txt"), "alpha\nbeta\ngamma\n")?;
+    let mut cmd = keel_run(home.path(), ws.path(), &["--approval", "ask"]);
+    cmd.env("CLICOLOR_FORCE", "1");
+    let shown = tokio::task::spawn_blocking(move || -> Result<String, String> {
+        let mut term = expectrl::Session::spawn(cmd).map_err(e("spawn"))?;
+        term.set_expect_timeout(Some(Duration::from_secs(60)));
+        term.expect("› ").map_err(e("the prompt"))?;
+        term.send_line("fix the notes").map_err(e("typing"))?;
+        let question = term.expect("answer: ").map_err(e("the question"))?;
+        let question = String::from_utf8_lossy(question.before()).into_owned();
+        term.send_line("y").map_err(e("answering"))?;
+        let answer = term.expect("All done.").map_err(e("the answer"))?;
+        let answer = String::from_utf8_lossy(answer.before()).into_owned();
+        term.expect("› ").map_err(e("the prompt again"))?;
+        term.send_line("/exit").map_err(e("exit"))?;
+        term.expect("keel resume").map_err(e("leaving"))?;
+        Ok(format!("{question}\n=====\n{answer}"))
+    })
+    .await??;
+    let (question, answer) = shown.split_once("\n=====\n").ok_or("no split")?;
+    assert!(
+        question.contains("wants to run: write_file notes.txt"),
+        "{question}"
+    );
+    assert!(question.contains("the change to notes.txt:"), "{question}");
+    // The diff: the old line red, the new one green, context plain.
+    assert!(question.contains("\x1b[31m  - beta\x1b[0m"), "{question:?}");
+    assert!(question.contains("\x1b[32m  + BETA\x1b[0m"), "{question:?}");
+    assert!(question.contains("    alpha"), "{question}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("notes.txt"))?,
+        "alpha\nBETA\ngamma\n"
+    );
+    for hostile in ["\x1b]0;", "\x1b[2J", "\x1b[8m", "\x07"] {
+        assert!(
+            !answer.contains(hostile),
+            "{hostile:?} reached the terminal: {answer:?}"
+        );
+    }
+    assert!(answer.contains("Written."), "{answer:?}");
     Ok(())
 }

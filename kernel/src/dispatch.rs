@@ -13,7 +13,7 @@ use std::sync::Arc;
 use keel_protocol::{OutcomeStatus, Resolution, ResolveRequest, ToolOutcome, services};
 use serde_json::Value;
 
-use crate::gates::approvals::{Approvals, Outcome};
+use crate::gates::approvals::{Approvals, Outcome, Preview};
 use crate::gates::arg_repair;
 use crate::gates::exec_policy::Decision;
 use crate::gates::sanitize;
@@ -340,6 +340,7 @@ async fn judge(
     }
     let summary = command.map_or_else(|| summarize(tool, input), str::to_owned);
     let key = command.and_then(|c| gates.policy.approval_key(c));
+    let preview = command.is_none().then(|| Preview::of(input)).flatten();
     let gates2 = gates.clone();
     let tool2 = tool.to_owned();
     let verdict2 = verdict.clone();
@@ -351,7 +352,14 @@ async fn judge(
             workspace: &workspace,
             approver: &*gates2.approver,
         }
-        .authorize(&tool2, &caps, &summary, key.as_deref(), verdict2.as_ref())
+        .authorize(
+            &tool2,
+            &caps,
+            &summary,
+            key.as_deref(),
+            verdict2.as_ref(),
+            preview,
+        )
     })
     .await;
     let ruling = match ruling {

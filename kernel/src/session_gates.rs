@@ -465,6 +465,7 @@ impl SessionGates {
                  not remembered"
             ),
             can_always: false,
+            preview: None,
         };
         let approver = self.approver.clone();
         let answer = tokio::task::spawn_blocking(move || approver.ask(&request))

@@ -10,7 +10,7 @@ use keel_protocol::TurnEnd;
 use crate::config::Context;
 use keel_kernel::gates::exec_policy::ApprovalMode;
 
-use crate::session::{Display, Reply, Session, SessionOptions};
+use crate::session::{Display, Reply, Session, SessionOptions, terminal_safe};
 use crate::settings::approval_parser;
 
 /// Options every session command shares.
@@ -215,7 +215,11 @@ async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
                 }
                 "expand" => {
                     match session.last_result() {
-                        Some((tool, content)) => eprintln!("⎿ {tool}, in full:\n{content}"),
+                        Some((tool, content)) => eprintln!(
+                            "⎿ {}, in full:\n{}",
+                            terminal_safe(&tool),
+                            terminal_safe(&content)
+                        ),
                         None => eprintln!("no tool has run in this session yet"),
                     }
                     Ok(None)
@@ -250,7 +254,8 @@ async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
             match result {
                 Ok(Some(done)) => eprintln!("{done}"),
                 Ok(None) => {}
-                Err(e) => eprintln!("error: {e:#}"),
+                // Failures can carry a plugin's own words.
+                Err(e) => eprintln!("error: {}", terminal_safe(&format!("{e:#}"))),
             }
             continue;
         }
@@ -262,7 +267,7 @@ async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
             continue;
         }
         if let Err(e) = session.turn(line).await {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", terminal_safe(&format!("{e:#}")));
         }
     }
 }

@@ -3,6 +3,7 @@
 //! gate with its audit log, and the sandbox.
 
 use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use keel_kernel::gates::approvals::{
@@ -12,6 +13,7 @@ use keel_kernel::gates::exec_policy::ApprovalMode;
 use keel_kernel::{GateConfig, NetConfig};
 
 use super::input::{self, Reply};
+use super::{preview, terminal_safe};
 use crate::config::Context;
 use crate::settings::{self, ModelChoice};
 
@@ -25,7 +27,7 @@ pub(crate) fn gate_config(
     if let Some(mode) = approval {
         policy = policy.with_approval(mode);
     }
-    let approver = approver_for(policy.approval());
+    let approver = approver_for(policy.approval(), &ctx.workspace);
     let grants = match GrantStore::open(&ctx.grants_file(), &ctx.workspace) {
         Ok((store, warnings)) => {
             for w in warnings {
@@ -55,18 +57,31 @@ pub(crate) fn gate_config(
 
 /// Asks on the terminal: once, for the session, always, or deny. Ctrl-C while it waits denies
 /// at once (the turn is being cancelled).
-struct TerminalApprover;
+struct TerminalApprover {
+    /// Where a write's or edit's path is resolved, to show its diff.
+    workspace: PathBuf,
+}
 
-/// The question for `request`, each answer saying in words what it lets run.
-fn approval_question(request: &ApprovalRequest) -> String {
+/// The question for `request`, each answer saying in words what it lets run; a file change is
+/// shown as a diff against `workspace`'s file. Every word from the request passed through a
+/// plugin or the model, so it is made safe to print.
+fn approval_question(request: &ApprovalRequest, workspace: &Path, colour: bool) -> String {
+    let safe = |text: &str| terminal_safe(text);
     let covers = match &request.key {
-        Some(key) => format!("any `{key} …` in this workspace"),
-        None => format!("this same {} request", request.tool),
+        Some(key) => format!("any `{} …` in this workspace", safe(key)),
+        None => format!("this same {} request", safe(&request.tool)),
     };
+    let change = request
+        .preview
+        .as_ref()
+        .map(|p| preview::render(p, workspace, colour))
+        .unwrap_or_default();
     let mut question = format!(
-        "\n? {} wants to run: {}\n  why: {}\n  [y] yes, this once\n  [s] yes, and for the rest \
-         of this session: {covers}\n",
-        request.tool, request.summary, request.reason
+        "\n? {} wants to run: {}\n{change}  why: {}\n  [y] yes, this once\n  [s] yes, and for \
+         the rest of this session: {covers}\n",
+        safe(&request.tool),
+        safe(&request.summary),
+        safe(&request.reason)
     );
     if request.can_always {
         question.push_str(&format!(
@@ -100,7 +115,8 @@ impl Approver for TerminalApprover {
     fn ask_why(&self, request: &ApprovalRequest) -> (Answer, Option<String>) {
         let _asking = input::asking();
         let mut err = std::io::stderr();
-        input::show_question(&approval_question(request));
+        let colour = crate::colour_on_stderr();
+        input::show_question(&approval_question(request, &self.workspace, colour));
         let line = match input::answer_unless_cancelled("  answer: ") {
             Reply::Line(line) => line,
             Reply::End => return (Answer::Deny, None),
@@ -120,9 +136,11 @@ impl Approver for TerminalApprover {
     }
 }
 
-fn approver_for(mode: ApprovalMode) -> Arc<dyn Approver> {
+fn approver_for(mode: ApprovalMode, workspace: &Path) -> Arc<dyn Approver> {
     match mode {
-        ApprovalMode::Ask if std::io::stdin().is_terminal() => Arc::new(TerminalApprover),
+        ApprovalMode::Ask if std::io::stdin().is_terminal() => Arc::new(TerminalApprover {
+            workspace: workspace.to_owned(),
+        }),
         other => Arc::new(PolicyApprover(other)),
     }
 }
@@ -138,12 +156,14 @@ mod tests {
             key: key.map(str::to_owned),
             reason: "it writes files".into(),
             can_always,
+            preview: None,
         }
     }
 
     #[test]
     fn each_answer_says_what_it_lets_run() {
-        let q = approval_question(&request(Some("touch"), true));
+        let ws = Path::new("/nonexistent");
+        let q = approval_question(&request(Some("touch"), true), ws, false);
         assert!(q.contains("wants to run: touch x1.txt"), "{q}");
         assert!(
             q.contains(
@@ -155,7 +175,7 @@ mod tests {
             q.contains("[a] yes, and always (remembered across sessions): any `touch …`"),
             "{q}"
         );
-        let q = approval_question(&request(None, false));
+        let q = approval_question(&request(None, false), ws, false);
         assert!(q.contains("session: this same exec_shell request"), "{q}");
         assert!(!q.contains("[a]"), "{q}");
     }

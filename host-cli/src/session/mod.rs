@@ -7,6 +7,7 @@ mod gates;
 mod input;
 mod loading;
 mod output;
+mod preview;
 
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ use crate::runtime::Origin;
 use crate::settings::{ModelChoice, model_overrides};
 pub(crate) use input::{Reply, prompt, use_line_editor};
 use output::Printer;
+pub(crate) use output::terminal_safe;
 pub use output::{Display, JSON_VERSION};
 
 /// Settings of one session.
@@ -277,15 +279,22 @@ impl Session {
         }
         if display.is_human() {
             let ended = output::end_words(report.end);
+            let detail = terminal_safe(&report.detail);
             match (report.end, report.detail.is_empty()) {
                 (TurnEnd::Completed, true) => {}
-                (TurnEnd::Completed, false) => eprintln!("[{}]", report.detail),
+                (TurnEnd::Completed, false) => eprintln!("[{detail}]"),
                 (_, true) => eprintln!("[turn ended: {ended}]"),
-                (_, false) => eprintln!("[turn ended: {ended}: {}]", report.detail),
+                (_, false) => eprintln!("[turn ended: {ended}: {detail}]"),
             }
         }
         if display == Display::Answer && !report.text.is_empty() {
-            println!("{}", report.text);
+            // A script reading stdout gets the answer exactly; a person's terminal gets it
+            // made safe to show.
+            if std::io::stdout().is_terminal() {
+                println!("{}", terminal_safe(&report.text));
+            } else {
+                println!("{}", report.text);
+            }
         }
         Ok(report)
     }

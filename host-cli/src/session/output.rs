@@ -219,6 +219,7 @@ impl Printer {
         if event.topic == topics::MODEL_DELTA {
             match serde_json::from_str::<StreamDelta>(&event.payload) {
                 Ok(StreamDelta::Text { text }) => {
+                    let text = terminal_safe(&text);
                     self.in_text = true;
                     self.step_chars += text.chars().count();
                     match &mut self.markdown {
@@ -230,7 +231,7 @@ impl Printer {
                     }
                 }
                 Ok(StreamDelta::Retry { attempt, reason }) => {
-                    eprintln!("[model: retry {attempt}: {reason}]");
+                    eprintln!("[model: retry {attempt}: {}]", terminal_safe(&reason));
                 }
                 _ => {}
             }
@@ -258,7 +259,12 @@ impl Printer {
                 .tool_calls()
                 {
                     self.end_text(out);
-                    let _ = writeln!(out, "⏺ {name} {}", short(args, 160));
+                    let _ = writeln!(
+                        out,
+                        "⏺ {} {}",
+                        terminal_safe(name),
+                        short(&terminal_safe(args), 160)
+                    );
                     self.wait_for(format!("running {name}"));
                 }
                 self.step_chars = 0;
@@ -281,7 +287,7 @@ impl Printer {
                     let _ = writeln!(out, "    … {hidden} line(s) above");
                 }
                 for line in &lines[hidden..] {
-                    let _ = writeln!(out, "    {}", short(line, 200));
+                    let _ = writeln!(out, "    {}", short(&terminal_safe(line), 200));
                 }
             }
             SessionEvent::Verdict { verdict, .. } => {
@@ -290,8 +296,8 @@ impl Printer {
                     out,
                     "✔ verifier: {:?} ({}) {}",
                     verdict.status,
-                    verdict.dimension,
-                    verdict.command.unwrap_or_default()
+                    terminal_safe(&verdict.dimension),
+                    terminal_safe(&verdict.command.unwrap_or_default())
                 );
             }
             _ => {}
@@ -371,6 +377,14 @@ pub(crate) fn outcome_label(outcome: &keel_protocol::ToolOutcome) -> String {
         (false, Some(code)) if outcome.status == OutcomeStatus::Ok => format!("exit code {code}"),
         (false, Some(code)) => format!("{base}: exit code {code}"),
     }
+}
+
+/// Text from outside keel (the model, a tool, a plugin's words, a file) made safe to print on
+/// a terminal: escape sequences, control characters and invisible characters are removed by
+/// the same gate that cleans tool output for the model, so nothing shown can move the cursor,
+/// retitle the window, hide text or rewrite what was shown before.
+pub(crate) fn terminal_safe(text: &str) -> String {
+    keel_kernel::gates::sanitize::sanitize_text(text).text
 }
 
 pub(crate) fn short(s: &str, max: usize) -> String {

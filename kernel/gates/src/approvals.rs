@@ -144,6 +144,55 @@ pub struct ApprovalRequest {
     /// Whether "always" may be offered; an [`Answer::Always`] to a request without it is
     /// treated as [`Answer::Session`].
     pub can_always: bool,
+    /// The change a file tool was asked to make, so the approver can show it (a diff) rather
+    /// than only the path.
+    pub preview: Option<Preview>,
+}
+
+/// The change a file tool call asks for, taken from its arguments: what the person approves is
+/// what the tool receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Preview {
+    /// The whole file at `path` (relative to the workspace, or absolute) becomes `content`.
+    Write {
+        /// The path as the tool received it.
+        path: String,
+        /// The new content.
+        content: String,
+    },
+    /// `old` becomes `new` in the file at `path` (every occurrence when `all`).
+    Edit {
+        /// The path as the tool received it.
+        path: String,
+        /// The text replaced.
+        old: String,
+        /// Its replacement.
+        new: String,
+        /// Whether every occurrence is replaced.
+        all: bool,
+    },
+}
+
+impl Preview {
+    /// The preview of a call with `input`: a `path` with `content` is a write, a `path` with
+    /// `old_string` and `new_string` an edit (the arguments of the bundled file tools and of
+    /// the common file-editing tool shapes); anything else has none.
+    pub fn of(input: &serde_json::Value) -> Option<Preview> {
+        let text = |key: &str| input.get(key).and_then(serde_json::Value::as_str);
+        let path = text("path")?.to_owned();
+        if let (Some(old), Some(new)) = (text("old_string"), text("new_string")) {
+            return Some(Preview::Edit {
+                path,
+                old: old.to_owned(),
+                new: new.to_owned(),
+                all: input.get("replace_all") == Some(&serde_json::Value::Bool(true)),
+            });
+        }
+        text("content").map(|content| Preview::Write {
+            path,
+            content: content.to_owned(),
+        })
+    }
 }
 
 /// Whoever answers approval requests: an interactive prompt, or a fixed policy.
@@ -796,6 +845,7 @@ impl Approvals<'_> {
         summary: &str,
         key: Option<&str>,
         verdict: Option<&Verdict>,
+        preview: Option<Preview>,
     ) -> Ruling {
         let mut warnings = Vec::new();
         let can_always = match required_approval(caps, verdict) {
@@ -831,6 +881,7 @@ impl Approvals<'_> {
                 |v| v.reason.clone(),
             ),
             can_always: can_always && key.is_some() && self.grants.is_some(),
+            preview,
         };
         let (mut answer, instead) = self.approver.ask_why(&request);
         if answer == Answer::Always && !request.can_always {

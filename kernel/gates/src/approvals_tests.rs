@@ -95,6 +95,7 @@ fn policy_approver_and_deny_all() {
         key: Some("cargo build".into()),
         reason: "unknown".into(),
         can_always: true,
+        preview: None,
     };
     assert_eq!(PolicyApprover(ApprovalMode::Auto).ask(&req), Answer::Once);
     assert_eq!(PolicyApprover(ApprovalMode::Ask).ask(&req), Answer::Deny);
@@ -144,7 +145,7 @@ fn forbidden_never_offered_always_nor_auto_approved() -> R {
         workspace: e.ws.path(),
         approver: &approver,
     };
-    let r = gate.authorize("shell", &caps(true, true), cmd, Some("rm"), Some(&v));
+    let r = gate.authorize("shell", &caps(true, true), cmd, Some("rm"), Some(&v), None);
     assert!(matches!(r.outcome, Outcome::Refused { .. }));
     assert!(
         lock(&approver.1).is_empty(),
@@ -171,7 +172,14 @@ fn authorize_flow_session_and_always() -> R {
         workspace: e.ws.path(),
         approver: &always,
     };
-    let r = gate.authorize("shell", &caps(false, true), cmd, key.as_deref(), Some(&v));
+    let r = gate.authorize(
+        "shell",
+        &caps(false, true),
+        cmd,
+        key.as_deref(),
+        Some(&v),
+        None,
+    );
     assert_eq!(r.outcome, Outcome::Run);
     assert!(lock(&always.1)[0].can_always);
     assert_eq!(store.list(e.ws.path())?, vec!["cargo build".to_owned()]);
@@ -192,6 +200,7 @@ fn authorize_flow_session_and_always() -> R {
         cmd2,
         key2.as_deref(),
         Some(&policy.decide(cmd2)),
+        None,
     );
     assert_eq!(r.outcome, Outcome::Run);
     // Denied exactly, then refused without asking again.
@@ -202,6 +211,7 @@ fn authorize_flow_session_and_always() -> R {
         t,
         policy.approval_key(t).as_deref(),
         Some(&policy.decide(t)),
+        None,
     );
     assert!(matches!(r.outcome, Outcome::Refused { .. }));
     assert!(session2.is_rejected(t));
@@ -212,9 +222,25 @@ fn authorize_flow_session_and_always() -> R {
         approver: &write,
         ..gate2
     };
-    let r = gate3.authorize("write_file", &caps(true, false), "src/main.rs", None, None);
+    let input = serde_json::json!({"path": "src/main.rs", "content": "fn main() {}\n"});
+    let r = gate3.authorize(
+        "write_file",
+        &caps(true, false),
+        "src/main.rs",
+        None,
+        None,
+        Preview::of(&input),
+    );
     assert_eq!(r.outcome, Outcome::Run);
     assert!(!lock(&write.1)[0].can_always);
+    // The approver is shown what the tool was asked to write.
+    assert_eq!(
+        lock(&write.1)[0].preview,
+        Some(Preview::Write {
+            path: "src/main.rs".into(),
+            content: "fn main() {}\n".into()
+        })
+    );
     Ok(())
 }
 
@@ -420,7 +446,14 @@ fn what_the_person_says_with_a_no_reaches_the_refusal_bounded() {
             approver: &approver,
         };
         let key = policy.approval_key(cmd);
-        let r = gate.authorize("shell", &caps(true, true), cmd, key.as_deref(), Some(&v));
+        let r = gate.authorize(
+            "shell",
+            &caps(true, true),
+            cmd,
+            key.as_deref(),
+            Some(&v),
+            None,
+        );
         let Outcome::Refused { reason } = r.outcome else {
             panic!("a no runs nothing: {:?}", r.outcome);
         };
@@ -434,4 +467,27 @@ fn what_the_person_says_with_a_no_reaches_the_refusal_bounded() {
             reason.len()
         );
     }
+}
+
+#[test]
+fn a_file_call_is_previewed_from_its_arguments() {
+    let edit = serde_json::json!({
+        "path": "a.rs", "old_string": "x", "new_string": "y", "replace_all": true
+    });
+    assert_eq!(
+        Preview::of(&edit),
+        Some(Preview::Edit {
+            path: "a.rs".into(),
+            old: "x".into(),
+            new: "y".into(),
+            all: true
+        })
+    );
+    // No path, or neither content nor a replacement: nothing to preview.
+    assert_eq!(Preview::of(&serde_json::json!({"content": "x"})), None);
+    assert_eq!(Preview::of(&serde_json::json!({"path": "a.rs"})), None);
+    assert_eq!(
+        Preview::of(&serde_json::json!({"path": 3, "content": "x"})),
+        None
+    );
 }

@@ -699,6 +699,7 @@ impl NetClient {
                     key: Some(host.clone()),
                     reason: verdict.reason.clone(),
                     can_always: false,
+                    preview: None,
                 };
                 let asker = Arc::clone(approver);
                 let answer = tokio::task::spawn_blocking(move || asker.ask(&request))
