@@ -155,9 +155,9 @@ mod tests {
     }
 
     #[test]
-    fn a_write_shows_what_changes_in_the_file() {
-        let ws = tempfile::tempdir().unwrap();
-        std::fs::write(ws.path().join("a.txt"), "one\ntwo\nthree\n").unwrap();
+    fn a_write_shows_what_changes_in_the_file() -> std::io::Result<()> {
+        let ws = tempfile::tempdir()?;
+        std::fs::write(ws.path().join("a.txt"), "one\ntwo\nthree\n")?;
         let shown = render(&write("a.txt", "one\nTWO\nthree\n"), ws.path(), false);
         assert!(shown.contains("the change to a.txt:"), "{shown}");
         assert!(shown.contains("  - two\n  + TWO\n"), "{shown}");
@@ -165,22 +165,24 @@ mod tests {
         let coloured = render(&write("a.txt", "one\nTWO\nthree\n"), ws.path(), true);
         assert!(coloured.contains("\x1b[31m  - two\x1b[0m"), "{coloured}");
         assert!(coloured.contains("\x1b[32m  + TWO\x1b[0m"), "{coloured}");
+        Ok(())
     }
 
     #[test]
-    fn a_new_file_is_all_additions_and_a_long_change_is_cut() {
-        let ws = tempfile::tempdir().unwrap();
+    fn a_new_file_is_all_additions_and_a_long_change_is_cut() -> std::io::Result<()> {
+        let ws = tempfile::tempdir()?;
         let content: String = (0..100).map(|i| format!("line {i}\n")).collect();
         let shown = render(&write("new.txt", &content), ws.path(), false);
         assert!(shown.contains("new.txt (a new file)"), "{shown}");
         assert!(shown.contains("  + line 0\n"), "{shown}");
         assert!(!shown.contains("line 99"), "{shown}");
         assert!(shown.contains("… 40 more line(s) of the change"), "{shown}");
+        Ok(())
     }
 
     #[test]
-    fn escape_sequences_in_the_change_do_not_reach_the_terminal() {
-        let ws = tempfile::tempdir().unwrap();
+    fn escape_sequences_in_the_change_do_not_reach_the_terminal() -> std::io::Result<()> {
+        let ws = tempfile::tempdir()?;
         let shown = render(
             &write("x\x1b]0;pwned\x07.txt", "ok\n\x1b[2J\x1b[31mred\n"),
             ws.path(),
@@ -188,21 +190,23 @@ mod tests {
         );
         assert!(!shown.contains('\x1b'), "{shown:?}");
         assert!(shown.contains("  + red"), "{shown:?}");
+        Ok(())
     }
 
     #[test]
-    fn a_path_out_of_the_workspace_is_not_read() {
-        let outside = tempfile::tempdir().unwrap();
-        std::fs::write(outside.path().join("secret"), "hunter2\n").unwrap();
-        let ws = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(outside.path().join("secret"), ws.path().join("link")).unwrap();
+    fn a_path_out_of_the_workspace_is_not_read() -> std::io::Result<()> {
+        let outside = tempfile::tempdir()?;
+        std::fs::write(outside.path().join("secret"), "hunter2\n")?;
+        let ws = tempfile::tempdir()?;
+        std::os::unix::fs::symlink(outside.path().join("secret"), ws.path().join("link"))?;
         let shown = render(&write("link", "x\n"), ws.path(), false);
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("outside the workspace"), "{shown}");
+        Ok(())
     }
 
     #[test]
-    fn an_edit_shows_the_replacement() {
+    fn an_edit_shows_the_replacement() -> std::io::Result<()> {
         let edit = Preview::Edit {
             path: "src/lib.rs".into(),
             old: "a - b\n".into(),
@@ -212,5 +216,6 @@ mod tests {
         let shown = render(&edit, Path::new("/nonexistent"), false);
         assert!(shown.contains("  - a - b\n  + a + b\n"), "{shown}");
         assert!(shown.contains("where it occurs once"), "{shown}");
+        Ok(())
     }
 }
