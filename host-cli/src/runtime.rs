@@ -85,22 +85,55 @@ pub fn bundled_package(
     )?)
 }
 
-/// Plugins installed from a registry, each re-hashed against the lockfile first, with the
-/// directory each was installed to.
+/// Plugins installed from a registry, each re-hashed against the lockfile first.
 pub fn installed_packages(
     ctx: &Context,
     loader: &PluginLoader,
-) -> anyhow::Result<Vec<(PluginPackage, std::path::PathBuf)>> {
+) -> anyhow::Result<Vec<PluginPackage>> {
     keel_registry::load_installed(&keel_registry::Home::new(&ctx.home))?
         .into_iter()
-        .map(|installed| {
-            let package = match installed.component {
-                Some(bytes) => loader.from_component(installed.manifest, &bytes)?,
-                None => loader.from_path(&installed.dir)?,
-            };
-            Ok((package, installed.dir))
-        })
+        .map(|installed| installed_package(loader, installed))
         .collect()
+}
+
+/// The package of one installed plugin (already re-hashed against the lockfile).
+fn installed_package(
+    loader: &PluginLoader,
+    installed: keel_registry::InstalledPlugin,
+) -> anyhow::Result<PluginPackage> {
+    Ok(match installed.component {
+        Some(bytes) => loader.from_component(installed.manifest, &bytes)?,
+        None => loader.from_path(&installed.dir)?,
+    })
+}
+
+/// The installed plugin `name` (its own name, or `namespace:name`), re-hashed against the
+/// lockfile, if one is installed.
+pub fn find_installed(
+    home: &std::path::Path,
+    loader: &PluginLoader,
+    name: &str,
+) -> anyhow::Result<Option<PluginPackage>> {
+    keel_registry::load_installed(&keel_registry::Home::new(home))?
+        .into_iter()
+        .find(|installed| {
+            installed.manifest.name == name || installed.entry.name.to_string() == name
+        })
+        .map(|installed| installed_package(loader, installed))
+        .transpose()
+}
+
+/// The names of the installed plugins (for Tab completion); none when the lockfile cannot
+/// be read.
+pub fn installed_names(home: &std::path::Path) -> Vec<String> {
+    keel_registry::Lockfile::load(&keel_registry::Home::new(home).lock_path())
+        .map(|lock| {
+            lock.plugins
+                .iter()
+                .map(|p| p.name.name().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Where one of a session's plugins comes from.
@@ -109,8 +142,8 @@ pub enum PluginSource {
     Bundled(&'static keel_bundled_plugins::Bundled),
     /// A plugin directory (or manifest) named in `[profile] plugins` or `[plugins] paths`.
     Path(std::path::PathBuf),
-    /// A plugin installed from a registry, re-hashed against the lockfile, and its directory.
-    Installed(Box<PluginPackage>, std::path::PathBuf),
+    /// A plugin installed from a registry, re-hashed against the lockfile.
+    Installed(Box<PluginPackage>),
 }
 
 /// The plugins of a session of this config, in load order: the profile's entries (bundled
@@ -143,8 +176,8 @@ pub fn session_plugins(ctx: &Context, loader: &PluginLoader) -> anyhow::Result<V
             .cloned()
             .map(PluginSource::Path),
     );
-    for (package, dir) in installed_packages(ctx, loader)? {
-        sources.push(PluginSource::Installed(Box::new(package), dir));
+    for package in installed_packages(ctx, loader)? {
+        sources.push(PluginSource::Installed(Box::new(package)));
     }
     Ok(sources)
 }
@@ -156,6 +189,9 @@ pub enum Origin {
     Bundled(&'static keel_bundled_plugins::Bundled),
     /// A plugin directory.
     Path(std::path::PathBuf),
+    /// A plugin installed from a registry, by name: loaded again, it is re-hashed against the
+    /// lockfile again.
+    Installed(String),
 }
 
 /// A session plugin's package, ready to load, and where it came from.
@@ -182,9 +218,9 @@ pub fn prepare(loader: &PluginLoader, sources: Vec<PluginSource>) -> Vec<Prepare
                 .with_context(|| format!("cannot load the plugin at `{}`", path.display())),
             origin: Origin::Path(path),
         },
-        PluginSource::Installed(package, dir) => Prepared {
+        PluginSource::Installed(package) => Prepared {
+            origin: Origin::Installed(package.manifest.name.clone()),
             package: Ok(*package),
-            origin: Origin::Path(dir),
         },
     };
     let workers = std::thread::available_parallelism()

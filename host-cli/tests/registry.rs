@@ -149,6 +149,30 @@ fn new_build_publish_install_load_and_call() -> R {
         .success()
         .stdout(r#"{"chars":16,"words":3}"#.to_owned() + "\n");
 
+    // In a live session it is unloaded and loaded again by name (re-hashed against the
+    // lockfile again), and Tab completion knows the name.
+    let config = user.join("config.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap_or_default();
+    let script = tmp.path().join("script.toml");
+    std::fs::write(&script, "[[step]]\ntext = \"ok\"\n")?;
+    text.push_str(&format!(
+        "\n[model]\nprovider = \"scripted\"\nscript = {:?}\n",
+        script.display().to_string()
+    ));
+    std::fs::write(&config, text)?;
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws)?;
+    keel(&user)?
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("run")
+        .write_stdin("/unload word-count\n/load word-count\n/exit\n")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("unloaded word-count"))
+        .stderr(predicate::str::contains("loaded word-count 0.1.0"))
+        .stderr(predicate::str::contains("error").not());
+
     // An installed component changed on disk is refused at load, with both hashes.
     let wasm = user.join("plugins/acme/word-count/0.1.0/plugin.wasm");
     let mut bytes = std::fs::read(&wasm)?;

@@ -360,3 +360,93 @@ async fn a_write_approval_shows_the_diff_and_no_escape_sequence_reaches_the_term
     assert!(answer.contains("Written."), "{answer:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approvals_are_listed_and_withdrawn_and_clear_starts_a_new_conversation() -> R {
+    // Each turn asks to touch the next file, then says it is done; the last turn only talks.
+    let server = ModelServer::start(|n, _| {
+        let file = n / 2 + 1;
+        if n % 2 == 1 || file > 3 {
+            return oa_text(&["Done with it."], "stop");
+        }
+        let args = json!({"command": format!("touch x{file}.txt")}).to_string();
+        let mut steps = vec![sse_head()];
+        steps.push(oa(
+            json!({"tool_calls": [{"index": 0, "id": format!("call_{n}"), "type": "function",
+                    "function": {"name": "exec_shell", "arguments": args}}]}),
+            None,
+        ));
+        steps.push(oa(json!({}), Some("tool_calls")));
+        steps.extend(oa_done());
+        steps
+    })
+    .await?;
+    let (home, ws) = home_for(&server, "")?;
+    let cmd = keel_run(home.path(), ws.path(), &["--approval", "ask"]);
+    let workspace = ws.path().to_owned();
+    tokio::task::spawn_blocking(move || -> Result<(), String> {
+        let mut term = expectrl::Session::spawn(cmd).map_err(e("spawn"))?;
+        term.set_expect_timeout(Some(Duration::from_secs(60)));
+        term.expect("› ").map_err(e("the prompt"))?;
+        term.send_line("make x1").map_err(e("typing"))?;
+        term.expect("answer: ").map_err(e("the first question"))?;
+        term.send_line("s").map_err(e("for the session"))?;
+        term.expect("Done with it.")
+            .map_err(e("the first answer"))?;
+        term.expect("› ").map_err(e("the prompt again"))?;
+        term.send_line("/approvals").map_err(e("listing"))?;
+        term.expect("1. yes for this session: any `touch …`")
+            .map_err(e("the session answer listed"))?;
+        // Covered by the answer: no question.
+        term.send_line("make x2").map_err(e("typing"))?;
+        let turn = term
+            .expect("Done with it.")
+            .map_err(e("the second answer"))?;
+        if String::from_utf8_lossy(turn.before()).contains("answer: ") {
+            return Err("asked again although the session answer covers it".into());
+        }
+        if !workspace.join("x2.txt").exists() {
+            return Err("x2.txt was not made".into());
+        }
+        term.send_line("/approvals revoke 1")
+            .map_err(e("revoking"))?;
+        term.expect("withdrawn: yes for this session: any `touch …`")
+            .map_err(e("the withdrawal"))?;
+        // Withdrawn: asked again; refused this time.
+        term.send_line("make x3").map_err(e("typing"))?;
+        term.expect("wants to run: touch x3.txt")
+            .map_err(e("the question again"))?;
+        term.expect("answer: ").map_err(e("the answer prompt"))?;
+        term.send_line("n").map_err(e("refusing"))?;
+        term.expect("Done with it.")
+            .map_err(e("the third answer"))?;
+        term.send_line("/approvals").map_err(e("listing again"))?;
+        term.expect("1. no: `touch x3.txt`")
+            .map_err(e("the refusal listed"))?;
+        term.send_line("/clear").map_err(e("clearing"))?;
+        term.expect("cleared: a new conversation, session ")
+            .map_err(e("the clear"))?;
+        term.expect("› ").map_err(e("the prompt after clearing"))?;
+        term.send_line("fresh start").map_err(e("typing"))?;
+        term.expect("Done with it.")
+            .map_err(e("the fresh answer"))?;
+        term.send_line("/exit").map_err(e("exit"))?;
+        term.expect("keel resume").map_err(e("leaving"))?;
+        Ok(())
+    })
+    .await??;
+    assert!(ws.path().join("x1.txt").exists());
+    assert!(
+        !ws.path().join("x3.txt").exists(),
+        "the refused command ran"
+    );
+    // After /clear the model sees only the new conversation.
+    let requests = server.received();
+    let last = requests.last().ok_or("no request")?.body.clone();
+    assert!(last.contains("fresh start"), "{last}");
+    assert!(
+        !last.contains("make x1"),
+        "the old conversation was sent: {last}"
+    );
+    Ok(())
+}

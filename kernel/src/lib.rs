@@ -45,7 +45,7 @@ pub use manifest::{
 pub use native_host::{KeelBuf, KeelHostApi, NATIVE_ABI_VERSION, NativeError, open as open_native};
 pub use net_client::{HttpHead, HttpRequest, NetConfig, SecretHeader, Secrets};
 pub use sandbox::runner::{ExecCommand, ExecOutcome};
-pub use session_gates::{GateConfig, KEEP_HEAD, KEEP_TAIL};
+pub use session_gates::{GateConfig, KEEP_HEAD, KEEP_TAIL, StandingAnswer};
 pub use types::{
     Event, GuardDecision, GuardVerdict, KERNEL_NAME, KernelError, Level, ToolCapabilities, ToolSpec,
 };

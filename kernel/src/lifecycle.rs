@@ -372,6 +372,17 @@ impl Kernel {
         self.shared.gates.confinement().clone()
     }
 
+    /// The person's answers that still stand (approvals for the session or always, network
+    /// approvals, refusals), for `/approvals`.
+    pub fn standing_answers(&self) -> Vec<crate::StandingAnswer> {
+        self.shared.gates.standing_answers()
+    }
+
+    /// Withdraw one of the person's standing answers; keel asks again next time.
+    pub fn withdraw(&self, answer: &crate::StandingAnswer) -> Result<(), KernelError> {
+        self.shared.gates.withdraw(answer)
+    }
+
     /// Ask the current turn to stop (Ctrl-C): the agent sees `cancelled` and ends the turn.
     pub fn cancel_turn(&self) {
         self.shared.gates.cancel_turn();

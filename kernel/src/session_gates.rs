@@ -32,6 +32,26 @@ pub const KEEP_HEAD: usize = 22 * 1024;
 /// See [`KEEP_HEAD`].
 pub const KEEP_TAIL: usize = 8 * 1024;
 
+/// An answer the person gave that still stands: it lets calls run without asking, or keeps
+/// one refused. The person can list them and withdraw any (`/approvals`); withdrawing only
+/// ever makes keel ask again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StandingAnswer {
+    /// Calls with this approval key run for the rest of the session.
+    Session(String),
+    /// Calls with this approval key run in this workspace in every session (stored).
+    Always(String),
+    /// Exactly this call was refused; it is refused again without asking.
+    Denied(String),
+    /// `plugin` may reach `host` for the rest of the session.
+    Host {
+        /// The plugin.
+        plugin: String,
+        /// The host.
+        host: String,
+    },
+}
+
 /// How the sealed gates are set up for a session. Built by the host; nothing a plugin
 /// imports can read or change it.
 pub struct GateConfig {
@@ -166,6 +186,67 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl SessionGates {
+    /// Every answer that still stands: stored grants for the workspace first, then this
+    /// session's approvals, network approvals and refusals.
+    pub(crate) fn standing_answers(&self) -> Vec<StandingAnswer> {
+        let always = match (&self.grants, &self.workspace) {
+            (Some(store), Some(ws)) => store.list(ws).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        let mut answers: Vec<StandingAnswer> =
+            always.iter().cloned().map(StandingAnswer::Always).collect();
+        answers.extend(
+            self.session
+                .approved_keys()
+                .into_iter()
+                // An "always" also approves the session; it is listed once, as what it is.
+                .filter(|k| !always.contains(k))
+                .map(StandingAnswer::Session),
+        );
+        answers.extend(
+            self.net
+                .approved_hosts()
+                .into_iter()
+                .map(|(plugin, host)| StandingAnswer::Host { plugin, host }),
+        );
+        answers.extend(
+            self.session
+                .rejected()
+                .into_iter()
+                .map(StandingAnswer::Denied),
+        );
+        answers
+    }
+
+    /// Withdraw `answer`: what it let run is asked about again (a stored grant is revoked on
+    /// disk too), or what it refused may be asked about again.
+    pub(crate) fn withdraw(&self, answer: &StandingAnswer) -> Result<(), KernelError> {
+        let found = match answer {
+            StandingAnswer::Session(key) => self.session.revoke(key),
+            StandingAnswer::Always(key) => {
+                let (Some(store), Some(ws)) = (&self.grants, &self.workspace) else {
+                    return Err(KernelError::Unavailable(
+                        "this session keeps no stored approvals".into(),
+                    ));
+                };
+                store
+                    .revoke(ws, key)
+                    .map_err(|e| KernelError::Failed(format!("cannot revoke `{key}`: {e}")))?;
+                self.session.revoke(key);
+                true
+            }
+            StandingAnswer::Denied(command) => self.session.forget_rejection(command),
+            StandingAnswer::Host { plugin, host } => self.net.forget_host(plugin, host),
+        };
+        if found {
+            Ok(())
+        } else {
+            Err(KernelError::Invalid(format!(
+                "{answer:?} is not a standing answer of this session"
+            )))
+        }
+    }
+
     pub(crate) fn new(config: GateConfig) -> Self {
         let secret_names = config.network.secrets.names();
         SessionGates {

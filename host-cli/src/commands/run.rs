@@ -71,7 +71,7 @@ pub async fn run(
     .await?;
     eprintln!(
         "session {} in {}\n{}",
-        session.id,
+        session.id(),
         session.workspace().display(),
         session.kernel.confinement().describe()
     );
@@ -85,7 +85,7 @@ pub async fn run(
     session.close().await;
     eprintln!(
         "session {id} is in its log; continue it with `keel resume {id}`",
-        id = session.id
+        id = session.id()
     );
     Ok(code)
 }
@@ -120,7 +120,7 @@ pub async fn exec(
             serde_json::json!({
                 "version": crate::session::JSON_VERSION,
                 "topic": "turn.report",
-                "session": session.id,
+                "session": session.id(),
                 "sandbox": sandbox,
                 "report": report,
             })
@@ -130,13 +130,83 @@ pub async fn exec(
     Ok(exit_for(report.end))
 }
 
-const HELP: &str = "commands: /plugins, /sessions, /expand, /load NAME|DIR, /unload NAME, \
-                    /reload NAME, /help, /exit";
+const HELP: &str = "commands: /plugins, /sessions, /expand, /approvals [revoke N|all], \
+                    /clear, /load NAME|DIR, /unload NAME, /reload NAME, /help, /exit";
+
+/// `/approvals`: the answers that still stand, numbered; `/approvals revoke N|all` withdraws
+/// them, so keel asks again.
+fn approvals(session: &Session, arg: &str) -> anyhow::Result<Option<String>> {
+    use keel_kernel::StandingAnswer;
+    let answers = session.kernel.standing_answers();
+    // The keys, calls, plugins and hosts came through the model or a plugin.
+    let words = |answer: &StandingAnswer| match answer {
+        StandingAnswer::Session(key) => {
+            format!("yes for this session: any `{} …`", terminal_safe(key))
+        }
+        StandingAnswer::Always(key) => format!(
+            "yes always, in this workspace: any `{} …` (remembered across sessions)",
+            terminal_safe(key)
+        ),
+        StandingAnswer::Denied(call) => format!(
+            "no: `{}` (refused again without asking)",
+            terminal_safe(call)
+        ),
+        StandingAnswer::Host { plugin, host } => format!(
+            "network: `{}` may reach {} for this session",
+            terminal_safe(plugin),
+            terminal_safe(host)
+        ),
+    };
+    let chosen: Vec<&StandingAnswer> = match arg.split_whitespace().collect::<Vec<_>>()[..] {
+        [] => {
+            if answers.is_empty() {
+                return Ok(Some(
+                    "no answers stand: whatever needs approval will be asked about".into(),
+                ));
+            }
+            let mut lines =
+                vec!["answers that stand (`/approvals revoke N` withdraws one):".to_owned()];
+            for (i, answer) in answers.iter().enumerate() {
+                lines.push(format!("  {}. {}", i + 1, words(answer)));
+            }
+            return Ok(Some(lines.join("\n")));
+        }
+        ["revoke", "all"] => answers.iter().collect(),
+        ["revoke", n] => {
+            let index = n
+                .parse::<usize>()
+                .ok()
+                .and_then(|n| n.checked_sub(1))
+                .filter(|i| *i < answers.len())
+                .with_context(|| {
+                    format!(
+                        "no answer numbered `{n}`; `/approvals` lists {} answer(s)",
+                        answers.len()
+                    )
+                })?;
+            vec![&answers[index]]
+        }
+        _ => anyhow::bail!(
+            "`/approvals` lists the answers that stand; `/approvals revoke N|all` withdraws them"
+        ),
+    };
+    let mut done = Vec::new();
+    for answer in chosen {
+        session.kernel.withdraw(answer)?;
+        done.push(format!("withdrawn: {}", words(answer)));
+    }
+    if done.is_empty() {
+        done.push("no answers stand".into());
+    }
+    Ok(Some(done.join("\n")))
+}
 
 async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
     eprintln!("type a request, or {HELP}; a line ending in `\\` continues on the next");
-    // Plugin names for Tab completion: the bundled ones and whatever is loaded.
+    // Plugin names for Tab completion: the bundled ones, the installed ones and whatever is
+    // loaded.
+    let installed = crate::runtime::installed_names(&ctx.home);
     let names = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() {
         crate::session::use_line_editor(ctx.history_file(), names.clone());
@@ -151,6 +221,7 @@ async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
                 let mut known: Vec<String> = keel_bundled_plugins::all()
                     .iter()
                     .map(|b| b.name.to_owned())
+                    .chain(installed.iter().cloned())
                     .chain(session.kernel.list().into_iter().map(|s| s.name))
                     .collect();
                 known.sort();
@@ -226,7 +297,7 @@ async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
                 }
                 "sessions" => {
                     session.kernel.settle_events().await;
-                    crate::commands::sessions::listing(&session.kernel, &session.id)
+                    crate::commands::sessions::listing(&session.kernel, &session.id())
                         .await
                         .map(|lines| {
                             for line in lines {
@@ -236,6 +307,15 @@ async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
                         })
                 }
                 "load" => session.load_mid_session(arg).await.map(Some),
+                "approvals" => approvals(session, arg),
+                "clear" => {
+                    let old = session.clear();
+                    Ok(Some(format!(
+                        "cleared: a new conversation, session {}; the one before is kept \
+                         (`keel resume {old}`)",
+                        session.id()
+                    )))
+                }
                 "unload" | "reload" if arg.is_empty() => Err(anyhow::anyhow!(
                     "say which plugin: `/{name} NAME`; `/plugins` lists them"
                 )),
@@ -311,12 +391,12 @@ pub async fn demo(ctx: &Context, keep: bool) -> anyhow::Result<ExitCode> {
     session.close().await;
     eprintln!(
         "\nsession {} ended: {:?} after {} model calls and {} tool calls; `keel --home {} sessions show {}` replays it",
-        session.id,
+        session.id(),
         report.end,
         report.steps,
         report.tool_calls,
         demo_ctx.home.display(),
-        session.id
+        session.id()
     );
     if keep {
         let kept = dir.keep();

@@ -71,7 +71,7 @@ async fn session_log(ctx: &Context) -> anyhow::Result<Runtime> {
                 .loader
                 .from_path(&path)
                 .with_context(|| format!("cannot load the plugin at `{}`", path.display()))?,
-            PluginSource::Installed(package, _) => *package,
+            PluginSource::Installed(package) => *package,
         };
         if package
             .manifest

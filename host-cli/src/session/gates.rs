@@ -67,26 +67,32 @@ struct TerminalApprover {
 /// plugin or the model, so it is made safe to print.
 fn approval_question(request: &ApprovalRequest, workspace: &Path, colour: bool) -> String {
     let safe = |text: &str| terminal_safe(text);
-    let covers = match &request.key {
-        Some(key) => format!("any `{} …` in this workspace", safe(key)),
-        None => format!("this same {} request", safe(&request.tool)),
-    };
+    // A call without an approval key (a file write, a rerun outside the sandbox) cannot be
+    // remembered, so only "this once" is offered.
+    let covers = request
+        .key
+        .as_ref()
+        .map(|key| format!("any `{} …` in this workspace", safe(key)));
     let change = request
         .preview
         .as_ref()
         .map(|p| preview::render(p, workspace, colour))
         .unwrap_or_default();
     let mut question = format!(
-        "\n? {} wants to run: {}\n{change}  why: {}\n  [y] yes, this once\n  [s] yes, and for \
-         the rest of this session: {covers}\n",
+        "\n? {} wants to run: {}\n{change}  why: {}\n  [y] yes, this once\n",
         safe(&request.tool),
         safe(&request.summary),
         safe(&request.reason)
     );
-    if request.can_always {
+    if let Some(covers) = &covers {
         question.push_str(&format!(
-            "  [a] yes, and always (remembered across sessions): {covers}\n"
+            "  [s] yes, and for the rest of this session: {covers}\n"
         ));
+        if request.can_always {
+            question.push_str(&format!(
+                "  [a] yes, and always (remembered across sessions): {covers}\n"
+            ));
+        }
     }
     question.push_str(
         "  [n] no — or type what to do instead, and the model is told\n  (Ctrl-C: no, and cancel \
@@ -95,12 +101,15 @@ fn approval_question(request: &ApprovalRequest, workspace: &Path, colour: bool) 
     question
 }
 
-/// What a typed answer means: a key, or (two words or more) "no, and do this instead".
-fn read_answer(line: &str, can_always: bool) -> (Answer, Option<String>) {
+/// What a typed answer means: a key offered by `request`, or (two words or more) "no, and
+/// do this instead"; a key not offered is a no.
+fn read_answer(line: &str, request: &ApprovalRequest) -> (Answer, Option<String>) {
     let said = line.trim();
+    let can_session = request.key.is_some();
+    let can_always = can_session && request.can_always;
     match said.to_ascii_lowercase().as_str() {
         "y" | "yes" => (Answer::Once, None),
-        "s" | "session" => (Answer::Session, None),
+        "s" | "session" if can_session => (Answer::Session, None),
         "a" | "always" if can_always => (Answer::Always, None),
         _ if said.contains(char::is_whitespace) => (Answer::Deny, Some(said.to_owned())),
         _ => (Answer::Deny, None),
@@ -132,7 +141,7 @@ impl Approver for TerminalApprover {
                 return (Answer::Deny, None);
             }
         };
-        read_answer(&line, request.can_always)
+        read_answer(&line, request)
     }
 }
 
@@ -175,22 +184,34 @@ mod tests {
             q.contains("[a] yes, and always (remembered across sessions): any `touch …`"),
             "{q}"
         );
-        let q = approval_question(&request(None, false), ws, false);
-        assert!(q.contains("session: this same exec_shell request"), "{q}");
-        assert!(!q.contains("[a]"), "{q}");
+        let q = approval_question(&request(Some("touch"), false), ws, false);
+        assert!(q.contains("[s]") && !q.contains("[a]"), "{q}");
+        // Nothing to remember by: only this once.
+        let q = approval_question(&request(None, true), ws, false);
+        assert!(q.contains("[y] yes, this once"), "{q}");
+        assert!(!q.contains("[s]") && !q.contains("[a]"), "{q}");
     }
 
     #[test]
     fn a_typed_answer_is_a_key_or_what_to_do_instead() {
-        assert_eq!(read_answer("y\n", true), (Answer::Once, None));
-        assert_eq!(read_answer(" S ", true), (Answer::Session, None));
-        assert_eq!(read_answer("a", true), (Answer::Always, None));
-        assert_eq!(read_answer("a", false), (Answer::Deny, None));
-        assert_eq!(read_answer("n", true), (Answer::Deny, None));
-        assert_eq!(read_answer("", true), (Answer::Deny, None));
+        let full = request(Some("touch"), true);
+        assert_eq!(read_answer("y\n", &full), (Answer::Once, None));
+        assert_eq!(read_answer(" S ", &full), (Answer::Session, None));
+        assert_eq!(read_answer("a", &full), (Answer::Always, None));
+        assert_eq!(read_answer("n", &full), (Answer::Deny, None));
+        assert_eq!(read_answer("", &full), (Answer::Deny, None));
         assert_eq!(
-            read_answer("use mkdir -p out instead\n", true),
+            read_answer("use mkdir -p out instead\n", &full),
             (Answer::Deny, Some("use mkdir -p out instead".into()))
         );
+        // A key that was not offered is a no.
+        assert_eq!(
+            read_answer("a", &request(Some("touch"), false)),
+            (Answer::Deny, None)
+        );
+        let keyless = request(None, true);
+        assert_eq!(read_answer("s", &keyless), (Answer::Deny, None));
+        assert_eq!(read_answer("a", &keyless), (Answer::Deny, None));
+        assert_eq!(read_answer("y", &keyless), (Answer::Once, None));
     }
 }

@@ -279,6 +279,8 @@ const COMMANDS: &[&str] = &[
     "/plugins",
     "/sessions",
     "/expand",
+    "/approvals",
+    "/clear",
     "/load ",
     "/unload ",
     "/reload ",

@@ -55,8 +55,10 @@ impl Session {
             .await
     }
 
-    /// `/load NAME|DIR` in a running session: a bundled plugin by name, or a plugin directory
-    /// (its capabilities shown for consent first); answers what was loaded. A plugin that
+    /// `/load NAME|DIR` in a running session: a bundled plugin by name, an installed one by
+    /// name (re-hashed against the lockfile; its capabilities were consented to at install),
+    /// or a plugin directory (its capabilities shown for consent first); answers what was
+    /// loaded. A plugin that
     /// takes over the agent service (one loaded after `/unload agent-loop`, say) starts with
     /// no conversation, so it is given this session's, read back from the log: the session
     /// goes on rather than starting over.
@@ -70,23 +72,32 @@ impl Session {
         };
         if what.is_empty() {
             bail!(
-                "say what to load: `/load NAME` for a bundled plugin ({}), or `/load DIR` for a \
-                 plugin directory",
+                "say what to load: `/load NAME` for a bundled plugin ({}) or an installed one, \
+                 or `/load DIR` for a plugin directory",
                 names()
             );
         }
-        let bundled = keel_bundled_plugins::get(what).filter(|_| !what.contains('/'));
-        let (package, origin) = match bundled {
-            Some(b) => (
+        let by_name = !what.contains('/');
+        let bundled = keel_bundled_plugins::get(what).filter(|_| by_name);
+        let installed = match bundled {
+            None if by_name => runtime::find_installed(&self.home, &self.loader, what)?,
+            _ => None,
+        };
+        let (package, origin) = match (bundled, installed) {
+            (Some(b), _) => (
                 runtime::bundled_package(&self.loader, b)?,
                 Origin::Bundled(b),
             ),
-            None => {
+            (None, Some(package)) => {
+                let name = package.manifest.name.clone();
+                (package, Origin::Installed(name))
+            }
+            (None, None) => {
                 let path = Path::new(what);
                 let package = self.loader.from_path(path).with_context(|| {
                     format!(
-                        "cannot load `{what}`: it is neither a bundled plugin ({}) nor a plugin \
-                         directory",
+                        "cannot load `{what}`: it is neither a bundled plugin ({}), nor an \
+                         installed one (`keel plugin list` shows them), nor a plugin directory",
                         names()
                     )
                 })?;
@@ -106,18 +117,19 @@ impl Session {
         // What the last turn emitted may still be on its way to the log.
         self.kernel.settle_events().await;
         // Nothing logged yet (no turn so far, or no session log loaded): nothing to carry.
+        let id = self.id();
         let logged = self
             .kernel
             .call_service(services::SESSION_LOG, "list", "{}")
             .await
             .ok()
             .and_then(|list| serde_json::from_str::<Vec<serde_json::Value>>(&list).ok())
-            .is_some_and(|list| list.iter().any(|s| s["id"] == self.id.as_str()));
+            .is_some_and(|list| list.iter().any(|s| s["id"] == id.as_str()));
         if !logged {
             return Ok(loaded);
         }
         let n = self
-            .seed_conversation(&self.id)
+            .seed_conversation(&id)
             .await
             .context("the agent plugin is loaded but starts without this session's conversation")?;
         Ok(format!(
@@ -168,6 +180,16 @@ impl Session {
         let mut package = match origin {
             Some(Origin::Bundled(b)) => runtime::bundled_package(&self.loader, b)?,
             Some(Origin::Path(p)) => self.loader.from_path(&p)?,
+            Some(Origin::Installed(installed)) => runtime::find_installed(
+                &self.home,
+                &self.loader,
+                &installed,
+            )?
+            .with_context(|| {
+                format!(
+                    "plugin `{installed}` is no longer installed; `keel plugin list` shows what is"
+                )
+            })?,
             None => bail!("plugin `{name}` was not loaded by this session; `/plugins` lists them"),
         };
         self.configure(&mut package)?;

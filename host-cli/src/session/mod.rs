@@ -47,9 +47,14 @@ pub struct SessionOptions {
 pub struct Session {
     pub kernel: Kernel,
     pub loader: PluginLoader,
-    pub id: String,
+    /// The session's id; `/clear` starts a new one.
+    id: Mutex<String>,
+    /// The model the session talks to, as the session log records it.
+    model: String,
     display: Display,
     ctx_workspace: PathBuf,
+    /// keel's home, where installed plugins are found (`/load NAME`).
+    home: PathBuf,
     /// Where each plugin came from, for `/reload`.
     origins: Mutex<Vec<(String, Origin)>>,
     /// The last tool result in full, for `/expand` (the transcript shows its last lines).
@@ -81,14 +86,20 @@ impl Session {
             Some(id) => id.clone(),
             None => keel_agent_kit::session_log::new_session_id(now_ms(), rand_u32()),
         };
+        let model = choice
+            .model
+            .clone()
+            .unwrap_or_else(|| choice.provider.clone());
         let mut overrides = model_overrides(ctx, &choice)?;
         overrides.extend(opts.overrides);
         let session = Session {
             kernel,
             loader,
-            id,
+            id: Mutex::new(id),
+            model,
             display: opts.display,
             ctx_workspace: ctx.workspace.clone(),
+            home: ctx.home.clone(),
             origins: Mutex::new(Vec::new()),
             last_result: output::LastResult::default(),
             overrides,
@@ -113,15 +124,44 @@ impl Session {
                 eprintln!("resumed session {resume}: {n} messages");
             }
         }
-        session.emit(&SessionEvent::SessionStarted {
-            session: session.id.clone(),
-            workspace: ctx.workspace.display().to_string(),
-            model: choice
-                .model
-                .clone()
-                .unwrap_or_else(|| choice.provider.clone()),
-        });
+        session.announce();
         Ok(session)
+    }
+
+    /// The session's id.
+    pub fn id(&self) -> String {
+        self.id
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Tell the plugins (the session log first of all) that the session began.
+    fn announce(&self) {
+        self.emit(&SessionEvent::SessionStarted {
+            session: self.id(),
+            workspace: self.ctx_workspace.display().to_string(),
+            model: self.model.clone(),
+        });
+    }
+
+    /// `/clear`: go on with an empty conversation, as a new session with its own id and log;
+    /// the one left stays in its log, whole and resumable. The id of the session left.
+    pub fn clear(&self) -> String {
+        let new = keel_agent_kit::session_log::new_session_id(now_ms(), rand_u32());
+        let old = std::mem::replace(
+            &mut *self
+                .id
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            new,
+        );
+        *self
+            .last_result
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        self.announce();
+        old
     }
 
     /// Give the agent plugin the conversation of session `id`, read back from its log; the
@@ -232,7 +272,7 @@ impl Session {
             input::route_questions(None);
         });
         let request = TurnRequest {
-            session: self.id.clone(),
+            session: self.id(),
             input: input.to_owned(),
         };
         let payload = serde_json::to_string(&request)?;

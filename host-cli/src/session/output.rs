@@ -380,11 +380,11 @@ pub(crate) fn outcome_label(outcome: &keel_protocol::ToolOutcome) -> String {
 }
 
 /// Text from outside keel (the model, a tool, a plugin's words, a file) made safe to print on
-/// a terminal: escape sequences, control characters and invisible characters are removed by
-/// the same gate that cleans tool output for the model, so nothing shown can move the cursor,
-/// retitle the window, hide text or rewrite what was shown before.
+/// a terminal: escape sequences, control characters and invisible characters are removed as
+/// the gate that cleans tool output for the model removes them (without its normalising), so
+/// nothing shown can move the cursor, retitle the window, hide text or rewrite what was shown.
 pub(crate) fn terminal_safe(text: &str) -> String {
-    keel_kernel::gates::sanitize::sanitize_text(text).text
+    keel_kernel::gates::sanitize::sanitize_for_display(text)
 }
 
 pub(crate) fn short(s: &str, max: usize) -> String {

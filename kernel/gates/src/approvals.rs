@@ -337,6 +337,32 @@ impl SessionApprovals {
         lock(&self.state).rejected.contains(command)
     }
 
+    /// The approval keys approved for the rest of the session, sorted.
+    pub fn approved_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = lock(&self.state).approved_keys.iter().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// The commands refused word for word this session, sorted.
+    pub fn rejected(&self) -> Vec<String> {
+        let mut commands: Vec<String> = lock(&self.state).rejected.iter().cloned().collect();
+        commands.sort();
+        commands
+    }
+
+    /// Withdraws the session approval of `key`: its calls are asked about again. Whether there
+    /// was one.
+    pub fn revoke(&self, key: &str) -> bool {
+        lock(&self.state).approved_keys.remove(key)
+    }
+
+    /// Forgets the rejection of exactly `command`: it is asked about again. Whether there was
+    /// one.
+    pub fn forget_rejection(&self, command: &str) -> bool {
+        lock(&self.state).rejected.remove(command)
+    }
+
     /// Whether a session approval covers a call with approval key `key` and the current
     /// `verdict`: never for a Forbidden verdict, never for a command rejected word for word.
     pub fn is_approved(&self, key: &str, verdict: &Verdict) -> bool {

@@ -248,6 +248,25 @@ pub fn sanitize_text(s: &str) -> Sanitized {
     }
 }
 
+/// Text made safe to show a person on a terminal (not for the model): the removals of
+/// [`sanitize_text`] without its NFKC step, so what the person reads keeps its characters
+/// (`…`, `x²`, `ﬁ`) while no escape sequence, control, bidi or invisible character gets
+/// through.
+pub fn sanitize_for_display(s: &str) -> String {
+    if is_plain(s) {
+        return s.to_owned();
+    }
+    let mut report = SanitizeReport::default();
+    let mut current: Cow<'_, str> = Cow::Borrowed(s);
+    for _ in 0..MAX_ROUNDS {
+        match filter_changed(&current, &mut report) {
+            Some(filtered) => current = Cow::Owned(filtered),
+            None => break,
+        }
+    }
+    current.into_owned()
+}
+
 /// [`sanitize_text`] applied to every string of a JSON value, object keys included; numbers,
 /// booleans and nulls are copied. See [`sanitize_json_with_report`] for the key-collision rule.
 pub fn sanitize_json(v: &Value) -> Value {

@@ -599,3 +599,14 @@ mod props {
         }
     }
 }
+
+#[test]
+fn display_text_keeps_its_characters_and_loses_what_drives_a_terminal() {
+    assert_eq!(sanitize_for_display("wait… x² ﬁne"), "wait… x² ﬁne");
+    assert_eq!(
+        sanitize_for_display("a\x1b]0;title\x07b\x1b[2Jc\u{202E}d\u{200B}e\x08f"),
+        "abcdef"
+    );
+    let shown = sanitize_for_display("\x1b\u{200B}[31mred");
+    assert!(!shown.chars().any(forbidden), "{shown:?}");
+}

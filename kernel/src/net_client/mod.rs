@@ -289,6 +289,18 @@ fn or_default(d: Duration, default: Duration) -> Duration {
 }
 
 impl NetClient {
+    /// The `(plugin, host)` pairs approved for the rest of the session, sorted.
+    pub(crate) fn approved_hosts(&self) -> Vec<(String, String)> {
+        let mut pairs: Vec<_> = lock(&self.approved).iter().cloned().collect();
+        pairs.sort();
+        pairs
+    }
+
+    /// Withdraws the session approval of `plugin` reaching `host`. Whether there was one.
+    pub(crate) fn forget_host(&self, plugin: &str, host: &str) -> bool {
+        lock(&self.approved).remove(&(plugin.to_owned(), host.to_owned()))
+    }
+
     pub(crate) fn new(config: NetConfig) -> Self {
         NetClient {
             config,
