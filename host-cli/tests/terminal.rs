@@ -339,7 +339,11 @@ async fn a_write_approval_shows_the_diff_and_no_escape_sequence_reaches_the_term
     .await??;
     let (question, answer) = shown.split_once("\n=====\n").ok_or("no split")?;
     assert!(
-        question.contains("wants to run: write_file notes.txt"),
+        question.contains("write_file wants to write notes.txt"),
+        "{question}"
+    );
+    assert!(
+        question.contains("why: the tool changes files"),
         "{question}"
     );
     assert!(question.contains("the change to notes.txt:"), "{question}");

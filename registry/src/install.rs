@@ -27,6 +27,9 @@ pub struct InstallOptions {
     pub allow_unverified: bool,
     /// Accept native plugins, which run with the user's full rights (`--allow-native`).
     pub allow_native: bool,
+    /// Told before each release's code is downloaded: its name, version and size in bytes
+    /// (the command line shows a progress line).
+    pub on_download: Option<fn(&PluginName, &Version, u64)>,
 }
 
 /// One plugin of an install plan.
@@ -254,6 +257,9 @@ pub fn plan_install(
         let code = if installed_same {
             Vec::new()
         } else {
+            if let Some(tell) = options.on_download {
+                tell(&name, &version, release.size);
+            }
             let bytes = session.registry.read_blob(&release.sha256)?;
             let actual = sha256_hex(&bytes);
             if actual != release.sha256 || bytes.len() as u64 != release.size {

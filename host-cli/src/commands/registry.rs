@@ -364,10 +364,21 @@ fn install_plugins(ctx: &Context, home: Home, args: InstallArgs) -> anyhow::Resu
         InstallOptions {
             allow_unverified,
             allow_native,
+            on_download: std::io::stderr()
+                .is_terminal()
+                .then_some(say_downloading as fn(&PluginName, &semver::Version, u64)),
         },
     )?;
     session.finish()?;
     install(ctx, &home, &plan, yes, json)
+}
+
+/// The progress line of one download, on a terminal.
+fn say_downloading(name: &PluginName, version: &semver::Version, size: u64) {
+    eprintln!(
+        "downloading {name} {version} ({:.1} KiB)…",
+        size as f64 / 1024.0
+    );
 }
 
 /// `keel search`.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use keel_kernel::gates::approvals::{
-    Answer, ApprovalRequest, Approver, GrantStore, PolicyApprover,
+    Answer, ApprovalRequest, Approver, GrantStore, PolicyApprover, Preview,
 };
 use keel_kernel::gates::exec_policy::ApprovalMode;
 use keel_kernel::{GateConfig, NetConfig};
@@ -78,10 +78,15 @@ fn approval_question(request: &ApprovalRequest, workspace: &Path, colour: bool) 
         .as_ref()
         .map(|p| preview::render(p, workspace, colour))
         .unwrap_or_default();
+    // A file change is said as one, its path from the preview; anything else by its summary.
+    let wants = match &request.preview {
+        Some(Preview::Write { path, .. }) => format!("wants to write {}", safe(path)),
+        Some(Preview::Edit { path, .. }) => format!("wants to edit {}", safe(path)),
+        None => format!("wants to run: {}", safe(&request.summary)),
+    };
     let mut question = format!(
-        "\n? {} wants to run: {}\n{change}  why: {}\n  [y] yes, this once\n",
+        "\n? {} {wants}\n{change}  why: {}\n  [y] yes, this once\n",
         safe(&request.tool),
-        safe(&request.summary),
         safe(&request.reason)
     );
     if let Some(covers) = &covers {

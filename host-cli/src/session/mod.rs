@@ -8,6 +8,7 @@ mod input;
 mod loading;
 mod output;
 mod preview;
+mod syntax;
 
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};

@@ -67,26 +67,32 @@ pub(crate) struct Printer {
 }
 
 /// The model's text rendered as Markdown line by line as it streams: headings, emphasis,
-/// lists and quotes through termimad, fenced code blocks set apart; plain without colour when
-/// `NO_COLOR` is set.
+/// lists and quotes through termimad, fenced code blocks set apart and coloured by their
+/// language's syntax; plain without colour when `NO_COLOR` is set.
 struct Markdown {
     skin: termimad::MadSkin,
+    colour: bool,
     /// The line being streamed, shown once complete.
     line: String,
     in_fence: bool,
+    /// The syntax of the open code block, when its language is known and colour is on.
+    code: Option<super::syntax::Highlighter>,
 }
 
 impl Markdown {
     fn new() -> Markdown {
-        let skin = if std::env::var_os("NO_COLOR").is_some() {
-            termimad::MadSkin::no_style()
-        } else {
+        let colour = std::env::var_os("NO_COLOR").is_none();
+        let skin = if colour {
             termimad::MadSkin::default()
+        } else {
+            termimad::MadSkin::no_style()
         };
         Markdown {
             skin,
+            colour,
             line: String::new(),
             in_fence: false,
+            code: None,
         }
     }
 
@@ -114,11 +120,22 @@ impl Markdown {
         if let Some(lang) = line.trim_start().strip_prefix("```") {
             // A fence: a corner opening the block (with its language), or closing it.
             self.in_fence = !self.in_fence;
+            let lang = lang.trim();
+            self.code = (self.in_fence && self.colour)
+                .then(|| super::syntax::Highlighter::for_language(lang))
+                .flatten();
             let corner = if self.in_fence { "┌" } else { "└" };
-            let _ = writeln!(out, "  {corner} {}", lang.trim());
+            let _ = writeln!(out, "  {corner} {lang}");
         } else if self.in_fence {
-            let code = self.skin.inline_code.apply_to(line);
-            let _ = writeln!(out, "  │ {code}");
+            match &mut self.code {
+                Some(code) => {
+                    let _ = writeln!(out, "  │ {}", code.line(line));
+                }
+                None => {
+                    let code = self.skin.inline_code.apply_to(line);
+                    let _ = writeln!(out, "  │ {code}");
+                }
+            }
         } else if line.trim().is_empty() {
             let _ = writeln!(out);
         } else if let Some(item) = ["- ", "* ", "+ "]

@@ -129,6 +129,17 @@ pub enum Answer {
     Deny,
 }
 
+/// Why a call without a command needs approval, from what its tool declared it does.
+fn capability_reason(caps: &ToolCapabilities) -> String {
+    match (caps.executes_code, caps.writes_files) {
+        (true, _) => "the tool runs code or commands".into(),
+        (false, true) => {
+            "the tool changes files in the workspace, and the approval mode asks first".into()
+        }
+        (false, false) => "a guard asked for approval of this call".into(),
+    }
+}
+
 /// One question put to the approver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalRequest {
@@ -902,10 +913,7 @@ impl Approvals<'_> {
             tool: tool.to_owned(),
             summary: summary.to_owned(),
             key: key.map(str::to_owned),
-            reason: verdict.map_or_else(
-                || format!("{tool} changes files or runs code"),
-                |v| v.reason.clone(),
-            ),
+            reason: verdict.map_or_else(|| capability_reason(caps), |v| v.reason.clone()),
             can_always: can_always && key.is_some() && self.grants.is_some(),
             preview,
         };
