@@ -118,14 +118,7 @@ impl Session {
         self.kernel.settle_events().await;
         // Nothing logged yet (no turn so far, or no session log loaded): nothing to carry.
         let id = self.id();
-        let logged = self
-            .kernel
-            .call_service(services::SESSION_LOG, "list", "{}")
-            .await
-            .ok()
-            .and_then(|list| serde_json::from_str::<Vec<serde_json::Value>>(&list).ok())
-            .is_some_and(|list| list.iter().any(|s| s["id"] == id.as_str()));
-        if !logged {
+        if !self.is_logged(&id).await {
             return Ok(loaded);
         }
         let n = self

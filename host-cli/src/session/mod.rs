@@ -118,6 +118,12 @@ impl Session {
         }
         session.check_ready()?;
         if let Some(resume) = &opts.resume {
+            if !session.is_logged(resume).await {
+                anyhow::bail!(
+                    "there is no session `{resume}` in this home's logs; `keel sessions list` \
+                     shows the sessions"
+                );
+            }
             let n = session.seed_conversation(resume).await.with_context(|| {
                 format!("cannot resume session `{resume}`; `keel sessions list` shows the sessions")
             })?;
@@ -163,6 +169,16 @@ impl Session {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         self.announce();
         old
+    }
+
+    /// Whether the session log lists session `id` (false when no log plugin answers).
+    pub(crate) async fn is_logged(&self, id: &str) -> bool {
+        self.kernel
+            .call_service(services::SESSION_LOG, "list", "{}")
+            .await
+            .ok()
+            .and_then(|list| serde_json::from_str::<Vec<serde_json::Value>>(&list).ok())
+            .is_some_and(|list| list.iter().any(|s| s["id"] == id))
     }
 
     /// Give the agent plugin the conversation of session `id`, read back from its log; the

@@ -256,7 +256,10 @@ pub enum ModelError {
         message: String,
     },
     /// Retryable failures outlasted the attempt budget.
-    #[error("the model provider kept failing after {attempts} attempt(s); last: {last}")]
+    #[error(
+        "the model provider kept failing after {attempts} attempt(s); last: {last}; `keel \
+         doctor` checks the endpoint and the key"
+    )]
     RetriesExhausted {
         /// Attempts made.
         attempts: u32,
