@@ -49,6 +49,18 @@ pub struct UserConfig {
     /// Wall-clock deadlines of calls into plugins, `[timeouts]`.
     #[serde(default)]
     pub timeouts: Timeouts,
+    /// How a session is shown, `[display]`.
+    #[serde(default)]
+    pub display: DisplaySettings,
+}
+
+/// `[display]`: how a session is shown on the terminal.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DisplaySettings {
+    /// How many of a tool result's last lines the transcript shows (default 4; 0 shows only
+    /// its label; `/expand` shows the last result whole).
+    pub result_lines: Option<usize>,
 }
 
 /// `[timeouts]`: how long a call into a plugin may take before the kernel stops it, in

@@ -84,6 +84,18 @@ async fn a_completed_turn_exits_0_with_only_the_answer_on_stdout() -> R {
     // The transcript — the tool call and its result — is on stderr.
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("read_file"), "{}", dump(&out));
+    assert!(stderr.contains("the answer is 42"), "{}", dump(&out));
+
+    // `[display] result-lines = 0`: the result's label alone.
+    let config = home.path().join("config.toml");
+    let text = std::fs::read_to_string(&config)? + "[display]\nresult-lines = 0\n";
+    std::fs::write(&config, text)?;
+    let out = run(exec(home.path(), ws.path(), &["What do the notes say?"])).await;
+    assert_eq!(out.status.code(), Some(0), "{}", dump(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("⎿ ok"), "{}", dump(&out));
+    assert!(stderr.contains("line(s) above"), "{}", dump(&out));
+    assert!(!stderr.contains("the answer is 42"), "{}", dump(&out));
     Ok(())
 }
 

@@ -60,6 +60,8 @@ pub struct Session {
     origins: Mutex<Vec<(String, Origin)>>,
     /// The last tool result in full, for `/expand` (the transcript shows its last lines).
     last_result: output::LastResult,
+    /// How many of a result's last lines the transcript shows.
+    result_lines: usize,
     overrides: Vec<(String, String, serde_json::Value)>,
     user_config: std::collections::BTreeMap<String, toml::Table>,
 }
@@ -103,6 +105,11 @@ impl Session {
             home: ctx.home.clone(),
             origins: Mutex::new(Vec::new()),
             last_result: output::LastResult::default(),
+            result_lines: ctx
+                .config
+                .display
+                .result_lines
+                .unwrap_or(output::RESULT_LINES),
             overrides,
             user_config: ctx.config.config.clone(),
         };
@@ -229,11 +236,12 @@ impl Session {
         let mut events = self.kernel.events();
         let display = self.display;
         let last_result = self.last_result.clone();
+        let result_lines = self.result_lines;
         let (turn_over, mut stop) = tokio::sync::oneshot::channel::<()>();
         let (questions, mut asked) = tokio::sync::mpsc::unbounded_channel::<input::Question>();
         input::route_questions(Some(questions));
         let printer = tokio::spawn(async move {
-            let mut printer = Printer::new(display, last_result);
+            let mut printer = Printer::new(display, last_result, result_lines);
             let mut draining = false;
             // On a terminal, a spinner says what the turn waits for while nothing is shown.
             let spin = display.is_human() && std::io::stderr().is_terminal();

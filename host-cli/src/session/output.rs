@@ -52,6 +52,8 @@ pub(crate) type LastResult = std::sync::Arc<std::sync::Mutex<Option<(String, Str
 pub(crate) struct Printer {
     /// Where the last tool result is kept whole.
     last_result: LastResult,
+    /// How many of a result's last lines are shown.
+    result_lines: usize,
     in_text: bool,
     /// What the turn waits for now, for the spinner, and since when.
     waiting_for: String,
@@ -164,6 +166,7 @@ impl Default for Printer {
             spinner_shown: false,
             markdown: None,
             last_result: LastResult::default(),
+            result_lines: RESULT_LINES,
         }
     }
 }
@@ -173,10 +176,11 @@ const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧"
 
 impl Printer {
     /// A printer for `display`: Markdown is rendered for a person reading stdout on a terminal.
-    pub(crate) fn new(display: Display, last_result: LastResult) -> Printer {
+    pub(crate) fn new(display: Display, last_result: LastResult, result_lines: usize) -> Printer {
         use std::io::IsTerminal as _;
         Printer {
             last_result,
+            result_lines,
             markdown: (display == Display::Human && std::io::stdout().is_terminal())
                 .then(Markdown::new),
             ..Printer::default()
@@ -299,7 +303,7 @@ impl Printer {
                     .lines()
                     .filter(|l| !l.trim().is_empty())
                     .collect();
-                let hidden = lines.len().saturating_sub(RESULT_LINES);
+                let hidden = lines.len().saturating_sub(self.result_lines);
                 if hidden > 0 {
                     let _ = writeln!(out, "    … {hidden} line(s) above");
                 }
@@ -369,9 +373,9 @@ fn json_line(event: &Event, requests: bool) -> serde_json::Value {
     })
 }
 
-/// How many of a tool result's last lines the transcript shows (the model gets all of it;
-/// `keel sessions show` replays it).
-const RESULT_LINES: usize = 4;
+/// How many of a tool result's last lines the transcript shows unless `[display]
+/// result-lines` says otherwise (the model gets all of it; `keel sessions show` replays it).
+pub(crate) const RESULT_LINES: usize = 4;
 
 /// What happened to a tool call, in words: a command killed at its timeout or by Ctrl-C, or
 /// one that exited non-zero, is not labelled as a plain success.
