@@ -190,6 +190,71 @@ fn new_build_publish_install_load_and_call() -> R {
     Ok(())
 }
 
+/// The author's first steps with nothing but a `keel` binary: a copy of it in a directory
+/// tree without keel's sources, `HOME` an empty directory (cargo's and rustup's homes still
+/// the machine's, for the registry cache and the toolchain), offline. `keel plugin new`
+/// vendors the SDK, the WIT and a lockfile, and the crate builds and loads.
+#[test]
+fn a_plugin_is_made_and_built_with_only_a_copy_of_the_binary() -> R {
+    let tmp = tempfile::tempdir()?;
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin)?;
+    let keel_bin = bin.join("keel");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("keel"), &keel_bin)?;
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home)?;
+    let real_home = std::env::var_os("HOME").map(PathBuf::from).ok_or("HOME")?;
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| real_home.join(".cargo"));
+    let rustup_home = std::env::var_os("RUSTUP_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| real_home.join(".rustup"));
+    let author = |args: &[&str]| {
+        let mut cmd = Command::new(&keel_bin);
+        cmd.current_dir(tmp.path())
+            .env("HOME", &home)
+            .env("KEEL_HOME", home.join(".keel"))
+            .env("CARGO_HOME", &cargo_home)
+            .env("RUSTUP_HOME", &rustup_home)
+            .env("CARGO_NET_OFFLINE", "true")
+            .env("CARGO_TARGET_DIR", guest_target_dir())
+            .env("NO_COLOR", "1")
+            .env_remove("KEEL_LOG")
+            .args(args);
+        cmd
+    };
+    author(&["plugin", "new", "tally"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("created tool plugin `tally`"));
+    let crate_dir = tmp.path().join("tally");
+    let cargo_toml = std::fs::read_to_string(crate_dir.join("Cargo.toml"))?;
+    assert!(
+        cargo_toml.contains("keel-sdk = { path = \"vendor/keel-sdk\" }"),
+        "{cargo_toml}"
+    );
+    for file in [
+        "vendor/keel-sdk/Cargo.toml",
+        "vendor/keel-sdk/src/lib.rs",
+        "wit/keel-plugin-0.2.0/plugin.wit",
+        "Cargo.lock",
+    ] {
+        assert!(crate_dir.join(file).is_file(), "{file} was vendored");
+    }
+    author(&["plugin", "build", "tally"])
+        .assert()
+        .success()
+        .stdout(predicate::str::ends_with("ok\n"));
+    // Loaded in a workspace of its own (keel's home must not be inside the workspace).
+    author(&["plugin", "list", "--plugin", "."])
+        .current_dir(&crate_dir)
+        .assert()
+        .success()
+        .stdout(predicate::str::is_match(r"tally\s+0\.1\.0\s+wasm\s+active")?);
+    Ok(())
+}
+
 /// A plugin directory holding the bundled echo-tool component under another manifest.
 fn plugin_dir(root: &Path, name: &str, extra: &str) -> Result<PathBuf, Box<dyn std::error::Error>> {
     let dir = root.join(name);

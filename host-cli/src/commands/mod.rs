@@ -3,6 +3,7 @@
 pub mod doctor;
 pub mod key;
 pub mod plugin;
+mod plugin_sdk;
 mod plugin_template;
 pub mod policy;
 pub mod registry;

@@ -9,6 +9,7 @@ use keel_kernel::{
     Manifest, PluginState, check_imports, code_path, inspect_component, manifest_path,
 };
 
+use super::plugin_sdk;
 use super::plugin_template::{self, Kind};
 use crate::config::Context;
 use crate::runtime::Runtime;
@@ -45,8 +46,8 @@ pub enum PluginCommand {
         /// Where to create it (default `./NAME`); must not exist.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
-        /// The keel-sdk crate to depend on (default: the SDK of the keel sources this binary
-        /// was built from).
+        /// A keel-sdk crate to depend on by path (default: the SDK this keel carries, vendored
+        /// into the new crate with the WIT and a lockfile).
         #[arg(long, value_name = "PATH")]
         sdk: Option<PathBuf>,
     },
@@ -123,11 +124,6 @@ pub async fn run(ctx: &Context, cmd: PluginCommand) -> anyhow::Result<ExitCode> 
     }
 }
 
-/// The keel source tree this binary was built from.
-fn keel_sources() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn new_plugin(
     name: &str,
     kind: Kind,
@@ -151,29 +147,31 @@ fn new_plugin(
             dir.display()
         );
     }
-    let default_sdk = sdk.is_none();
-    let sdk = sdk.unwrap_or_else(|| keel_sources().join("plugins/sdk"));
-    let sdk = sdk.canonicalize().with_context(|| {
-        format!(
-            "cannot find keel-sdk at `{}`; pass --sdk PATH (the `plugins/sdk` directory of the keel sources)",
-            sdk.display()
-        )
-    })?;
-    if !sdk.join("Cargo.toml").is_file() {
-        bail!(
-            "`{}` is not the keel-sdk crate (no Cargo.toml); pass --sdk PATH",
-            sdk.display()
-        );
-    }
-    // With the SDK of these sources, start from their lockfile: the same dependency versions,
-    // already downloaded.
-    let sources = sdk.join("../..");
-    let lockfile = if default_sdk {
-        std::fs::read_to_string(sources.join("Cargo.lock")).ok()
-    } else {
-        None
+    // By default the SDK, the WIT and the lockfile keel carries are vendored into the crate;
+    // `--sdk PATH` points at another keel-sdk crate instead (keel's own sources, say).
+    let mut files = match sdk {
+        None => {
+            let mut files = plugin_template::render(name, kind, "vendor/keel-sdk");
+            files.extend(plugin_sdk::vendored_files()?);
+            files
+        }
+        Some(sdk) => {
+            let sdk = sdk
+                .canonicalize()
+                .with_context(|| format!("cannot find keel-sdk at `{}`", sdk.display()))?;
+            if !sdk.join("Cargo.toml").is_file() {
+                bail!(
+                    "`{}` is not the keel-sdk crate (no Cargo.toml); pass --sdk PATH, or leave \
+                     it out to use the SDK this keel carries",
+                    sdk.display()
+                );
+            }
+            plugin_template::render(name, kind, &sdk.display().to_string())
+        }
     };
-    for (rel, text) in plugin_template::render(name, kind, &sdk, lockfile.as_deref()) {
+    // The plugin ABI, for reference (and for the vendored SDK, which binds it).
+    files.extend(plugin_sdk::wit_files());
+    for (rel, text) in files {
         let path = dir.join(&rel);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
@@ -181,24 +179,6 @@ fn new_plugin(
         }
         std::fs::write(&path, text)
             .with_context(|| format!("cannot write `{}`", path.display()))?;
-    }
-    // The plugin ABI for reference, from the same sources as the SDK.
-    if let Ok(entries) = std::fs::read_dir(sources.join("wit")) {
-        for entry in entries.flatten() {
-            let Ok(files) = std::fs::read_dir(entry.path()) else {
-                continue;
-            };
-            for file in files.flatten() {
-                let target = dir
-                    .join("wit")
-                    .join(entry.file_name())
-                    .join(file.file_name());
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                std::fs::copy(file.path(), &target)?;
-            }
-        }
     }
     println!(
         "created {} plugin `{name}` in {}",

@@ -1,8 +1,6 @@
 //! The exemplar crates `keel plugin new` writes: one per kind, each a working plugin with its
 //! manifest, SDK usage and a native unit test of its logic.
 
-use std::path::Path;
-
 use clap::ValueEnum;
 
 /// What kind of plugin to start from.
@@ -18,23 +16,20 @@ pub enum Kind {
     Guard,
 }
 
-/// `(path relative to the crate, contents)` of every file of the new crate.
-pub fn render(name: &str, kind: Kind, sdk: &Path, lockfile: Option<&str>) -> Vec<(String, String)> {
+/// `(path relative to the crate, contents)` of the new crate's own files; `sdk` is the path
+/// its keel-sdk dependency points at.
+pub fn render(name: &str, kind: Kind, sdk: &str) -> Vec<(String, String)> {
     let ident = name.replace('-', "_");
-    let mut files = vec![
+    vec![
         ("Cargo.toml".to_owned(), cargo_toml(name, sdk)),
         ("keel.toml".to_owned(), keel_toml(name, kind)),
         ("src/lib.rs".to_owned(), lib_rs(name, &ident, kind)),
         (".gitignore".to_owned(), "/target\n/*.wasm\n".to_owned()),
         ("README.md".to_owned(), readme(name, kind)),
-    ];
-    if let Some(lock) = lockfile {
-        files.push(("Cargo.lock".to_owned(), lock.to_owned()));
-    }
-    files
+    ]
 }
 
-fn cargo_toml(name: &str, sdk: &Path) -> String {
+fn cargo_toml(name: &str, sdk: &str) -> String {
     format!(
         r#"[package]
 name = "{name}"
@@ -58,8 +53,7 @@ debug = false
 strip = "debuginfo"
 lto = true
 codegen-units = 1
-"#,
-        sdk = sdk.display().to_string()
+"#
     )
 }
 
@@ -127,8 +121,10 @@ keel publish --namespace NS       # sign and publish (`keel key new --namespace 
 ```
 
 `src/lib.rs` implements `keel_sdk::Plugin`; `keel.toml` declares what the plugin provides,
-requires and asks to be allowed to do. The plugin ABI is the WIT package `keel:plugin` that
-keel-sdk binds; a copy is in `wit/` when the keel sources were found.
+requires and asks to be allowed to do. The plugin ABI is the WIT package `keel:plugin` in
+`wit/`, which the SDK in `vendor/keel-sdk/` binds; both came with keel, and `Cargo.lock`
+pins the versions keel was built and tested with, so the crate builds offline and the same
+later.
 "#,
         kind = format!("{kind:?}").to_lowercase()
     )
