@@ -45,6 +45,18 @@ enum Command {
     Run {
         /// What to ask the agent.
         prompt: Option<String>,
+        /// Develop the plugin crate in DIR in this session, as `keel dev DIR` does.
+        #[arg(long, value_name = "DIR", conflicts_with = "prompt")]
+        dev: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        args: commands::run::SessionArgs,
+    },
+    /// Develop a plugin live: build the crate in DIR, start an interactive session with it
+    /// loaded, and rebuild and swap it in (its kernel-held state kept) on every save.
+    Dev {
+        /// The plugin crate (with Cargo.toml and keel.toml).
+        #[arg(default_value = ".")]
+        dir: std::path::PathBuf,
         #[command(flatten)]
         args: commands::run::SessionArgs,
     },
@@ -146,7 +158,20 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Plugin(cmd) => commands::plugin::run(&ctx, cmd).await,
             Command::Policy(cmd) => commands::policy::run(&ctx, cmd),
-            Command::Run { prompt, args } => commands::run::run(&ctx, args, prompt, None).await,
+            Command::Run {
+                prompt,
+                dev: Some(dir),
+                args,
+            } => {
+                debug_assert!(prompt.is_none());
+                commands::dev::dev(&ctx, args, dir).await
+            }
+            Command::Run {
+                prompt,
+                dev: None,
+                args,
+            } => commands::run::run(&ctx, args, prompt, None).await,
+            Command::Dev { dir, args } => commands::dev::dev(&ctx, args, dir).await,
             Command::Exec {
                 prompt,
                 json,

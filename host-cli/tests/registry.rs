@@ -251,7 +251,175 @@ fn a_plugin_is_made_and_built_with_only_a_copy_of_the_binary() -> R {
         .current_dir(&crate_dir)
         .assert()
         .success()
-        .stdout(predicate::str::is_match(r"tally\s+0\.1\.0\s+wasm\s+active")?);
+        .stdout(predicate::str::is_match(
+            r"tally\s+0\.1\.0\s+wasm\s+active",
+        )?);
+    Ok(())
+}
+
+/// The tool plugin `keel dev` develops in its test: it counts its calls in kernel-held state
+/// and says which version answered.
+fn tally_source(version: &str) -> String {
+    format!(
+        r#"use keel_sdk::{{Plugin, ToolCapabilities, ToolSpec, state, tools}};
+
+struct Tally;
+
+impl Plugin for Tally {{
+    fn activate(_config: &str) -> Result<Self, String> {{
+        tools::register(
+            ToolSpec::new("tally", "Counts its calls.", "{{\"type\":\"object\"}}")
+                .capabilities(ToolCapabilities::empty()),
+        )?;
+        Ok(Tally)
+    }}
+
+    fn invoke_tool(&mut self, _name: &str, _input: &str) -> Result<String, String> {{
+        let calls = state::get("calls")
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|s| s.parse::<u32>().ok())
+            .unwrap_or(0)
+            + 1;
+        state::set("calls", calls.to_string().as_bytes()).map_err(|e| format!("{{e:?}}"))?;
+        Ok(format!("tally {version} call {{calls}}"))
+    }}
+}}
+
+keel_sdk::export_plugin!(Tally);
+"#
+    )
+}
+
+/// `keel dev`: a save rebuilds the plugin and the running session answers with the new version
+/// without a restart, its kernel-held state kept; a broken save keeps the old version answering.
+#[test]
+fn keel_dev_swaps_each_good_build_into_the_live_session() -> R {
+    use std::io::Write as _;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let tmp = tempfile::tempdir()?;
+    let home = tmp.path().join("home");
+    std::fs::create_dir(&home)?;
+    let crate_dir = tmp.path().join("tally");
+    keel(&home)?
+        .args(["plugin", "new", "tally", "--dir"])
+        .arg(&crate_dir)
+        .assert()
+        .success();
+    std::fs::write(crate_dir.join("src/lib.rs"), tally_source("one"))?;
+    // Each turn: call `tally`, then say the turn is done.
+    let script = tmp.path().join("script.toml");
+    let steps: String = (0..4)
+        .map(|i| {
+            format!(
+                "[[step]]\n[[step.tool_calls]]\nname = \"tally\"\narguments = {{}}\n\n\
+                 [[step]]\ntext = \"turn {i} done\"\n\n"
+            )
+        })
+        .collect();
+    std::fs::write(&script, steps)?;
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "[model]\nprovider = \"scripted\"\nscript = {:?}\n",
+            script.display().to_string()
+        ),
+    )?;
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws)?;
+
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("keel"))
+        .env("KEEL_HOME", &home)
+        .env("KEEL_YES", "1")
+        .env("NO_COLOR", "1")
+        .env("CARGO_TARGET_DIR", guest_target_dir())
+        .env("CARGO_NET_OFFLINE", "true")
+        .env_remove("KEEL_LOG")
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("dev")
+        .arg(&crate_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // Every line keel prints, from both streams, in one channel.
+    let (lines, seen) = mpsc::channel::<String>();
+    for stream in [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stream)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    // Only the readers send: when keel exits, the channel ends.
+    drop(lines);
+    let mut transcript = String::new();
+    let mut wait_for = |what: &str| -> Result<(), String> {
+        loop {
+            match seen.recv_timeout(Duration::from_secs(180)) {
+                Ok(line) => {
+                    transcript.push_str(&line);
+                    transcript.push('\n');
+                    if line.contains(what) {
+                        return Ok(());
+                    }
+                }
+                Err(_) => return Err(format!("no `{what}` in:\n{transcript}")),
+            }
+        }
+    };
+    let mut stdin = child.stdin.take().ok_or("stdin")?;
+    wait_for("[dev] watching")?;
+    writeln!(stdin, "count")?;
+    wait_for("tally one call 1")?;
+    wait_for("turn 0 done")?;
+
+    // A good save: the next turn is answered by the new build, which sees the old one's state.
+    std::fs::write(crate_dir.join("src/lib.rs"), tally_source("two"))?;
+    wait_for("`tally` #2 is live")?;
+    writeln!(stdin, "count again")?;
+    wait_for("tally two call 2")?;
+    wait_for("turn 1 done")?;
+
+    // A broken save: the compiler's complaint, and #2 keeps answering.
+    std::fs::write(crate_dir.join("src/lib.rs"), "this is not rust\n")?;
+    wait_for("the build failed; #2 stays live")?;
+    writeln!(stdin, "and again")?;
+    wait_for("tally two call 3")?;
+    wait_for("turn 2 done")?;
+
+    // Fixed again: #3.
+    std::fs::write(crate_dir.join("src/lib.rs"), tally_source("three"))?;
+    wait_for("`tally` #3 is live")?;
+    writeln!(stdin, "once more")?;
+    wait_for("tally three call 4")?;
+    writeln!(stdin, "/exit")?;
+    wait_for("keel resume")?;
+    assert!(child.wait()?.success());
+    // The swap times, for whoever runs this with --nocapture.
+    for line in transcript.lines().filter(|l| l.contains("is live")) {
+        eprintln!("{line}");
+    }
     Ok(())
 }
 

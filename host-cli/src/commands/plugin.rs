@@ -193,6 +193,17 @@ fn new_plugin(
 }
 
 fn build(ctx: &Context, path: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let (file, component) = build_component(path)?;
+    if !json {
+        eprintln!("built {}", component.display());
+    }
+    check(ctx, &file, Some(component), json)
+}
+
+/// Build the plugin crate at `path` to its component (`cargo build --release --target
+/// wasm32-wasip2`, the compiler's messages on stderr) and put it where its manifest points;
+/// the manifest's path and the component's.
+pub(crate) fn build_component(path: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
     let file = manifest_path(path);
     let dir = file
         .parent()
@@ -267,10 +278,7 @@ fn build(ctx: &Context, path: &Path, json: bool) -> anyhow::Result<ExitCode> {
             component.display()
         )
     })?;
-    if !json {
-        eprintln!("built {}", component.display());
-    }
-    check(ctx, &file, Some(component), json)
+    Ok((file, component))
 }
 
 fn print_table(list: &[keel_kernel::PluginStatus]) {

@@ -69,25 +69,35 @@ pub async fn run(
         },
     )
     .await?;
+    say_session(&session);
+    let code = match prompt {
+        Some(p) => exit_for(session.turn(&p).await?.end),
+        None => {
+            interactive(ctx, &session, &|| "› ".to_owned()).await?;
+            ExitCode::SUCCESS
+        }
+    };
+    session.close().await;
+    say_resume(&session);
+    Ok(code)
+}
+
+/// The session's header: its id, workspace and the confinement of its commands.
+pub(crate) fn say_session(session: &Session) {
     eprintln!(
         "session {} in {}\n{}",
         session.id(),
         session.workspace().display(),
         session.kernel.confinement().describe()
     );
-    let code = match prompt {
-        Some(p) => exit_for(session.turn(&p).await?.end),
-        None => {
-            interactive(ctx, &session).await?;
-            ExitCode::SUCCESS
-        }
-    };
-    session.close().await;
+}
+
+/// On the way out: how to come back.
+pub(crate) fn say_resume(session: &Session) {
     eprintln!(
         "session {id} is in its log; continue it with `keel resume {id}`",
         id = session.id()
     );
-    Ok(code)
 }
 
 /// `keel exec PROMPT [--json]`: one turn, non-interactive.
@@ -201,7 +211,13 @@ fn approvals(session: &Session, arg: &str) -> anyhow::Result<Option<String>> {
     Ok(Some(done.join("\n")))
 }
 
-async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
+/// The interactive loop: requests and slash commands until `/exit`, end of input or a second
+/// Ctrl-C; `label` is the prompt, asked for afresh each time.
+pub(crate) async fn interactive(
+    ctx: &Context,
+    session: &Session,
+    label: &(dyn Fn() -> String + Sync),
+) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
     eprintln!("type a request, or {HELP}; a line ending in `\\` continues on the next");
     // Plugin names for Tab completion: the bundled ones, the installed ones and whatever is
@@ -229,7 +245,10 @@ async fn interactive(ctx: &Context, session: &Session) -> anyhow::Result<()> {
                 *names
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = known;
-                pending.insert(tokio::task::spawn_blocking(|| crate::session::prompt("› ")))
+                let label = label();
+                pending.insert(tokio::task::spawn_blocking(move || {
+                    crate::session::prompt(&label)
+                }))
             }
         };
         let reply = tokio::select! {

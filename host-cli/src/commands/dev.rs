@@ -1,0 +1,192 @@
+//! `keel dev DIR` (the same as `keel run --dev DIR`): an interactive session with the plugin
+//! under development loaded. Its sources are watched; each change is rebuilt and swapped in
+//! through the kernel's reload, which hands the plugin's kernel-held state to the new version
+//! and restores the old one if the new one does not activate. A build that fails leaves the
+//! running version live and shows the compiler's messages. The prompt names the live build.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use notify_debouncer_mini::notify::RecursiveMode;
+
+use super::plugin::build_component;
+use super::run::{SessionArgs, interactive, say_resume, say_session};
+use crate::config::Context;
+use crate::session::{Display, Session, SessionOptions};
+
+/// How long the watcher waits for a burst of saves (an editor writing a file and its backup,
+/// `cargo fmt` touching several) to end before one rebuild.
+const SETTLE: Duration = Duration::from_millis(150);
+
+/// `keel dev DIR`.
+pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Result<ExitCode> {
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("cannot find the plugin crate `{}`", dir.display()))?;
+    eprintln!("[dev] building {}…", dir.display());
+    let began = Instant::now();
+    let (manifest, _) = build(&dir).await?;
+    let name = keel_kernel::Manifest::load(&manifest)?.name;
+    eprintln!(
+        "[dev] built `{name}` in {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    let mut plugins = args.plugins;
+    plugins.push(dir.clone());
+    let session = Arc::new(
+        Session::start(
+            ctx,
+            SessionOptions {
+                approval: args.approval,
+                extra_plugins: plugins,
+                display: Display::Human,
+                resume: None,
+                overrides: Vec::new(),
+            },
+        )
+        .await?,
+    );
+    say_session(&session);
+    let live = Arc::new(AtomicU32::new(1));
+    let (changes, watcher) = watch(&dir)?;
+    eprintln!(
+        "[dev] watching {} (src/, wit/, Cargo.toml, keel.toml): a save rebuilds `{name}` and \
+         swaps it into this session",
+        dir.display()
+    );
+    let swapper = tokio::spawn(swap_on_change(
+        changes,
+        session.clone(),
+        dir.clone(),
+        name.clone(),
+        live.clone(),
+    ));
+    let label = || format!("{name} #{} › ", live.load(Ordering::SeqCst));
+    let result = interactive(ctx, &session, &label).await;
+    drop(watcher);
+    swapper.abort();
+    session.close().await;
+    say_resume(&session);
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// The crate built on a blocking thread.
+async fn build(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let dir = dir.to_owned();
+    tokio::task::spawn_blocking(move || build_component(&dir))
+        .await
+        .context("the build was interrupted")?
+}
+
+/// A watcher of the crate's sources, and the instants at which a change to them settled.
+type Watcher = notify_debouncer_mini::Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>;
+
+fn watch(dir: &Path) -> anyhow::Result<(tokio::sync::mpsc::UnboundedReceiver<Instant>, Watcher)> {
+    let (events, settled) = std::sync::mpsc::channel();
+    let mut watcher = notify_debouncer_mini::new_debouncer(SETTLE, events)
+        .context("cannot watch the plugin's sources")?;
+    // The crate's root alone (its manifests; not `target/` or the component a build writes),
+    // and its source trees whole. Directories, not files: editors save by replacing a file.
+    watcher
+        .watcher()
+        .watch(dir, RecursiveMode::NonRecursive)
+        .with_context(|| format!("cannot watch `{}`", dir.display()))?;
+    for tree in ["src", "wit"] {
+        let tree = dir.join(tree);
+        if tree.is_dir() {
+            watcher
+                .watcher()
+                .watch(&tree, RecursiveMode::Recursive)
+                .with_context(|| format!("cannot watch `{}`", tree.display()))?;
+        }
+    }
+    let (changes, changed) = tokio::sync::mpsc::unbounded_channel();
+    let root = dir.to_owned();
+    std::thread::spawn(move || {
+        for result in settled {
+            let Ok(events) = result else { continue };
+            if events.iter().any(|e| is_source(&root, &e.path))
+                && changes.send(Instant::now()).is_err()
+            {
+                break;
+            }
+        }
+    });
+    Ok((changed, watcher))
+}
+
+/// Whether a change at `path` is a change to the plugin's sources.
+fn is_source(root: &Path, path: &Path) -> bool {
+    let Ok(rel) = path.strip_prefix(root) else {
+        return false;
+    };
+    let mut parts = rel.components();
+    match parts.next().and_then(|c| c.as_os_str().to_str()) {
+        Some("src" | "wit") => true,
+        Some("Cargo.toml" | "keel.toml") => parts.next().is_none(),
+        _ => false,
+    }
+}
+
+/// Rebuild on every settled change and swap the new build in; say what happened.
+async fn swap_on_change(
+    mut changes: tokio::sync::mpsc::UnboundedReceiver<Instant>,
+    session: Arc<Session>,
+    dir: PathBuf,
+    name: String,
+    live: Arc<AtomicU32>,
+) {
+    while let Some(mut saved) = changes.recv().await {
+        // Changes that arrived meanwhile are in this build too.
+        while let Ok(later) = changes.try_recv() {
+            saved = later;
+        }
+        eprintln!("\n[dev] rebuilding `{name}`…");
+        if let Err(e) = build(&dir).await {
+            eprintln!(
+                "[dev] the build failed; #{} stays live: {e:#}",
+                live.load(Ordering::SeqCst)
+            );
+            continue;
+        }
+        let built = Instant::now();
+        match session.reload(&name).await {
+            Ok(()) => {
+                let n = live.fetch_add(1, Ordering::SeqCst) + 1;
+                eprintln!(
+                    "[dev] `{name}` #{n} is live: swapped in {:.1} ms after its build, {:.2} s \
+                     after the save",
+                    built.elapsed().as_secs_f64() * 1000.0,
+                    saved.elapsed().as_secs_f64()
+                );
+            }
+            Err(e) => eprintln!(
+                "[dev] #{} stays live: the new build did not load: {e:#}",
+                live.load(Ordering::SeqCst)
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_sources_trigger_a_rebuild() {
+        let root = Path::new("/p");
+        assert!(is_source(root, Path::new("/p/src/lib.rs")));
+        assert!(is_source(root, Path::new("/p/src/deep/mod.rs")));
+        assert!(is_source(root, Path::new("/p/wit/x/plugin.wit")));
+        assert!(is_source(root, Path::new("/p/Cargo.toml")));
+        assert!(is_source(root, Path::new("/p/keel.toml")));
+        assert!(!is_source(root, Path::new("/p/tally.wasm")));
+        assert!(!is_source(root, Path::new("/p/Cargo.lock")));
+        assert!(!is_source(root, Path::new("/p/target/release/x")));
+        assert!(!is_source(root, Path::new("/elsewhere/src/lib.rs")));
+    }
+}
