@@ -416,6 +416,12 @@ fn keel_dev_swaps_each_good_build_into_the_live_session() -> R {
     writeln!(stdin, "/exit")?;
     wait_for("keel resume")?;
     assert!(child.wait()?.success());
+    // One build per save: reading the sources (the build does) is not a change.
+    assert_eq!(
+        transcript.matches("[dev] rebuilding").count(),
+        3,
+        "{transcript}"
+    );
     // The swap times, for whoever runs this with --nocapture.
     for line in transcript.lines().filter(|l| l.contains("is live")) {
         eprintln!("{line}");

@@ -64,6 +64,7 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
         dir.clone(),
         name.clone(),
         live.clone(),
+        sources_state(&dir),
     ));
     let label = || format!("{name} #{} › ", live.load(Ordering::SeqCst));
     let result = interactive(ctx, &session, &label).await;
@@ -132,19 +133,59 @@ fn is_source(root: &Path, path: &Path) -> bool {
     }
 }
 
-/// Rebuild on every settled change and swap the new build in; say what happened.
+/// What the crate's sources are now, as a hash of every source file's path, size and
+/// modification time.
+fn sources_state(dir: &Path) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut files = Vec::new();
+    let mut pending = vec![dir.join("src"), dir.join("wit")];
+    while let Some(next) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&next) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.extend([dir.join("Cargo.toml"), dir.join("keel.toml")]);
+    files.sort();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for file in files {
+        let meta = std::fs::metadata(&file).ok();
+        file.hash(&mut hasher);
+        meta.as_ref().map(std::fs::Metadata::len).hash(&mut hasher);
+        meta.and_then(|m| m.modified().ok()).hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+/// Rebuild on every settled change to the sources and swap the new build in; say what
+/// happened.
 async fn swap_on_change(
     mut changes: tokio::sync::mpsc::UnboundedReceiver<Instant>,
     session: Arc<Session>,
     dir: PathBuf,
     name: String,
     live: Arc<AtomicU32>,
+    mut built_from: u64,
 ) {
     while let Some(mut saved) = changes.recv().await {
         // Changes that arrived meanwhile are in this build too.
         while let Ok(later) = changes.try_recv() {
             saved = later;
         }
+        // The watcher also reports files being read (the build itself reads them): only a
+        // change to what the sources are starts a build.
+        let now = sources_state(&dir);
+        if now == built_from {
+            continue;
+        }
+        built_from = now;
         eprintln!("\n[dev] rebuilding `{name}`…");
         if let Err(e) = build(&dir).await {
             eprintln!(
@@ -159,7 +200,7 @@ async fn swap_on_change(
                 let n = live.fetch_add(1, Ordering::SeqCst) + 1;
                 eprintln!(
                     "[dev] `{name}` #{n} is live: swapped in {:.1} ms after its build, {:.2} s \
-                     after the save",
+                     after the change settled",
                     built.elapsed().as_secs_f64() * 1000.0,
                     saved.elapsed().as_secs_f64()
                 );
@@ -188,5 +229,20 @@ mod tests {
         assert!(!is_source(root, Path::new("/p/Cargo.lock")));
         assert!(!is_source(root, Path::new("/p/target/release/x")));
         assert!(!is_source(root, Path::new("/elsewhere/src/lib.rs")));
+    }
+
+    #[test]
+    fn the_sources_state_changes_with_a_save_and_not_with_a_read() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        std::fs::create_dir(dir.path().join("src"))?;
+        std::fs::write(dir.path().join("src/lib.rs"), "fn a() {}")?;
+        std::fs::write(dir.path().join("Cargo.toml"), "[package]")?;
+        let before = sources_state(dir.path());
+        std::fs::read(dir.path().join("src/lib.rs"))?;
+        std::fs::write(dir.path().join("plugin.wasm"), "built")?;
+        assert_eq!(sources_state(dir.path()), before);
+        std::fs::write(dir.path().join("src/lib.rs"), "fn b() {}")?;
+        assert_ne!(sources_state(dir.path()), before);
+        Ok(())
     }
 }
