@@ -14,11 +14,14 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use keel_tests::model_server::{ModelServer, sse_head};
 use keel_tests::wire::{oa, oa_done, oa_text};
 use serde_json::json;
+
+mod common;
+use common::{millis, report};
 
 const KEY: &str = "sk-bench-0123456789abcdefghijklmnop";
 
@@ -82,30 +85,6 @@ fn config(home: &Path, server: &ModelServer) {
         ),
     )
     .expect("config");
-}
-
-/// Median and the range of `values`.
-fn summary(values: &mut [f64]) -> (f64, f64, f64) {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    let median = if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    };
-    (median, values[0], values[n - 1])
-}
-
-fn report(name: &str, unit: &str, values: &mut [f64]) {
-    let (median, low, high) = summary(values);
-    println!(
-        "{name:<44} median {median:>9.1} {unit}   [{low:.1} … {high:.1}]   n = {}",
-        values.len()
-    );
-}
-
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 #[tokio::main]

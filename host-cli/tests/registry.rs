@@ -257,37 +257,9 @@ fn a_plugin_is_made_and_built_with_only_a_copy_of_the_binary() -> R {
     Ok(())
 }
 
-/// The tool plugin `keel dev` develops in its test: it counts its calls in kernel-held state
-/// and says which version answered.
+/// The tool plugin `keel dev` develops in its test, as `version`.
 fn tally_source(version: &str) -> String {
-    format!(
-        r#"use keel_sdk::{{Plugin, ToolCapabilities, ToolSpec, state, tools}};
-
-struct Tally;
-
-impl Plugin for Tally {{
-    fn activate(_config: &str) -> Result<Self, String> {{
-        tools::register(
-            ToolSpec::new("tally", "Counts its calls.", "{{\"type\":\"object\"}}")
-                .capabilities(ToolCapabilities::empty()),
-        )?;
-        Ok(Tally)
-    }}
-
-    fn invoke_tool(&mut self, _name: &str, _input: &str) -> Result<String, String> {{
-        let calls = state::get("calls")
-            .and_then(|b| String::from_utf8(b).ok())
-            .and_then(|s| s.parse::<u32>().ok())
-            .unwrap_or(0)
-            + 1;
-        state::set("calls", calls.to_string().as_bytes()).map_err(|e| format!("{{e:?}}"))?;
-        Ok(format!("tally {version} call {{calls}}"))
-    }}
-}}
-
-keel_sdk::export_plugin!(Tally);
-"#
-    )
+    include_str!("fixtures/tally.rs.txt").replace("VERSION", version)
 }
 
 /// `keel dev`: a save rebuilds the plugin and the running session answers with the new version

@@ -29,7 +29,7 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
         .with_context(|| format!("cannot find the plugin crate `{}`", dir.display()))?;
     eprintln!("[dev] building {}…", dir.display());
     let began = Instant::now();
-    let (manifest, _) = build(&dir).await?;
+    let (manifest, component) = build(&dir).await?;
     let name = keel_kernel::Manifest::load(&manifest)?.name;
     eprintln!(
         "[dev] built `{name}` in {:.1} s",
@@ -65,6 +65,7 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
         name.clone(),
         live.clone(),
         sources_state(&dir),
+        component_hash(&component),
     ));
     let label = || format!("{name} #{} › ", live.load(Ordering::SeqCst));
     let result = interactive(ctx, &session, &label).await;
@@ -133,6 +134,15 @@ fn is_source(root: &Path, path: &Path) -> bool {
     }
 }
 
+/// A hash of the component at `path` (0 when it cannot be read), to tell a new build from the
+/// live one.
+fn component_hash(path: &Path) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    std::fs::read(path).unwrap_or_default().hash(&mut hasher);
+    hasher.finish()
+}
+
 /// What the crate's sources are now, as a hash of every source file's path, size and
 /// modification time.
 fn sources_state(dir: &Path) -> u64 {
@@ -173,6 +183,7 @@ async fn swap_on_change(
     name: String,
     live: Arc<AtomicU32>,
     mut built_from: u64,
+    mut live_component: u64,
 ) {
     while let Some(mut saved) = changes.recv().await {
         // Changes that arrived meanwhile are in this build too.
@@ -187,12 +198,33 @@ async fn swap_on_change(
         }
         built_from = now;
         eprintln!("\n[dev] rebuilding `{name}`…");
-        if let Err(e) = build(&dir).await {
-            eprintln!(
-                "[dev] the build failed; #{} stays live: {e:#}",
-                live.load(Ordering::SeqCst)
-            );
-            continue;
+        let mut component = build(&dir)
+            .await
+            .map(|(_, component)| component_hash(&component));
+        // The sources changed but cargo made the same component: it judged the crate fresh
+        // (a change it had not seen yet); ask once more.
+        if component.as_ref().is_ok_and(|hash| *hash == live_component) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            component = build(&dir)
+                .await
+                .map(|(_, component)| component_hash(&component));
+        }
+        match component {
+            Err(e) => {
+                eprintln!(
+                    "[dev] the build failed; #{} stays live: {e:#}",
+                    live.load(Ordering::SeqCst)
+                );
+                continue;
+            }
+            Ok(hash) if hash == live_component => {
+                eprintln!(
+                    "[dev] the build made the same component as #{}; nothing to swap",
+                    live.load(Ordering::SeqCst)
+                );
+                continue;
+            }
+            Ok(hash) => live_component = hash,
         }
         let built = Instant::now();
         match session.reload(&name).await {
