@@ -80,6 +80,37 @@ fn new_build_publish_install_load_and_call() -> R {
         .stdout(predicate::str::ends_with("ok\n"));
     assert!(crate_dir.join("word-count.wasm").is_file());
 
+    // Its tool, called in a real kernel from a calls file, without a model.
+    std::fs::write(
+        crate_dir.join("keel-test.toml"),
+        "[[call]]\ntool = \"word_count\"\ninput = { text = \"hello keel world\" }\n\
+         expect = { chars = 16, words = 3 }\n\n[[call]]\ntool = \"word_count\"\n\
+         input = {}\nexpect-error = true\n",
+    )?;
+    keel(&author)?
+        .args(["plugin", "test"])
+        .arg(&crate_dir)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            r#"✔ tool word_count {"text":"hello keel world"} → {"chars":16,"words":3}"#,
+        ))
+        .stdout(predicate::str::contains("2 call(s), all as expected"));
+    let wrong = tmp.path().join("wrong.toml");
+    std::fs::write(
+        &wrong,
+        "[[call]]\ntool = \"word_count\"\ninput = { text = \"a b\" }\nexpect = { words = 3 }\n",
+    )?;
+    keel(&author)?
+        .args(["plugin", "test"])
+        .arg(&crate_dir)
+        .arg("--calls")
+        .arg(&wrong)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("expected {\"words\":3}"))
+        .stdout(predicate::str::contains("1 call(s), 1 not as expected"));
+
     let public = public_key(&author, "acme")?;
     keel(&author)?
         .arg("publish")

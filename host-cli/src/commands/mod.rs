@@ -6,6 +6,7 @@ pub mod key;
 pub mod plugin;
 mod plugin_sdk;
 mod plugin_template;
+mod plugin_test;
 pub mod policy;
 pub mod registry;
 pub mod run;

@@ -51,6 +51,16 @@ pub enum PluginCommand {
         #[arg(long, value_name = "PATH")]
         sdk: Option<PathBuf>,
     },
+    /// Call a plugin's tools and services in a real kernel with inputs from a file, print
+    /// the results and check what the file expects (exit 1 if anything differs).
+    Test {
+        /// The plugin directory (with keel.toml and its built component).
+        #[arg(default_value = ".")]
+        path: PathBuf,
+        /// The calls file (default PATH/keel-test.toml).
+        #[arg(long, value_name = "FILE")]
+        calls: Option<PathBuf>,
+    },
     /// Build a plugin crate to a component (`cargo build --release --target wasm32-wasip2`),
     /// put it where its manifest's `component` points, and check it as `keel plugin check`
     /// does.
@@ -121,6 +131,7 @@ pub async fn run(ctx: &Context, cmd: PluginCommand) -> anyhow::Result<ExitCode> 
             sdk,
         } => new_plugin(&name, kind, dir, sdk),
         PluginCommand::Build { path, json } => build(ctx, &path, json),
+        PluginCommand::Test { path, calls } => super::plugin_test::run(ctx, &path, calls).await,
     }
 }
 
