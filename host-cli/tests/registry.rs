@@ -432,6 +432,40 @@ fn keel_dev_swaps_each_good_build_into_the_live_session() -> R {
     Ok(())
 }
 
+/// A plugin in another language: `keel plugin new --lang python` starts from the shipped
+/// Python example, `keel plugin build` makes it a component with componentize-py that imports
+/// nothing but keel's interfaces, and its tool answers in a real kernel through the gates.
+#[test]
+fn a_python_plugin_is_made_built_and_called() -> R {
+    let tmp = tempfile::tempdir()?;
+    let home = tmp.path().join("home");
+    let dir = tmp.path().join("tiny-count");
+    keel(&home)?
+        .args(["plugin", "new", "tiny-count", "--lang", "python", "--dir"])
+        .arg(&dir)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("created tool plugin `tiny-count`"));
+    keel(&home)?
+        .args(["plugin", "build"])
+        .arg(&dir)
+        .assert()
+        .success()
+        // Only keel's own interfaces: no WASI, so no files, clocks or sockets.
+        .stdout(predicate::str::contains("wasi:").not())
+        .stdout(predicate::str::ends_with("ok\n"));
+    keel(&home)?
+        .current_dir(&dir)
+        .args(["plugin", "test"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            r#"✔ tool tiny_count {"text":"hello keel world"} → {"chars":16,"words":3}"#,
+        ))
+        .stdout(predicate::str::contains("2 call(s), all as expected"));
+    Ok(())
+}
+
 /// A plugin directory holding the bundled echo-tool component under another manifest.
 fn plugin_dir(root: &Path, name: &str, extra: &str) -> Result<PathBuf, Box<dyn std::error::Error>> {
     let dir = root.join(name);

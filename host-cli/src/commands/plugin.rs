@@ -9,6 +9,7 @@ use keel_kernel::{
     Manifest, PluginState, check_imports, code_path, inspect_component, manifest_path,
 };
 
+use super::plugin_python;
 use super::plugin_sdk;
 use super::plugin_template::{self, Kind};
 use crate::config::Context;
@@ -50,6 +51,10 @@ pub enum PluginCommand {
         /// into the new crate with the WIT and a lockfile).
         #[arg(long, value_name = "PATH")]
         sdk: Option<PathBuf>,
+        /// The language to write it in: Rust (every kind), or Python (a tool plugin, built
+        /// with componentize-py).
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: plugin_python::Lang,
     },
     /// Call a plugin's tools and services in a real kernel with inputs from a file, print
     /// the results and check what the file expects (exit 1 if anything differs).
@@ -129,7 +134,8 @@ pub async fn run(ctx: &Context, cmd: PluginCommand) -> anyhow::Result<ExitCode> 
             kind,
             dir,
             sdk,
-        } => new_plugin(&name, kind, dir, sdk),
+            lang,
+        } => new_plugin(&name, kind, dir, sdk, lang),
         PluginCommand::Build { path, json } => build(ctx, &path, json),
         PluginCommand::Test { path, calls } => super::plugin_test::run(ctx, &path, calls).await,
     }
@@ -140,6 +146,7 @@ fn new_plugin(
     kind: Kind,
     dir: Option<PathBuf>,
     sdk: Option<PathBuf>,
+    lang: plugin_python::Lang,
 ) -> anyhow::Result<ExitCode> {
     if !keel_kernel::is_valid_plugin_name(name) {
         bail!(
@@ -160,13 +167,14 @@ fn new_plugin(
     }
     // By default the SDK, the WIT and the lockfile keel carries are vendored into the crate;
     // `--sdk PATH` points at another keel-sdk crate instead (keel's own sources, say).
-    let mut files = match sdk {
-        None => {
+    let mut files = match (lang, sdk) {
+        (plugin_python::Lang::Python, _) => plugin_python::template(name, kind)?,
+        (plugin_python::Lang::Rust, None) => {
             let mut files = plugin_template::render(name, kind, "vendor/keel-sdk");
             files.extend(plugin_sdk::vendored_files()?);
             files
         }
-        Some(sdk) => {
+        (plugin_python::Lang::Rust, Some(sdk)) => {
             let sdk = sdk
                 .canonicalize()
                 .with_context(|| format!("cannot find keel-sdk at `{}`", sdk.display()))?;
@@ -196,10 +204,11 @@ fn new_plugin(
         format!("{kind:?}").to_lowercase(),
         dir.display()
     );
-    println!(
-        "next: cd {} && cargo test && keel plugin build",
-        dir.display()
-    );
+    let next = match lang {
+        plugin_python::Lang::Rust => "cargo test && keel plugin build",
+        plugin_python::Lang::Python => "keel plugin build && keel plugin test",
+    };
+    println!("next: cd {} && {next}", dir.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -222,6 +231,11 @@ pub(crate) fn build_component(path: &Path) -> anyhow::Result<(PathBuf, PathBuf)>
         .unwrap_or_else(|| PathBuf::from("."));
     let manifest = Manifest::load(&file)?;
     let cargo_toml = dir.join("Cargo.toml");
+    if !cargo_toml.is_file() && dir.join(plugin_python::APP).is_file() {
+        let component = code_path(&file, &manifest);
+        plugin_python::build(&dir, &manifest, &component)?;
+        return Ok((file, component));
+    }
     if !cargo_toml.is_file() {
         bail!(
             "`{}` has no Cargo.toml; `keel plugin build` builds a plugin crate (create one with `keel plugin new NAME`)",
