@@ -41,6 +41,9 @@ enum Command {
     /// Call the tools of the loaded plugins.
     #[command(subcommand)]
     Tool(commands::tool::ToolCommand),
+    /// keel and MCP: serve this session's tools to an MCP client over stdio.
+    #[command(subcommand)]
+    Mcp(commands::mcp::McpCommand),
     /// Run an agent session: one turn with PROMPT, or an interactive session without.
     Run {
         /// What to ask the agent.
@@ -198,6 +201,7 @@ fn main() -> ExitCode {
             Command::Doctor => commands::doctor::run(&ctx).await,
             Command::Registry(cmd) => commands::registry::run(&ctx, cmd).await,
             Command::Tool(cmd) => commands::tool::run(&ctx, cmd).await,
+            Command::Mcp(cmd) => commands::mcp::run(&ctx, cmd).await,
         }
     });
     match result {

@@ -8,5 +8,6 @@ mod agent_wire;
 mod cli;
 mod exit_codes;
 mod interactive;
+mod mcp;
 mod registry;
 mod terminal;

@@ -1,0 +1,127 @@
+//! `keel mcp serve` driven by the official MCP Python SDK's client (`mcp` from PyPI, installed
+//! by `.ci/setup`): it negotiates, lists keel's tools, calls one, and a command keel's exec
+//! policy forbids comes back refused — the gates hold for an MCP client as for a model.
+
+use std::path::Path;
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+/// A home whose sessions use the scripted model (no key, no network).
+fn scripted_home() -> Result<tempfile::TempDir, Box<dyn std::error::Error>> {
+    let home = tempfile::tempdir()?;
+    let script = home.path().join("script.toml");
+    std::fs::write(&script, "[[step]]\ntext = \"unused\"\n")?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"scripted\"\nscript = {:?}\n",
+            script.display().to_string()
+        ),
+    )?;
+    Ok(home)
+}
+
+#[test]
+fn an_mcp_client_lists_and_calls_keels_tools_through_the_gates() -> R {
+    let home = scripted_home()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(ws.path().join("notes.txt"), "the answer is 42\n")?;
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_client.py");
+    let out = std::process::Command::new("python3")
+        .arg(&client)
+        .arg(assert_cmd::cargo::cargo_bin("keel"))
+        .arg(home.path())
+        .arg(ws.path())
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the MCP client failed (is `mcp` installed? `.ci/setup` installs it):\n{stderr}"
+    );
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(seen["version"], "2025-11-25", "{seen}");
+    assert_eq!(seen["server"], "keel");
+    let tools = seen["tools"].as_array().ok_or("tools")?;
+    for tool in ["read_file", "write_file", "exec_shell"] {
+        assert!(tools.iter().any(|t| t == tool), "{tool} listed: {seen}");
+    }
+    assert_eq!(seen["read"]["error"], false, "{seen}");
+    assert!(
+        seen["read"]["text"][0]
+            .as_str()
+            .is_some_and(|t| t.contains("the answer is 42")),
+        "{seen}"
+    );
+    // The exec policy forbids piping a download into a shell: refused, with the reason.
+    assert_eq!(seen["refused"]["error"], true, "{seen}");
+    let refusal = seen["refused"]["text"][0].as_str().unwrap_or_default();
+    assert!(refusal.contains("is refused: forbid"), "{seen}");
+    assert!(
+        seen["unknown"]
+            .as_str()
+            .is_some_and(|m| m.contains("unknown tool `no_such_tool`")),
+        "{seen}"
+    );
+    Ok(())
+}
+
+/// A hostile client: garbage, a request before `initialize`, an oversized line, arguments of
+/// the wrong shape, a notification. Each gets its own error (a notification nothing), and the
+/// server goes on answering.
+#[test]
+fn a_hostile_client_gets_errors_and_the_server_goes_on() -> R {
+    let home = scripted_home()?;
+    let ws = tempfile::tempdir()?;
+    let huge = format!("{{\"pad\": \"{}\"}}", "x".repeat(5 << 20));
+    let input = [
+        "this is not json".to_owned(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+        huge,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_file","arguments":[1]}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":4,"method":"no/such"}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#.to_owned(),
+    ]
+    .join("\n");
+    let out = assert_cmd::Command::cargo_bin("keel")?
+        .arg("--home")
+        .arg(home.path())
+        .arg("--workspace")
+        .arg(ws.path())
+        .args(["mcp", "serve"])
+        .env("NO_COLOR", "1")
+        .write_stdin(input)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replies: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    let codes: Vec<(serde_json::Value, serde_json::Value)> = replies
+        .iter()
+        .map(|r| (r["id"].clone(), r["error"]["code"].clone()))
+        .collect();
+    use serde_json::json;
+    assert_eq!(
+        codes,
+        vec![
+            (json!(null), json!(-32700)), // not JSON
+            (json!(1), json!(-32600)),    // before initialize
+            (json!(2), json!(null)),      // initialize answered
+            (json!(null), json!(-32600)), // the oversized line
+            (json!(3), json!(-32602)),    // arguments not an object
+            (json!(4), json!(-32601)),    // no such method
+            (json!(5), json!(null)),      // ping still answered
+        ],
+        "{replies:?}"
+    );
+    // The client's older revision is spoken back.
+    assert_eq!(replies[2]["result"]["protocolVersion"], "2025-06-18");
+    Ok(())
+}
