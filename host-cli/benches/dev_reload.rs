@@ -10,7 +10,7 @@
 //!
 //! `cargo bench -p keel --bench dev_reload` (release). It builds the plugin offline from the
 //! cargo cache, in the target directory keel's own guest crates use; `KEEL_BENCH_RUNS` sets
-//! the number of saves (default 8).
+//! the number of saves (default 8); `KEEL_BENCH_TRACE=1` prints every line `keel dev` writes.
 
 use std::io::BufRead as _;
 use std::path::PathBuf;
