@@ -1,6 +1,7 @@
 //! `keel run` in a real terminal (a pseudo-terminal): the approval question says what each
 //! answer covers, Ctrl-C at the question denies and cancels the turn at once (no Enter
-//! needed), Ctrl-C at the idle prompt asks before leaving, leaving shows how to resume, a write
+//! needed), Ctrl-C at the idle prompt asks before leaving, leaving shows how to resume, `/load`
+//! takes a bundled plugin by name, a write
 //! is approved from its diff, and nothing the model sends can drive the terminal.
 
 use std::time::Duration;
@@ -256,6 +257,13 @@ async fn the_answer_is_rendered_as_markdown_on_a_terminal() -> R {
         let answer = term.expect("Done.").map_err(e("the answer"))?;
         let shown = String::from_utf8_lossy(answer.before()).into_owned();
         term.expect("› ").map_err(e("the prompt again"))?;
+        // A bundled plugin goes and comes back by name.
+        term.send_line("/unload fs-tools").map_err(e("unload"))?;
+        term.expect("unloaded fs-tools").map_err(e("unloaded"))?;
+        term.send_line("/load fs-tools").map_err(e("load"))?;
+        term.expect("loaded fs-tools 0.1.0")
+            .map_err(e("loaded by name"))?;
+        term.expect("› ").map_err(e("the prompt after loading"))?;
         term.send_line("/exit").map_err(e("exit"))?;
         term.expect("keel resume").map_err(e("leaving"))?;
         Ok(shown)
