@@ -1,8 +1,8 @@
 //! `keel run` in a real terminal (a pseudo-terminal): the approval question says what each
 //! answer covers, Ctrl-C at the question denies and cancels the turn at once (no Enter
 //! needed), Ctrl-C at the idle prompt asks before leaving, leaving shows how to resume, `/load`
-//! takes a bundled plugin by name, a write
-//! is approved from its diff, and nothing the model sends can drive the terminal.
+//! takes a bundled plugin by name, a write is approved from its diff, `/approvals` lists and
+//! withdraws answers, and nothing the model sends can drive the terminal.
 
 use std::time::Duration;
 
