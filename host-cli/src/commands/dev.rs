@@ -65,7 +65,7 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
         name.clone(),
         live.clone(),
         sources_state(&dir),
-        component_hash(&component),
+        build_hash(&manifest, &component),
     ));
     let label = || format!("{name} #{} › ", live.load(Ordering::SeqCst));
     let result = interactive(ctx, &session, &label).await;
@@ -134,12 +134,14 @@ fn is_source(root: &Path, path: &Path) -> bool {
     }
 }
 
-/// A hash of the component at `path` (0 when it cannot be read), to tell a new build from the
-/// live one.
-fn component_hash(path: &Path) -> u64 {
+/// A hash of what a build made — the manifest and the component (empty when unreadable) —
+/// to tell a new build from the live one.
+fn build_hash(manifest: &Path, component: &Path) -> u64 {
     use std::hash::{Hash as _, Hasher as _};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    std::fs::read(path).unwrap_or_default().hash(&mut hasher);
+    for file in [manifest, component] {
+        std::fs::read(file).unwrap_or_default().hash(&mut hasher);
+    }
     hasher.finish()
 }
 
@@ -183,7 +185,7 @@ async fn swap_on_change(
     name: String,
     live: Arc<AtomicU32>,
     mut built_from: u64,
-    mut live_component: u64,
+    mut live_build: u64,
 ) {
     while let Some(mut saved) = changes.recv().await {
         // Changes that arrived meanwhile are in this build too.
@@ -198,18 +200,18 @@ async fn swap_on_change(
         }
         built_from = now;
         eprintln!("\n[dev] rebuilding `{name}`…");
-        let mut component = build(&dir)
+        let mut made = build(&dir)
             .await
-            .map(|(_, component)| component_hash(&component));
+            .map(|(manifest, component)| build_hash(&manifest, &component));
         // The sources changed but cargo made the same component: it judged the crate fresh
         // (a change it had not seen yet); ask once more.
-        if component.as_ref().is_ok_and(|hash| *hash == live_component) {
+        if made.as_ref().is_ok_and(|hash| *hash == live_build) {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            component = build(&dir)
+            made = build(&dir)
                 .await
-                .map(|(_, component)| component_hash(&component));
+                .map(|(manifest, component)| build_hash(&manifest, &component));
         }
-        match component {
+        let made = match made {
             Err(e) => {
                 eprintln!(
                     "[dev] the build failed; #{} stays live: {e:#}",
@@ -217,18 +219,19 @@ async fn swap_on_change(
                 );
                 continue;
             }
-            Ok(hash) if hash == live_component => {
+            Ok(hash) if hash == live_build => {
                 eprintln!(
                     "[dev] the build made the same component as #{}; nothing to swap",
                     live.load(Ordering::SeqCst)
                 );
                 continue;
             }
-            Ok(hash) => live_component = hash,
-        }
+            Ok(hash) => hash,
+        };
         let built = Instant::now();
-        match session.reload(&name).await {
+        match session.reload(&name, false).await {
             Ok(()) => {
+                live_build = made;
                 let n = live.fetch_add(1, Ordering::SeqCst) + 1;
                 eprintln!(
                     "[dev] `{name}` #{n} is live: swapped in {:.1} ms after its build, {:.2} s \

@@ -345,7 +345,7 @@ pub(crate) async fn interactive(
                     .map(|()| Some(format!("unloaded {arg}; what it changed is undone")))
                     .map_err(Into::into),
                 "reload" => session
-                    .reload(arg)
+                    .reload(arg, true)
                     .await
                     .map(|()| Some(format!("reloaded {arg}"))),
                 other => Err(anyhow::anyhow!("unknown command `/{other}`; {HELP}")),

@@ -151,25 +151,33 @@ impl Session {
     ) -> anyhow::Result<()> {
         self.configure(&mut package)?;
         let name = package.manifest.name.clone();
+        let agreed = keel_kernel::consent::capability_lines(&package.manifest);
         let status = self.kernel.load(package).await?;
         if let keel_kernel::PluginState::Failed { reason } = &status.state {
             bail!("plugin `{name}` failed to activate: {reason}");
         }
         let mut origins = self.origins.lock().unwrap_or_else(|e| e.into_inner());
-        origins.retain(|(n, _)| *n != name);
-        origins.push((name, origin));
+        origins.retain(|(n, _, _)| *n != name);
+        origins.push((name, origin, agreed));
         Ok(())
     }
 
-    /// `/reload NAME`: load the plugin again from where it came from.
-    pub async fn reload(&self, name: &str) -> anyhow::Result<()> {
-        let origin = self
+    /// `/reload NAME` (and `keel dev`'s swap): load the plugin again from where it came from.
+    /// A new version whose manifest asks for anything the loaded one was not agreed to with
+    /// (a file in a plugin directory can change under a live session) is shown and asked
+    /// about when `ask`, and refused otherwise; the running version stays.
+    pub async fn reload(&self, name: &str, ask: bool) -> anyhow::Result<()> {
+        let loaded = self
             .origins
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, o)| o.clone());
+            .find(|(n, _, _)| n == name)
+            .map(|(_, o, agreed)| (o.clone(), agreed.clone()));
+        let (origin, agreed) = match loaded {
+            Some((origin, agreed)) => (Some(origin), agreed),
+            None => (None, Vec::new()),
+        };
         let mut package = match origin {
             Some(Origin::Bundled(b)) => runtime::bundled_package(&self.loader, b)?,
             Some(Origin::Path(p)) => self.loader.from_path(&p)?,
@@ -185,8 +193,29 @@ impl Session {
             })?,
             None => bail!("plugin `{name}` was not loaded by this session; `/plugins` lists them"),
         };
+        let asked = keel_kernel::consent::capability_lines(&package.manifest);
+        if !asked.iter().all(|line| agreed.contains(line)) {
+            if !ask {
+                bail!(
+                    "the new version of `{name}` asks for more than was agreed to when it was \
+                     loaded ({}); the running version stays — load it again (`/reload {name}` \
+                     or a new session) to be asked",
+                    asked.join("; ")
+                );
+            }
+            confirm_capabilities(&package)?;
+        }
         self.configure(&mut package)?;
         self.kernel.reload(package).await?;
+        if let Some(entry) = self
+            .origins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter_mut()
+            .find(|(n, _, _)| n == name)
+        {
+            entry.2 = asked;
+        }
         Ok(())
     }
 

@@ -56,8 +56,9 @@ pub struct Session {
     ctx_workspace: PathBuf,
     /// keel's home, where installed plugins are found (`/load NAME`).
     home: PathBuf,
-    /// Where each plugin came from, for `/reload`.
-    origins: Mutex<Vec<(String, Origin)>>,
+    /// Where each plugin came from, for `/reload`, and the capability lines its loading was
+    /// agreed to with: a reload that asks for more needs a new yes.
+    origins: Mutex<Vec<(String, Origin, Vec<String>)>>,
     /// The last tool result in full, for `/expand` (the transcript shows its last lines).
     last_result: output::LastResult,
     /// How many of a result's last lines the transcript shows.
