@@ -55,15 +55,7 @@ fn slash_commands_unload_reload_and_load_plugins_while_the_session_goes_on() -> 
     let home = tempfile::tempdir()?;
     let ws = tempfile::tempdir()?;
     std::fs::write(ws.path().join("hello.txt"), "hi from the workspace\n")?;
-    let script = home.path().join("script.toml");
-    std::fs::write(&script, SCRIPT)?;
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!(
-            "[model]\nprovider = \"scripted\"\nscript = {:?}\n",
-            script.display().to_string()
-        ),
-    )?;
+    common::use_scripted_model(home.path(), SCRIPT)?;
     let agent_loop = plugin_copy(home.path(), "agent-loop")?;
     let input = [
         "hello",

@@ -9,15 +9,7 @@ type R = Result<(), Box<dyn std::error::Error>>;
 /// A home whose sessions use the scripted model (no key, no network).
 fn scripted_home() -> Result<tempfile::TempDir, Box<dyn std::error::Error>> {
     let home = tempfile::tempdir()?;
-    let script = home.path().join("script.toml");
-    std::fs::write(&script, "[[step]]\ntext = \"unused\"\n")?;
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!(
-            "[model]\nprovider = \"scripted\"\nscript = {:?}\n",
-            script.display().to_string()
-        ),
-    )?;
+    crate::common::use_scripted_model(home.path(), "[[step]]\ntext = \"unused\"\n")?;
     Ok(home)
 }
 

@@ -312,7 +312,6 @@ fn keel_dev_swaps_each_good_build_into_the_live_session() -> R {
         .success();
     std::fs::write(crate_dir.join("src/lib.rs"), tally_source("one"))?;
     // Each turn: call `tally`, then say the turn is done.
-    let script = tmp.path().join("script.toml");
     let steps: String = (0..4)
         .map(|i| {
             format!(
@@ -321,14 +320,7 @@ fn keel_dev_swaps_each_good_build_into_the_live_session() -> R {
             )
         })
         .collect();
-    std::fs::write(&script, steps)?;
-    std::fs::write(
-        home.join("config.toml"),
-        format!(
-            "[model]\nprovider = \"scripted\"\nscript = {:?}\n",
-            script.display().to_string()
-        ),
-    )?;
+    crate::common::use_scripted_model(&home, &steps)?;
     let ws = tmp.path().join("ws");
     std::fs::create_dir(&ws)?;
 

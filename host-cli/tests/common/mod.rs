@@ -33,3 +33,17 @@ pub fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
 }
+
+/// Make `home` a keel home whose sessions use the scripted model playing `script` (TOML with
+/// `[[step]]` tables): no key, no network.
+pub fn use_scripted_model(home: &Path, script: &str) -> std::io::Result<()> {
+    let file = home.join("script.toml");
+    std::fs::write(&file, script)?;
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "[model]\nprovider = \"scripted\"\nscript = {:?}\n",
+            file.display().to_string()
+        ),
+    )
+}
