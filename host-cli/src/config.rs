@@ -52,6 +52,108 @@ pub struct UserConfig {
     /// How a session is shown, `[display]`.
     #[serde(default)]
     pub display: DisplaySettings,
+    /// MCP servers whose tools a session offers, `[mcp.servers.NAME]`.
+    #[serde(default)]
+    pub mcp: McpSettings,
+}
+
+/// `[mcp]`: the MCP servers a session starts (each in the OS sandbox) and offers the tools of.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct McpSettings {
+    /// How long a server may take to start and list its tools, in milliseconds.
+    pub init_timeout_ms: Option<u32>,
+    /// How long one tool call may take, in milliseconds.
+    pub call_timeout_ms: Option<u32>,
+    /// The servers by name.
+    #[serde(default)]
+    pub servers: std::collections::BTreeMap<String, McpServer>,
+}
+
+/// `[mcp.servers.NAME]`: one server, started as `command args…` (stdio).
+#[derive(Debug, Default, Clone, Deserialize, serde::Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct McpServer {
+    /// The program (a name on `PATH` or a path).
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// A Streamable HTTP server's URL (not yet supported: keel says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Environment variables: a value, or `{ secret = "NAME" }` for a kernel-held secret.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, EnvValue>,
+    /// Working directory (relative to the workspace; `~/` is your home).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Directories it may write (relative to the workspace; `~/` is your home). Nothing else.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dirs: Vec<String>,
+    /// Hosts it may reach through keel's network gate. None by default.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+    /// Its tools that run without asking: names as the server gives them, or `*` for all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// How long one of its tool calls may take, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u32>,
+}
+
+/// One environment variable of a server: a plain value, or a kernel-held secret by name.
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum EnvValue {
+    /// The value as written.
+    Plain(String),
+    /// `{ secret = "NAME" }`: the value of the secret `NAME` (from `[secrets]` or the
+    /// environment), which keel puts into this server's environment only.
+    Secret {
+        /// The secret's name.
+        secret: String,
+    },
+}
+
+impl UserConfig {
+    /// What the `mcp` plugin is configured with besides its manifest's defaults: each server's
+    /// `allow` and timeout, and the `[mcp]` timeouts, laid over `[config.mcp]`.
+    fn configure_mcp_plugin(&mut self) {
+        if self.mcp.servers.is_empty() {
+            return;
+        }
+        let table = self.config.entry("mcp".to_owned()).or_default();
+        let mut servers = toml::Table::new();
+        for (name, server) in &self.mcp.servers {
+            let mut entry = toml::Table::new();
+            entry.insert(
+                "allow".into(),
+                toml::Value::Array(
+                    server
+                        .allow
+                        .iter()
+                        .cloned()
+                        .map(toml::Value::String)
+                        .collect(),
+                ),
+            );
+            if let Some(ms) = server.timeout_ms {
+                entry.insert("timeout_ms".into(), toml::Value::Integer(ms.into()));
+            }
+            servers.insert(name.clone(), toml::Value::Table(entry));
+        }
+        table.insert("servers".into(), toml::Value::Table(servers));
+        for (key, value) in [
+            ("init_timeout_ms", self.mcp.init_timeout_ms),
+            ("call_timeout_ms", self.mcp.call_timeout_ms),
+        ] {
+            if let Some(ms) = value {
+                table.insert(key.into(), toml::Value::Integer(ms.into()));
+            }
+        }
+    }
 }
 
 /// `[display]`: how a session is shown on the terminal.
@@ -338,6 +440,8 @@ fn load_config(path: &Path) -> anyhow::Result<(UserConfig, String)> {
         .timeouts
         .deadlines()
         .with_context(|| format!("{}", path.display()))?;
+    let mut config = config;
+    config.configure_mcp_plugin();
     Ok((config, text))
 }
 

@@ -34,13 +34,86 @@ pub fn default_profile(provider: &str) -> Vec<String> {
     ]
 }
 
-/// The plugins of a session: `[profile] plugins`, or the default set for the provider.
+/// The plugins of a session: `[profile] plugins`, or the default set for the provider; with
+/// the MCP client when servers are configured.
 pub fn profile(ctx: &Context) -> Vec<String> {
-    if ctx.config.profile.plugins.is_empty() {
+    let mut plugins = if ctx.config.profile.plugins.is_empty() {
         default_profile(&ModelChoice::from(ctx).provider)
     } else {
         ctx.config.profile.plugins.clone()
+    };
+    if !ctx.config.mcp.servers.is_empty() && !plugins.iter().any(|p| p == "mcp") {
+        plugins.push("mcp".into());
     }
+    plugins
+}
+
+/// The processes the `mcp` plugin may start: one per `[mcp.servers.NAME]`, with its grants
+/// resolved (paths against the workspace, `~/` against your home).
+pub fn mcp_entries(
+    ctx: &Context,
+) -> anyhow::Result<std::collections::BTreeMap<String, keel_kernel::ProcessEntry>> {
+    let config_file = ctx.home.join("config.toml");
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let resolve = |name: &str, p: &str| -> anyhow::Result<PathBuf> {
+        let path = match (p.strip_prefix("~/"), &home) {
+            (Some(rest), Some(home)) => home.join(rest),
+            (Some(_), None) => anyhow::bail!(
+                "{}: [mcp.servers.{name}]: `{p}` starts with `~/` but HOME is not set",
+                config_file.display()
+            ),
+            (None, _) => ctx.workspace.join(p),
+        };
+        Ok(path)
+    };
+    let mut entries = std::collections::BTreeMap::new();
+    for (name, server) in &ctx.config.mcp.servers {
+        let at = || format!("{}: [mcp.servers.{name}]", config_file.display());
+        if !keel_kernel::is_valid_plugin_name(name) {
+            anyhow::bail!(
+                "{}: the server name must be lowercase letters, digits and `-` (it becomes part \
+                 of its tools' names)",
+                at()
+            );
+        }
+        let command = match (&server.command, &server.url) {
+            (Some(command), None) => command.clone(),
+            (None, Some(_)) => anyhow::bail!(
+                "{}: `url` (Streamable HTTP) servers are not supported yet; run the server over \
+                 stdio with `command` and `args`",
+                at()
+            ),
+            _ => anyhow::bail!("{}: give `command` (and `args`)", at()),
+        };
+        let mut entry = keel_kernel::ProcessEntry {
+            command,
+            args: server.args.clone(),
+            cwd: server
+                .cwd
+                .as_deref()
+                .map(|c| resolve(name, c))
+                .transpose()?,
+            dirs: server
+                .dirs
+                .iter()
+                .map(|d| resolve(name, d))
+                .collect::<anyhow::Result<_>>()?,
+            hosts: server.hosts.clone(),
+            ..keel_kernel::ProcessEntry::default()
+        };
+        for (var, value) in &server.env {
+            match value {
+                crate::config::EnvValue::Plain(v) => {
+                    entry.env.insert(var.clone(), v.clone());
+                }
+                crate::config::EnvValue::Secret { secret } => {
+                    entry.secret_env.insert(var.clone(), secret.clone());
+                }
+            }
+        }
+        entries.insert(name.clone(), entry);
+    }
+    Ok(entries)
 }
 
 /// The provider, model and endpoint after environment overrides.
@@ -91,10 +164,19 @@ impl ModelChoice {
 pub fn secrets(ctx: &Context) -> Secrets {
     let choice = ModelChoice::from(ctx);
     let mut secrets = Secrets::new();
+    // The model keys, the named secrets, and those an MCP server's environment names.
+    let server_secrets = ctx.config.mcp.servers.values().flat_map(|s| {
+        s.env.values().filter_map(|v| match v {
+            crate::config::EnvValue::Secret { secret } => Some(secret.clone()),
+            crate::config::EnvValue::Plain(_) => None,
+        })
+    });
     for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
         .into_iter()
         .map(str::to_owned)
         .chain(ctx.config.secrets.keys().cloned())
+        .chain(server_secrets)
+        .collect::<std::collections::BTreeSet<_>>()
     {
         let setting = ctx.config.secrets.get(&name);
         let value = std::env::var(&name)

@@ -58,6 +58,13 @@ pub fn capability_lines(manifest: &Manifest) -> Vec<String> {
              that secret is bound to)"
         ));
     }
+    if caps.processes {
+        lines.push(
+            "PROCESSES: may start the servers listed for it in your config (each in the OS \
+             sandbox with that entry's grants)"
+                .to_owned(),
+        );
+    }
     if caps.exec {
         lines.push("EXEC: may ask to run commands (each judged by the exec policy)".to_owned());
     }

@@ -12,17 +12,42 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::manifest::{Manifest, is_valid_service_name, topic_matches};
+use crate::processes::ProcessLife;
 use crate::quotas;
 use crate::types::{KernelError, ToolSpec, reads_like_kernel};
 
 /// A change a plugin asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Effect {
-    ProvideService { name: String, version: Version },
+    ProvideService {
+        name: String,
+        version: Version,
+    },
     RegisterTool(ToolSpec),
-    Subscribe { topic: String },
-    AddPromptFragment { id: String, text: String },
-    RegisterGuard { name: String },
+    Subscribe {
+        topic: String,
+    },
+    AddPromptFragment {
+        id: String,
+        text: String,
+    },
+    RegisterGuard {
+        name: String,
+    },
+    /// Withdraw a tool the plugin registered (ABI 0.3.0 `tool-list`).
+    WithdrawTool {
+        name: String,
+    },
+    /// Record a process the plugin started; the record keeps it alive.
+    StartProcess {
+        id: u32,
+        entry: String,
+        life: ProcessLife,
+    },
+    /// Remove the record of a process, which kills it.
+    StopProcess {
+        id: u32,
+    },
 }
 
 /// What undoes one applied [`Effect`].
@@ -33,6 +58,19 @@ pub(crate) enum Inverse {
     Unsubscribe { topic: String },
     RemovePromptFragment { id: String },
     UnregisterGuard { name: String },
+    StopProcess { id: u32 },
+}
+
+/// A process a plugin started, as the environment records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessRecord {
+    /// The plugin that started it.
+    pub owner: String,
+    /// The entry of the person's config it runs.
+    pub entry: String,
+    /// What keeps it running; dropped with the record.
+    #[serde(skip)]
+    life: ProcessLife,
 }
 
 /// A service in the environment and who provides it.
@@ -65,6 +103,8 @@ pub struct Env {
     prompt: BTreeMap<(String, String), String>,
     /// guard name → the plugin that answers for it
     guards: BTreeMap<String, String>,
+    /// process handle → the process
+    processes: BTreeMap<u32, ProcessRecord>,
 }
 
 /// Largest prompt fragment a plugin may add.
@@ -111,6 +151,12 @@ impl Env {
             && self.subscriptions.is_empty()
             && self.prompt.is_empty()
             && self.guards.is_empty()
+            && self.processes.is_empty()
+    }
+
+    /// Processes plugins started, by handle.
+    pub fn processes(&self) -> &BTreeMap<u32, ProcessRecord> {
+        &self.processes
     }
 
     /// SHA-256 over the canonical serialization: equal environments, equal fingerprints.
@@ -134,6 +180,9 @@ impl Env {
         }
         for (name, plugin) in &self.guards {
             h.update(format!("guard\0{name}\0{plugin}\n"));
+        }
+        for (id, p) in &self.processes {
+            h.update(format!("process\0{id}\0{}\0{}\n", p.owner, p.entry));
         }
         hex::encode(h.finalize())
     }
@@ -281,6 +330,40 @@ impl Env {
                 self.prompt.insert(key, text);
                 Ok(Some(Inverse::RemovePromptFragment { id }))
             }
+            Effect::WithdrawTool { name } => match self.tools.get(&name) {
+                Some(t) if t.owner == plugin => {
+                    self.tools.remove(&name);
+                    Ok(None)
+                }
+                Some(t) => Err(KernelError::Denied(format!(
+                    "tool `{name}` belongs to plugin `{}`; plugin `{plugin}` can withdraw only \
+                     its own tools",
+                    t.owner
+                ))),
+                None => Err(KernelError::Invalid(format!(
+                    "there is no tool `{name}` to withdraw"
+                ))),
+            },
+            Effect::StartProcess { id, entry, life } => {
+                self.processes.insert(
+                    id,
+                    ProcessRecord {
+                        owner: plugin.to_owned(),
+                        entry,
+                        life,
+                    },
+                );
+                Ok(Some(Inverse::StopProcess { id }))
+            }
+            Effect::StopProcess { id } => match self.processes.get(&id) {
+                Some(p) if p.owner == plugin => {
+                    self.processes.remove(&id);
+                    Ok(None)
+                }
+                _ => Err(KernelError::Invalid(format!(
+                    "plugin `{plugin}` has no process {id}"
+                ))),
+            },
             Effect::RegisterGuard { name } => {
                 if !is_valid_service_name(&name) || reads_like_kernel(&name) {
                     return Err(KernelError::Invalid(format!(
@@ -361,6 +444,14 @@ impl Env {
                 }
                 Some(owner) => Err(format!("guard `{name}` now belongs to `{owner}`")),
                 None => Err(format!("guard `{name}` was already gone")),
+            },
+            Inverse::StopProcess { id } => match self.processes.get(id) {
+                Some(p) if p.owner == plugin => {
+                    self.processes.remove(id);
+                    Ok(())
+                }
+                Some(p) => Err(format!("process {id} now belongs to `{}`", p.owner)),
+                None => Err(format!("process {id} was already gone")),
             },
         }
     }

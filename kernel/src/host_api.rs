@@ -267,6 +267,136 @@ impl HostHandle {
         gates.run_exec(&self.plugin, command).await
     }
 
+    /// The shared kernel, if this plugin declared `processes`.
+    fn processes_shared(&self) -> Result<Arc<Shared>, KernelError> {
+        let shared = self.shared()?;
+        if !self.manifest(&shared)?.capabilities.processes {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` has no `processes` capability; add `processes = true` under \
+                 [capabilities] in its keel.toml",
+                self.plugin
+            )));
+        }
+        Ok(shared)
+    }
+
+    /// The entries of the person's config this plugin may start, sorted.
+    pub fn process_entries(&self) -> Vec<String> {
+        self.processes_shared()
+            .ok()
+            .and_then(|s| {
+                s.gates
+                    .process_entries(&self.plugin)
+                    .map(|e| e.keys().cloned().collect())
+            })
+            .unwrap_or_default()
+    }
+
+    /// Start the program of `entry` (an entry of the person's config for this plugin).
+    pub fn process_start(&self, entry: &str) -> Result<u32, KernelError> {
+        let shared = self.processes_shared()?;
+        let Some(config) = shared
+            .gates
+            .process_entries(&self.plugin)
+            .and_then(|e| e.get(entry))
+            .cloned()
+        else {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` may not start `{entry}`: the person's config lists no such entry \
+                 for it (for the MCP client: `keel mcp add {entry} -- COMMAND ARGS…`)",
+                self.plugin
+            )));
+        };
+        let notify = {
+            let (weak, plugin) = (self.shared.clone(), self.plugin.clone());
+            let id = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+            let id2 = id.clone();
+            (
+                Box::new(move || {
+                    if let Some(s) = weak.upgrade() {
+                        let id = id2.load(std::sync::atomic::Ordering::SeqCst);
+                        s.notify_plugin(&plugin, crate::processes::OUTPUT_TOPIC, id.to_string());
+                    }
+                }) as Box<dyn Fn() + Send + Sync>,
+                id,
+            )
+        };
+        let (notify, id_cell) = notify;
+        let gates = shared.gates.clone();
+        let (id, life) = crate::processes::start(
+            &gates,
+            &gates.processes,
+            &self.plugin,
+            entry,
+            &config,
+            notify,
+        )?;
+        id_cell.store(id, std::sync::atomic::Ordering::SeqCst);
+        // Recorded in the environment, so an unload's undo kills it; refused (and so killed at
+        // once) when this instance may no longer change the environment.
+        self.effect(Effect::StartProcess {
+            id,
+            entry: entry.to_owned(),
+            life,
+        })?;
+        Ok(id)
+    }
+
+    /// Write to the stdin of this plugin's process `id`.
+    pub async fn process_write(
+        &self,
+        id: u32,
+        bytes: &[u8],
+        timeout: std::time::Duration,
+    ) -> Result<(), KernelError> {
+        let shared = self.processes_shared()?;
+        let gates = shared.gates.clone();
+        gates
+            .processes
+            .write(&self.plugin, id, bytes, timeout)
+            .await
+    }
+
+    /// Read from the stdout of this plugin's process `id`; the person's Ctrl-C ends the wait
+    /// of a read serving the turn.
+    pub async fn process_read(
+        &self,
+        id: u32,
+        max: usize,
+        timeout: std::time::Duration,
+    ) -> Result<Option<Vec<u8>>, KernelError> {
+        let shared = self.processes_shared()?;
+        let gates = shared.gates.clone();
+        let read = gates.processes.read(&self.plugin, id, max, timeout);
+        if self.chain.interruptible() {
+            gates
+                .unless_cancelled("reading the server's answer", read)
+                .await
+        } else {
+            read.await
+        }
+    }
+
+    /// Whether this plugin's process `id` runs.
+    pub fn process_status(&self, id: u32) -> Result<crate::processes::ProcessStatus, KernelError> {
+        self.processes_shared()?
+            .gates
+            .processes
+            .status(&self.plugin, id)
+    }
+
+    /// Kill this plugin's process `id` and its group.
+    pub fn process_kill(&self, id: u32) {
+        let _ = self.effect(Effect::StopProcess { id });
+    }
+
+    /// Withdraw the tool `name`, which this plugin registered.
+    pub fn withdraw_tool(&self, name: &str) -> Result<(), KernelError> {
+        self.effect(Effect::WithdrawTool {
+            name: name.to_owned(),
+        })
+    }
+
     fn agent_shared(&self) -> Result<Arc<Shared>, KernelError> {
         let shared = self.shared()?;
         if !self.manifest(&shared)?.capabilities.agent {

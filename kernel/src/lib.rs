@@ -16,6 +16,7 @@ mod loader;
 mod manifest;
 mod native_host;
 mod net_client;
+mod processes;
 pub mod quotas;
 pub mod sandbox;
 mod session_gates;
@@ -28,7 +29,7 @@ mod wasm_host;
 pub use keel_gates as gates;
 
 pub use call_chain::{CallChain, CallKind, CpuAccount, Deadline, Deadlines};
-pub use env::{Env, ServiceEntry, ToolEntry};
+pub use env::{Env, ProcessRecord, ServiceEntry, ToolEntry};
 pub use graph::{GraphError, PluginGraph};
 pub use host_api::HostHandle;
 pub use instance::{InstanceError, PluginInstance, PluginSource};
@@ -44,6 +45,7 @@ pub use manifest::{
 };
 pub use native_host::{KeelBuf, KeelHostApi, NATIVE_ABI_VERSION, NativeError, open as open_native};
 pub use net_client::{HttpHead, HttpRequest, NetConfig, SecretHeader, Secrets};
+pub use processes::{OUTPUT_TOPIC as PROCESS_OUTPUT_TOPIC, ProcessEntry, ProcessStatus};
 pub use sandbox::runner::{ExecCommand, ExecOutcome};
 pub use session_gates::{GateConfig, KEEP_HEAD, KEEP_TAIL, StandingAnswer};
 pub use types::{

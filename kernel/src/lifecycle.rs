@@ -24,7 +24,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::call_chain::{CallChain, CallKind, Deadline, Deadlines};
 use crate::dispatch::Mediator;
-use crate::env::{Effect, Env, validate_topic};
+use crate::env::{Effect, Env, Inverse, validate_topic};
 use crate::graph::{GraphError, PluginGraph};
 use crate::host_api::HostHandle;
 use crate::instance::{PluginInstance, PluginSource};
@@ -522,8 +522,16 @@ impl Shared {
         let mut inner = self.lock();
         let Inner { env, plugins, .. } = &mut *inner;
         let r = live_record(plugins, plugin, generation)?;
+        let undone = match &effect {
+            Effect::WithdrawTool { name } => Some(Inverse::UnregisterTool { name: name.clone() }),
+            Effect::StopProcess { id } => Some(Inverse::StopProcess { id: *id }),
+            _ => None,
+        };
         if let Some(inverse) = env.apply(plugin, &r.manifest, effect)? {
             r.undo.push(inverse);
+        }
+        if let Some(inverse) = undone {
+            r.undo.forget(&inverse);
         }
         Ok(())
     }

@@ -72,6 +72,10 @@ pub struct Capabilities {
     /// Whether it may ask the kernel to run commands.
     #[serde(default)]
     pub exec: bool,
+    /// Whether it may start the long-lived programs the person configured for it (ABI 0.3.0
+    /// `processes`; the MCP client's servers). Which programs is the person's config alone.
+    #[serde(default)]
+    pub processes: bool,
     /// Whether it may drive the agent: ask the model for completions and dispatch tool
     /// calls through the gate pipeline (the agent loop and verifiers).
     #[serde(default)]

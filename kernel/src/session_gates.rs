@@ -22,6 +22,7 @@ use crate::gates::exec_policy::{ApprovalMode, Decision, ExecPolicy, NETWORK_RULE
 use crate::gates::net_policy::{NetDecision, NetPolicy};
 use crate::gates::{redact, safe_path};
 use crate::net_client::{NetClient, NetConfig, Secrets};
+use crate::processes::{ProcessEntry, ProcessTable};
 use crate::sandbox::proxy::CommandNet;
 use crate::sandbox::runner::{self, Containment, ExecCommand, ExecOutcome};
 use crate::sandbox::{CommandNetwork, Confinement, SandboxConfig};
@@ -70,6 +71,9 @@ pub struct GateConfig {
     pub guard_timeout: Duration,
     /// The OS sandbox commands run in.
     pub sandbox: SandboxConfig,
+    /// The long-lived programs each plugin may start (plugin → entry name → entry): the
+    /// person's `[mcp.servers]` for `mcp`. Nothing else can start one.
+    pub processes: BTreeMap<String, BTreeMap<String, ProcessEntry>>,
 }
 
 impl GateConfig {
@@ -87,6 +91,7 @@ impl GateConfig {
             },
             guard_timeout: Duration::from_secs(2),
             sandbox: SandboxConfig::default(),
+            processes: BTreeMap::new(),
         }
     }
 }
@@ -179,6 +184,10 @@ pub(crate) struct SessionGates {
     /// Bytes spilled to `.keel/spill` this session, and how many may be.
     spilled: AtomicU64,
     spill_limit: u64,
+    /// The programs each plugin may start (plugin → entry name → entry), from the user's config.
+    process_entries: BTreeMap<String, BTreeMap<String, ProcessEntry>>,
+    /// The long-lived processes plugins started.
+    pub(crate) processes: ProcessTable,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -273,7 +282,19 @@ impl SessionGates {
             cancel: tokio::sync::watch::Sender::new(false),
             spilled: AtomicU64::new(0),
             spill_limit: crate::quotas::MAX_SPILL_BYTES_PER_SESSION,
+            process_entries: config.processes,
+            processes: ProcessTable::default(),
         }
+    }
+
+    /// The kernel-held secrets' names (removed from every process's environment).
+    pub(crate) fn secret_names(&self) -> &[String] {
+        &self.secret_names
+    }
+
+    /// The programs `plugin` may start, by entry name.
+    pub(crate) fn process_entries(&self, plugin: &str) -> Option<&BTreeMap<String, ProcessEntry>> {
+        self.process_entries.get(plugin)
     }
 
     pub(crate) fn begin_turn(&self) {
@@ -402,7 +423,7 @@ impl SessionGates {
     }
 
     /// The sandbox commands run in (waits for the probe the first time).
-    fn containment(&self) -> &Containment {
+    pub(crate) fn containment(&self) -> &Containment {
         self.containment.get_or_init(|| Containment {
             config: self.sandbox.clone(),
             confinement: crate::sandbox::probe(&self.sandbox),

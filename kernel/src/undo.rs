@@ -15,6 +15,14 @@ impl UndoLog {
         self.entries.push(inverse);
     }
 
+    /// Drop the newest record of `inverse`: the plugin itself undid what it stands for (a
+    /// withdrawn tool, a killed process), so unloading has nothing left to undo there.
+    pub(crate) fn forget(&mut self, inverse: &Inverse) {
+        if let Some(at) = self.entries.iter().rposition(|e| e == inverse) {
+            self.entries.remove(at);
+        }
+    }
+
     /// How many effects are recorded.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

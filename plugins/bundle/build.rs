@@ -22,6 +22,7 @@ const BUNDLED: &[&str] = &[
     "tool-registry",
     "session-log",
     "verifier",
+    "mcp",
 ];
 
 fn main() {

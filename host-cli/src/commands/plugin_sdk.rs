@@ -4,11 +4,16 @@
 //! `Cargo.lock`), so the crate builds offline from registry dependencies alone, without keel's
 //! sources, and builds the same later: nothing in it follows a moving version.
 
-/// The WIT package directory of the ABI this keel hosts.
+/// The WIT package directory of the base ABI (its `tool-plugin` world is what Python plugins
+/// build against).
 pub const WIT_PACKAGE: &str = "keel-plugin-0.2.0";
 
-/// The WIT package's text.
+/// The WIT package directory of the newest ABI, which adds to the base one.
+const WIT_PACKAGE_LATEST: &str = "keel-plugin-0.3.0";
+
+/// The WIT packages' texts.
 const WIT: &str = include_str!("../../../wit/keel-plugin-0.2.0/plugin.wit");
+const WIT_LATEST: &str = include_str!("../../../wit/keel-plugin-0.3.0/plugin.wit");
 
 /// The SDK's source; it binds the WIT at `../../wit/<package>` from its own directory, which
 /// in the vendored layout is the new crate's `wit/`.
@@ -42,9 +47,15 @@ pub fn vendored_files() -> anyhow::Result<Vec<(String, String)>> {
     ])
 }
 
-/// The WIT package of the ABI this keel hosts, as `(path relative to the crate, contents)`.
+/// The WIT packages of the ABI this keel hosts, as `(path relative to the crate, contents)`.
 pub fn wit_files() -> Vec<(String, String)> {
-    vec![(format!("wit/{WIT_PACKAGE}/plugin.wit"), WIT.to_owned())]
+    vec![
+        (format!("wit/{WIT_PACKAGE}/plugin.wit"), WIT.to_owned()),
+        (
+            format!("wit/{WIT_PACKAGE_LATEST}/plugin.wit"),
+            WIT_LATEST.to_owned(),
+        ),
+    ]
 }
 
 /// The version of `dependency` that `package` resolved to in keel's lockfile: the entry in the
@@ -94,10 +105,18 @@ mod tests {
         // The SDK binds the WIT where the vendored layout puts it.
         let lib = get("vendor/keel-sdk/src/lib.rs");
         assert!(
-            lib.contains(&format!("path: \"../../wit/{WIT_PACKAGE}\"")),
+            lib.contains(&format!(
+                "path: [\"../../wit/{WIT_PACKAGE}\", \"../../wit/{WIT_PACKAGE_LATEST}\"]"
+            )),
             "the SDK's WIT path changed; change the vendored layout with it"
         );
-        assert!(get(&format!("wit/{WIT_PACKAGE}/plugin.wit")).contains("package keel:plugin"));
+        assert!(
+            get(&format!("wit/{WIT_PACKAGE}/plugin.wit")).contains("package keel:plugin@0.2.0")
+        );
+        assert!(
+            get(&format!("wit/{WIT_PACKAGE_LATEST}/plugin.wit"))
+                .contains("package keel:plugin@0.3.0")
+        );
         Ok(())
     }
 }

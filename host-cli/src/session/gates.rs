@@ -52,6 +52,10 @@ pub(crate) fn gate_config(
         },
         guard_timeout: std::time::Duration::from_secs(2),
         sandbox: settings::sandbox_config(ctx)?,
+        processes: [("mcp".to_owned(), settings::mcp_entries(ctx)?)]
+            .into_iter()
+            .filter(|(_, entries)| !entries.is_empty())
+            .collect(),
     })
 }
 

@@ -143,6 +143,24 @@ impl Shared {
         })
     }
 
+    /// Queue an event of the kernel's for `plugin` alone (a process of its wrote while it did
+    /// not read); nothing when its queue is full, since the next read sees the output anyway.
+    pub(crate) fn notify_plugin(&self, plugin: &str, topic: &str, payload: String) {
+        let event = Event {
+            topic: topic.to_owned(),
+            source: KERNEL_NAME.to_owned(),
+            payload,
+        };
+        let size = event_size(&event);
+        let inner = self.lock();
+        if let Some(r) = inner.plugins.get(plugin)
+            && r.undelivered.admit(size).is_ok()
+            && r.events.try_send(Arc::new(event)).is_err()
+        {
+            r.undelivered.release(size);
+        }
+    }
+
     /// Queue `event` for every subscriber but its source, and for the host.
     pub(super) fn fan_out(&self, event: Event) -> Result<(), KernelError> {
         let mut refused = Vec::new();

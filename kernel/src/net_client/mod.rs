@@ -315,6 +315,12 @@ impl NetClient {
         self.config.secrets.values()
     }
 
+    /// The value of the secret `name`, for the environment of a process whose entry the person
+    /// configured with it (`[mcp.servers.NAME] env`); never for a plugin.
+    pub(crate) fn secret_value(&self, name: &str) -> Option<&str> {
+        self.config.secrets.get(name)
+    }
+
     fn redact(&self, text: &str) -> String {
         redact::redact(text, &self.secret_values())
     }
@@ -803,13 +809,14 @@ impl NetClient {
     pub(crate) async fn admit_command(
         &self,
         who: &str,
+        declared: &[String],
         method: &str,
         url: &str,
         approver: &Arc<dyn Approver>,
     ) -> Result<Vec<SocketAddr>, KernelError> {
         self.admit(
             who,
-            &[String::from("*")],
+            declared,
             &[],
             method,
             url,

@@ -378,7 +378,8 @@ pub(crate) fn command_line(
     config: &SandboxConfig,
     workspace: &Path,
     dir: &Path,
-    script: &str,
+    program: &Program<'_>,
+    writable: &[&Path],
     shared: &[&Path],
     keel_network: bool,
 ) -> Option<(PathBuf, Vec<String>)> {
@@ -393,6 +394,12 @@ pub(crate) fn command_line(
     match config.mode {
         SandboxMode::WorkspaceWrite => push(&["--bind", &ws, &ws]),
         SandboxMode::ReadOnly | SandboxMode::Off => push(&["--ro-bind", &ws, &ws]),
+    }
+    // Directories a long-lived process was granted, before the protections below so a grant
+    // of the workspace itself cannot reopen `.keel` or `.git/hooks`.
+    for dir in writable {
+        let d = path(dir);
+        push(&["--bind", &d, &d]);
     }
     for protected in [".keel", ".git/hooks"] {
         let p = workspace.join(protected);
@@ -423,8 +430,20 @@ pub(crate) fn command_line(
         push(&["--share-net"]);
     }
     push(&["--chdir", &path(dir)]);
-    push(&["--", "sh", "-c", script]);
+    push(&["--"]);
+    match program {
+        Program::Script(script) => push(&["sh", "-c", script]),
+        Program::Argv(argv) => args.extend(argv.iter().cloned()),
+    }
     Some((bwrap.to_owned(), args))
+}
+
+/// What a sandboxed process runs.
+pub(crate) enum Program<'a> {
+    /// `sh -c script` (a command the exec gate judged).
+    Script(&'a str),
+    /// A program and its arguments, run as they are (a long-lived process's entry).
+    Argv(&'a [String]),
 }
 
 /// Set the resource limits in the child, just before bubblewrap starts (inherited by the

@@ -55,15 +55,34 @@ pub(crate) struct CommandNet<'a> {
     net: &'a NetClient,
     /// The name in audit lines and approval questions: the plugin whose command it is.
     who: String,
+    /// The hosts it may reach, as a manifest's `network` list (`*`: what the policy allows).
+    declared: Vec<String>,
     approver: Arc<dyn Approver>,
     refused: Mutex<Vec<String>>,
 }
 
 impl<'a> CommandNet<'a> {
+    /// A command the exec gate let use the network: the user's policy decides every host.
     pub(crate) fn new(net: &'a NetClient, plugin: &str, approver: Arc<dyn Approver>) -> Self {
+        CommandNet::limited(
+            net,
+            format!("{plugin} (sandboxed command)"),
+            vec!["*".to_owned()],
+            approver,
+        )
+    }
+
+    /// A process that may reach only `declared` (a process entry's `hosts`), under `who`.
+    pub(crate) fn limited(
+        net: &'a NetClient,
+        who: String,
+        declared: Vec<String>,
+        approver: Arc<dyn Approver>,
+    ) -> Self {
         CommandNet {
             net,
-            who: format!("{plugin} (sandboxed command)"),
+            who,
+            declared,
             approver,
             refused: Mutex::new(Vec::new()),
         }
@@ -86,7 +105,7 @@ impl<'a> CommandNet<'a> {
 
     async fn admit(&self, method: &str, url: &str) -> Result<Vec<SocketAddr>, String> {
         self.net
-            .admit_command(&self.who, method, url, &self.approver)
+            .admit_command(&self.who, &self.declared, method, url, &self.approver)
             .await
             .map_err(|e| e.to_string())
     }

@@ -17,7 +17,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::sandbox::netns::Handoff;
 use crate::sandbox::proxy::CommandNet;
-use crate::sandbox::{Confinement, PidsCgroup, SandboxConfig};
+use crate::sandbox::{Confinement, PidsCgroup, Program, SandboxConfig};
 
 /// A command a plugin asks the kernel to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +65,7 @@ pub enum ExecError {
     #[error("working directory `{0}` does not exist; create it first or use `.`")]
     MissingCwd(String),
     /// The process could not be spawned.
-    #[error("cannot start `sh`: {0}")]
+    #[error("cannot start the process: {0}")]
     Spawn(String),
 }
 
@@ -121,18 +121,20 @@ impl Containment {
     }
 }
 
-/// What [`start`] starts: `sh -c script` in `dir`.
+/// What [`start`] starts: a script or a program in `dir`.
 pub(crate) struct Launch<'a> {
     /// The canonical workspace.
     pub(crate) workspace: &'a Path,
-    /// The working directory, inside the workspace.
+    /// The working directory.
     pub(crate) dir: &'a Path,
-    /// The shell script.
-    pub(crate) script: &'a str,
+    /// What runs.
+    pub(crate) program: Program<'a>,
+    /// Directories it may write besides what the sandbox mode allows (a process entry's grants).
+    pub(crate) writable: &'a [&'a Path],
     /// Files outside the workspace the process may write (read back by the kernel).
     pub(crate) shared: &'a [&'a Path],
     /// Environment variables set for it.
-    pub(crate) env: &'a [(&'a str, &'a Path)],
+    pub(crate) env: &'a [(&'a str, &'a std::ffi::OsStr)],
     /// Environment variables removed (the kernel-held secrets).
     pub(crate) hidden: &'a [String],
     /// Whether it may use the network (through keel's proxy, when sandboxed).
@@ -172,7 +174,8 @@ pub(crate) fn start(launch: Launch<'_>, containment: &Containment) -> Result<Sta
                 &config,
                 launch.workspace,
                 launch.dir,
-                launch.script,
+                &launch.program,
+                launch.writable,
                 launch.shared,
                 handoff.is_some(),
             )
@@ -203,11 +206,21 @@ pub(crate) fn start(launch: Launch<'_>, containment: &Containment) -> Result<Sta
             }
             command
         }
-        None => {
-            let mut command = tokio::process::Command::new("sh");
-            command.arg("-c").arg(launch.script);
-            command
-        }
+        None => match launch.program {
+            Program::Script(script) => {
+                let mut command = tokio::process::Command::new("sh");
+                command.arg("-c").arg(script);
+                command
+            }
+            Program::Argv(argv) => {
+                let Some((program, args)) = argv.split_first() else {
+                    return Err(ExecError::Spawn("no program to start".into()));
+                };
+                let mut command = tokio::process::Command::new(program);
+                command.args(args);
+                command
+            }
+        },
     };
     let [stdin, stdout, stderr] = launch.stdio;
     command
@@ -279,9 +292,10 @@ pub(crate) async fn run(
         Launch {
             workspace,
             dir: &dir,
-            script: &script,
+            program: Program::Script(&script),
+            writable: &[],
             shared: &[marker.path()],
-            env: &[("KEEL_CWD_FILE", marker.path())],
+            env: &[("KEEL_CWD_FILE", marker.path().as_os_str())],
             hidden,
             network: network.is_some(),
             stdio: [Stdio::null(), Stdio::piped(), Stdio::null()],

@@ -8,8 +8,29 @@ use wasmtime::component::Component;
 use super::WasmError;
 use crate::manifest::Capabilities;
 
-/// The keel plugin ABI (WIT package `keel:plugin`) this kernel hosts.
-pub const SUPPORTED_ABI: Version = Version::new(0, 2, 0);
+/// The newest keel plugin ABI (WIT package `keel:plugin`) this kernel hosts.
+pub const SUPPORTED_ABI: Version = Version::new(0, 3, 0);
+
+/// The first ABI, whose interfaces every later one keeps (a 0.3.0 component imports them and
+/// exports `plugin` at this version).
+const BASE_ABI: Version = Version::new(0, 2, 0);
+
+/// What each hosted version adds beyond [`BASE_ABI`].
+const ADDED_IN_0_3: &[&str] = &["processes", "tool-list"];
+
+/// The ABI versions this kernel hosts, for messages.
+fn hosted() -> String {
+    format!("{BASE_ABI} and {SUPPORTED_ABI}")
+}
+
+/// Whether `interface` exists at `version` in an ABI this kernel hosts.
+fn hosted_interface(interface: &str, version: &Version) -> bool {
+    if *version == BASE_ABI {
+        !ADDED_IN_0_3.contains(&interface)
+    } else {
+        *version == SUPPORTED_ABI && ADDED_IN_0_3.contains(&interface)
+    }
+}
 
 /// The WIT package every keel interface lives in.
 const KEEL_PACKAGE: &str = "keel:plugin";
@@ -88,9 +109,11 @@ pub(crate) fn report(
     let imports: Vec<String> = ty.imports(engine).map(|(n, _)| n.to_owned()).collect();
     let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_owned()).collect();
 
-    // Every keel name must carry the supported version; the first one that does not decides
-    // the error, exports first (that is where a plugin's ABI is defined).
-    let mut abi_version = None;
+    // Every keel name must be an interface at a version this kernel hosts; the first one that
+    // is not decides the error, exports first (that is where a plugin's ABI is defined). The
+    // component's ABI is the newest version it uses.
+    let mut exports_plugin = false;
+    let mut abi_version = BASE_ABI;
     for name in exports.iter().chain(imports.iter()) {
         let Some(parts) = split_name(name) else {
             continue;
@@ -100,21 +123,29 @@ pub(crate) fn report(
         }
         let version = parts.version.unwrap_or("(none)");
         let parsed = Version::parse(version).ok();
-        if parsed.as_ref() != Some(&SUPPORTED_ABI) {
-            return Err(WasmError::AbiMismatch {
-                plugin: plugin.to_owned(),
-                found: version.to_owned(),
-                supported: SUPPORTED_ABI.to_string(),
-            });
+        match &parsed {
+            Some(v) if hosted_interface(parts.interface, v) => {
+                abi_version = abi_version.max(v.clone());
+            }
+            _ => {
+                return Err(WasmError::AbiMismatch {
+                    plugin: plugin.to_owned(),
+                    found: version.to_owned(),
+                    supported: hosted(),
+                });
+            }
         }
         if parts.interface == PLUGIN_INTERFACE && exports.contains(name) {
-            abi_version = parsed;
+            exports_plugin = true;
         }
     }
-    let abi_version = abi_version.ok_or_else(|| WasmError::NotAPlugin {
-        plugin: plugin.to_owned(),
-        exports: exports.clone(),
-    })?;
+    let abi_version =
+        exports_plugin
+            .then_some(abi_version)
+            .ok_or_else(|| WasmError::NotAPlugin {
+                plugin: plugin.to_owned(),
+                exports: exports.clone(),
+            })?;
     Ok(ComponentReport {
         abi_version,
         imports,
@@ -158,6 +189,9 @@ pub fn check_imports(report: &ComponentReport, caps: &Capabilities) -> Vec<Strin
                 }
                 "exec" if !caps.exec => Some("the `exec` capability (`exec = true`)"),
                 "agent" if !caps.agent => Some("the `agent` capability (`agent = true`)"),
+                "processes" if !caps.processes => {
+                    Some("the `processes` capability (`processes = true`)")
+                }
                 _ => None,
             };
             if let Some(what) = missing {
@@ -213,7 +247,7 @@ mod tests {
 
     fn report_with(imports: &[&str]) -> ComponentReport {
         ComponentReport {
-            abi_version: SUPPORTED_ABI,
+            abi_version: BASE_ABI,
             imports: imports.iter().map(|s| (*s).to_owned()).collect(),
             link_error: None,
             exports: vec!["keel:plugin/plugin@0.2.0".to_owned()],

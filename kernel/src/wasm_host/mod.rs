@@ -61,7 +61,7 @@ pub enum WasmError {
     /// The component was built against another version of the keel ABI.
     #[error(
         "plugin `{plugin}` was built against keel ABI {found}; this keel hosts ABI {supported}; \
-         rebuild it with keel-sdk {}", sdk_series(.supported)
+         rebuild it against this keel's keel-sdk and WIT (`keel plugin new` vendors both)"
     )]
     AbiMismatch {
         /// The plugin's name.
@@ -74,7 +74,7 @@ pub enum WasmError {
     /// The component does not export the keel plugin interface.
     #[error(
         "plugin `{plugin}` is not a keel plugin: it does not export `keel:plugin/plugin@{}` \
-         (its exports: {}); build it with keel-sdk", SUPPORTED_ABI, list(.exports)
+         (its exports: {}); build it with keel-sdk", "0.2.0", list(.exports)
     )]
     NotAPlugin {
         /// The plugin's name.
@@ -93,13 +93,6 @@ pub enum WasmError {
 }
 
 /// "0.1" for "0.1.0": the keel-sdk series that targets an ABI version.
-fn sdk_series(version: &str) -> String {
-    match semver::Version::parse(version) {
-        Ok(v) => format!("{}.{}", v.major, v.minor),
-        Err(_) => version.to_owned(),
-    }
-}
-
 fn list(names: &[String]) -> String {
     if names.is_empty() {
         "none".to_owned()
@@ -290,6 +283,17 @@ impl WasmHost {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         KeelPlugin::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
             .map_err(engine_error)?;
+        // ABI 0.3.0 adds two interfaces; the rest of a 0.3.0 component links against the above.
+        bindings::v0_3::keel::plugin0_3_0::processes::add_to_linker::<_, HasSelf<StoreState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(engine_error)?;
+        bindings::v0_3::keel::plugin0_3_0::tool_list::add_to_linker::<_, HasSelf<StoreState>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(engine_error)?;
 
         let ticker = Ticker::start(engine.clone())
             .map_err(|e| WasmError::Engine(format!("cannot start the epoch ticker: {e}")))?;

@@ -269,20 +269,20 @@ fn chain(plugin: &str) -> CallChain {
 #[test]
 fn abi_mismatch_names_both_versions() {
     let err = host()
-        .compile("future", &plugin_of_version("0.3.0"))
+        .compile("future", &plugin_of_version("0.4.0"))
         .expect_err("must be refused");
     assert_eq!(
         err,
         WasmError::AbiMismatch {
             plugin: "future".into(),
-            found: "0.3.0".into(),
-            supported: "0.2.0".into(),
+            found: "0.4.0".into(),
+            supported: "0.2.0 and 0.3.0".into(),
         }
     );
     assert_eq!(
         err.to_string(),
-        "plugin `future` was built against keel ABI 0.3.0; this keel hosts ABI 0.2.0; \
-         rebuild it with keel-sdk 0.2"
+        "plugin `future` was built against keel ABI 0.4.0; this keel hosts ABI 0.2.0 and 0.3.0; \
+         rebuild it against this keel's keel-sdk and WIT (`keel plugin new` vendors both)"
     );
 }
 
@@ -326,7 +326,7 @@ fn garbage_empty_and_core_modules_are_refused_by_name() {
 fn the_report_lists_names_and_the_abi() {
     let host = host();
     let report = inspect_component(&host, "p", &wat(PLUGIN_WAT)).expect("inspect");
-    assert_eq!(report.abi_version, SUPPORTED_ABI);
+    assert_eq!(report.abi_version, semver::Version::new(0, 2, 0));
     assert!(report.imports.contains(&"keel:plugin/log@0.2.0".to_owned()));
     assert!(report.imports.contains(&"wasi:io/poll@0.2.0".to_owned()));
     assert!(

@@ -1,10 +1,11 @@
 //! The keel guest SDK: write a keel plugin as a plain Rust type.
 //!
 //! A plugin is a type implementing [`Plugin`], exported with [`export_plugin!`]. The SDK owns
-//! the WebAssembly component bindings of the plugin ABI (`keel:plugin@0.2.0`, world
-//! `keel-plugin`), keeps the activated instance, and wraps every kernel import in a safe
-//! function: [`log`], [`services`], [`tools`], [`events`], [`prompt`], [`state`], [`guards`],
-//! [`http`], [`exec`] and [`agent`].
+//! the WebAssembly component bindings of the plugin ABI (`keel:plugin@0.3.0`, world
+//! `keel-plugin`, which keeps every interface of 0.2.0), keeps the activated instance, and
+//! wraps every kernel import in a safe function: [`log`], [`services`], [`tools`], [`events`],
+//! [`prompt`], [`state`], [`guards`], [`http`], [`exec`], [`agent`], and from 0.3.0
+//! [`processes`] and [`tool_list`]. A plugin that uses nothing of 0.3.0 is a 0.2.0 component.
 //!
 //! ```no_run
 //! use keel_sdk::{Plugin, services};
@@ -49,8 +50,9 @@ use std::fmt;
 #[allow(unsafe_code, missing_docs, clippy::all, clippy::unwrap_used)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit/keel-plugin-0.2.0",
-        world: "keel-plugin",
+        path: ["../../wit/keel-plugin-0.2.0", "../../wit/keel-plugin-0.3.0"],
+        world: "keel:plugin/keel-plugin@0.3.0",
+        generate_all,
         pub_export_macro: true,
         export_macro_name: "export",
         default_bindings_module: "keel_sdk::bindings",
@@ -58,7 +60,7 @@ pub mod bindings {
 }
 
 /// Severity of a log line: `Trace`, `Debug`, `Info`, `Warn`, `Error`.
-pub use bindings::keel::plugin::types::Level;
+pub use bindings::keel::plugin0_2_0::types::Level;
 
 /// The name the kernel and the host carry in call chains and as an event source.
 pub const KERNEL_NAME: &str = "keel";
@@ -70,19 +72,19 @@ pub const KERNEL_NAME: &str = "keel";
 pub const CALLER_SERVICE: &str = "keel.caller";
 
 /// An event on the kernel's bus, as delivered to [`Plugin::on_event`].
-pub use bindings::keel::plugin::types::Event;
+pub use bindings::keel::plugin0_2_0::types::Event;
 
 /// What a tool may do when it runs (bit flags: `READS_FILES`, `WRITES_FILES`,
 /// `EXECUTES_CODE`, `NETWORK`; `ToolCapabilities::empty()` for none).
-pub use bindings::keel::plugin::types::ToolCapabilities;
+pub use bindings::keel::plugin0_2_0::types::ToolCapabilities;
 
 /// A tool a plugin offers to the agent; see [`ToolSpec::new`] and [`tools::register`].
-pub use bindings::keel::plugin::types::ToolSpec;
+pub use bindings::keel::plugin0_2_0::types::ToolSpec;
 
 /// A guard's answer about one tool call; see [`Plugin::check_tool_call`].
-pub use bindings::keel::plugin::types::{GuardDecision, GuardVerdict};
+pub use bindings::keel::plugin0_2_0::types::{GuardDecision, GuardVerdict};
 
-use bindings::keel::plugin::types::KernelError as RawKernelError;
+use bindings::keel::plugin0_2_0::types::KernelError as RawKernelError;
 
 /// Why the kernel refused or could not complete a request.
 ///
@@ -293,8 +295,8 @@ pub mod __private {
     use std::marker::PhantomData;
 
     use crate::Plugin;
-    use crate::bindings::exports::keel::plugin::plugin::{Event, GuardVerdict, Guest};
-    use crate::bindings::keel::plugin::types::GuardDecision;
+    use crate::bindings::exports::keel::plugin0_2_0::plugin::{Event, GuardVerdict, Guest};
+    use crate::bindings::keel::plugin0_2_0::types::GuardDecision;
 
     thread_local! {
         /// The activated plugin. WebAssembly components are single-threaded and a component
@@ -388,7 +390,7 @@ pub mod __private {
 /// Writing to the kernel's log; every line is tagged with the plugin's name.
 pub mod log {
     use crate::Level;
-    use crate::bindings::keel::plugin::log as raw;
+    use crate::bindings::keel::plugin0_2_0::log as raw;
 
     /// Writes one log line at `level`.
     pub fn log(level: Level, message: &str) {
@@ -424,7 +426,7 @@ pub mod log {
 /// Services: what the plugin provides and how it calls other plugins.
 pub mod services {
     use crate::KernelError;
-    use crate::bindings::keel::plugin::services as raw;
+    use crate::bindings::keel::plugin0_2_0::services as raw;
 
     /// Starts serving the service `name` at `version` (semver). The service must be declared
     /// under `[provides]` in the plugin's manifest; the kernel removes it again when the
@@ -442,7 +444,7 @@ pub mod services {
 
 /// Registering tools the agent may call.
 pub mod tools {
-    use crate::bindings::keel::plugin::tools as raw;
+    use crate::bindings::keel::plugin0_2_0::tools as raw;
     use crate::{KernelError, ToolSpec};
 
     /// Registers a tool; the kernel later calls
@@ -461,7 +463,7 @@ pub mod tools {
 /// Guards in front of every tool call; they can only tighten the kernel's decision.
 pub mod guards {
     use crate::KernelError;
-    use crate::bindings::keel::plugin::guards as raw;
+    use crate::bindings::keel::plugin0_2_0::guards as raw;
 
     /// Registers the guard `name` (a dotted lowercase name such as `myplugin.no-push`); the
     /// kernel then asks [`Plugin::check_tool_call`](crate::Plugin::check_tool_call) before
@@ -474,7 +476,7 @@ pub mod guards {
 /// Outbound HTTP through the kernel's network gate (needs the `network` capability).
 pub mod http {
     use crate::KernelError;
-    use crate::bindings::keel::plugin::http as raw;
+    use crate::bindings::keel::plugin0_2_0::http as raw;
     pub use raw::{Header, Request, ResponseHead, SecretHeader};
 
     /// Sends `request`; returns the body handle and the response head. Error statuses are
@@ -498,7 +500,7 @@ pub mod http {
 /// Running commands through the kernel's exec gate (needs the `exec` capability).
 pub mod exec {
     use crate::KernelError;
-    use crate::bindings::keel::plugin::exec as raw;
+    use crate::bindings::keel::plugin0_2_0::exec as raw;
     pub use raw::{Command, Outcome};
 
     /// Runs `command` in the workspace.
@@ -511,7 +513,7 @@ pub mod exec {
 /// Payloads are JSON in keel's neutral vocabulary (crate `keel-protocol`).
 pub mod agent {
     use crate::KernelError;
-    use crate::bindings::keel::plugin::agent as raw;
+    use crate::bindings::keel::plugin0_2_0::agent as raw;
 
     /// Asks the model for the next assistant message (`ModelRequest` → `ModelResponse`).
     pub fn complete(request: &str) -> Result<String, KernelError> {
@@ -534,10 +536,68 @@ pub mod agent {
     }
 }
 
+/// Long-lived programs the person configured for this plugin (ABI 0.3.0; needs the
+/// `processes` capability). A plugin names an entry of the person's config, never a command.
+pub mod processes {
+    use crate::KernelError;
+    use crate::bindings::keel::plugin0_3_0::processes as raw;
+    pub use raw::ProcessStatus;
+
+    /// The topic of the event the kernel sends when a process wrote while no read waited
+    /// (payload: the process handle).
+    pub const OUTPUT_TOPIC: &str = "keel.process.output";
+
+    /// The entries this plugin may start, sorted.
+    pub fn entries() -> Vec<String> {
+        raw::entries()
+    }
+
+    /// Starts the program of `entry`; returns its handle.
+    pub fn start(entry: &str) -> Result<u32, KernelError> {
+        raw::start(entry).map_err(KernelError::from)
+    }
+
+    /// Writes all of `bytes` to the process's stdin.
+    pub fn write(process: u32, bytes: &[u8], timeout_ms: u32) -> Result<(), KernelError> {
+        raw::write(process, bytes, timeout_ms).map_err(KernelError::from)
+    }
+
+    /// At most `max_bytes` of its stdout, waiting up to `timeout_ms` for the first byte;
+    /// `None` at the end of its output.
+    pub fn read(
+        process: u32,
+        max_bytes: u32,
+        timeout_ms: u32,
+    ) -> Result<Option<Vec<u8>>, KernelError> {
+        raw::read(process, max_bytes, timeout_ms).map_err(KernelError::from)
+    }
+
+    /// Whether it runs.
+    pub fn status(process: u32) -> Result<ProcessStatus, KernelError> {
+        raw::status(process).map_err(KernelError::from)
+    }
+
+    /// Kills it with its process group.
+    pub fn kill(process: u32) {
+        raw::kill(process);
+    }
+}
+
+/// Changing this plugin's registered tools after activation (ABI 0.3.0).
+pub mod tool_list {
+    use crate::KernelError;
+    use crate::bindings::keel::plugin0_3_0::tool_list as raw;
+
+    /// Withdraws the tool `name`, which this plugin registered.
+    pub fn unregister(name: &str) -> Result<(), KernelError> {
+        raw::unregister(name).map_err(KernelError::from)
+    }
+}
+
 /// The kernel's event bus.
 pub mod events {
     use crate::KernelError;
-    use crate::bindings::keel::plugin::events as raw;
+    use crate::bindings::keel::plugin0_2_0::events as raw;
 
     /// Receives events of `topic` through [`Plugin::on_event`](crate::Plugin::on_event);
     /// `*` receives every topic.
@@ -555,7 +615,7 @@ pub mod events {
 /// Fragments of the system prompt.
 pub mod prompt {
     use crate::KernelError;
-    use crate::bindings::keel::plugin::prompt as raw;
+    use crate::bindings::keel::plugin0_2_0::prompt as raw;
 
     /// Adds the fragment `text` under `id`, unique within this plugin. Fragments are
     /// presented sorted by plugin name, then id.
@@ -568,7 +628,7 @@ pub mod prompt {
 /// version sees what the old one stored) and is discarded when the plugin is unloaded.
 pub mod state {
     use crate::KernelError;
-    use crate::bindings::keel::plugin::state as raw;
+    use crate::bindings::keel::plugin0_2_0::state as raw;
 
     /// The value stored under `key`, if any.
     pub fn get(key: &str) -> Option<Vec<u8>> {
@@ -594,7 +654,7 @@ pub mod state {
 #[cfg(test)]
 mod tests {
     use super::__private::Adapter;
-    use super::bindings::exports::keel::plugin::plugin::Guest;
+    use super::bindings::exports::keel::plugin0_2_0::plugin::Guest;
     use super::*;
 
     struct Counter {

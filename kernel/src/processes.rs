@@ -1,0 +1,505 @@
+//! Long-lived processes for plugins (ABI 0.3.0 `processes`): the programs the person listed for
+//! a plugin in their config (`[mcp.servers.NAME]` for the `mcp` plugin), started through the
+//! kernel's one runner ([`crate::sandbox::runner::start`]) with the entry's grants.
+//!
+//! A plugin names an entry, never a command line. Each process runs in the OS sandbox (the
+//! root and the workspace read-only, the entry's `dirs` writable, keel's home and the deny-read
+//! list hidden, the kernel-held secrets out of its environment except those the entry names),
+//! with network only to the entry's `hosts` through keel's proxy, in its own process group. Its
+//! stdout is read by the kernel into a bounded queue (a process that floods it is simply not
+//! read until the plugin catches up), its stderr goes to keel's log a line at a time, and it
+//! is killed with its group when the plugin's instance goes (unload, reload, replacement): the
+//! start is an effect in the plugin's undo log like every other.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+
+use crate::sandbox::runner::{self, Containment, Launch};
+use crate::sandbox::{Confinement, PidsCgroup, Program, SandboxMode};
+use crate::session_gates::SessionGates;
+use crate::types::KernelError;
+
+/// A program the person allowed a plugin to start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessEntry {
+    /// The program: a name looked up on `PATH`, or a path.
+    pub command: String,
+    /// Its arguments, as they are (no shell).
+    pub args: Vec<String>,
+    /// Environment variables the person wrote.
+    pub env: BTreeMap<String, String>,
+    /// Environment variables filled from kernel-held secrets: variable → secret name.
+    pub secret_env: BTreeMap<String, String>,
+    /// Working directory (absolute); the workspace when `None`.
+    pub cwd: Option<PathBuf>,
+    /// Directories it may write (absolute). Everything else is read-only or hidden.
+    pub dirs: Vec<PathBuf>,
+    /// Hosts it may reach through keel's proxy, as a manifest's `network` list.
+    pub hosts: Vec<String>,
+}
+
+/// The topic of the event a plugin gets when one of its processes wrote while no read waited.
+pub const OUTPUT_TOPIC: &str = "keel.process.output";
+
+/// Chunks of stdout queued per process (each at most [`CHUNK`] bytes): what a process may
+/// write ahead of its plugin before it is made to wait.
+const QUEUED_CHUNKS: usize = 16;
+const CHUNK: usize = 64 * 1024;
+/// Largest write a plugin may hand a process at once.
+const MAX_WRITE: usize = 4 << 20;
+/// Longest a read or write may wait.
+const MAX_WAIT: Duration = Duration::from_secs(600);
+/// Processes one plugin may hold at once.
+const MAX_PER_PLUGIN: usize = 32;
+/// A stderr line longer than this is cut in the log.
+const MAX_LOG_LINE: usize = 4096;
+
+/// Whether the process is running or how it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessStatus {
+    /// It runs.
+    Running,
+    /// It exited with this code; `None` when a signal ended it.
+    Exited(Option<i32>),
+}
+
+struct Stdout {
+    rx: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    left: Vec<u8>,
+    eof: bool,
+}
+
+/// Whether the owner waits in a read, and whether it was already told of waiting output.
+#[derive(Default)]
+struct Flags {
+    reading: AtomicBool,
+    notified: AtomicBool,
+}
+
+/// A running process. Its one owning reference lives in the shared environment's record of it
+/// (see [`ProcessLife`]); dropping that kills the process and its group.
+pub(crate) struct Running {
+    owner: String,
+    entry: String,
+    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    stdout: tokio::sync::Mutex<Stdout>,
+    flags: Arc<Flags>,
+    child: Mutex<tokio::process::Child>,
+    pgid: Option<i32>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    _cgroup: Option<PidsCgroup>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // The whole group: a server's own children must not outlive it.
+        #[cfg(unix)]
+        if let Some(pgid) = self.pgid {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pgid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if let Ok(child) = self.child.get_mut() {
+            let _ = child.start_kill();
+        }
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// What keeps a process alive: held by the environment's record of it, so removing the record
+/// (the plugin's `kill`, or the inverse in its undo log on unload) kills the process.
+#[derive(Clone)]
+pub(crate) struct ProcessLife(pub(crate) Arc<Running>);
+
+impl PartialEq for ProcessLife {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ProcessLife {}
+
+impl std::fmt::Debug for ProcessLife {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "process of `{}` (`{}`)", self.0.owner, self.0.entry)
+    }
+}
+
+/// The processes of a session, by handle; the table only points at them (see [`ProcessLife`]).
+#[derive(Default)]
+pub(crate) struct ProcessTable {
+    next: AtomicU32,
+    running: Mutex<BTreeMap<u32, Weak<Running>>>,
+}
+
+fn not_yours(plugin: &str, id: u32) -> KernelError {
+    KernelError::Invalid(format!(
+        "plugin `{plugin}` has no process {id}; start one with `processes.start` first (a \
+         killed process's handle is released)"
+    ))
+}
+
+impl ProcessTable {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Weak<Running>>> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn get(&self, plugin: &str, id: u32) -> Result<Arc<Running>, KernelError> {
+        match self.lock().get(&id).and_then(Weak::upgrade) {
+            Some(r) if r.owner == plugin => Ok(r),
+            _ => Err(not_yours(plugin, id)),
+        }
+    }
+
+    /// The processes `plugin` holds, as (handle, entry).
+    pub(crate) fn held_by(&self, plugin: &str) -> Vec<(u32, String)> {
+        let mut running = self.lock();
+        running.retain(|_, r| r.strong_count() > 0);
+        running
+            .iter()
+            .filter_map(|(id, r)| r.upgrade().map(|r| (*id, r)))
+            .filter(|(_, r)| r.owner == plugin)
+            .map(|(id, r)| (id, r.entry.clone()))
+            .collect()
+    }
+
+    /// Write all of `bytes` to the stdin of process `id`.
+    pub(crate) async fn write(
+        &self,
+        plugin: &str,
+        id: u32,
+        bytes: &[u8],
+        timeout: Duration,
+    ) -> Result<(), KernelError> {
+        if bytes.len() > MAX_WRITE {
+            return Err(KernelError::Invalid(format!(
+                "a write of {} bytes; at most {MAX_WRITE} at once",
+                bytes.len()
+            )));
+        }
+        let r = self.get(plugin, id)?;
+        let mut stdin = r.stdin.lock().await;
+        let Some(pipe) = stdin.as_mut() else {
+            return Err(KernelError::Unavailable(format!(
+                "process {id} (`{}`) no longer takes input",
+                r.entry
+            )));
+        };
+        let write = async {
+            pipe.write_all(bytes).await?;
+            pipe.flush().await
+        };
+        match tokio::time::timeout(timeout.min(MAX_WAIT), write).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                *stdin = None;
+                Err(KernelError::Unavailable(format!(
+                    "process {id} (`{}`) closed its input: {e}",
+                    r.entry
+                )))
+            }
+            Err(_) => Err(KernelError::TimedOut(format!(
+                "process {id} (`{}`) did not take its input within {} ms",
+                r.entry,
+                timeout.as_millis()
+            ))),
+        }
+    }
+
+    /// At most `max` bytes of the stdout of process `id`, waiting up to `timeout` for the
+    /// first; `None` at the end of its output.
+    pub(crate) async fn read(
+        &self,
+        plugin: &str,
+        id: u32,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>, KernelError> {
+        let r = self.get(plugin, id)?;
+        let max = max.clamp(1, 1 << 20);
+        let mut out = r.stdout.lock().await;
+        r.flags.reading.store(true, Ordering::SeqCst);
+        r.flags.notified.store(false, Ordering::SeqCst);
+        let reading = ReadingGuard(&r.flags);
+        if out.left.is_empty() && !out.eof {
+            let next = if timeout.is_zero() {
+                match out.rx.try_recv() {
+                    Ok(chunk) => Some(chunk),
+                    Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => None,
+                    Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {
+                        return Err(KernelError::TimedOut(format!(
+                            "process {id} (`{}`) has written nothing new",
+                            r.entry
+                        )));
+                    }
+                }
+            } else {
+                match tokio::time::timeout(timeout.min(MAX_WAIT), out.rx.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        return Err(KernelError::TimedOut(format!(
+                            "process {id} (`{}`) wrote nothing within {} ms",
+                            r.entry,
+                            timeout.as_millis()
+                        )));
+                    }
+                }
+            };
+            match next {
+                Some(chunk) => out.left = chunk,
+                None => out.eof = true,
+            }
+        }
+        drop(reading);
+        if out.left.is_empty() {
+            return Ok(None);
+        }
+        let take = max.min(out.left.len());
+        let rest = out.left.split_off(take);
+        Ok(Some(std::mem::replace(&mut out.left, rest)))
+    }
+
+    /// Whether process `id` runs.
+    pub(crate) fn status(&self, plugin: &str, id: u32) -> Result<ProcessStatus, KernelError> {
+        let r = self.get(plugin, id)?;
+        let mut child = r.child.lock().unwrap_or_else(PoisonError::into_inner);
+        match child.try_wait() {
+            Ok(None) => Ok(ProcessStatus::Running),
+            Ok(Some(status)) => Ok(ProcessStatus::Exited(status.code())),
+            Err(e) => Err(KernelError::Failed(format!(
+                "cannot see whether process {id} runs: {e}"
+            ))),
+        }
+    }
+}
+
+struct ReadingGuard<'a>(&'a Flags);
+
+impl Drop for ReadingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.reading.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Where a process entry's confinement comes from: the session's sandbox, with the workspace
+/// read-only (the entry's `dirs` are what it may write).
+fn containment_for(session: &Containment) -> Result<Containment, KernelError> {
+    match &session.confinement {
+        Confinement::Bubblewrap(_, network) => Ok(Containment {
+            config: crate::sandbox::SandboxConfig {
+                mode: SandboxMode::ReadOnly,
+                ..session.config.clone()
+            },
+            confinement: Confinement::Bubblewrap(SandboxMode::ReadOnly, *network),
+        }),
+        Confinement::Off => Ok(session.clone()),
+        Confinement::Unavailable(why) => Err(KernelError::Unavailable(format!(
+            "the OS sandbox cannot start here ({why}), and keel does not start a server's \
+             process without it; install bubblewrap (see `keel doctor`), or set \
+             `[sandbox] mode = \"off\"` to run every process with your full rights"
+        ))),
+    }
+}
+
+/// Check an entry's grants before anything starts: directories must exist and lie outside
+/// keel's home.
+fn check_grants(
+    entry_name: &str,
+    entry: &ProcessEntry,
+    keel_home: Option<&Path>,
+) -> Result<Vec<PathBuf>, KernelError> {
+    let mut dirs = Vec::new();
+    for dir in &entry.dirs {
+        let canonical = dir.canonicalize().map_err(|e| {
+            KernelError::Invalid(format!(
+                "server `{entry_name}`: the granted directory {} cannot be used ({e}); create it \
+                 or remove it from `dirs`",
+                dir.display()
+            ))
+        })?;
+        if let Some(home) = keel_home
+            && (canonical.starts_with(home) || home.starts_with(&canonical))
+        {
+            return Err(KernelError::Denied(format!(
+                "server `{entry_name}`: the granted directory {} is or holds keel's home, which \
+                 no process may write; grant a directory beside it",
+                canonical.display()
+            )));
+        }
+        dirs.push(canonical);
+    }
+    Ok(dirs)
+}
+
+/// Start the program of `entry_name` for `plugin`. `notify` is called (once until the next
+/// read) when output arrives while no read waits. The caller records the returned life in the
+/// environment; dropping it kills the process.
+pub(crate) fn start(
+    gates: &Arc<SessionGates>,
+    table: &ProcessTable,
+    plugin: &str,
+    entry_name: &str,
+    entry: &ProcessEntry,
+    notify: Box<dyn Fn() + Send + Sync>,
+) -> Result<(u32, ProcessLife), KernelError> {
+    if table.held_by(plugin).len() >= MAX_PER_PLUGIN {
+        return Err(KernelError::Invalid(format!(
+            "plugin `{plugin}` already runs {MAX_PER_PLUGIN} processes, the most one plugin may; \
+             kill one first"
+        )));
+    }
+    let Some(workspace) = gates.workspace.clone() else {
+        return Err(KernelError::Unavailable(
+            "this session has no workspace, so no process can start".into(),
+        ));
+    };
+    let containment = containment_for(gates.containment())?;
+    let dirs = check_grants(entry_name, entry, containment.config.keel_home.as_deref())?;
+    let dir = match &entry.cwd {
+        Some(cwd) => cwd.canonicalize().map_err(|e| {
+            KernelError::Invalid(format!(
+                "server `{entry_name}`: its working directory {} cannot be used ({e})",
+                cwd.display()
+            ))
+        })?,
+        None => workspace.clone(),
+    };
+    let mut env: Vec<(String, std::ffi::OsString)> = entry
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.into()))
+        .collect();
+    for (var, secret) in &entry.secret_env {
+        let value = gates.net.secret_value(secret).ok_or_else(|| {
+            KernelError::Unavailable(format!(
+                "server `{entry_name}` needs the secret `{secret}` (for ${var}), which keel does \
+                 not hold; set it in the environment keel starts in or under [secrets]"
+            ))
+        })?;
+        env.push((var.clone(), value.into()));
+    }
+    // The kernel-held secrets leave the environment, except the ones this entry was given.
+    let hidden: Vec<String> = gates
+        .secret_names()
+        .iter()
+        .filter(|name| !entry.secret_env.contains_key(*name))
+        .cloned()
+        .collect();
+    let argv: Vec<String> = std::iter::once(entry.command.clone())
+        .chain(entry.args.iter().cloned())
+        .collect();
+    let writable: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    let env_refs: Vec<(&str, &std::ffi::OsStr)> = env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_os_str()))
+        .collect();
+    let started = runner::start(
+        Launch {
+            workspace: &workspace,
+            dir: &dir,
+            program: Program::Argv(&argv),
+            writable: &writable,
+            shared: &[],
+            env: &env_refs,
+            hidden: &hidden,
+            network: !entry.hosts.is_empty(),
+            stdio: [Stdio::piped(), Stdio::piped(), Stdio::piped()],
+        },
+        &containment,
+    )
+    .map_err(|e| {
+        KernelError::Unavailable(format!(
+            "server `{entry_name}` (`{}`) did not start: {e}",
+            entry.command
+        ))
+    })?;
+    let mut child = started.child;
+    let pgid = child.id().and_then(|pid| i32::try_from(pid).ok());
+    let (tx, rx) = tokio::sync::mpsc::channel(QUEUED_CHUNKS);
+    let flags = Arc::new(Flags::default());
+    let mut tasks = Vec::new();
+    if let Some(mut stdout) = child.stdout.take() {
+        let flags = flags.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut buf = vec![0u8; CHUNK];
+            loop {
+                match stdout.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if tx.send(buf[..n].to_vec()).await.is_err() {
+                            break;
+                        }
+                        if !flags.reading.load(Ordering::SeqCst)
+                            && !flags.notified.swap(true, Ordering::SeqCst)
+                        {
+                            notify();
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    if let Some(stderr) = child.stderr.take() {
+        let (plugin, server) = (plugin.to_owned(), entry_name.to_owned());
+        let gates = gates.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stderr);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                // A line without an end is read at most this far; the rest is the next line.
+                let mut limited = (&mut lines).take(MAX_LOG_LINE as u64);
+                match limited.read_until(b'\n', &mut line).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let text = String::from_utf8_lossy(&line);
+                        let text = gates.redact(text.trim_end());
+                        tracing::info!(plugin = %plugin, server = %server, "{text}");
+                    }
+                }
+            }
+        }));
+    }
+    if let Some(listener) = started.proxy {
+        let gates = gates.clone();
+        let who = format!("{plugin} (server {entry_name})");
+        let hosts = entry.hosts.clone();
+        tasks.push(tokio::spawn(async move {
+            let net = crate::sandbox::proxy::CommandNet::limited(
+                &gates.net,
+                who,
+                hosts,
+                gates.approver.clone(),
+            );
+            crate::sandbox::proxy::serve(listener, &net).await;
+        }));
+    }
+    let stdin = child.stdin.take();
+    let id = table.next.fetch_add(1, Ordering::SeqCst) + 1;
+    let running = Arc::new(Running {
+        owner: plugin.to_owned(),
+        entry: entry_name.to_owned(),
+        stdin: tokio::sync::Mutex::new(stdin),
+        stdout: tokio::sync::Mutex::new(Stdout {
+            rx,
+            left: Vec::new(),
+            eof: false,
+        }),
+        flags,
+        child: Mutex::new(child),
+        pgid,
+        tasks,
+        _cgroup: started.cgroup,
+    });
+    table.lock().insert(id, Arc::downgrade(&running));
+    Ok((id, ProcessLife(running)))
+}

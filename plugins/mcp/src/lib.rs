@@ -1,0 +1,701 @@
+//! keel plugin `mcp`: an MCP client. Each server the person listed under `[mcp.servers]` is a
+//! long-lived process the kernel starts in the OS sandbox with that entry's grants (ABI 0.3.0
+//! `processes`); its tools become keel tools named `mcp__<server>__<tool>`, which reach the
+//! model and run through the same gate pipeline as keel's own.
+//!
+//! What a server says is untrusted: tool descriptions are cleaned and labelled, results are
+//! fenced as external content by the kernel (the tools declare `network`), and a tool needs
+//! approval (it declares `executes-code`) unless the person's config allows its server or the
+//! tool by name. Annotations a server puts on its tools are hints from that party and decide
+//! nothing. A server that crashes, hangs, floods its output or speaks bad JSON-RPC costs the
+//! call it was serving one error result; it is restarted for the next call, with a growing
+//! wait after repeated failures.
+
+mod names;
+mod wire;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use keel_sdk::{
+    Event, KernelError, Plugin, ToolCapabilities, ToolSpec, events, log, processes, services,
+    tool_list, tools,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use wire::{Incoming, ServerTool};
+
+/// The service `keel mcp list` and `/mcp` read the servers' state from.
+const SERVICE: &str = "mcp";
+/// Longest description keel passes on from a server's tool.
+const MAX_DESCRIPTION: usize = 2048;
+/// Malformed lines one wait tolerates before it gives the server up.
+const MAX_INVALID: usize = 64;
+/// `tools/list` pages read at most.
+const MAX_PAGES: usize = 32;
+
+/// The plugin's configuration: its manifest's defaults and the person's `[mcp]` settings.
+#[derive(Deserialize)]
+struct Config {
+    #[serde(default = "default_init_timeout")]
+    init_timeout_ms: u32,
+    #[serde(default = "default_call_timeout")]
+    call_timeout_ms: u32,
+    /// Per server: what the person allowed (`allow`: tool names, or `*` for all) and its own
+    /// call timeout.
+    #[serde(default)]
+    servers: BTreeMap<String, ServerConfig>,
+}
+
+fn default_init_timeout() -> u32 {
+    30_000
+}
+
+fn default_call_timeout() -> u32 {
+    120_000
+}
+
+#[derive(Deserialize, Default, Clone)]
+struct ServerConfig {
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default)]
+    timeout_ms: Option<u32>,
+}
+
+/// Why a wait for a server ended without its answer.
+#[derive(Debug)]
+enum Failure {
+    /// Nothing came within the deadline.
+    Timeout(Duration),
+    /// Its output ended: it exited.
+    Exited(String),
+    /// A line longer than [`wire::MAX_MESSAGE`].
+    Flood,
+    /// Too many lines that are not JSON-RPC.
+    Garbage(String),
+    /// It answered with a JSON-RPC error: it is well, the request failed.
+    Rpc(String),
+    /// The person cancelled the turn.
+    Cancelled,
+    /// The kernel refused (the process is gone, the door is closed).
+    Kernel(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Timeout(d) => write!(f, "it did not answer within {} s", d.as_secs()),
+            Failure::Exited(how) => write!(f, "it exited ({how})"),
+            Failure::Flood => write!(
+                f,
+                "it sent more than {} MiB without a line end",
+                wire::MAX_MESSAGE >> 20
+            ),
+            Failure::Garbage(what) => write!(f, "it does not speak JSON-RPC ({what})"),
+            Failure::Rpc(words) => write!(f, "it answered with an error: {words}"),
+            Failure::Cancelled => write!(f, "the person cancelled the turn"),
+            Failure::Kernel(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// One configured server.
+struct Server {
+    name: String,
+    config: ServerConfig,
+    process: Option<u32>,
+    lines: wire::Lines,
+    next_id: u64,
+    protocol: String,
+    /// keel name → the server's tool, for the tools keel registered.
+    tools: BTreeMap<String, ServerTool>,
+    /// Tools keel did not register, and why.
+    refused: Vec<String>,
+    /// The last failure, for `keel mcp list`.
+    error: Option<String>,
+    failures: u32,
+    retry_at: Option<Instant>,
+    /// A `notifications/tools/list_changed` arrived: list again.
+    stale: bool,
+}
+
+impl Server {
+    fn new(name: &str, config: ServerConfig) -> Self {
+        Server {
+            name: name.to_owned(),
+            config,
+            process: None,
+            lines: wire::Lines::default(),
+            next_id: 0,
+            protocol: String::new(),
+            tools: BTreeMap::new(),
+            refused: Vec::new(),
+            error: None,
+            failures: 0,
+            retry_at: None,
+            stale: false,
+        }
+    }
+
+    fn allows(&self, tool: &str) -> bool {
+        self.config.allow.iter().any(|a| a == "*" || a == tool)
+    }
+
+    fn send(&mut self, bytes: &[u8]) -> Result<(), Failure> {
+        let Some(process) = self.process else {
+            return Err(Failure::Kernel("the server is not running".into()));
+        };
+        processes::write(process, bytes, 10_000).map_err(|e| match e {
+            KernelError::TimedOut(_) => Failure::Timeout(Duration::from_secs(10)),
+            other => Failure::Exited(format!("its input is closed: {}", other.message())),
+        })
+    }
+
+    /// Start the process, initialize, list the tools.
+    fn start(&mut self, timeout: Duration) -> Result<(), String> {
+        self.kill();
+        let process = processes::start(&self.name).map_err(|e| e.message().to_owned())?;
+        self.process = Some(process);
+        let deadline = Instant::now() + timeout;
+        let init = self
+            .request(
+                "initialize",
+                wire::initialize_params(env!("CARGO_PKG_VERSION")),
+                deadline,
+                &mut |_| {},
+            )
+            .map_err(|e| format!("initialize: {e}"))?;
+        let protocol = init
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !wire::PROTOCOLS.contains(&protocol) {
+            self.kill();
+            return Err(format!(
+                "it speaks MCP revision `{protocol}`; keel speaks {}",
+                wire::PROTOCOLS.join(" and ")
+            ));
+        }
+        self.protocol = protocol.to_owned();
+        self.send(&wire::notification("notifications/initialized", json!({})))
+            .map_err(|e| format!("initialized: {e}"))?;
+        self.stale = true;
+        Ok(())
+    }
+
+    fn kill(&mut self) {
+        if let Some(process) = self.process.take() {
+            processes::kill(process);
+        }
+        self.lines.clear();
+    }
+
+    /// Every tool the server lists, across pages.
+    fn list_tools(&mut self, deadline: Instant) -> Result<Vec<ServerTool>, String> {
+        self.stale = false;
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let params = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let result = self
+                .request("tools/list", params, deadline, &mut |_| {})
+                .map_err(|e| format!("tools/list: {e}"))?;
+            let (page, next) = wire::tools_page(&result)?;
+            all.extend(page);
+            if all.len() >= wire::MAX_TOOLS {
+                all.truncate(wire::MAX_TOOLS);
+                break;
+            }
+            match next {
+                Some(next) if cursor.as_deref() != Some(&next) => cursor = Some(next),
+                _ => break,
+            }
+        }
+        Ok(all)
+    }
+
+    /// Send a request and wait for its answer, handling what comes in between.
+    /// `progress` gets each progress notification for it.
+    fn request(
+        &mut self,
+        method: &str,
+        params: Value,
+        deadline: Instant,
+        progress: &mut dyn FnMut(&Value),
+    ) -> Result<Value, Failure> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut params = params;
+        if method == "tools/call"
+            && let Some(object) = params.as_object_mut()
+        {
+            object.insert("_meta".into(), json!({"progressToken": id}));
+        }
+        self.send(&wire::request(id, method, params))?;
+        let mut invalid = 0;
+        loop {
+            let line = self.next_line(deadline).inspect_err(|e| {
+                if matches!(e, Failure::Timeout(_) | Failure::Cancelled) {
+                    // Tell the server to stop working on it; it may have gone, which is fine.
+                    let _ = self.send(&wire::notification(
+                        "notifications/cancelled",
+                        json!({"requestId": id, "reason": e.to_string()}),
+                    ));
+                }
+            })?;
+            match wire::parse(&line) {
+                Incoming::Response { id: got, outcome } if got == id => {
+                    return outcome.map_err(Failure::Rpc);
+                }
+                Incoming::Response { .. } => {}
+                Incoming::Notification { method, params } => {
+                    if method == "notifications/progress"
+                        && params.get("progressToken").and_then(Value::as_u64) == Some(id)
+                    {
+                        progress(&params);
+                    } else {
+                        self.notified(&method, &params);
+                    }
+                }
+                Incoming::Request { id, method } => self.answer(&id, &method),
+                Incoming::Invalid(why) => {
+                    invalid += 1;
+                    log::debug(&format!("server `{}`: ignored a line: {why}", self.name));
+                    if invalid > MAX_INVALID {
+                        return Err(Failure::Garbage(why));
+                    }
+                }
+            }
+        }
+    }
+
+    fn notified(&mut self, method: &str, params: &Value) {
+        match method {
+            "notifications/tools/list_changed" => self.stale = true,
+            "notifications/message" => log::info(&format!(
+                "server `{}`: {}",
+                self.name,
+                clean(
+                    &params.get("data").map(Value::to_string).unwrap_or_default(),
+                    512
+                )
+            )),
+            _ => {}
+        }
+    }
+
+    /// Answer a request of the server's: keel offers it no roots, sampling or elicitation.
+    fn answer(&mut self, id: &Value, method: &str) {
+        let outcome = match method {
+            "ping" => Ok(json!({})),
+            _ => Err((-32601, "keel does not offer this to MCP servers")),
+        };
+        let _ = self.send(&wire::response(id, outcome));
+    }
+
+    /// The next line, reading until `deadline`.
+    fn next_line(&mut self, deadline: Instant) -> Result<Vec<u8>, Failure> {
+        loop {
+            if let Some(line) = self.lines.next_line() {
+                if line.len() > wire::MAX_MESSAGE {
+                    return Err(Failure::Flood);
+                }
+                return Ok(line);
+            }
+            if self.lines.pending() > wire::MAX_MESSAGE {
+                return Err(Failure::Flood);
+            }
+            let Some(process) = self.process else {
+                return Err(Failure::Kernel("the server is not running".into()));
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Failure::Timeout(Duration::ZERO));
+            }
+            let wait = u32::try_from(left.as_millis()).unwrap_or(u32::MAX).max(1);
+            match processes::read(process, 256 * 1024, wait) {
+                Ok(Some(bytes)) => self.lines.push(&bytes),
+                Ok(None) => return Err(Failure::Exited(self.exit_words(process))),
+                Err(KernelError::TimedOut(_)) => return Err(Failure::Timeout(left)),
+                Err(KernelError::Denied(_)) => return Err(Failure::Cancelled),
+                Err(e) => return Err(Failure::Kernel(e.message().to_owned())),
+            }
+        }
+    }
+
+    fn exit_words(&self, process: u32) -> String {
+        match processes::status(process) {
+            Ok(processes::ProcessStatus::Exited(Some(code))) => format!("exit code {code}"),
+            Ok(processes::ProcessStatus::Exited(None)) => "ended by a signal".into(),
+            _ => "its output closed".into(),
+        }
+    }
+
+    /// Handle whatever arrived while nobody waited (notifications, pings).
+    fn drain(&mut self) {
+        let Some(process) = self.process else { return };
+        loop {
+            while let Some(line) = self.lines.next_line() {
+                match wire::parse(&line) {
+                    Incoming::Notification { method, params } => self.notified(&method, &params),
+                    Incoming::Request { id, method } => self.answer(&id, &method),
+                    _ => {}
+                }
+            }
+            if self.lines.pending() > wire::MAX_MESSAGE {
+                self.lines.clear();
+            }
+            match processes::read(process, 256 * 1024, 0) {
+                Ok(Some(bytes)) => self.lines.push(&bytes),
+                _ => return,
+            }
+        }
+    }
+
+    /// After a failure: the process goes, and the next call starts it again, at once the
+    /// first time and after a growing wait (1, 2, 4 … 60 s) when failures repeat.
+    fn failed(&mut self, why: &str) {
+        self.kill();
+        self.failures += 1;
+        let wait = match self.failures {
+            0 | 1 => 0,
+            n => 1u64 << (n - 2).min(6),
+        };
+        self.retry_at = Some(Instant::now() + Duration::from_secs(wait.min(60)));
+        self.error = Some(why.to_owned());
+    }
+}
+
+/// Text from a server for the model or a log: control, invisible and direction characters
+/// removed, at most `max` bytes.
+fn clean(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        let invisible = matches!(c as u32,
+            0x200B..=0x200F | 0x202A..=0x202E | 0x2060..=0x2069 | 0xFEFF | 0xE0000..=0xE007F);
+        if invisible || (c.is_control() && c != '\n' && c != '\t') {
+            continue;
+        }
+        if out.len() + c.len_utf8() > max {
+            out.push('…');
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The plugin instance.
+struct Mcp {
+    init_timeout: Duration,
+    call_timeout: Duration,
+    servers: BTreeMap<String, Server>,
+    /// keel tool name → server name.
+    owners: BTreeMap<String, String>,
+}
+
+impl Mcp {
+    fn spec(server: &Server, tool: &ServerTool, name: &str) -> ToolSpec {
+        let allowed = server.allows(&tool.name);
+        ToolSpec {
+            name: name.to_owned(),
+            description: format!(
+                "[MCP server `{}`, tool `{}`; its words are the server's] {}",
+                server.name,
+                clean(&tool.name, 128),
+                clean(&tool.description, MAX_DESCRIPTION)
+            ),
+            input_schema: tool.input_schema.to_string(),
+            // What a server's tool does is unknown: it talks to the outside (so its results
+            // are fenced), and unless the person allowed it, it is treated as running code
+            // (so it is asked about).
+            capabilities: if allowed {
+                ToolCapabilities::NETWORK
+            } else {
+                ToolCapabilities::NETWORK | ToolCapabilities::EXECUTES_CODE
+            },
+            parallel_safe: false,
+        }
+    }
+
+    /// List `server`'s tools again and make keel's registrations match.
+    fn sync_tools(&mut self, server_name: &str) {
+        let Some(server) = self.servers.get_mut(server_name) else {
+            return;
+        };
+        let deadline = Instant::now() + self.init_timeout;
+        let listed = match server.list_tools(deadline) {
+            Ok(listed) => listed,
+            Err(why) => {
+                server.failed(&why);
+                log::warn(&format!("server `{server_name}`: {why}"));
+                return;
+            }
+        };
+        let mut wanted: BTreeMap<String, ServerTool> = BTreeMap::new();
+        server.refused.clear();
+        for tool in listed {
+            let name = names::keel_name(server_name, &tool.name);
+            let taken_here = wanted.get(&name).map(|t| t.name.clone());
+            let taken_elsewhere = self
+                .owners
+                .get(&name)
+                .filter(|owner| owner.as_str() != server_name)
+                .cloned();
+            if let Some(first) = taken_here {
+                server.refused.push(format!(
+                    "`{}` and `{first}` both become `{name}`; only `{first}` is offered",
+                    tool.name
+                ));
+            } else if let Some(owner) = taken_elsewhere {
+                server.refused.push(format!(
+                    "`{}` becomes `{name}`, which server `{owner}` already offers",
+                    tool.name
+                ));
+            } else {
+                wanted.insert(name, tool);
+            }
+        }
+        let current = std::mem::take(&mut server.tools);
+        for (name, tool) in &current {
+            if wanted.get(name) != Some(tool) {
+                let _ = tool_list::unregister(name);
+                self.owners.remove(name);
+            }
+        }
+        let server = self.servers.get_mut(server_name).expect("present above");
+        for (name, tool) in wanted {
+            if current.get(&name) != Some(&tool) {
+                if let Err(e) = tools::register(Mcp::spec(server, &tool, &name)) {
+                    server
+                        .refused
+                        .push(format!("`{}` as `{name}`: {}", tool.name, e.message()));
+                    continue;
+                }
+                self.owners.insert(name.clone(), server_name.to_owned());
+            }
+            server.tools.insert(name, tool);
+        }
+        for why in &server.refused {
+            log::warn(&format!("server `{server_name}`: {why}"));
+        }
+        let _ = events::emit(
+            "mcp.servers-changed",
+            &json!({"server": server_name, "tools": server.tools.len()}).to_string(),
+        );
+    }
+
+    /// Start `server_name` if it is not running (and may be started again yet).
+    fn ensure_running(&mut self, server_name: &str) -> Result<(), String> {
+        let init_timeout = self.init_timeout;
+        let server = self
+            .servers
+            .get_mut(server_name)
+            .ok_or_else(|| format!("no MCP server `{server_name}`"))?;
+        if server.process.is_some() {
+            return Ok(());
+        }
+        if let Some(at) = server.retry_at
+            && Instant::now() < at
+        {
+            return Err(format!(
+                "MCP server `{server_name}` failed {} times in a row (last: {}); keel starts it \
+                 again in {} s",
+                server.failures,
+                server.error.as_deref().unwrap_or("unknown"),
+                at.saturating_duration_since(Instant::now())
+                    .as_secs()
+                    .max(1)
+            ));
+        }
+        match server.start(init_timeout) {
+            Ok(()) => {
+                server.error = None;
+                Ok(())
+            }
+            Err(why) => {
+                server.failed(&why);
+                Err(format!("MCP server `{server_name}` did not start: {why}"))
+            }
+        }
+    }
+
+    fn status(&self) -> Value {
+        let servers: Vec<Value> = self
+            .servers
+            .values()
+            .map(|s| {
+                json!({
+                    "name": s.name,
+                    "state": if s.process.is_some() { "running" } else if s.error.is_some() { "failed" } else { "stopped" },
+                    "protocol": s.protocol,
+                    "error": s.error,
+                    "allowed": s.config.allow,
+                    "tools": s.tools.iter().map(|(name, t)| json!({
+                        "name": name, "server_name": t.name, "needs_approval": !s.allows(&t.name),
+                    })).collect::<Vec<_>>(),
+                    "refused": s.refused,
+                })
+            })
+            .collect();
+        json!({ "servers": servers })
+    }
+}
+
+impl Plugin for Mcp {
+    fn activate(config: &str) -> Result<Self, String> {
+        let config: Config =
+            serde_json::from_str(config).map_err(|e| format!("invalid configuration: {e}"))?;
+        services::provide(SERVICE, "1.0.0").map_err(|e| e.to_string())?;
+        let mut mcp = Mcp {
+            init_timeout: Duration::from_millis(config.init_timeout_ms.into()),
+            call_timeout: Duration::from_millis(config.call_timeout_ms.into()),
+            servers: BTreeMap::new(),
+            owners: BTreeMap::new(),
+        };
+        for name in processes::entries() {
+            let server_config = config.servers.get(&name).cloned().unwrap_or_default();
+            mcp.servers
+                .insert(name.clone(), Server::new(&name, server_config));
+            // A server that does not start costs its own tools only.
+            match mcp.ensure_running(&name) {
+                Ok(()) => mcp.sync_tools(&name),
+                Err(why) => log::warn(&why),
+            }
+        }
+        Ok(mcp)
+    }
+
+    fn deactivate(&mut self) {
+        for server in self.servers.values_mut() {
+            server.kill();
+        }
+    }
+
+    fn handle_call(
+        &mut self,
+        _service: &str,
+        method: &str,
+        _payload: &str,
+    ) -> Result<String, String> {
+        match method {
+            "status" => Ok(self.status().to_string()),
+            other => Err(format!(
+                "the mcp service has no method `{other}`; it has `status`"
+            )),
+        }
+    }
+
+    fn invoke_tool(&mut self, name: &str, input: &str) -> Result<String, String> {
+        let server_name = self
+            .owners
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("no MCP tool `{name}`"))?;
+        let restarted = self
+            .servers
+            .get(&server_name)
+            .is_some_and(|s| s.process.is_none());
+        self.ensure_running(&server_name)?;
+        if restarted {
+            self.sync_tools(&server_name);
+        }
+        let server = self.servers.get_mut(&server_name).expect("ensured above");
+        let Some(tool) = server.tools.get(name).cloned() else {
+            return Err(format!(
+                "MCP server `{server_name}` no longer offers the tool behind `{name}`"
+            ));
+        };
+        let arguments: Value = serde_json::from_str(input).map_err(|e| e.to_string())?;
+        let timeout = server
+            .config
+            .timeout_ms
+            .map_or(self.call_timeout, |ms| Duration::from_millis(ms.into()));
+        let deadline = Instant::now() + timeout;
+        let server_label = server_name.clone();
+        let tool_label = tool.name.clone();
+        let mut progress = |params: &Value| {
+            let _ = events::emit(
+                "mcp.progress",
+                &json!({
+                    "server": server_label,
+                    "tool": tool_label,
+                    "progress": params.get("progress"),
+                    "total": params.get("total"),
+                    "message": params.get("message").and_then(Value::as_str).map(|m| clean(m, 200)),
+                })
+                .to_string(),
+            );
+        };
+        let outcome = server.request(
+            "tools/call",
+            json!({"name": tool.name, "arguments": arguments}),
+            deadline,
+            &mut progress,
+        );
+        let result = match outcome {
+            Ok(result) => {
+                server.failures = 0;
+                let (is_error, text) = wire::render_result(&result);
+                if is_error { Err(text) } else { Ok(text) }
+            }
+            Err(Failure::Rpc(words)) => Err(format!(
+                "MCP server `{server_name}` refused the call: {words}"
+            )),
+            Err(Failure::Cancelled) => {
+                Err("the call was cancelled (Ctrl-C); the server was told to stop".to_owned())
+            }
+            Err(failure) => {
+                let why = failure.to_string();
+                server.failed(&why);
+                let timed = matches!(failure, Failure::Timeout(_));
+                Err(format!(
+                    "MCP server `{server_name}` failed during the call: {why}; keel {} and starts \
+                     it again for the next call",
+                    if timed {
+                        "cancelled the call, stopped the server"
+                    } else {
+                        "stopped the server"
+                    }
+                ))
+            }
+        };
+        if self
+            .servers
+            .get(&server_name)
+            .is_some_and(|s| s.stale && s.process.is_some())
+        {
+            self.sync_tools(&server_name);
+        }
+        result
+    }
+
+    fn on_event(&mut self, event: Event) {
+        if event.topic != processes::OUTPUT_TOPIC {
+            return;
+        }
+        let Ok(process) = event.payload.parse::<u32>() else {
+            return;
+        };
+        let Some(name) = self
+            .servers
+            .values()
+            .find(|s| s.process == Some(process))
+            .map(|s| s.name.clone())
+        else {
+            return;
+        };
+        let server = self.servers.get_mut(&name).expect("found above");
+        server.drain();
+        if server.stale {
+            self.sync_tools(&name);
+        }
+    }
+}
+
+keel_sdk::export_plugin!(Mcp);
