@@ -352,6 +352,10 @@ impl Context {
                 None => bail!("cannot find your home directory; pass --home DIR or set KEEL_HOME"),
             },
         };
+        // Absolute, so every use of it (the sandbox's hiding of it above all) means this
+        // directory whatever the working directory is.
+        let home = std::path::absolute(&home)
+            .with_context(|| format!("cannot resolve keel's home `{}`", home.display()))?;
         let workspace = workspace.canonicalize().with_context(|| {
             format!(
                 "workspace `{}` does not exist; pass --workspace DIR",

@@ -93,11 +93,30 @@ pub(crate) struct Running {
     child: Mutex<tokio::process::Child>,
     pgid: Option<i32>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Its last lines on stderr, said when it ended badly (why a server did not start).
+    tail: Arc<Mutex<std::collections::VecDeque<String>>>,
     _cgroup: Option<PidsCgroup>,
 }
 
+/// stderr lines kept per process for the message when it fails.
+const TAIL_LINES: usize = 12;
+
 impl Drop for Running {
     fn drop(&mut self) {
+        if let Ok(child) = self.child.get_mut()
+            && let Ok(Some(status)) = child.try_wait()
+            && !status.success()
+        {
+            let tail = self.tail.lock().unwrap_or_else(PoisonError::into_inner);
+            if !tail.is_empty() {
+                tracing::warn!(
+                    plugin = %self.owner,
+                    "`{}` ended ({status}); its last words on stderr:\n  {}",
+                    self.entry,
+                    tail.iter().cloned().collect::<Vec<_>>().join("\n  ")
+                );
+            }
+        }
         // The whole group: a server's own children must not outlive it.
         #[cfg(unix)]
         if let Some(pgid) = self.pgid {
@@ -448,9 +467,11 @@ pub(crate) fn start(
             }
         }));
     }
+    let tail: Arc<Mutex<std::collections::VecDeque<String>>> = Arc::default();
     if let Some(stderr) = child.stderr.take() {
         let (plugin, server) = (plugin.to_owned(), entry_name.to_owned());
         let gates = gates.clone();
+        let tail = tail.clone();
         tasks.push(tokio::spawn(async move {
             let mut lines = tokio::io::BufReader::new(stderr);
             let mut line = Vec::new();
@@ -464,6 +485,14 @@ pub(crate) fn start(
                         let text = String::from_utf8_lossy(&line);
                         let text = gates.redact(text.trim_end());
                         tracing::info!(plugin = %plugin, server = %server, "{text}");
+                        if text.trim().is_empty() {
+                            continue;
+                        }
+                        let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+                        if tail.len() == TAIL_LINES {
+                            tail.pop_front();
+                        }
+                        tail.push_back(keel_gates::sanitize::sanitize_for_display(&text));
                     }
                 }
             }
@@ -498,6 +527,7 @@ pub(crate) fn start(
         child: Mutex::new(child),
         pgid,
         tasks,
+        tail,
         _cgroup: started.cgroup,
     });
     table.lock().insert(id, Arc::downgrade(&running));

@@ -27,7 +27,7 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
 
 /// Replace `path` with `bytes` atomically: readers see the old or the new content, never a
 /// mix, and after a crash one of the two is on disk. `private` makes the file mode 0600.
-pub(crate) fn atomic_write(path: &Path, bytes: &[u8], private: bool) -> io::Result<()> {
+pub fn atomic_write(path: &Path, bytes: &[u8], private: bool) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
     let file_name = path

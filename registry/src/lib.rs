@@ -26,7 +26,7 @@ mod serve;
 mod trust;
 
 pub use error::RegistryError;
-pub use fsutil::sha256_hex;
+pub use fsutil::{atomic_write, sha256_hex};
 pub use home::{Home, Session};
 pub use index::{Head, Heads, IndexLog, VersionInfo};
 pub use install::{

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::config::Context;
+use crate::session::terminal_safe;
 use crate::settings::load_policy;
 use crate::settings::{ModelChoice, default_profile, network_policy, secrets};
 
@@ -123,6 +124,31 @@ pub async fn run(ctx: &Context) -> anyhow::Result<ExitCode> {
             confined => r.ok(&confined.describe()),
         },
         Err(e) => r.fail(&format!("{e:#}"), "fix the [sandbox] section"),
+    }
+    match crate::commands::mcp::server_status(ctx).await {
+        Ok(None) => {}
+        Ok(Some(status)) => {
+            for server in status["servers"].as_array().into_iter().flatten() {
+                let name = terminal_safe(server["name"].as_str().unwrap_or_default());
+                if server["state"] == "running" {
+                    r.ok(&format!(
+                        "MCP server `{name}` starts in the sandbox and offers {} tool(s)",
+                        server["tools"].as_array().map_or(0, Vec::len)
+                    ));
+                } else {
+                    r.fail(
+                        &format!(
+                            "MCP server `{name}` does not start: {}",
+                            terminal_safe(server["error"].as_str().unwrap_or_default())
+                        ),
+                        "check its [mcp.servers] entry (`keel mcp list` shows what it wrote \
+                         on stderr); its program and files must lie outside /tmp and keel's \
+                         home, which the sandbox hides",
+                    );
+                }
+            }
+        }
+        Err(e) => r.fail(&format!("MCP servers: {e:#}"), "fix the [mcp] section"),
     }
     if r.failed == 0 {
         println!("\nall checks passed");

@@ -140,7 +140,7 @@ pub async fn exec(
     Ok(exit_for(report.end))
 }
 
-const HELP: &str = "commands: /plugins, /sessions, /expand, /approvals [revoke N|all], \
+const HELP: &str = "commands: /plugins, /sessions, /expand, /approvals [revoke N|all], /mcp, \
                     /clear, /load NAME|DIR, /unload NAME, /reload NAME, /help, /exit";
 
 /// `/approvals`: the answers that still stand, numbered; `/approvals revoke N|all` withdraws
@@ -327,6 +327,19 @@ pub(crate) async fn interactive(
                 }
                 "load" => session.load_mid_session(arg).await.map(Some),
                 "approvals" => approvals(session, arg),
+                "mcp" => match session.kernel.call_service("mcp", "status", "").await {
+                    Ok(status) => {
+                        let status: serde_json::Value = serde_json::from_str(&status)?;
+                        for line in crate::commands::mcp::status_lines(&status) {
+                            eprintln!("{line}");
+                        }
+                        Ok(None)
+                    }
+                    Err(e) => Err(anyhow::anyhow!(
+                        "no MCP servers in this session ({e}); add one with `keel mcp add NAME \
+                         -- COMMAND ARGS…` and start a new session"
+                    )),
+                },
                 "clear" => {
                     let old = session.clear();
                     Ok(Some(format!(

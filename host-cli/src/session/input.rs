@@ -280,6 +280,7 @@ const COMMANDS: &[&str] = &[
     "/sessions",
     "/expand",
     "/approvals",
+    "/mcp",
     "/clear",
     "/load ",
     "/unload ",

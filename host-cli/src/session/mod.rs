@@ -3,7 +3,7 @@
 //! the log and the verifier are plugins. The gates are wired from the settings in `gates`,
 //! plugins come in through `loading`, and what the plugins emit is shown by `output`.
 
-mod gates;
+pub(crate) mod gates;
 mod input;
 mod loading;
 mod output;

@@ -258,6 +258,10 @@ impl Printer {
             }
             return;
         }
+        if event.topic == "mcp.progress" {
+            self.mcp_progress(out, &event.payload);
+            return;
+        }
         if event.topic != topics::SESSION_EVENT {
             return;
         }
@@ -336,6 +340,28 @@ impl Printer {
             }
             self.in_text = false;
         }
+    }
+
+    /// A progress notification of an MCP server's tool call: `  ⋯ server/tool 2/5 message`.
+    fn mcp_progress(&mut self, out: &mut dyn Write, payload: &str) {
+        let Ok(p) = serde_json::from_str::<serde_json::Value>(payload) else {
+            return;
+        };
+        let text = |key: &str| p[key].as_str().map(terminal_safe).unwrap_or_default();
+        let number = |key: &str| p[key].as_f64().map(|n| format!("{n}"));
+        let amount = match (number("progress"), number("total")) {
+            (Some(done), Some(total)) => format!("{done}/{total}"),
+            (Some(done), None) => done,
+            _ => String::new(),
+        };
+        self.end_text(out);
+        let _ = writeln!(
+            out,
+            "  ⋯ {}/{} {amount} {}",
+            text("server"),
+            text("tool"),
+            short(&text("message"), 120)
+        );
     }
 
     /// The turn is over: show what is left of its text.

@@ -86,7 +86,9 @@ enum Failure {
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Timeout(d) => write!(f, "it did not answer within {} s", d.as_secs()),
+            Failure::Timeout(d) => {
+                write!(f, "it did not answer within {:.1} s", d.as_secs_f64())
+            }
             Failure::Exited(how) => write!(f, "it exited ({how})"),
             Failure::Flood => write!(
                 f,

@@ -246,13 +246,12 @@ pub fn render_result(result: &Value) -> (bool, String) {
             other => format!("[content of type `{other}`, which keel does not show]"),
         });
     }
-    if let Some(structured) = result.get("structuredContent") {
-        let carried = parts
-            .iter()
-            .any(|p| serde_json::from_str::<Value>(p).is_ok_and(|v| v == *structured));
-        if !carried {
-            parts.push(format!("structured content: {structured}"));
-        }
+    // A server that returns structured content should carry it as text too; when it sent no
+    // text at all, the JSON is the result.
+    if let Some(structured) = result.get("structuredContent")
+        && parts.is_empty()
+    {
+        parts.push(format!("structured content: {structured}"));
     }
     (is_error, parts.join("\n"))
 }
@@ -322,8 +321,10 @@ mod tests {
         assert_eq!(
             text,
             "hello\n[image: image/png, about 3 bytes; keel passes on its description only]\n\
-             [resource file:///a]\ninside\nstructured content: {\"t\":21}"
+             [resource file:///a]\ninside"
         );
+        let (_, text) = render_result(&json!({"content": [], "structuredContent": {"t": 21}}));
+        assert_eq!(text, "structured content: {\"t\":21}");
         let (err, text) = render_result(&json!({
             "content": [{"type": "text", "text": "{\"t\": 21}"}],
             "structuredContent": {"t": 21},

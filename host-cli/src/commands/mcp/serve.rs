@@ -11,26 +11,12 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::Subcommand;
 use keel_kernel::gates::exec_policy::ApprovalMode;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::config::Context;
 use crate::session::{Display, Session, SessionOptions};
-use crate::settings::approval_parser;
-
-#[derive(Subcommand)]
-pub enum McpCommand {
-    /// Serve this session's tools to an MCP client over stdio; every call passes keel's gates.
-    Serve {
-        /// How calls that need approval are answered: `never` (the default here: there is no
-        /// terminal to ask on) refuses them, `auto` approves them (forbidden commands stay
-        /// forbidden).
-        #[arg(long, value_parser = approval_parser())]
-        approval: Option<ApprovalMode>,
-    },
-}
 
 /// The protocol revisions keel speaks, newest first.
 const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -44,8 +30,8 @@ const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 
-pub async fn run(ctx: &Context, cmd: McpCommand) -> anyhow::Result<ExitCode> {
-    let McpCommand::Serve { approval } = cmd;
+/// Serve the session's tools on stdin and stdout until stdin ends.
+pub async fn run(ctx: &Context, approval: Option<ApprovalMode>) -> anyhow::Result<ExitCode> {
     let session = Session::start(
         ctx,
         SessionOptions {

@@ -1,0 +1,225 @@
+//! `keel mcp list|add|remove`: the `[mcp.servers]` of the user's config, and what each server
+//! offers when it is started the way a session starts it (the `mcp` plugin, the OS sandbox,
+//! the entry's grants).
+
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use keel_kernel::{Kernel, KernelConfig};
+use serde_json::{Value, json};
+
+use crate::config::{Context, EnvValue, McpServer};
+use crate::runtime;
+use crate::session::terminal_safe;
+use crate::settings::ModelChoice;
+
+/// Start the configured servers through the `mcp` plugin, as a session would, and return its
+/// `status` (`{"servers": [...]}`); `None` when no server is configured.
+pub async fn server_status(ctx: &Context) -> anyhow::Result<Option<Value>> {
+    if ctx.config.mcp.servers.is_empty() {
+        return Ok(None);
+    }
+    let gates = crate::session::gates::gate_config(
+        ctx,
+        &ModelChoice::from(ctx),
+        Some(keel_kernel::gates::exec_policy::ApprovalMode::Never),
+    )?;
+    let kernel = Kernel::with_gates(KernelConfig::default(), gates);
+    let loader = runtime::loader(ctx)?;
+    let bundled = keel_bundled_plugins::get("mcp").context("this keel has no `mcp` plugin")?;
+    let mut package = runtime::bundled_package(&loader, bundled)?;
+    runtime::apply_user_config(&ctx.config.config, &mut package)?;
+    kernel.load(package).await?;
+    let status = kernel.call_service("mcp", "status", "").await;
+    let _ = kernel.shutdown().await;
+    let status: Value = serde_json::from_str(&status?)?;
+    Ok(Some(status))
+}
+
+/// The servers' state in lines for a person: one per server, then its tools.
+pub fn status_lines(status: &Value) -> Vec<String> {
+    let mut lines = Vec::new();
+    for server in status["servers"].as_array().into_iter().flatten() {
+        let text = |v: &Value| terminal_safe(v.as_str().unwrap_or_default());
+        let tools = server["tools"].as_array().map_or(&[][..], Vec::as_slice);
+        let asking = tools.iter().filter(|t| t["needs_approval"] == true).count();
+        lines.push(match server["state"].as_str() {
+            Some("running") => format!(
+                "{}: running (MCP {}), {} tool(s), {} ask(s) before running",
+                text(&server["name"]),
+                text(&server["protocol"]),
+                tools.len(),
+                asking
+            ),
+            _ => format!(
+                "{}: failed: {}",
+                text(&server["name"]),
+                text(&server["error"])
+            ),
+        });
+        for tool in tools {
+            lines.push(format!(
+                "  {} ({}){}",
+                text(&tool["name"]),
+                text(&tool["server_name"]),
+                if tool["needs_approval"] == true {
+                    ""
+                } else {
+                    ", allowed without asking"
+                }
+            ));
+        }
+        for refused in server["refused"].as_array().into_iter().flatten() {
+            lines.push(format!("  not offered: {}", text(refused)));
+        }
+    }
+    lines
+}
+
+pub async fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
+    let Some(status) = server_status(ctx).await? else {
+        if json {
+            println!("{}", json!({"servers": []}));
+        } else {
+            println!(
+                "no MCP servers are configured; add one with `keel mcp add NAME -- COMMAND ARGS…`"
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let failed = status["servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| s["state"] != "running");
+    if json {
+        let mut status = status;
+        for server in status["servers"].as_array_mut().into_iter().flatten() {
+            if let Some(config) = server["name"]
+                .as_str()
+                .and_then(|n| ctx.config.mcp.servers.get(n))
+            {
+                server["config"] = serde_json::to_value(config)?;
+            }
+        }
+        println!("{status}");
+    } else {
+        for line in status_lines(&status) {
+            println!("{line}");
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The user's config file as an editable document (formatting and comments kept).
+fn config_document(ctx: &Context) -> anyhow::Result<(std::path::PathBuf, toml_edit::DocumentMut)> {
+    let path = ctx.home.join("config.toml");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => bail!("cannot read {}: {e}", path.display()),
+    };
+    let doc = text
+        .parse::<toml_edit::DocumentMut>()
+        .with_context(|| format!("{} is not valid TOML; fix it first", path.display()))?;
+    Ok((path, doc))
+}
+
+fn save(path: &std::path::Path, doc: &toml_edit::DocumentMut) -> anyhow::Result<()> {
+    keel_registry::atomic_write(path, doc.to_string().as_bytes(), true)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+pub fn add(
+    ctx: &Context,
+    name: &str,
+    dirs: Vec<String>,
+    hosts: Vec<String>,
+    allow: Vec<String>,
+    env: &[String],
+    command: Vec<String>,
+) -> anyhow::Result<ExitCode> {
+    if !keel_kernel::is_valid_plugin_name(name) {
+        bail!(
+            "`{name}` cannot name a server: use lowercase letters, digits and `-` (it becomes \
+             part of its tools' names)"
+        );
+    }
+    if ctx.config.mcp.servers.contains_key(name) {
+        bail!("a server `{name}` is configured already; `keel mcp remove {name}` first");
+    }
+    let Some((program, args)) = command.split_first() else {
+        bail!("give the server's command after `--`: keel mcp add {name} -- COMMAND ARGS…");
+    };
+    let mut server = McpServer {
+        command: Some(program.clone()),
+        args: args.to_vec(),
+        dirs,
+        hosts,
+        allow,
+        ..McpServer::default()
+    };
+    for pair in env {
+        let Some((var, value)) = pair.split_once('=') else {
+            bail!("`--env {pair}`: write VAR=value or VAR=secret:NAME");
+        };
+        let value = match value.strip_prefix("secret:") {
+            Some(secret) => EnvValue::Secret {
+                secret: secret.to_owned(),
+            },
+            None => EnvValue::Plain(value.to_owned()),
+        };
+        server.env.insert(var.to_owned(), value);
+    }
+    let (path, mut doc) = config_document(ctx)?;
+    let entry = toml_edit::ser::to_document(&server)
+        .context("cannot write the server's entry")?
+        .as_table()
+        .clone();
+    let mcp = doc
+        .entry("mcp")
+        .or_insert_with(|| toml_edit::Item::Table(toml_edit::Table::new()));
+    let Some(mcp) = mcp.as_table_mut() else {
+        bail!("{}: `mcp` is not a table; fix it first", path.display());
+    };
+    mcp.set_implicit(true);
+    let servers = mcp
+        .entry("servers")
+        .or_insert_with(|| toml_edit::Item::Table(toml_edit::Table::new()));
+    let Some(servers) = servers.as_table_mut() else {
+        bail!(
+            "{}: `mcp.servers` is not a table; fix it first",
+            path.display()
+        );
+    };
+    servers.set_implicit(true);
+    servers.insert(name, toml_edit::Item::Table(entry));
+    save(&path, &doc)?;
+    println!(
+        "added MCP server `{name}` to {}; `keel mcp list` starts it and shows its tools",
+        path.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn remove(ctx: &Context, name: &str) -> anyhow::Result<ExitCode> {
+    let (path, mut doc) = config_document(ctx)?;
+    let removed = doc
+        .get_mut("mcp")
+        .and_then(|m| m.get_mut("servers"))
+        .and_then(toml_edit::Item::as_table_like_mut)
+        .and_then(|servers| servers.remove(name));
+    if removed.is_none() {
+        bail!(
+            "no MCP server `{name}` in {}; `keel mcp list` shows the configured ones",
+            path.display()
+        );
+    }
+    save(&path, &doc)?;
+    println!("removed MCP server `{name}` from {}", path.display());
+    Ok(ExitCode::SUCCESS)
+}
