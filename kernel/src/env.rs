@@ -12,7 +12,6 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::manifest::{Manifest, is_valid_service_name, topic_matches};
-use crate::processes::ProcessLife;
 use crate::quotas;
 use crate::types::{KernelError, ToolSpec, reads_like_kernel};
 
@@ -38,13 +37,12 @@ pub(crate) enum Effect {
     WithdrawTool {
         name: String,
     },
-    /// Record a process the plugin started; the record keeps it alive.
+    /// Record a process the plugin started (its inverse has the process killed).
     StartProcess {
         id: u32,
         entry: String,
-        life: ProcessLife,
     },
-    /// Remove the record of a process, which kills it.
+    /// Remove the record of a process, which has it killed.
     StopProcess {
         id: u32,
     },
@@ -68,9 +66,6 @@ pub struct ProcessRecord {
     pub owner: String,
     /// The entry of the person's config it runs.
     pub entry: String,
-    /// What keeps it running; dropped with the record.
-    #[serde(skip)]
-    life: ProcessLife,
 }
 
 /// A service in the environment and who provides it.
@@ -344,13 +339,12 @@ impl Env {
                     "there is no tool `{name}` to withdraw"
                 ))),
             },
-            Effect::StartProcess { id, entry, life } => {
+            Effect::StartProcess { id, entry } => {
                 self.processes.insert(
                     id,
                     ProcessRecord {
                         owner: plugin.to_owned(),
                         entry,
-                        life,
                     },
                 );
                 Ok(Some(Inverse::StopProcess { id }))

@@ -155,3 +155,37 @@ fn topic_validation() {
     assert!(validate_topic("", true).is_err());
     assert!(validate_topic("Bad Topic", true).is_err());
 }
+
+/// A plugin withdraws only its own tools; another plugin's is refused and stays.
+#[test]
+fn a_tool_is_withdrawn_only_by_its_owner() {
+    let m = manifest();
+    let mut env = Env::default();
+    env.apply("p", &m, Effect::RegisterTool(tool("mine", "x")))
+        .expect("registered");
+    let err = env
+        .apply(
+            "q",
+            &m,
+            Effect::WithdrawTool {
+                name: "mine".into(),
+            },
+        )
+        .expect_err("refused");
+    assert!(
+        matches!(&err, KernelError::Denied(m) if m.contains("belongs to plugin `p`")),
+        "{err:?}"
+    );
+    assert!(env.tools().contains_key("mine"));
+    let undo = env
+        .apply(
+            "p",
+            &m,
+            Effect::WithdrawTool {
+                name: "mine".into(),
+            },
+        )
+        .expect("withdrawn");
+    assert_eq!(undo, None, "a withdrawal leaves nothing to undo");
+    assert!(env.tools().is_empty());
+}

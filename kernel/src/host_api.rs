@@ -323,7 +323,7 @@ impl HostHandle {
         };
         let (notify, id_cell) = notify;
         let gates = shared.gates.clone();
-        let (id, life) = crate::processes::start(
+        let (id, running) = crate::processes::start(
             &gates,
             &gates.processes,
             &self.plugin,
@@ -332,13 +332,13 @@ impl HostHandle {
             notify,
         )?;
         id_cell.store(id, std::sync::atomic::Ordering::SeqCst);
-        // Recorded in the environment, so an unload's undo kills it; refused (and so killed at
-        // once) when this instance may no longer change the environment.
+        // Recorded in the environment, so an unload's undo kills it; refused (and so dropped,
+        // which kills it) when this instance may no longer change the environment.
         self.effect(Effect::StartProcess {
             id,
             entry: entry.to_owned(),
-            life,
         })?;
+        gates.processes.insert(id, running);
         Ok(id)
     }
 

@@ -533,8 +533,16 @@ impl Shared {
         if let Some(inverse) = undone {
             r.undo.forget(&inverse);
         }
+        self.gates.processes.reap(plugin, env);
         Ok(())
     }
+}
+
+/// Undo everything `name`'s instance did: its changes to the environment (newest first) and
+/// the processes it started, which the environment no longer records.
+fn undo_instance(gates: &SessionGates, r: &mut Record, name: &str, env: &mut Env) {
+    r.undo.replay(name, env);
+    gates.processes.reap(name, env);
 }
 
 /// The record of `plugin` if `generation` is its live instance and it may change the

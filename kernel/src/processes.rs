@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
@@ -82,8 +82,7 @@ struct Flags {
     notified: AtomicBool,
 }
 
-/// A running process. Its one owning reference lives in the shared environment's record of it
-/// (see [`ProcessLife`]); dropping that kills the process and its group.
+/// A running process; dropping it kills the process and its group.
 pub(crate) struct Running {
     owner: String,
     entry: String,
@@ -134,30 +133,13 @@ impl Drop for Running {
     }
 }
 
-/// What keeps a process alive: held by the environment's record of it, so removing the record
-/// (the plugin's `kill`, or the inverse in its undo log on unload) kills the process.
-#[derive(Clone)]
-pub(crate) struct ProcessLife(pub(crate) Arc<Running>);
-
-impl PartialEq for ProcessLife {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for ProcessLife {}
-
-impl std::fmt::Debug for ProcessLife {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "process of `{}` (`{}`)", self.0.owner, self.0.entry)
-    }
-}
-
-/// The processes of a session, by handle; the table only points at them (see [`ProcessLife`]).
+/// The processes of a session, by handle. The table owns them; the environment records which
+/// plugin holds which, and a process whose record is gone (the plugin's `kill`, or the inverse
+/// in its undo log on unload) is dropped from here by [`ProcessTable::reap`], which kills it.
 #[derive(Default)]
 pub(crate) struct ProcessTable {
     next: AtomicU32,
-    running: Mutex<BTreeMap<u32, Weak<Running>>>,
+    running: Mutex<BTreeMap<u32, Arc<Running>>>,
 }
 
 fn not_yours(plugin: &str, id: u32) -> KernelError {
@@ -168,27 +150,45 @@ fn not_yours(plugin: &str, id: u32) -> KernelError {
 }
 
 impl ProcessTable {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Weak<Running>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u32, Arc<Running>>> {
         self.running.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn get(&self, plugin: &str, id: u32) -> Result<Arc<Running>, KernelError> {
-        match self.lock().get(&id).and_then(Weak::upgrade) {
-            Some(r) if r.owner == plugin => Ok(r),
+        match self.lock().get(&id) {
+            Some(r) if r.owner == plugin => Ok(r.clone()),
             _ => Err(not_yours(plugin, id)),
         }
     }
 
     /// The processes `plugin` holds, as (handle, entry).
     pub(crate) fn held_by(&self, plugin: &str) -> Vec<(u32, String)> {
-        let mut running = self.lock();
-        running.retain(|_, r| r.strong_count() > 0);
-        running
+        self.lock()
             .iter()
-            .filter_map(|(id, r)| r.upgrade().map(|r| (*id, r)))
             .filter(|(_, r)| r.owner == plugin)
-            .map(|(id, r)| (id, r.entry.clone()))
+            .map(|(id, r)| (*id, r.entry.clone()))
             .collect()
+    }
+
+    /// Hold process `id`, which the environment now records.
+    pub(crate) fn insert(&self, id: u32, running: Arc<Running>) {
+        self.lock().insert(id, running);
+    }
+
+    /// Kill every process of `plugin` the environment no longer records (after an undo or a
+    /// `kill`).
+    pub(crate) fn reap(&self, plugin: &str, env: &crate::env::Env) {
+        let ended: Vec<Arc<Running>> = {
+            let mut running = self.lock();
+            let gone: Vec<u32> = running
+                .iter()
+                .filter(|(id, r)| r.owner == plugin && !env.processes().contains_key(id))
+                .map(|(id, _)| *id)
+                .collect();
+            gone.iter().filter_map(|id| running.remove(id)).collect()
+        };
+        // Dropped outside the lock: each drop signals its process group.
+        drop(ended);
     }
 
     /// Write all of `bytes` to the stdin of process `id`.
@@ -360,8 +360,8 @@ fn check_grants(
 }
 
 /// Start the program of `entry_name` for `plugin`. `notify` is called (once until the next
-/// read) when output arrives while no read waits. The caller records the returned life in the
-/// environment; dropping it kills the process.
+/// read) when output arrives while no read waits. The caller records the process in the
+/// environment and then hands it to the table; dropping it instead kills it.
 pub(crate) fn start(
     gates: &Arc<SessionGates>,
     table: &ProcessTable,
@@ -369,7 +369,7 @@ pub(crate) fn start(
     entry_name: &str,
     entry: &ProcessEntry,
     notify: Box<dyn Fn() + Send + Sync>,
-) -> Result<(u32, ProcessLife), KernelError> {
+) -> Result<(u32, Arc<Running>), KernelError> {
     if table.held_by(plugin).len() >= MAX_PER_PLUGIN {
         return Err(KernelError::Invalid(format!(
             "plugin `{plugin}` already runs {MAX_PER_PLUGIN} processes, the most one plugin may; \
@@ -530,6 +530,5 @@ pub(crate) fn start(
         tail,
         _cgroup: started.cgroup,
     });
-    table.lock().insert(id, Arc::downgrade(&running));
-    Ok((id, ProcessLife(running)))
+    Ok((id, running))
 }

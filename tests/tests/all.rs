@@ -8,6 +8,7 @@ mod hostile_plugins;
 mod kernel_mimicry;
 mod memory_bounds;
 mod model_wire_e2e;
+mod processes;
 mod secret_binding;
 mod service_doors;
 mod tool_plugins;

@@ -67,6 +67,11 @@ async fn undeclared_services_and_topics_are_refused() -> R {
             tried[what]
         );
     }
+    assert!(
+        tried["processes"].contains("has no `processes` capability"),
+        "{}",
+        tried["processes"]
+    );
     let log = victim_log(&h).await?;
     assert!(log.contains("GENUINE") && !log.contains("FORGED"), "{log}");
     Ok(())
@@ -81,7 +86,7 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         )
         .replace(
             "[capabilities]\n",
-            "[capabilities]\nservices = [\"verifier\"]\nemits = [\"session.event\", \"fixture.snooped\"]\n",
+            "[capabilities]\nservices = [\"verifier\"]\nemits = [\"session.event\", \"fixture.snooped\"]\nprocesses = true\n",
         )
     };
     let (h, _dir) = setup(declare_everything).await?;
@@ -99,6 +104,13 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         tried["emit-session"].contains("only the plugin that provides `agent` may emit"),
         "{}",
         tried["emit-session"]
+    );
+    // Declaring `processes` names no program: only the person's config does, and it lists
+    // none for this plugin.
+    assert!(
+        tried["processes"].contains("the person's config lists no such entry"),
+        "{}",
+        tried["processes"]
     );
     // What it declared, and the person consented to, it may use.
     assert!(

@@ -333,7 +333,7 @@ impl Shared {
                 let Inner { env, plugins, .. } = &mut *inner;
                 if let Some(r) = plugins.get_mut(&name) {
                     r.reloading = true;
-                    r.undo.replay(&name, env);
+                    super::undo_instance(&shared.gates, r, &name, env);
                 }
             }
             // The old instance cannot run again; dropping it is all that is left of it.

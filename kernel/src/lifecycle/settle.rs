@@ -198,7 +198,7 @@ impl Shared {
         let mut inner = self.lock();
         let Inner { env, plugins, .. } = &mut *inner;
         if let Some(r) = plugins.get_mut(name) {
-            r.undo.replay(name, env);
+            super::undo_instance(&self.gates, r, name, env);
         }
     }
 
@@ -363,7 +363,7 @@ impl Shared {
                 Ok(())
             }
             Err(reason) => {
-                r.undo.replay(name, env);
+                super::undo_instance(&self.gates, r, name, env);
                 tracing::warn!(plugin = name, "{reason}");
                 r.state = PluginState::Failed {
                     reason: reason.clone(),
@@ -386,7 +386,7 @@ impl Shared {
             if r.generation != generation {
                 return;
             }
-            r.undo.replay(name, env);
+            super::undo_instance(&self.gates, r, name, env);
             tracing::warn!(plugin = name, "failed: {reason}");
             r.state = PluginState::Failed { reason };
         }

@@ -1,0 +1,135 @@
+//! Long-lived processes (ABI 0.3.0): the `mcp` plugin starts the servers of its entries, their
+//! tools serve calls, and unloading the plugin kills them — the start is an effect in its undo
+//! log like every other, so an unloaded plugin leaves no process behind.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use keel_kernel::{GateConfig, PluginState, ProcessEntry};
+use keel_tests::Harness;
+
+type R = anyhow::Result<()>;
+
+/// The hostile MCP server fixture (the official Python SDK), with `marker` as an argument so
+/// the test can find its processes.
+fn server_entry(marker: &str) -> ProcessEntry {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp_misbehaving.py");
+    ProcessEntry {
+        command: "python3".into(),
+        args: vec![fixture.display().to_string(), marker.to_owned()],
+        ..ProcessEntry::default()
+    }
+}
+
+/// The processes whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // A zombie is dead; only its parent's wait is missing.
+            let zombie = stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            !zombie
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        })
+        .collect()
+}
+
+/// Wait (bounded) until no process holds `marker`.
+async fn gone(marker: &str) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if processes_with(marker).is_empty() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    false
+}
+
+fn harness(dir: &Path, marker: &str) -> anyhow::Result<Harness> {
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws)?;
+    let ws = ws.canonicalize()?;
+    let gates = GateConfig {
+        workspace: Some(ws.clone()),
+        processes: BTreeMap::from([(
+            "mcp".to_owned(),
+            BTreeMap::from([("bad".to_owned(), server_entry(marker))]),
+        )]),
+        ..GateConfig::locked_down()
+    };
+    let cache: PathBuf = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("processes-cache");
+    Harness::with_gates(&ws, None, Some(cache), gates)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unloading_the_plugin_kills_its_servers_and_leaves_nothing_behind() -> R {
+    let dir = tempfile::tempdir()?;
+    let marker = format!("keel-test-marker-{}", std::process::id());
+    let h = harness(dir.path(), &marker)?;
+    let before = h.kernel.fingerprint();
+    let status = h.load_bundled("mcp").await?;
+    assert_eq!(status.state, PluginState::Active, "{status:?}");
+    let env = h.kernel.env();
+    let records: Vec<_> = env.processes().values().collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (records[0].owner.as_str(), records[0].entry.as_str()),
+        ("mcp", "bad")
+    );
+    assert!(
+        !processes_with(&marker).is_empty(),
+        "the server runs while the plugin is loaded"
+    );
+    // Its tools serve calls through the process.
+    let answer = h
+        .kernel
+        .invoke_tool("mcp__bad__echo", r#"{"text":"hello"}"#)
+        .await?;
+    assert!(answer.contains("echo: hello"), "{answer}");
+
+    h.kernel.unload("mcp").await?;
+    assert!(h.kernel.env().processes().is_empty());
+    assert_eq!(
+        h.kernel.fingerprint(),
+        before,
+        "the unload left something behind"
+    );
+    assert!(
+        gone(&marker).await,
+        "a server outlived its plugin: {:?}",
+        processes_with(&marker)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_server_costs_one_error_and_is_restarted() -> R {
+    let dir = tempfile::tempdir()?;
+    let marker = format!("keel-test-crash-{}", std::process::id());
+    let h = harness(dir.path(), &marker)?;
+    h.load_bundled("mcp").await?;
+    let err = h
+        .kernel
+        .invoke_tool("mcp__bad__crash", "{}")
+        .await
+        .expect_err("the call fails");
+    assert!(err.to_string().contains("exited (exit code 3)"), "{err}");
+    let answer = h
+        .kernel
+        .invoke_tool("mcp__bad__echo", r#"{"text":"again"}"#)
+        .await?;
+    assert!(answer.contains("echo: again"), "{answer}");
+    assert_eq!(h.kernel.env().processes().len(), 1, "one server, restarted");
+    h.kernel.shutdown().await?;
+    assert!(gone(&marker).await, "{:?}", processes_with(&marker));
+    Ok(())
+}
