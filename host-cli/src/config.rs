@@ -475,3 +475,44 @@ impl Context {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sandbox hides keel's home by its path; a relative one would name another directory
+    /// inside the sandbox (bubblewrap reads it from `/`), leaving the real home readable.
+    #[test]
+    fn a_relative_home_is_made_absolute() -> anyhow::Result<()> {
+        let ws = tempfile::tempdir()?;
+        let ctx = Context::new(
+            Some(PathBuf::from("relative-home")),
+            ws.path().to_path_buf(),
+        )?;
+        assert!(ctx.home.is_absolute(), "{}", ctx.home.display());
+        assert_eq!(ctx.home, std::env::current_dir()?.join("relative-home"));
+        Ok(())
+    }
+
+    #[test]
+    fn mcp_servers_configure_the_mcp_plugin() -> anyhow::Result<()> {
+        let mut config: UserConfig = toml::from_str(
+            "[mcp]\ncall-timeout-ms = 5000\n[mcp.servers.files]\ncommand = \"node\"\n\
+             allow = [\"read\"]\ntimeout-ms = 700\nenv = { A = \"plain\", B = { secret = \"S\" } }\n",
+        )?;
+        config.configure_mcp_plugin();
+        let mcp = &config.config["mcp"];
+        assert_eq!(mcp["call_timeout_ms"].as_integer(), Some(5000));
+        assert_eq!(
+            mcp["servers"]["files"]["timeout_ms"].as_integer(),
+            Some(700)
+        );
+        let server = &config.mcp.servers["files"];
+        assert_eq!(server.env["A"], EnvValue::Plain("plain".into()));
+        assert_eq!(server.env["B"], EnvValue::Secret { secret: "S".into() });
+        assert!(
+            toml::from_str::<UserConfig>("[mcp.servers.x]\ncommand = \"a\"\nport = 1\n").is_err()
+        );
+        Ok(())
+    }
+}

@@ -9,5 +9,6 @@ mod cli;
 mod exit_codes;
 mod interactive;
 mod mcp;
+mod mcp_client;
 mod registry;
 mod terminal;

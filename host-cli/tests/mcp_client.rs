@@ -1,0 +1,407 @@
+//! keel as an MCP client: the servers of `[mcp.servers]` run in the OS sandbox and their tools
+//! reach the model through keel's gates, driven by the scripted model through
+//! `keel exec --json`.
+//!
+//! - The reference servers from npm (`@modelcontextprotocol/server-everything` and
+//!   `server-filesystem`, installed by `.ci/setup` into `tests/mcp-servers`): tools listed,
+//!   called, their results in the next request, progress shown, a tool the person did not
+//!   allow refused without a terminal to ask on.
+//! - A hostile server written with the official Python SDK (`tests/fixtures/mcp_misbehaving.py`):
+//!   it never answers, crashes, floods its output, changes its tool list, and from inside its
+//!   sandbox tries to read keel's keys, write outside its granted folder and reach a host its
+//!   entry does not list. Each is refused or bounded, and the session goes on.
+//!
+//! Homes and outside folders live under the target directory, not `/tmp`: the sandbox gives
+//! every process a private `/tmp`, which would hide them for the wrong reason.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+/// Where `.ci/setup` installed the reference servers.
+fn reference_server(package: &str) -> Result<PathBuf, String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/mcp-servers/node_modules/@modelcontextprotocol")
+        .join(package)
+        .join("dist/index.js");
+    path.canonicalize().map_err(|e| {
+        format!(
+            "{} is missing ({e}); `.ci/setup` installs the reference MCP servers",
+            path.display()
+        )
+    })
+}
+
+fn hostile_server() -> Result<PathBuf, std::io::Error> {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/mcp_misbehaving.py")
+        .canonicalize()
+}
+
+/// A directory outside `/tmp`.
+fn outside_tmp() -> std::io::Result<tempfile::TempDir> {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+}
+
+/// Run one `keel exec --json` turn; every JSON line it printed.
+fn exec(home: &Path, ws: &Path, envs: &[(&str, &str)]) -> Result<Vec<Value>, String> {
+    let out = assert_cmd::Command::cargo_bin("keel")
+        .map_err(|e| e.to_string())?
+        .arg("--home")
+        .arg(home)
+        .arg("--workspace")
+        .arg(ws)
+        .args(["exec", "--json", "go"])
+        .envs(envs.iter().copied())
+        .env("NO_COLOR", "1")
+        .timeout(std::time::Duration::from_secs(180))
+        .output()
+        .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    if lines.is_empty() {
+        return Err(format!(
+            "keel printed nothing: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(lines)
+}
+
+/// The tool outcomes of the session, in order: (tool, status, content).
+fn outcomes(lines: &[Value]) -> Vec<(String, String, String)> {
+    lines
+        .iter()
+        .filter(|l| l["topic"] == "session.event" && l["event"]["kind"] == "tool_outcome")
+        .map(|l| {
+            let o = &l["event"]["outcome"];
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            (s(&o["tool"]), s(&o["status"]), s(&o["content"]))
+        })
+        .collect()
+}
+
+/// The tool names offered in each model request, in order.
+fn offered(lines: &[Value]) -> Vec<Vec<String>> {
+    lines
+        .iter()
+        .filter(|l| l["topic"] == "session.event" && l["event"]["kind"] == "context")
+        .map(|l| {
+            l["event"]["tools"]
+                .as_array()
+                .map(|t| {
+                    t.iter()
+                        .filter_map(|n| n.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The texts of the tool results each request after a call carried to the model.
+fn results_sent(lines: &[Value]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|l| l["topic"] == "session.event" && l["event"]["kind"] == "message")
+        .filter(|l| l["event"]["message"]["role"] == "user")
+        .flat_map(|l| {
+            l["event"]["message"]["content"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn write_config(home: &Path, script: &str, rest: &str) -> std::io::Result<()> {
+    let file = home.join("script.toml");
+    std::fs::write(&file, script)?;
+    std::fs::write(
+        home.join("config.toml"),
+        format!(
+            "[model]\nprovider = \"scripted\"\nscript = {:?}\n\n{rest}",
+            file.display().to_string()
+        ),
+    )
+}
+
+/// One scripted step calling `tool` with `arguments` (TOML inline table).
+fn call(tool: &str, arguments: &str) -> String {
+    format!("[[step]]\n[[step.tool_calls]]\nname = \"{tool}\"\narguments = {arguments}\n\n")
+}
+
+#[test]
+fn the_reference_servers_tools_are_listed_called_and_shown_with_progress() -> R {
+    let everything = reference_server("server-everything")?;
+    let filesystem = reference_server("server-filesystem")?;
+    let home = outside_tmp()?;
+    let ws = outside_tmp()?;
+    let ws_path = ws.path().canonicalize()?;
+    let notes = ws_path.join("notes.txt");
+    let script = [
+        call("mcp__everything__get_sum", "{ a = 2, b = 40 }"),
+        call(
+            "mcp__everything__trigger_long_running_operation",
+            "{ duration = 1, steps = 3 }",
+        ),
+        call(
+            "mcp__files__write_file",
+            &format!(
+                "{{ path = {:?}, content = \"written through MCP\" }}",
+                notes.display().to_string()
+            ),
+        ),
+        call(
+            "mcp__files__read_text_file",
+            &format!("{{ path = {:?} }}", notes.display().to_string()),
+        ),
+        // Not allowed in the config: it needs approval, and there is no terminal to ask on.
+        call(
+            "mcp__files__create_directory",
+            &format!(
+                "{{ path = {:?} }}",
+                ws_path.join("made").display().to_string()
+            ),
+        ),
+        "[[step]]\ntext = \"Done.\"\n".to_owned(),
+    ]
+    .concat();
+    write_config(
+        home.path(),
+        &script,
+        &format!(
+            "[mcp.servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\nallow = [\"*\"]\n\n\
+             [mcp.servers.files]\ncommand = \"node\"\nargs = [{:?}, {:?}]\ndirs = [\".\"]\n\
+             allow = [\"write_file\", \"read_text_file\"]\n",
+            everything.display().to_string(),
+            filesystem.display().to_string(),
+            ws_path.display().to_string()
+        ),
+    )?;
+    let lines = exec(home.path(), ws.path(), &[])?;
+    let first = offered(&lines).into_iter().next().unwrap_or_default();
+    for tool in [
+        "mcp__everything__get_sum",
+        "mcp__everything__trigger_long_running_operation",
+        "mcp__files__read_text_file",
+        "read_file",
+    ] {
+        assert!(first.iter().any(|t| t == tool), "{tool} offered: {first:?}");
+    }
+    let done = outcomes(&lines);
+    assert_eq!(done.len(), 5, "{done:?}");
+    // A server's result is fenced as outside content, and reaches the next request.
+    let (tool, status, sum) = &done[0];
+    assert_eq!(
+        (tool.as_str(), status.as_str()),
+        ("mcp__everything__get_sum", "ok")
+    );
+    assert!(
+        sum.contains("<external_content") && sum.contains("42"),
+        "{sum}"
+    );
+    let sent = results_sent(&lines);
+    assert!(sent[0].contains("42"), "{sent:?}");
+    // Progress notifications reach the person as events.
+    let progress: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["topic"] == "mcp.progress")
+        .collect();
+    assert!(progress.len() >= 2, "progress events: {progress:?}");
+    assert_eq!(progress[0]["event"]["server"], "everything");
+    assert_eq!(done[1].1, "ok", "{:?}", done[1]);
+    // The filesystem server writes inside its granted folder and reads back.
+    assert_eq!(done[2].1, "ok", "{:?}", done[2]);
+    assert_eq!(std::fs::read_to_string(&notes)?, "written through MCP");
+    assert!(done[3].2.contains("written through MCP"), "{:?}", done[3]);
+    // A tool the config did not allow needs approval; with nobody to ask it does not run.
+    assert_eq!(done[4].1, "refused", "{:?}", done[4]);
+    assert!(!ws_path.join("made").exists());
+    Ok(())
+}
+
+/// A loopback HTTP server answering every request with `body`; its port.
+fn http_server(body: &'static str) -> std::io::Result<u16> {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    Ok(port)
+}
+
+#[test]
+fn a_hostile_server_is_bounded_restarted_and_confined() -> R {
+    let server = hostile_server()?;
+    let home = outside_tmp()?;
+    let ws = outside_tmp()?;
+    let outside = outside_tmp()?;
+    let ws_path = ws.path().canonicalize()?;
+    std::fs::create_dir(ws_path.join("granted"))?;
+    // What keel keeps in its home: the server must not read it.
+    let keys = home.path().join("keys");
+    std::fs::create_dir(&keys)?;
+    std::fs::write(keys.join("signing.key"), "SECRET-SIGNING-KEY")?;
+    let listed = http_server("listed host answered")?;
+    let unlisted = http_server("unlisted host answered")?;
+    let outside_file = outside.path().join("escaped.txt");
+    let script = [
+        call("mcp__bad__echo", "{ text = \"one\" }"),
+        call("mcp__bad__hang", "{}"),
+        call("mcp__bad__echo", "{ text = \"after the hang\" }"),
+        call("mcp__bad__crash", "{}"),
+        call("mcp__bad__echo", "{ text = \"after the crash\" }"),
+        call("mcp__bad__flood", "{}"),
+        call("mcp__bad__echo", "{ text = \"after the flood\" }"),
+        call("mcp__bad__grow", "{}"),
+        call("mcp__bad__extra", "{}"),
+        call(
+            "mcp__bad__steal",
+            &format!(
+                "{{ path = {:?} }}",
+                keys.join("signing.key").display().to_string()
+            ),
+        ),
+        call(
+            "mcp__bad__write",
+            &format!("{{ path = {:?} }}", outside_file.display().to_string()),
+        ),
+        call(
+            "mcp__bad__write",
+            &format!(
+                "{{ path = {:?} }}",
+                ws_path.join("not-granted.txt").display().to_string()
+            ),
+        ),
+        call(
+            "mcp__bad__write",
+            &format!(
+                "{{ path = {:?} }}",
+                ws_path.join("granted/ok.txt").display().to_string()
+            ),
+        ),
+        call(
+            "mcp__bad__reach",
+            &format!("{{ url = \"http://127.0.0.1:{listed}/\" }}"),
+        ),
+        call(
+            "mcp__bad__reach",
+            &format!("{{ url = \"http://127.0.0.1:{unlisted}/\" }}"),
+        ),
+        call("mcp__bad__secret_env", "{}"),
+        "[[step]]\ntext = \"Done.\"\n".to_owned(),
+    ]
+    .concat();
+    write_config(
+        home.path(),
+        &script,
+        &format!(
+            "[network]\nrules = [{{ host = \"127.0.0.1\", decision = \"allow\" }}]\n\
+             allow_private = [\"127.0.0.1:{listed}\", \"127.0.0.1:{unlisted}\"]\n\n\
+             [secrets]\nSERVER_TOKEN = \"token-for-the-server\"\n\n\
+             [mcp.servers.bad]\ncommand = \"python3\"\nargs = [{:?}]\ndirs = [\"granted\"]\n\
+             hosts = [\"127.0.0.1:{listed}\"]\nallow = [\"*\"]\ntimeout-ms = 2000\n\
+             env = {{ SERVER_TOKEN = {{ secret = \"SERVER_TOKEN\" }} }}\n",
+            server.display().to_string()
+        ),
+    )?;
+    let lines = exec(
+        home.path(),
+        ws.path(),
+        &[("OPENAI_API_KEY", "sk-kernel-held-not-for-servers")],
+    )?;
+    let done = outcomes(&lines);
+    let text: Vec<&str> = done.iter().map(|(_, _, c)| c.as_str()).collect();
+    assert_eq!(done.len(), 16, "{done:#?}");
+    assert!(text[0].contains("echo: one"), "{}", text[0]);
+    // Never answers: the call's deadline ends it, the server is restarted for the next call.
+    assert_eq!(done[1].1, "error", "{:?}", done[1]);
+    assert!(
+        text[1].contains("did not answer within 2.0 s"),
+        "{}",
+        text[1]
+    );
+    assert!(text[2].contains("echo: after the hang"), "{}", text[2]);
+    // Crashes mid-call: one error result, then a fresh server.
+    assert!(text[3].contains("exited (exit code 3)"), "{}", text[3]);
+    assert!(text[4].contains("echo: after the crash"), "{}", text[4]);
+    // Floods its output: cut off at the bound.
+    assert!(
+        text[5].contains("more than 4 MiB without a line end"),
+        "{}",
+        text[5]
+    );
+    assert!(text[6].contains("echo: after the flood"), "{}", text[6]);
+    // Changes its tool list: the next request offers the new tool and not the removed one.
+    assert!(text[7].contains("the tool list changed"), "{}", text[7]);
+    // (A request's tool list is logged when it changes: first at the start, then after `grow`.)
+    let requests = offered(&lines);
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let (before, after) = (&requests[0], &requests[1]);
+    assert!(
+        before.iter().any(|t| t == "mcp__bad__shrinkme")
+            && !before.iter().any(|t| t == "mcp__bad__extra"),
+        "{before:?}"
+    );
+    assert!(
+        after.iter().any(|t| t == "mcp__bad__extra")
+            && !after.iter().any(|t| t == "mcp__bad__shrinkme"),
+        "{after:?}"
+    );
+    assert!(text[8].contains("extra tool answered"), "{}", text[8]);
+    // Inside its sandbox: keel's home is empty, only the granted folder is writable, only the
+    // listed host is reachable (through keel's gate), and the only secret it holds is its own.
+    assert!(
+        text[9].contains("refused") && !text[9].contains("SECRET-SIGNING-KEY"),
+        "{}",
+        text[9]
+    );
+    assert!(text[10].contains("refused"), "{}", text[10]);
+    assert!(!outside_file.exists());
+    assert!(text[11].contains("refused"), "{}", text[11]);
+    assert!(!ws_path.join("not-granted.txt").exists());
+    assert!(text[12].contains("WROTE"), "{}", text[12]);
+    assert!(ws_path.join("granted/ok.txt").exists());
+    assert!(
+        text[13].contains("REACHED 200: listed host answered"),
+        "{}",
+        text[13]
+    );
+    assert!(
+        text[14].contains("refused") && !text[14].contains("unlisted host answered"),
+        "{}",
+        text[14]
+    );
+    assert!(text[15].contains("SERVER_TOKEN="), "{}", text[15]);
+    assert!(
+        !text[15].contains("OPENAI_API_KEY") && !text[15].contains("sk-kernel-held"),
+        "{}",
+        text[15]
+    );
+    let audit = std::fs::read_to_string(home.path().join("audit.log"))?;
+    assert!(
+        audit.lines().any(|l| l.contains("mcp (server bad)")
+            && l.contains("\"decision\":\"forbid\"")
+            && l.contains("does not declare the host")),
+        "the refused connection is audited: {audit}"
+    );
+    Ok(())
+}
