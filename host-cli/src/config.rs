@@ -101,6 +101,10 @@ pub struct McpServer {
     /// How long one of its tool calls may take, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u32>,
+    /// Whether it comes from the project's `.mcp.json` (approved for this workspace) rather
+    /// than the user's config.
+    #[serde(skip)]
+    pub from_project: bool,
 }
 
 /// One environment variable of a server: a plain value, or a kernel-held secret by name.
@@ -120,7 +124,7 @@ pub enum EnvValue {
 impl UserConfig {
     /// What the `mcp` plugin is configured with besides its manifest's defaults: each server's
     /// `allow` and timeout, and the `[mcp]` timeouts, laid over `[config.mcp]`.
-    fn configure_mcp_plugin(&mut self) {
+    pub(crate) fn configure_mcp_plugin(&mut self) {
         if self.mcp.servers.is_empty() {
             return;
         }
@@ -362,7 +366,9 @@ impl Context {
                 workspace.display()
             )
         })?;
-        let (config, config_text) = load_config(&home.join("config.toml"))?;
+        let (mut config, config_text) = load_config(&home.join("config.toml"))?;
+        crate::project_mcp::add_approved(&home, &workspace, &mut config)?;
+        config.configure_mcp_plugin();
         Ok(Context {
             home,
             workspace,
@@ -444,8 +450,6 @@ fn load_config(path: &Path) -> anyhow::Result<(UserConfig, String)> {
         .timeouts
         .deadlines()
         .with_context(|| format!("{}", path.display()))?;
-    let mut config = config;
-    config.configure_mcp_plugin();
     Ok((config, text))
 }
 

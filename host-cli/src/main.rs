@@ -2,6 +2,7 @@
 
 mod commands;
 mod config;
+mod project_mcp;
 mod runtime;
 mod session;
 mod settings;

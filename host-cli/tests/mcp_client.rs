@@ -405,3 +405,76 @@ fn a_hostile_server_is_bounded_restarted_and_confined() -> R {
     );
     Ok(())
 }
+
+/// A cloned repository's `.mcp.json` starts nothing until the person approves that content for
+/// that workspace; approved, its server runs with nothing granted (every tool asks, so under
+/// `auto` it runs); a changed file is not approved any more.
+#[test]
+fn a_projects_mcp_json_starts_nothing_until_approved() -> R {
+    let server = hostile_server()?;
+    let home = outside_tmp()?;
+    let ws = outside_tmp()?;
+    let ws_path = ws.path().canonicalize()?;
+    let project = |extra: &str| {
+        format!(
+            "{{\"mcpServers\": {{\"Repo_Tools\": {{\"command\": \"python3\", \"args\": [{:?}{extra}]}}}}}}",
+            server.display().to_string()
+        )
+    };
+    std::fs::write(ws_path.join(".mcp.json"), project(""))?;
+    let script = [
+        call("mcp__repo_tools__echo", "{ text = \"from the project\" }"),
+        call(
+            "mcp__repo_tools__write",
+            &format!(
+                "{{ path = {:?} }}",
+                ws_path.join("w.txt").display().to_string()
+            ),
+        ),
+        "[[step]]\ntext = \"Done.\"\n".to_owned(),
+    ]
+    .concat();
+    write_config(home.path(), &script, "[exec]\napproval = \"auto\"\n")?;
+    let keel = |args: &[&str]| -> Result<std::process::Output, String> {
+        assert_cmd::Command::cargo_bin("keel")
+            .map_err(|e| e.to_string())?
+            .arg("--home")
+            .arg(home.path())
+            .arg("--workspace")
+            .arg(&ws_path)
+            .args(args)
+            .timeout(std::time::Duration::from_secs(120))
+            .output()
+            .map_err(|e| e.to_string())
+    };
+    let offered_tools = |lines: &[Value]| offered(lines).concat();
+    // Not approved: its servers do not start, and `keel mcp list` says so.
+    let lines = exec(home.path(), &ws_path, &[])?;
+    assert!(
+        !offered_tools(&lines).iter().any(|t| t.starts_with("mcp__")),
+        "{:?}",
+        offered(&lines)
+    );
+    let list = keel(&["mcp", "list"])?;
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(text.contains("NOT approved"), "{text}");
+    // Approving needs a terminal or --yes.
+    let refused = keel(&["mcp", "approve"])?;
+    assert!(!refused.status.success());
+    assert!(keel(&["mcp", "approve", "--yes"])?.status.success());
+    let lines = exec(home.path(), &ws_path, &[])?;
+    let done = outcomes(&lines);
+    assert!(done[0].2.contains("echo: from the project"), "{done:?}");
+    // It was granted no folder: the workspace is read-only to it.
+    assert!(done[1].2.contains("refused"), "{done:?}");
+    assert!(!ws_path.join("w.txt").exists());
+    // A changed file is a new request.
+    std::fs::write(ws_path.join(".mcp.json"), project(", \"--changed\""))?;
+    let lines = exec(home.path(), &ws_path, &[])?;
+    assert!(
+        !offered_tools(&lines).iter().any(|t| t.starts_with("mcp__")),
+        "{:?}",
+        offered(&lines)
+    );
+    Ok(())
+}

@@ -125,6 +125,9 @@ pub async fn run(ctx: &Context) -> anyhow::Result<ExitCode> {
         },
         Err(e) => r.fail(&format!("{e:#}"), "fix the [sandbox] section"),
     }
+    for line in crate::commands::mcp::project_lines(ctx) {
+        r.ok(&line);
+    }
     match crate::commands::mcp::server_status(ctx).await {
         Ok(None) => {}
         Ok(Some(status)) => {

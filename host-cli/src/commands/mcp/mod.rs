@@ -12,7 +12,7 @@ use keel_kernel::gates::exec_policy::ApprovalMode;
 use crate::config::Context;
 use crate::settings::approval_parser;
 
-pub use servers::{server_status, status_lines};
+pub use servers::{project_lines, server_status, status_lines};
 
 #[derive(Subcommand)]
 pub enum McpCommand {
@@ -52,6 +52,13 @@ pub enum McpCommand {
         /// The server's name.
         name: String,
     },
+    /// Approve this workspace's `.mcp.json` (its current content) so sessions here start its
+    /// servers; a changed file needs approving again.
+    Approve {
+        /// Approve without asking (for scripts).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Serve this session's tools to an MCP client over stdio; every call passes keel's gates.
     Serve {
         /// How calls that need approval are answered: `never` (the default here: there is no
@@ -75,5 +82,6 @@ pub async fn run(ctx: &Context, cmd: McpCommand) -> anyhow::Result<ExitCode> {
             command,
         } => servers::add(ctx, &name, dirs, hosts, allow, &env, command),
         McpCommand::Remove { name } => servers::remove(ctx, &name),
+        McpCommand::Approve { yes } => servers::approve(ctx, yes),
     }
 }

@@ -77,6 +77,11 @@ pub fn status_lines(status: &Value) -> Vec<String> {
 }
 
 pub async fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
+    if !json {
+        for line in project_lines(ctx) {
+            println!("{line}");
+        }
+    }
     let Some(status) = server_status(ctx).await? else {
         if json {
             println!("{}", json!({"servers": []}));
@@ -100,6 +105,11 @@ pub async fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
                 .and_then(|n| ctx.config.mcp.servers.get(n))
             {
                 server["config"] = serde_json::to_value(config)?;
+                server["source"] = json!(if config.from_project {
+                    crate::project_mcp::FILE
+                } else {
+                    "config.toml"
+                });
             }
         }
         println!("{status}");
@@ -221,5 +231,72 @@ pub fn remove(ctx: &Context, name: &str) -> anyhow::Result<ExitCode> {
     }
     save(&path, &doc)?;
     println!("removed MCP server `{name}` from {}", path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What the workspace's `.mcp.json` asks for, in lines for a person (empty without one).
+pub fn project_lines(ctx: &Context) -> Vec<String> {
+    match crate::project_mcp::read(&ctx.workspace) {
+        Ok(None) => Vec::new(),
+        Err(e) => vec![format!("{e:#}")],
+        Ok(Some(project)) => {
+            let approved = crate::project_mcp::is_approved(&ctx.home, &ctx.workspace, &project);
+            let mut lines = vec![format!(
+                "{}: {} server(s), {}",
+                project.path.display(),
+                project.servers.len(),
+                if approved {
+                    "approved for this workspace"
+                } else {
+                    "NOT approved: its servers do not start until you run `keel mcp approve`"
+                }
+            )];
+            for (name, server) in &project.servers {
+                lines.push(format!(
+                    "  {}: {} {}",
+                    terminal_safe(name),
+                    terminal_safe(server.command.as_deref().unwrap_or_default()),
+                    terminal_safe(&server.args.join(" "))
+                ));
+            }
+            for skipped in &project.skipped {
+                lines.push(format!("  skipped {}", terminal_safe(skipped)));
+            }
+            lines
+        }
+    }
+}
+
+pub fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
+    let Some(project) = crate::project_mcp::read(&ctx.workspace)? else {
+        bail!(
+            "{} has no {}; nothing to approve",
+            ctx.workspace.display(),
+            crate::project_mcp::FILE
+        );
+    };
+    for line in project_lines(ctx) {
+        println!("{line}");
+    }
+    println!(
+        "Each runs in the OS sandbox with nothing granted: no folder to write, no host to reach, \
+         no secret, and every tool asks before it runs."
+    );
+    if !yes {
+        use std::io::{BufRead as _, IsTerminal as _, Write as _};
+        if !std::io::stdin().is_terminal() {
+            bail!("no terminal to ask on; pass --yes to approve");
+        }
+        print!("Start these servers in sessions in this workspace? [y/N] ");
+        std::io::stdout().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !answer.trim().eq_ignore_ascii_case("y") {
+            println!("not approved");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    crate::project_mcp::approve(&ctx.home, &ctx.workspace, &project)?;
+    println!("approved; a change to the file needs approving again");
     Ok(ExitCode::SUCCESS)
 }
