@@ -133,3 +133,95 @@ async fn a_crashed_server_costs_one_error_and_is_restarted() -> R {
     assert!(gone(&marker).await, "{:?}", processes_with(&marker));
     Ok(())
 }
+
+/// Ctrl-C during a call the server never answers: the turn ends cancelled at once, the server
+/// is told (`notifications/cancelled`) rather than killed, and its next call is answered by the
+/// same process (its echo count goes on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_during_a_server_call_cancels_it_and_keeps_the_server() -> R {
+    use keel_protocol::{TurnEnd, TurnReport, TurnRequest, services};
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data)?;
+    let marker = format!("keel-test-cancel-{}", std::process::id());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws)?;
+    let ws = ws.canonicalize()?;
+    let gates = GateConfig {
+        workspace: Some(ws.clone()),
+        approver: std::sync::Arc::new(keel_kernel::gates::approvals::PolicyApprover(
+            keel_kernel::gates::exec_policy::ApprovalMode::Auto,
+        )),
+        processes: BTreeMap::from([(
+            "mcp".to_owned(),
+            BTreeMap::from([("bad".to_owned(), server_entry(&marker))]),
+        )]),
+        ..GateConfig::locked_down()
+    };
+    let cache: PathBuf = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("processes-cache");
+    let h = Harness::with_gates(&ws, Some(data), Some(cache), gates)?;
+    h.load_scripted_model(
+        r#"
+[[step]]
+[[step.tool_calls]]
+name = "mcp__bad__hang"
+arguments = {}
+
+[[step]]
+text = "Never reached."
+"#,
+    )
+    .await?;
+    h.load_bundled("mcp").await?;
+    for name in ["tool-registry", "session-log", "agent-loop"] {
+        h.load_plugin(name).await?;
+    }
+    let before = h
+        .kernel
+        .invoke_tool("mcp__bad__echo", r#"{"text":"before"}"#)
+        .await?;
+    let mut bus = h.kernel.events();
+    h.kernel.begin_turn();
+    let kernel = h.kernel.clone();
+    let request = serde_json::to_string(&TurnRequest {
+        session: "cancel".into(),
+        input: "wait".into(),
+    })?;
+    let running =
+        tokio::spawn(async move { kernel.call_service(services::AGENT, "turn", &request).await });
+    // The call is under way once the assistant's tool call is logged.
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            match bus.recv().await {
+                Ok(e) if e.topic == "session.event" && e.payload.contains("mcp__bad__hang") => {
+                    break;
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("event bus closed: {e}"),
+            }
+        }
+    })
+    .await?;
+    let pressed = std::time::Instant::now();
+    h.kernel.cancel_turn();
+    let report: TurnReport = serde_json::from_str(
+        &tokio::time::timeout(std::time::Duration::from_secs(30), running).await???,
+    )?;
+    assert_eq!(report.end, TurnEnd::Cancelled, "{report:?}");
+    assert!(
+        pressed.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        pressed.elapsed()
+    );
+    h.kernel.begin_turn();
+    let after = h
+        .kernel
+        .invoke_tool("mcp__bad__echo", r#"{"text":"after"}"#)
+        .await?;
+    assert!(before.contains("(echo 1 of this process)"), "{before}");
+    assert!(
+        after.contains("(echo 2 of this process)"),
+        "the same server answers: {after}"
+    );
+    Ok(())
+}

@@ -79,6 +79,7 @@ mod tests {
                 "tool-registry",
                 "session-log",
                 "verifier",
+                "mcp",
             ]
         );
         for bundled in all() {
