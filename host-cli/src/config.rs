@@ -80,9 +80,13 @@ pub struct McpServer {
     /// Its arguments.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
-    /// A Streamable HTTP server's URL (not yet supported: keel says so).
+    /// A Streamable HTTP server's URL (instead of `command`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// The kernel-held secret sent to an HTTP server as `Authorization: Bearer …` (only to its
+    /// host; the plugin never sees it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_secret: Option<String>,
     /// Environment variables: a value, or `{ secret = "NAME" }` for a kernel-held secret.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub env: std::collections::BTreeMap<String, EnvValue>,
@@ -145,6 +149,13 @@ impl UserConfig {
             );
             if let Some(ms) = server.timeout_ms {
                 entry.insert("timeout_ms".into(), toml::Value::Integer(ms.into()));
+            }
+            // A project's file names no URL keel uses: only stdio servers come from there.
+            if let Some(url) = server.url.as_ref().filter(|_| !server.from_project) {
+                entry.insert("url".into(), toml::Value::String(url.clone()));
+                if let Some(secret) = &server.bearer_secret {
+                    entry.insert("bearer_secret".into(), toml::Value::String(secret.clone()));
+                }
             }
             servers.insert(name.clone(), toml::Value::Table(entry));
         }

@@ -56,7 +56,40 @@ pub fn apply_user_config(
             .collect::<anyhow::Result<Vec<_>>>()?;
         overlay_config(package, settings);
     }
+    if package.manifest.name == "mcp" {
+        grant_mcp_reach(package);
+    }
     Ok(())
+}
+
+/// The `mcp` plugin declares no host: it reaches exactly the Streamable HTTP servers the
+/// person's config names (`[mcp.servers.NAME] url`, laid into its config), and sends only the
+/// bearer secrets named there. Those hosts and secrets are added to its manifest here, so the
+/// kernel's network gate checks every request against them like any declared host.
+fn grant_mcp_reach(package: &mut PluginPackage) {
+    let servers = package.manifest.config["servers"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let caps = &mut package.manifest.capabilities;
+    for server in servers.values() {
+        if let Some(url) = server["url"].as_str().and_then(|u| url::Url::parse(u).ok())
+            && let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default())
+        {
+            let entry = match url.host() {
+                Some(url::Host::Ipv6(a)) => format!("[{a}]:{port}"),
+                _ => format!("{host}:{port}"),
+            };
+            if !caps.network.contains(&entry) {
+                caps.network.push(entry);
+            }
+        }
+        if let Some(secret) = server["bearer_secret"].as_str()
+            && !caps.secrets.iter().any(|s| s == secret)
+        {
+            caps.secrets.push(secret.to_owned());
+        }
+    }
 }
 
 /// Set `settings` in `package`'s config object (made an object if it was not one).

@@ -78,12 +78,13 @@ pub fn mcp_entries(
         }
         let command = match (&server.command, &server.url) {
             (Some(command), None) => command.clone(),
-            (None, Some(_)) => anyhow::bail!(
-                "{}: `url` (Streamable HTTP) servers are not supported yet; run the server over \
-                 stdio with `command` and `args`",
-                at()
-            ),
-            _ => anyhow::bail!("{}: give `command` (and `args`)", at()),
+            // A Streamable HTTP server is no process: the plugin reaches it through the
+            // kernel's HTTP client.
+            (None, Some(url)) => {
+                mcp_url(name, url).with_context(at)?;
+                continue;
+            }
+            _ => anyhow::bail!("{}: give `command` (and `args`), or `url`", at()),
         };
         let mut entry = keel_kernel::ProcessEntry {
             command,
@@ -164,12 +165,16 @@ impl ModelChoice {
 pub fn secrets(ctx: &Context) -> Secrets {
     let choice = ModelChoice::from(ctx);
     let mut secrets = Secrets::new();
-    // The model keys, the named secrets, and those an MCP server's environment names.
+    // The model keys, the named secrets, and those an MCP server's environment names or
+    // sends as its bearer token.
     let server_secrets = ctx.config.mcp.servers.values().flat_map(|s| {
-        s.env.values().filter_map(|v| match v {
-            crate::config::EnvValue::Secret { secret } => Some(secret.clone()),
-            crate::config::EnvValue::Plain(_) => None,
-        })
+        s.env
+            .values()
+            .filter_map(|v| match v {
+                crate::config::EnvValue::Secret { secret } => Some(secret.clone()),
+                crate::config::EnvValue::Plain(_) => None,
+            })
+            .chain(s.bearer_secret.clone())
     });
     for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"]
         .into_iter()
@@ -186,6 +191,17 @@ pub fn secrets(ctx: &Context) -> Secrets {
         let Some(value) = value else { continue };
         let mut hosts: Vec<String> = setting.map(|s| s.hosts().to_vec()).unwrap_or_default();
         hosts.extend(model_key_hosts(&name, &choice));
+        // A bearer secret goes to its own server's host.
+        for (server_name, server) in &ctx.config.mcp.servers {
+            if server.bearer_secret.as_deref() == Some(name.as_str())
+                && let Some(url) = &server.url
+                && let Ok(parsed) = mcp_url(server_name, url)
+                && let (Some(host), Some(port)) =
+                    (parsed.host_str(), parsed.port_or_known_default())
+            {
+                hosts.push(host_port(&parsed, host, port));
+            }
+        }
         secrets.insert(&name, &value, &hosts);
     }
     secrets
@@ -269,24 +285,51 @@ pub fn network_policy(ctx: &Context, choice: &ModelChoice) -> anyhow::Result<Net
         let url = url::Url::parse(base).with_context(|| {
             format!("model base URL `{base}` is not a URL; fix [model] base-url")
         })?;
-        if let Some(host) = url.host_str() {
-            policy = policy
-                .with_rule(host, NetDecision::Allow)
-                .map_err(|e| anyhow::anyhow!("model base URL `{base}`: {e}"))?;
-            if choice.base_url.is_some()
-                && let Some(port) = url.port_or_known_default()
-            {
-                let entry = match url.host() {
-                    Some(url::Host::Ipv6(a)) => format!("[{a}]:{port}"),
-                    _ => format!("{host}:{port}"),
-                };
-                policy = policy
-                    .with_allow_private(&entry)
-                    .map_err(|e| anyhow::anyhow!("model base URL `{base}`: {e}"))?;
-            }
+        policy = allow_endpoint(policy, &url, choice.base_url.is_some())
+            .map_err(|e| anyhow::anyhow!("model base URL `{base}`: {e}"))?;
+    }
+    // The Streamable HTTP MCP servers the person configured, like a configured model endpoint.
+    for (name, server) in &ctx.config.mcp.servers {
+        if let Some(url) = server.url.as_deref().filter(|_| !server.from_project) {
+            let parsed = mcp_url(name, url)?;
+            policy = allow_endpoint(policy, &parsed, true)
+                .map_err(|e| anyhow::anyhow!("[mcp.servers.{name}] url `{url}`: {e}"))?;
         }
     }
     Ok(policy)
+}
+
+/// `policy` with `url`'s host allowed, and with `private` its exact `host:port` exempt from the
+/// refusal of private and loopback addresses (an endpoint the person named).
+fn allow_endpoint(
+    mut policy: NetPolicy,
+    url: &url::Url,
+    private: bool,
+) -> anyhow::Result<NetPolicy> {
+    if let Some(host) = url.host_str() {
+        policy = policy.with_rule(host, NetDecision::Allow)?;
+        if private && let Some(port) = url.port_or_known_default() {
+            policy = policy.with_allow_private(&host_port(url, host, port))?;
+        }
+    }
+    Ok(policy)
+}
+
+fn host_port(url: &url::Url, host: &str, port: u16) -> String {
+    match url.host() {
+        Some(url::Host::Ipv6(a)) => format!("[{a}]:{port}"),
+        _ => format!("{host}:{port}"),
+    }
+}
+
+/// The URL of an HTTP MCP server, checked.
+fn mcp_url(name: &str, url: &str) -> anyhow::Result<url::Url> {
+    let parsed = url::Url::parse(url)
+        .with_context(|| format!("[mcp.servers.{name}] url `{url}` is not a URL"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        anyhow::bail!("[mcp.servers.{name}] url `{url}`: give an http:// or https:// URL");
+    }
+    Ok(parsed)
 }
 
 /// Config handed to the model plugin from `[model]` and the environment.

@@ -478,3 +478,80 @@ fn a_projects_mcp_json_starts_nothing_until_approved() -> R {
     );
     Ok(())
 }
+
+/// A Streamable HTTP server (the reference server in its `streamableHttp` mode, started by the
+/// test on loopback): reached through the kernel's HTTP client and network gate (an audit
+/// line per request), its answers and progress arriving as server-sent events.
+#[test]
+fn a_streamable_http_server_is_reached_through_keels_network_gate() -> R {
+    use std::io::BufRead as _;
+    let everything = reference_server("server-everything")?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut server = std::process::Command::new("node")
+        .arg(&everything)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stderr = server.stderr.take().ok_or("stderr")?;
+    let _server = Kill(server);
+    // It says when it listens.
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line.contains("listening on port") => break,
+            Some(Ok(_)) => {}
+            _ => return Err("the HTTP server did not start".into()),
+        }
+    }
+    std::thread::spawn(move || lines.for_each(drop));
+    let home = outside_tmp()?;
+    let ws = outside_tmp()?;
+    let script = [
+        call("mcp__remote__get_sum", "{ a = 1, b = 2 }"),
+        call(
+            "mcp__remote__trigger_long_running_operation",
+            "{ duration = 1, steps = 2 }",
+        ),
+        "[[step]]\ntext = \"Done.\"\n".to_owned(),
+    ]
+    .concat();
+    write_config(
+        home.path(),
+        &script,
+        &format!(
+            "[secrets]\nREMOTE_TOKEN = \"token-for-the-remote\"\n\n\
+             [mcp.servers.remote]\nurl = \"http://127.0.0.1:{port}/mcp\"\nallow = [\"*\"]\n\
+             bearer-secret = \"REMOTE_TOKEN\"\n"
+        ),
+    )?;
+    let lines = exec(home.path(), ws.path(), &[])?;
+    let done = outcomes(&lines);
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert_eq!(done[0].1, "ok", "{done:?}");
+    assert!(done[0].2.contains("The sum of 1 and 2 is 3"), "{done:?}");
+    assert_eq!(done[1].1, "ok", "{done:?}");
+    assert!(
+        lines.iter().any(|l| l["topic"] == "mcp.progress"),
+        "progress over server-sent events"
+    );
+    let audit = std::fs::read_to_string(home.path().join("audit.log"))?;
+    assert!(
+        audit
+            .lines()
+            .any(|l| l.contains("\"plugin\":\"mcp\"") && l.contains("\"decision\":\"allow\"")),
+        "{audit}"
+    );
+    assert!(!audit.contains("token-for-the-remote"), "{audit}");
+    Ok(())
+}

@@ -89,7 +89,8 @@ pub(crate) struct Running {
     stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
     stdout: tokio::sync::Mutex<Stdout>,
     flags: Arc<Flags>,
-    child: Mutex<tokio::process::Child>,
+    /// How it ended, once it did (`Some(None)`: by a signal), set by the task that waits for it.
+    exit: tokio::sync::watch::Receiver<Option<Option<i32>>>,
     pgid: Option<i32>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Its last lines on stderr, said when it ended badly (why a server did not start).
@@ -102,31 +103,32 @@ const TAIL_LINES: usize = 12;
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Ok(child) = self.child.get_mut()
-            && let Ok(Some(status)) = child.try_wait()
-            && !status.success()
+        let ended = *self.exit.borrow();
+        if let Some(code) = ended
+            && code != Some(0)
         {
             let tail = self.tail.lock().unwrap_or_else(PoisonError::into_inner);
             if !tail.is_empty() {
+                let how =
+                    code.map_or_else(|| "by a signal".to_owned(), |c| format!("exit code {c}"));
                 tracing::warn!(
                     plugin = %self.owner,
-                    "`{}` ended ({status}); its last words on stderr:\n  {}",
+                    "`{}` ended ({how}); its last words on stderr:\n  {}",
                     self.entry,
                     tail.iter().cloned().collect::<Vec<_>>().join("\n  ")
                 );
             }
         }
-        // The whole group: a server's own children must not outlive it.
+        // The whole group: a server's own children must not outlive it. (Once the leader was
+        // reaped its id may be another's; bubblewrap's PID namespace ended its tree with it.)
         #[cfg(unix)]
-        if let Some(pgid) = self.pgid {
+        if let Some(pgid) = self.pgid.filter(|_| ended.is_none()) {
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(pgid),
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        if let Ok(child) = self.child.get_mut() {
-            let _ = child.start_kill();
-        }
+        // Aborting the waiter drops the child, which tokio kills (`kill_on_drop`) and reaps.
         for task in &self.tasks {
             task.abort();
         }
@@ -290,14 +292,11 @@ impl ProcessTable {
     /// Whether process `id` runs.
     pub(crate) fn status(&self, plugin: &str, id: u32) -> Result<ProcessStatus, KernelError> {
         let r = self.get(plugin, id)?;
-        let mut child = r.child.lock().unwrap_or_else(PoisonError::into_inner);
-        match child.try_wait() {
-            Ok(None) => Ok(ProcessStatus::Running),
-            Ok(Some(status)) => Ok(ProcessStatus::Exited(status.code())),
-            Err(e) => Err(KernelError::Failed(format!(
-                "cannot see whether process {id} runs: {e}"
-            ))),
-        }
+        let ended = *r.exit.borrow();
+        Ok(match ended {
+            None => ProcessStatus::Running,
+            Some(code) => ProcessStatus::Exited(code),
+        })
     }
 }
 
@@ -446,8 +445,10 @@ pub(crate) fn start(
     let (tx, rx) = tokio::sync::mpsc::channel(QUEUED_CHUNKS);
     let flags = Arc::new(Flags::default());
     let mut tasks = Vec::new();
+    let (exit_tx, exit) = tokio::sync::watch::channel(None);
     if let Some(mut stdout) = child.stdout.take() {
         let flags = flags.clone();
+        let mut ended = exit.clone();
         tasks.push(tokio::spawn(async move {
             let mut buf = vec![0u8; CHUNK];
             loop {
@@ -465,6 +466,11 @@ pub(crate) fn start(
                     }
                 }
             }
+            // The end of its output usually means its end: let the reader that sees the end
+            // also see how it ended (bounded: a process may close stdout and go on).
+            let _ =
+                tokio::time::timeout(Duration::from_secs(1), ended.wait_for(Option::is_some)).await;
+            drop(tx);
         }));
     }
     let tail: Arc<Mutex<std::collections::VecDeque<String>>> = Arc::default();
@@ -513,6 +519,10 @@ pub(crate) fn start(
         }));
     }
     let stdin = child.stdin.take();
+    tasks.push(tokio::spawn(async move {
+        let code = child.wait().await.ok().and_then(|s| s.code());
+        let _ = exit_tx.send(Some(code));
+    }));
     let id = table.next.fetch_add(1, Ordering::SeqCst) + 1;
     let running = Arc::new(Running {
         owner: plugin.to_owned(),
@@ -524,7 +534,7 @@ pub(crate) fn start(
             eof: false,
         }),
         flags,
-        child: Mutex::new(child),
+        exit,
         pgid,
         tasks,
         tail,

@@ -12,6 +12,7 @@
 //! wait after repeated failures.
 
 mod names;
+mod streamable;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -62,11 +63,31 @@ struct ServerConfig {
     allow: Vec<String>,
     #[serde(default)]
     timeout_ms: Option<u32>,
+    /// A Streamable HTTP server's endpoint (a stdio server is a process entry instead).
+    #[serde(default)]
+    url: Option<String>,
+    /// The kernel-held secret sent as its bearer token.
+    #[serde(default)]
+    bearer_secret: Option<String>,
+}
+
+/// How keel reaches a server.
+enum Transport {
+    /// A process the kernel started from the person's entry; stdout read as lines.
+    Stdio {
+        process: Option<u32>,
+        lines: wire::Lines,
+    },
+    /// A Streamable HTTP endpoint; `live` once `initialize` was answered.
+    Http {
+        target: streamable::Target,
+        live: bool,
+    },
 }
 
 /// Why a wait for a server ended without its answer.
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     /// Nothing came within the deadline.
     Timeout(Duration),
     /// Its output ended: it exited.
@@ -107,8 +128,7 @@ impl std::fmt::Display for Failure {
 struct Server {
     name: String,
     config: ServerConfig,
-    process: Option<u32>,
-    lines: wire::Lines,
+    transport: Transport,
     next_id: u64,
     protocol: String,
     /// keel name → the server's tool, for the tools keel registered.
@@ -125,11 +145,25 @@ struct Server {
 
 impl Server {
     fn new(name: &str, config: ServerConfig) -> Self {
+        let transport = match &config.url {
+            Some(url) => Transport::Http {
+                target: streamable::Target {
+                    url: url.clone(),
+                    bearer_secret: config.bearer_secret.clone(),
+                    session: None,
+                    protocol: None,
+                },
+                live: false,
+            },
+            None => Transport::Stdio {
+                process: None,
+                lines: wire::Lines::default(),
+            },
+        };
         Server {
             name: name.to_owned(),
             config,
-            process: None,
-            lines: wire::Lines::default(),
+            transport,
             next_id: 0,
             protocol: String::new(),
             tools: BTreeMap::new(),
@@ -145,21 +179,48 @@ impl Server {
         self.config.allow.iter().any(|a| a == "*" || a == tool)
     }
 
-    fn send(&mut self, bytes: &[u8]) -> Result<(), Failure> {
-        let Some(process) = self.process else {
-            return Err(Failure::Kernel("the server is not running".into()));
-        };
-        processes::write(process, bytes, 10_000).map_err(|e| match e {
-            KernelError::TimedOut(_) => Failure::Timeout(Duration::from_secs(10)),
-            other => Failure::Exited(format!("its input is closed: {}", other.message())),
-        })
+    /// Whether it is running (a process) or has a session (HTTP).
+    fn is_up(&self) -> bool {
+        match &self.transport {
+            Transport::Stdio { process, .. } => process.is_some(),
+            Transport::Http { live, .. } => *live,
+        }
     }
 
-    /// Start the process, initialize, list the tools.
+    /// The process behind it, for a stdio server.
+    fn process(&self) -> Option<u32> {
+        match &self.transport {
+            Transport::Stdio { process, .. } => *process,
+            Transport::Http { .. } => None,
+        }
+    }
+
+    /// Send a notification or a response (nothing is awaited).
+    fn send(&mut self, bytes: &[u8]) -> Result<(), Failure> {
+        match &mut self.transport {
+            Transport::Stdio { process, .. } => {
+                let Some(process) = *process else {
+                    return Err(Failure::Kernel("the server is not running".into()));
+                };
+                processes::write(process, bytes, 10_000).map_err(|e| match e {
+                    KernelError::TimedOut(_) => Failure::Timeout(Duration::from_secs(10)),
+                    other => Failure::Exited(format!("its input is closed: {}", other.message())),
+                })
+            }
+            Transport::Http { target, .. } => {
+                target.post(bytes, Instant::now() + Duration::from_secs(10), &mut |_| {
+                    Ok(true)
+                })
+            }
+        }
+    }
+
+    /// Start the process (or open the HTTP session), initialize, list the tools.
     fn start(&mut self, timeout: Duration) -> Result<(), String> {
         self.kill();
-        let process = processes::start(&self.name).map_err(|e| e.message().to_owned())?;
-        self.process = Some(process);
+        if let Transport::Stdio { process, .. } = &mut self.transport {
+            *process = Some(processes::start(&self.name).map_err(|e| e.message().to_owned())?);
+        }
         let deadline = Instant::now() + timeout;
         let init = self
             .request(
@@ -181,6 +242,10 @@ impl Server {
             ));
         }
         self.protocol = protocol.to_owned();
+        if let Transport::Http { target, live } = &mut self.transport {
+            target.protocol = Some(protocol.to_owned());
+            *live = true;
+        }
         self.send(&wire::notification("notifications/initialized", json!({})))
             .map_err(|e| format!("initialized: {e}"))?;
         self.stale = true;
@@ -188,10 +253,19 @@ impl Server {
     }
 
     fn kill(&mut self) {
-        if let Some(process) = self.process.take() {
-            processes::kill(process);
+        match &mut self.transport {
+            Transport::Stdio { process, lines } => {
+                if let Some(process) = process.take() {
+                    processes::kill(process);
+                }
+                lines.clear();
+            }
+            Transport::Http { target, live } => {
+                target.end();
+                target.protocol = None;
+                *live = false;
+            }
         }
-        self.lines.clear();
     }
 
     /// Every tool the server lists, across pages.
@@ -238,42 +312,89 @@ impl Server {
         {
             object.insert("_meta".into(), json!({"progressToken": id}));
         }
-        self.send(&wire::request(id, method, params))?;
+        let message = wire::request(id, method, params);
+        let cancel = |server: &mut Server, e: &Failure| {
+            if matches!(e, Failure::Timeout(_) | Failure::Cancelled) {
+                // Tell the server to stop working on it; it may have gone, which is fine.
+                let _ = server.send(&wire::notification(
+                    "notifications/cancelled",
+                    json!({"requestId": id, "reason": e.to_string()}),
+                ));
+            }
+        };
+        if let Transport::Http { .. } = self.transport {
+            let mut answer = None;
+            let mut invalid = 0;
+            let mut target = match &mut self.transport {
+                Transport::Http { target, .. } => std::mem::replace(
+                    target,
+                    streamable::Target {
+                        url: String::new(),
+                        bearer_secret: None,
+                        session: None,
+                        protocol: None,
+                    },
+                ),
+                Transport::Stdio { .. } => unreachable!("matched above"),
+            };
+            let posted = target.post(&message, deadline, &mut |line| {
+                let got = self.handle(wire::parse(line), id, &mut invalid, progress)?;
+                let done = got.is_some();
+                answer = got;
+                Ok(done)
+            });
+            if let Transport::Http { target: slot, .. } = &mut self.transport {
+                *slot = target;
+            }
+            if let Err(e) = &posted {
+                cancel(self, e);
+            }
+            posted?;
+            return answer
+                .unwrap_or_else(|| Err(Failure::Exited("it answered without a response".into())));
+        }
+        self.send(&message)?;
         let mut invalid = 0;
         loop {
-            let line = self.next_line(deadline).inspect_err(|e| {
-                if matches!(e, Failure::Timeout(_) | Failure::Cancelled) {
-                    // Tell the server to stop working on it; it may have gone, which is fine.
-                    let _ = self.send(&wire::notification(
-                        "notifications/cancelled",
-                        json!({"requestId": id, "reason": e.to_string()}),
-                    ));
+            let line = self.next_line(deadline).inspect_err(|e| cancel(self, e))?;
+            if let Some(answer) = self.handle(wire::parse(&line), id, &mut invalid, progress)? {
+                return answer;
+            }
+        }
+    }
+
+    /// One message that arrived while request `id` waited: its answer (`Some`), or handled.
+    fn handle(
+        &mut self,
+        incoming: Incoming,
+        id: u64,
+        invalid: &mut usize,
+        progress: &mut dyn FnMut(&Value),
+    ) -> Result<Option<Result<Value, Failure>>, Failure> {
+        match incoming {
+            Incoming::Response { id: got, outcome } if got == id => {
+                return Ok(Some(outcome.map_err(Failure::Rpc)));
+            }
+            Incoming::Response { .. } => {}
+            Incoming::Notification { method, params } => {
+                if method == "notifications/progress"
+                    && params.get("progressToken").and_then(Value::as_u64) == Some(id)
+                {
+                    progress(&params);
+                } else {
+                    self.notified(&method, &params);
                 }
-            })?;
-            match wire::parse(&line) {
-                Incoming::Response { id: got, outcome } if got == id => {
-                    return outcome.map_err(Failure::Rpc);
-                }
-                Incoming::Response { .. } => {}
-                Incoming::Notification { method, params } => {
-                    if method == "notifications/progress"
-                        && params.get("progressToken").and_then(Value::as_u64) == Some(id)
-                    {
-                        progress(&params);
-                    } else {
-                        self.notified(&method, &params);
-                    }
-                }
-                Incoming::Request { id, method } => self.answer(&id, &method),
-                Incoming::Invalid(why) => {
-                    invalid += 1;
-                    log::debug(&format!("server `{}`: ignored a line: {why}", self.name));
-                    if invalid > MAX_INVALID {
-                        return Err(Failure::Garbage(why));
-                    }
+            }
+            Incoming::Request { id, method } => self.answer(&id, &method),
+            Incoming::Invalid(why) => {
+                *invalid += 1;
+                log::debug(&format!("server `{}`: ignored a line: {why}", self.name));
+                if *invalid > MAX_INVALID {
+                    return Err(Failure::Garbage(why));
                 }
             }
         }
+        Ok(None)
     }
 
     fn notified(&mut self, method: &str, params: &Value) {
@@ -300,19 +421,22 @@ impl Server {
         let _ = self.send(&wire::response(id, outcome));
     }
 
-    /// The next line, reading until `deadline`.
+    /// The next line of a stdio server, reading until `deadline`.
     fn next_line(&mut self, deadline: Instant) -> Result<Vec<u8>, Failure> {
+        let Transport::Stdio { process, lines } = &mut self.transport else {
+            return Err(Failure::Kernel("not a stdio server".into()));
+        };
         loop {
-            if let Some(line) = self.lines.next_line() {
+            if let Some(line) = lines.next_line() {
                 if line.len() > wire::MAX_MESSAGE {
                     return Err(Failure::Flood);
                 }
                 return Ok(line);
             }
-            if self.lines.pending() > wire::MAX_MESSAGE {
+            if lines.pending() > wire::MAX_MESSAGE {
                 return Err(Failure::Flood);
             }
-            let Some(process) = self.process else {
+            let Some(process) = *process else {
                 return Err(Failure::Kernel("the server is not running".into()));
             };
             let left = deadline.saturating_duration_since(Instant::now());
@@ -321,8 +445,8 @@ impl Server {
             }
             let wait = u32::try_from(left.as_millis()).unwrap_or(u32::MAX).max(1);
             match processes::read(process, 256 * 1024, wait) {
-                Ok(Some(bytes)) => self.lines.push(&bytes),
-                Ok(None) => return Err(Failure::Exited(self.exit_words(process))),
+                Ok(Some(bytes)) => lines.push(&bytes),
+                Ok(None) => return Err(Failure::Exited(exit_words(process))),
                 Err(KernelError::TimedOut(_)) => return Err(Failure::Timeout(left)),
                 Err(KernelError::Denied(_)) => return Err(Failure::Cancelled),
                 Err(e) => return Err(Failure::Kernel(e.message().to_owned())),
@@ -330,31 +454,40 @@ impl Server {
         }
     }
 
-    fn exit_words(&self, process: u32) -> String {
-        match processes::status(process) {
-            Ok(processes::ProcessStatus::Exited(Some(code))) => format!("exit code {code}"),
-            Ok(processes::ProcessStatus::Exited(None)) => "ended by a signal".into(),
-            _ => "its output closed".into(),
-        }
-    }
-
-    /// Handle whatever arrived while nobody waited (notifications, pings).
+    /// Handle whatever a stdio server wrote while nobody waited (notifications, pings).
     fn drain(&mut self) {
-        let Some(process) = self.process else { return };
         loop {
-            while let Some(line) = self.lines.next_line() {
+            let Transport::Stdio {
+                process: Some(process),
+                lines,
+            } = &mut self.transport
+            else {
+                return;
+            };
+            let process = *process;
+            let mut complete = Vec::new();
+            while let Some(line) = lines.next_line() {
+                complete.push(line);
+            }
+            if lines.pending() > wire::MAX_MESSAGE {
+                lines.clear();
+            }
+            let more = match processes::read(process, 256 * 1024, 0) {
+                Ok(Some(bytes)) => {
+                    lines.push(&bytes);
+                    true
+                }
+                _ => false,
+            };
+            for line in complete {
                 match wire::parse(&line) {
                     Incoming::Notification { method, params } => self.notified(&method, &params),
                     Incoming::Request { id, method } => self.answer(&id, &method),
                     _ => {}
                 }
             }
-            if self.lines.pending() > wire::MAX_MESSAGE {
-                self.lines.clear();
-            }
-            match processes::read(process, 256 * 1024, 0) {
-                Ok(Some(bytes)) => self.lines.push(&bytes),
-                _ => return,
+            if !more {
+                return;
             }
         }
     }
@@ -373,9 +506,17 @@ impl Server {
     }
 }
 
+fn exit_words(process: u32) -> String {
+    match processes::status(process) {
+        Ok(processes::ProcessStatus::Exited(Some(code))) => format!("exit code {code}"),
+        Ok(processes::ProcessStatus::Exited(None)) => "ended by a signal".into(),
+        _ => "its output closed".into(),
+    }
+}
+
 /// Text from a server for the model or a log: control, invisible and direction characters
 /// removed, at most `max` bytes.
-fn clean(text: &str, max: usize) -> String {
+pub(crate) fn clean(text: &str, max: usize) -> String {
     let mut out = String::new();
     for c in text.chars() {
         let invisible = matches!(c as u32,
@@ -499,7 +640,7 @@ impl Mcp {
             .servers
             .get_mut(server_name)
             .ok_or_else(|| format!("no MCP server `{server_name}`"))?;
-        if server.process.is_some() {
+        if server.is_up() {
             return Ok(());
         }
         if let Some(at) = server.retry_at
@@ -534,7 +675,7 @@ impl Mcp {
             .map(|s| {
                 json!({
                     "name": s.name,
-                    "state": if s.process.is_some() { "running" } else if s.error.is_some() { "failed" } else { "stopped" },
+                    "state": if s.is_up() { "running" } else if s.error.is_some() { "failed" } else { "stopped" },
                     "protocol": s.protocol,
                     "error": s.error,
                     "allowed": s.config.allow,
@@ -560,8 +701,20 @@ impl Plugin for Mcp {
             servers: BTreeMap::new(),
             owners: BTreeMap::new(),
         };
-        for name in processes::entries() {
-            let server_config = config.servers.get(&name).cloned().unwrap_or_default();
+        // stdio servers are the process entries the person's config gave this plugin; HTTP
+        // servers are the configured servers with a URL.
+        let entries = processes::entries();
+        let http = config
+            .servers
+            .iter()
+            .filter(|(name, s)| s.url.is_some() && !entries.contains(name))
+            .map(|(name, _)| name.clone());
+        let names: Vec<String> = entries.iter().cloned().chain(http).collect();
+        for name in names {
+            let mut server_config = config.servers.get(&name).cloned().unwrap_or_default();
+            if entries.contains(&name) {
+                server_config.url = None;
+            }
             mcp.servers
                 .insert(name.clone(), Server::new(&name, server_config));
             // A server that does not start costs its own tools only.
@@ -599,10 +752,7 @@ impl Plugin for Mcp {
             .get(name)
             .cloned()
             .ok_or_else(|| format!("no MCP tool `{name}`"))?;
-        let restarted = self
-            .servers
-            .get(&server_name)
-            .is_some_and(|s| s.process.is_none());
+        let restarted = self.servers.get(&server_name).is_some_and(|s| !s.is_up());
         self.ensure_running(&server_name)?;
         if restarted {
             self.sync_tools(&server_name);
@@ -670,7 +820,7 @@ impl Plugin for Mcp {
         if self
             .servers
             .get(&server_name)
-            .is_some_and(|s| s.stale && s.process.is_some())
+            .is_some_and(|s| s.stale && s.is_up())
         {
             self.sync_tools(&server_name);
         }
@@ -687,7 +837,7 @@ impl Plugin for Mcp {
         let Some(name) = self
             .servers
             .values()
-            .find(|s| s.process == Some(process))
+            .find(|s| s.process() == Some(process))
             .map(|s| s.name.clone())
         else {
             return;

@@ -22,7 +22,8 @@ pub enum McpCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Add a stdio server to your config: `keel mcp add NAME [OPTIONS] -- COMMAND ARGS…`.
+    /// Add a server to your config: `keel mcp add NAME [OPTIONS] -- COMMAND ARGS…` (stdio), or
+    /// `keel mcp add NAME --url URL` (Streamable HTTP).
     Add {
         /// The server's name (lowercase letters, digits, `-`); its tools become
         /// `mcp__NAME__TOOL`.
@@ -43,8 +44,14 @@ pub enum McpCommand {
         /// secret; repeatable.
         #[arg(long = "env")]
         env: Vec<String>,
+        /// A Streamable HTTP server's URL, instead of a command.
+        #[arg(long, conflicts_with_all = ["command", "dirs", "hosts", "env"])]
+        url: Option<String>,
+        /// The kernel-held secret an HTTP server gets as its bearer token.
+        #[arg(long, requires = "url")]
+        bearer_secret: Option<String>,
         /// The program and its arguments, after `--`.
-        #[arg(last = true, required = true)]
+        #[arg(last = true, required_unless_present = "url")]
         command: Vec<String>,
     },
     /// Remove a server from your config.
@@ -79,8 +86,22 @@ pub async fn run(ctx: &Context, cmd: McpCommand) -> anyhow::Result<ExitCode> {
             hosts,
             allow,
             env,
+            url,
+            bearer_secret,
             command,
-        } => servers::add(ctx, &name, dirs, hosts, allow, &env, command),
+        } => servers::add(
+            ctx,
+            &name,
+            servers::Added {
+                dirs,
+                hosts,
+                allow,
+                env,
+                url,
+                bearer_secret,
+                command,
+            },
+        ),
         McpCommand::Remove { name } => servers::remove(ctx, &name),
         McpCommand::Approve { yes } => servers::approve(ctx, yes),
     }

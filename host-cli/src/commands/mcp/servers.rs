@@ -144,15 +144,18 @@ fn save(path: &std::path::Path, doc: &toml_edit::DocumentMut) -> anyhow::Result<
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-pub fn add(
-    ctx: &Context,
-    name: &str,
-    dirs: Vec<String>,
-    hosts: Vec<String>,
-    allow: Vec<String>,
-    env: &[String],
-    command: Vec<String>,
-) -> anyhow::Result<ExitCode> {
+/// What `keel mcp add` was told.
+pub struct Added {
+    pub dirs: Vec<String>,
+    pub hosts: Vec<String>,
+    pub allow: Vec<String>,
+    pub env: Vec<String>,
+    pub url: Option<String>,
+    pub bearer_secret: Option<String>,
+    pub command: Vec<String>,
+}
+
+pub fn add(ctx: &Context, name: &str, added: Added) -> anyhow::Result<ExitCode> {
     if !keel_kernel::is_valid_plugin_name(name) {
         bail!(
             "`{name}` cannot name a server: use lowercase letters, digits and `-` (it becomes \
@@ -162,18 +165,22 @@ pub fn add(
     if ctx.config.mcp.servers.contains_key(name) {
         bail!("a server `{name}` is configured already; `keel mcp remove {name}` first");
     }
-    let Some((program, args)) = command.split_first() else {
-        bail!("give the server's command after `--`: keel mcp add {name} -- COMMAND ARGS…");
-    };
     let mut server = McpServer {
-        command: Some(program.clone()),
-        args: args.to_vec(),
-        dirs,
-        hosts,
-        allow,
+        dirs: added.dirs,
+        hosts: added.hosts,
+        allow: added.allow,
+        url: added.url,
+        bearer_secret: added.bearer_secret,
         ..McpServer::default()
     };
-    for pair in env {
+    if server.url.is_none() {
+        let Some((program, args)) = added.command.split_first() else {
+            bail!("give the server's command after `--`: keel mcp add {name} -- COMMAND ARGS…");
+        };
+        server.command = Some(program.clone());
+        server.args = args.to_vec();
+    }
+    for pair in &added.env {
         let Some((var, value)) = pair.split_once('=') else {
             bail!("`--env {pair}`: write VAR=value or VAR=secret:NAME");
         };
