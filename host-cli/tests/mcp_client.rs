@@ -555,3 +555,214 @@ fn a_streamable_http_server_is_reached_through_keels_network_gate() -> R {
     assert!(!audit.contains("token-for-the-remote"), "{audit}");
     Ok(())
 }
+
+/// `keel mcp add` writes the entry (keeping the rest of the config), `keel mcp list --json`
+/// starts the server and shows its tools, `keel doctor` checks it starts, `keel mcp remove`
+/// takes it out again.
+#[test]
+fn servers_are_added_listed_checked_and_removed_from_the_command_line() -> R {
+    let server = hostile_server()?;
+    let home = outside_tmp()?;
+    let ws = outside_tmp()?;
+    write_config(
+        home.path(),
+        "[[step]]\ntext = \"unused\"\n",
+        "# my own comment\n",
+    )?;
+    let keel = |args: &[&str]| -> Result<std::process::Output, String> {
+        assert_cmd::Command::cargo_bin("keel")
+            .map_err(|e| e.to_string())?
+            .arg("--home")
+            .arg(home.path())
+            .arg("--workspace")
+            .arg(ws.path())
+            .args(args)
+            .timeout(std::time::Duration::from_secs(120))
+            .output()
+            .map_err(|e| e.to_string())
+    };
+    let server_arg = server.display().to_string();
+    let added = keel(&[
+        "mcp",
+        "add",
+        "bad",
+        "--allow",
+        "echo",
+        "--dir",
+        "out",
+        "--",
+        "python3",
+        &server_arg,
+    ])?;
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    let config = std::fs::read_to_string(home.path().join("config.toml"))?;
+    assert!(config.contains("# my own comment"), "{config}");
+    assert!(config.contains("[mcp.servers.bad]"), "{config}");
+    let again = keel(&["mcp", "add", "bad", "--", "true"])?;
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("configured already"));
+    std::fs::create_dir(ws.path().join("out"))?;
+    let listed = keel(&["mcp", "list", "--json"])?;
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let listed: Value = serde_json::from_slice(&listed.stdout)?;
+    let bad = &listed["servers"][0];
+    assert_eq!(bad["name"], "bad", "{listed}");
+    assert_eq!(bad["state"], "running", "{listed}");
+    assert_eq!(bad["config"]["allow"][0], "echo", "{listed}");
+    let tools = bad["tools"].as_array().ok_or("tools")?;
+    let echo = tools
+        .iter()
+        .find(|t| t["name"] == "mcp__bad__echo")
+        .ok_or(format!("{listed}"))?;
+    assert_eq!(echo["needs_approval"], false);
+    assert!(
+        tools
+            .iter()
+            .any(|t| t["name"] == "mcp__bad__crash" && t["needs_approval"] == true)
+    );
+    let doctor = keel(&["doctor"])?;
+    let report = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        report.contains("MCP server `bad` starts in the sandbox and offers"),
+        "{report}"
+    );
+    let removed = keel(&["mcp", "remove", "bad"])?;
+    assert!(removed.status.success());
+    let config = std::fs::read_to_string(home.path().join("config.toml"))?;
+    assert!(
+        !config.contains("mcp.servers.bad") && config.contains("# my own comment"),
+        "{config}"
+    );
+    let listed = keel(&["mcp", "list"])?;
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("no MCP servers are configured"));
+    Ok(())
+}
+
+/// A loopback Streamable HTTP MCP server written here: it records each request's
+/// `Authorization` header, answers `initialize`, `tools/list` and `tools/call` of `whoami` with
+/// JSON, and answers a call of `hang` with an event stream that never carries the answer.
+fn recording_http_server() -> std::io::Result<(u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>)>
+{
+    use std::io::{BufRead as _, Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let record = record.clone();
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(stream);
+                let (mut length, mut auth) = (0usize, String::new());
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        break;
+                    }
+                    if let Some((name, value)) = line.split_once(':') {
+                        match name.to_ascii_lowercase().as_str() {
+                            "content-length" => length = value.trim().parse().unwrap_or(0),
+                            "authorization" => auth = value.trim().to_owned(),
+                            _ => {}
+                        }
+                    }
+                }
+                let mut body = vec![0u8; length];
+                if reader.read_exact(&mut body).is_err() {
+                    return;
+                }
+                record.lock().unwrap_or_else(|e| e.into_inner()).push(auth);
+                let message: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let mut stream = reader.into_inner();
+                let Some(id) = message.get("id").cloned() else {
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    );
+                    return;
+                };
+                let result = match message["method"].as_str() {
+                    Some("initialize") => serde_json::json!({"protocolVersion": "2025-06-18",
+                        "capabilities": {"tools": {}}, "serverInfo": {"name": "rec", "version": "1"}}),
+                    Some("tools/list") => serde_json::json!({"tools": [
+                        {"name": "whoami", "inputSchema": {"type": "object"}},
+                        {"name": "hang", "inputSchema": {"type": "object"}}]}),
+                    Some("tools/call") if message["params"]["name"] == "hang" => {
+                        let _ = stream.write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n",
+                        );
+                        // Keep-alives, never the answer.
+                        while stream.write_all(b": still working\n\n").is_ok() {
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                        }
+                        return;
+                    }
+                    Some("tools/call") => {
+                        serde_json::json!({"content": [{"type": "text", "text": "you are keel"}]})
+                    }
+                    _ => serde_json::json!({}),
+                };
+                let reply =
+                    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nmcp-session-id: s-1\r\nconnection: close\r\n\r\n{reply}",
+                    reply.len()
+                );
+            });
+        }
+    });
+    Ok((port, seen))
+}
+
+/// The bearer token is the kernel-held secret, on every request and only to that server; a
+/// server whose event stream never carries the answer costs the call its deadline.
+#[test]
+fn an_http_servers_token_comes_from_the_kernel_and_a_silent_stream_ends_at_the_deadline() -> R {
+    let (port, seen) = recording_http_server()?;
+    let home = outside_tmp()?;
+    let ws = outside_tmp()?;
+    let script = [
+        call("mcp__rec__whoami", "{}"),
+        call("mcp__rec__hang", "{}"),
+        call("mcp__rec__whoami", "{}"),
+        "[[step]]\ntext = \"Done.\"\n".to_owned(),
+    ]
+    .concat();
+    write_config(
+        home.path(),
+        &script,
+        &format!(
+            "[mcp.servers.rec]\nurl = \"http://127.0.0.1:{port}/mcp\"\nallow = [\"*\"]\n\
+             bearer-secret = \"REC_TOKEN\"\ntimeout-ms = 1500\n"
+        ),
+    )?;
+    let lines = exec(home.path(), ws.path(), &[("REC_TOKEN", "tok-held-by-keel")])?;
+    let done = outcomes(&lines);
+    assert_eq!(done.len(), 3, "{done:?}");
+    assert!(done[0].2.contains("you are keel"), "{done:?}");
+    assert_eq!(done[1].1, "error", "{done:?}");
+    assert!(done[1].2.contains("did not answer within"), "{done:?}");
+    assert!(done[2].2.contains("you are keel"), "{done:?}");
+    let seen = seen.lock().map_err(|e| e.to_string())?.clone();
+    assert!(seen.len() >= 5, "{seen:?}");
+    assert!(
+        seen.iter().all(|a| a == "Bearer tok-held-by-keel"),
+        "every request carries the kernel's secret: {seen:?}"
+    );
+    let stdout: String = lines.iter().map(Value::to_string).collect();
+    assert!(!stdout.contains("tok-held-by-keel"));
+    Ok(())
+}
