@@ -271,6 +271,8 @@ fn a_hostile_server_is_bounded_restarted_and_confined() -> R {
         call("mcp__bad__echo", "{ text = \"after the crash\" }"),
         call("mcp__bad__flood", "{}"),
         call("mcp__bad__echo", "{ text = \"after the flood\" }"),
+        call("mcp__bad__garbage", "{}"),
+        call("mcp__bad__echo", "{ text = \"after the garbage\" }"),
         call("mcp__bad__grow", "{}"),
         call("mcp__bad__extra", "{}"),
         call(
@@ -330,7 +332,7 @@ fn a_hostile_server_is_bounded_restarted_and_confined() -> R {
     )?;
     let done = outcomes(&lines);
     let text: Vec<&str> = done.iter().map(|(_, _, c)| c.as_str()).collect();
-    assert_eq!(done.len(), 16, "{done:#?}");
+    assert_eq!(done.len(), 18, "{done:#?}");
     assert!(text[0].contains("echo: one"), "{}", text[0]);
     // Never answers: the call's deadline ends it, the server is restarted for the next call.
     assert_eq!(done[1].1, "error", "{:?}", done[1]);
@@ -350,8 +352,11 @@ fn a_hostile_server_is_bounded_restarted_and_confined() -> R {
         text[5]
     );
     assert!(text[6].contains("echo: after the flood"), "{}", text[6]);
+    // Speaks something that is not JSON-RPC: given up after a bounded number of lines.
+    assert!(text[7].contains("does not speak JSON-RPC"), "{}", text[7]);
+    assert!(text[8].contains("echo: after the garbage"), "{}", text[8]);
     // Changes its tool list: the next request offers the new tool and not the removed one.
-    assert!(text[7].contains("the tool list changed"), "{}", text[7]);
+    assert!(text[9].contains("the tool list changed"), "{}", text[9]);
     // (A request's tool list is logged when it changes: first at the start, then after `grow`.)
     let requests = offered(&lines);
     assert_eq!(requests.len(), 2, "{requests:?}");
@@ -366,35 +371,35 @@ fn a_hostile_server_is_bounded_restarted_and_confined() -> R {
             && !after.iter().any(|t| t == "mcp__bad__shrinkme"),
         "{after:?}"
     );
-    assert!(text[8].contains("extra tool answered"), "{}", text[8]);
+    assert!(text[10].contains("extra tool answered"), "{}", text[10]);
     // Inside its sandbox: keel's home is empty, only the granted folder is writable, only the
     // listed host is reachable (through keel's gate), and the only secret it holds is its own.
     assert!(
-        text[9].contains("refused") && !text[9].contains("SECRET-SIGNING-KEY"),
+        text[11].contains("refused") && !text[11].contains("SECRET-SIGNING-KEY"),
         "{}",
-        text[9]
+        text[11]
     );
-    assert!(text[10].contains("refused"), "{}", text[10]);
+    assert!(text[12].contains("refused"), "{}", text[12]);
     assert!(!outside_file.exists());
-    assert!(text[11].contains("refused"), "{}", text[11]);
+    assert!(text[13].contains("refused"), "{}", text[13]);
     assert!(!ws_path.join("not-granted.txt").exists());
-    assert!(text[12].contains("WROTE"), "{}", text[12]);
+    assert!(text[14].contains("WROTE"), "{}", text[14]);
     assert!(ws_path.join("granted/ok.txt").exists());
     assert!(
-        text[13].contains("REACHED 200: listed host answered"),
-        "{}",
-        text[13]
-    );
-    assert!(
-        text[14].contains("refused") && !text[14].contains("unlisted host answered"),
-        "{}",
-        text[14]
-    );
-    assert!(text[15].contains("SERVER_TOKEN="), "{}", text[15]);
-    assert!(
-        !text[15].contains("OPENAI_API_KEY") && !text[15].contains("sk-kernel-held"),
+        text[15].contains("REACHED 200: listed host answered"),
         "{}",
         text[15]
+    );
+    assert!(
+        text[16].contains("refused") && !text[16].contains("unlisted host answered"),
+        "{}",
+        text[16]
+    );
+    assert!(text[17].contains("SERVER_TOKEN="), "{}", text[17]);
+    assert!(
+        !text[17].contains("OPENAI_API_KEY") && !text[17].contains("sk-kernel-held"),
+        "{}",
+        text[17]
     );
     let audit = std::fs::read_to_string(home.path().join("audit.log"))?;
     assert!(
