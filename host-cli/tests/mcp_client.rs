@@ -7,9 +7,13 @@
 //!   called, their results in the next request, progress shown, a tool the person did not
 //!   allow refused without a terminal to ask on.
 //! - A hostile server written with the official Python SDK (`tests/fixtures/mcp_misbehaving.py`):
-//!   it never answers, crashes, floods its output, changes its tool list, and from inside its
-//!   sandbox tries to read keel's keys, write outside its granted folder and reach a host its
-//!   entry does not list. Each is refused or bounded, and the session goes on.
+//!   it never answers, crashes, floods its output, writes what is not JSON-RPC, changes its tool
+//!   list, and from inside its sandbox tries to read keel's keys, write outside its granted
+//!   folder and reach a host its entry does not list. Each is refused or bounded, and the
+//!   session goes on.
+//! - A project's `.mcp.json` (approval by content), the `keel mcp` commands, and Streamable HTTP
+//!   servers (the reference server's HTTP mode; one written here that checks the bearer token
+//!   and never finishes a stream).
 //!
 //! Homes and outside folders live under the target directory, not `/tmp`: the sandbox gives
 //! every process a private `/tmp`, which would hide them for the wrong reason.
