@@ -566,8 +566,8 @@ fn a_streamable_http_server_is_reached_through_keels_network_gate() -> R {
 }
 
 /// `keel mcp add` writes the entry (keeping the rest of the config), `keel mcp list --json`
-/// starts the server and shows its tools, `keel doctor` checks it starts, `keel mcp remove`
-/// takes it out again.
+/// starts the server and shows its tools, `keel doctor` checks it starts, `/mcp` shows it in a
+/// live session until the plugin is unloaded, `keel mcp remove` takes it out again.
 #[test]
 fn servers_are_added_listed_checked_and_removed_from_the_command_line() -> R {
     let server = hostile_server()?;
@@ -642,6 +642,27 @@ fn servers_are_added_listed_checked_and_removed_from_the_command_line() -> R {
     assert!(
         report.contains("MCP server `bad` starts in the sandbox and offers"),
         "{report}"
+    );
+    // In a live session, `/mcp` shows the same; unloading the plugin ends its server.
+    let session = assert_cmd::Command::cargo_bin("keel")?
+        .arg("--home")
+        .arg(home.path())
+        .arg("--workspace")
+        .arg(ws.path())
+        .arg("run")
+        .write_stdin("/mcp\n/unload mcp\n/mcp\n/exit\n")
+        .timeout(std::time::Duration::from_secs(120))
+        .output()?;
+    let stderr = String::from_utf8_lossy(&session.stderr);
+    assert!(stderr.contains("bad: running (MCP 2025-11-25)"), "{stderr}");
+    assert!(
+        stderr.contains("mcp__bad__echo (echo), allowed without asking"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("unloaded mcp"), "{stderr}");
+    assert!(
+        stderr.contains("no MCP servers in this session"),
+        "{stderr}"
     );
     let removed = keel(&["mcp", "remove", "bad"])?;
     assert!(removed.status.success());
