@@ -96,6 +96,9 @@ pub struct McpServer {
     /// Directories it may write (relative to the workspace; `~/` is your home). Nothing else.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dirs: Vec<String>,
+    /// Directories it may read where the sandbox hides them (a server installed under `/tmp`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<String>,
     /// Hosts it may reach through keel's network gate. None by default.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<String>,

@@ -99,6 +99,11 @@ pub fn mcp_entries(
                 .iter()
                 .map(|d| resolve(name, d))
                 .collect::<anyhow::Result<_>>()?,
+            read: server
+                .read
+                .iter()
+                .map(|d| resolve(name, d))
+                .collect::<anyhow::Result<_>>()?,
             hosts: server.hosts.clone(),
             ..keel_kernel::ProcessEntry::default()
         };

@@ -44,6 +44,15 @@ fn hostile_server() -> Result<PathBuf, std::io::Error> {
         .canonicalize()
 }
 
+/// `read = [...]` granting the test servers' folder: a checkout under `/tmp` is hidden by the
+/// sandbox's private `/tmp` otherwise.
+fn read_grant() -> Result<String, std::io::Error> {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests")
+        .canonicalize()?;
+    Ok(format!("read = [{:?}]\n", tests.display().to_string()))
+}
+
 /// A directory outside `/tmp`.
 fn outside_tmp() -> std::io::Result<tempfile::TempDir> {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -182,12 +191,13 @@ fn the_reference_servers_tools_are_listed_called_and_shown_with_progress() -> R 
         home.path(),
         &script,
         &format!(
-            "[mcp.servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\nallow = [\"*\"]\n\n\
+            "[mcp.servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\nallow = [\"*\"]\n{read}\n\
              [mcp.servers.files]\ncommand = \"node\"\nargs = [{:?}, {:?}]\ndirs = [\".\"]\n\
-             allow = [\"write_file\", \"read_text_file\"]\n",
+             allow = [\"write_file\", \"read_text_file\"]\n{read}",
             everything.display().to_string(),
             filesystem.display().to_string(),
-            ws_path.display().to_string()
+            ws_path.display().to_string(),
+            read = read_grant()?
         ),
     )?;
     let lines = exec(home.path(), ws.path(), &[])?;
@@ -325,8 +335,9 @@ fn a_hostile_server_is_bounded_restarted_and_confined() -> R {
              [secrets]\nSERVER_TOKEN = \"token-for-the-server\"\n\n\
              [mcp.servers.bad]\ncommand = \"python3\"\nargs = [{:?}]\ndirs = [\"granted\"]\n\
              hosts = [\"127.0.0.1:{listed}\"]\nallow = [\"*\"]\ntimeout-ms = 2000\n\
-             env = {{ SERVER_TOKEN = {{ secret = \"SERVER_TOKEN\" }} }}\n",
-            server.display().to_string()
+             env = {{ SERVER_TOKEN = {{ secret = \"SERVER_TOKEN\" }} }}\n{}",
+            server.display().to_string(),
+            read_grant()?
         ),
     )?;
     let lines = exec(
@@ -424,10 +435,13 @@ fn a_projects_mcp_json_starts_nothing_until_approved() -> R {
     let home = outside_tmp()?;
     let ws = outside_tmp()?;
     let ws_path = ws.path().canonicalize()?;
+    // The repository carries its server (a project's server is granted nothing, so it must
+    // lie where the sandbox lets it read: the workspace).
+    std::fs::copy(&server, ws_path.join("server.py"))?;
     let project = |extra: &str| {
         format!(
             "{{\"mcpServers\": {{\"Repo_Tools\": {{\"command\": \"python3\", \"args\": [{:?}{extra}]}}}}}}",
-            server.display().to_string()
+            ws_path.join("server.py").display().to_string()
         )
     };
     std::fs::write(ws_path.join(".mcp.json"), project(""))?;
@@ -591,6 +605,12 @@ fn servers_are_added_listed_checked_and_removed_from_the_command_line() -> R {
             .map_err(|e| e.to_string())
     };
     let server_arg = server.display().to_string();
+    let tests_dir = server
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("the tests folder")?
+        .display()
+        .to_string();
     let added = keel(&[
         "mcp",
         "add",
@@ -599,6 +619,8 @@ fn servers_are_added_listed_checked_and_removed_from_the_command_line() -> R {
         "echo",
         "--dir",
         "out",
+        "--read",
+        &tests_dir,
         "--",
         "python3",
         &server_arg,

@@ -40,6 +40,9 @@ pub struct ProcessEntry {
     pub cwd: Option<PathBuf>,
     /// Directories it may write (absolute). Everything else is read-only or hidden.
     pub dirs: Vec<PathBuf>,
+    /// Directories it may read where the sandbox hides them (under `/tmp`, say); keel's home
+    /// and the deny-read list stay hidden inside them.
+    pub read: Vec<PathBuf>,
     /// Hosts it may reach through keel's proxy, as a manifest's `network` list.
     pub hosts: Vec<String>,
 }
@@ -328,13 +331,33 @@ fn containment_for(session: &Containment) -> Result<Containment, KernelError> {
     }
 }
 
-/// Check an entry's grants before anything starts: directories must exist and lie outside
-/// keel's home.
+/// Check an entry's grants before anything starts: directories must exist; one it may write
+/// must neither be nor hold keel's home, one it may read must not lie inside it. Returns the
+/// canonical (writable, readable) directories.
 fn check_grants(
     entry_name: &str,
     entry: &ProcessEntry,
     keel_home: Option<&Path>,
-) -> Result<Vec<PathBuf>, KernelError> {
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>), KernelError> {
+    let mut readable = Vec::new();
+    for dir in &entry.read {
+        let canonical = dir.canonicalize().map_err(|e| {
+            KernelError::Invalid(format!(
+                "server `{entry_name}`: the readable directory {} cannot be used ({e}); remove \
+                 it from `read`",
+                dir.display()
+            ))
+        })?;
+        if let Some(home) = keel_home
+            && canonical.starts_with(home)
+        {
+            return Err(KernelError::Denied(format!(
+                "server `{entry_name}`: {} is inside keel's home, which no process may read",
+                canonical.display()
+            )));
+        }
+        readable.push(canonical);
+    }
     let mut dirs = Vec::new();
     for dir in &entry.dirs {
         let canonical = dir.canonicalize().map_err(|e| {
@@ -355,7 +378,7 @@ fn check_grants(
         }
         dirs.push(canonical);
     }
-    Ok(dirs)
+    Ok((dirs, readable))
 }
 
 /// Start the program of `entry_name` for `plugin`. `notify` is called (once until the next
@@ -381,7 +404,8 @@ pub(crate) fn start(
         ));
     };
     let containment = containment_for(gates.containment())?;
-    let dirs = check_grants(entry_name, entry, containment.config.keel_home.as_deref())?;
+    let (dirs, readable) =
+        check_grants(entry_name, entry, containment.config.keel_home.as_deref())?;
     let dir = match &entry.cwd {
         Some(cwd) => cwd.canonicalize().map_err(|e| {
             KernelError::Invalid(format!(
@@ -416,6 +440,7 @@ pub(crate) fn start(
         .chain(entry.args.iter().cloned())
         .collect();
     let writable: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    let readable: Vec<&Path> = readable.iter().map(PathBuf::as_path).collect();
     let env_refs: Vec<(&str, &std::ffi::OsStr)> = env
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_os_str()))
@@ -426,6 +451,7 @@ pub(crate) fn start(
             dir: &dir,
             program: Program::Argv(&argv),
             writable: &writable,
+            readable: &readable,
             shared: &[],
             env: &env_refs,
             hidden: &hidden,

@@ -97,6 +97,8 @@ fn through_keel(dir: &Path, file: &str) -> Harness {
     let entry = ProcessEntry {
         command: "python3".into(),
         args: vec![fixture(file).display().to_string()],
+        // A checkout under `/tmp` is hidden by the sandbox's private `/tmp`.
+        read: vec![fixture("fixtures")],
         ..ProcessEntry::default()
     };
     let gates = GateConfig {

@@ -11,12 +11,17 @@ use keel_tests::Harness;
 type R = anyhow::Result<()>;
 
 /// The hostile MCP server fixture (the official Python SDK), with `marker` as an argument so
-/// the test can find its processes.
+/// the test can find its processes. Its folder is granted for reading: a checkout under `/tmp`
+/// would otherwise be hidden by the sandbox's private `/tmp`.
 fn server_entry(marker: &str) -> ProcessEntry {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/mcp_misbehaving.py");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
     ProcessEntry {
         command: "python3".into(),
-        args: vec![fixture.display().to_string(), marker.to_owned()],
+        args: vec![
+            fixtures.join("mcp_misbehaving.py").display().to_string(),
+            marker.to_owned(),
+        ],
+        read: vec![fixtures],
         ..ProcessEntry::default()
     }
 }

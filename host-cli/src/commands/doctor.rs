@@ -145,8 +145,8 @@ pub async fn run(ctx: &Context) -> anyhow::Result<ExitCode> {
                             terminal_safe(server["error"].as_str().unwrap_or_default())
                         ),
                         "check its [mcp.servers] entry (`keel mcp list` shows what it wrote \
-                         on stderr); its program and files must lie outside /tmp and keel's \
-                         home, which the sandbox hides",
+                         on stderr); files under /tmp need `read = [...]` (the sandbox gives it \
+                         its own /tmp), and keel's home is never visible to it",
                     );
                 }
             }

@@ -370,19 +370,22 @@ pub async fn serve_proxy(listener: tokio::net::TcpListener, network: crate::NetC
     proxy::serve(listener, &gate).await;
 }
 
-/// The program and arguments that run `sh -c script` in `dir` under `config`, with the files
-/// in `shared` (absolute paths the kernel reads back afterwards) writable inside. With
-/// `keel_network` the command keeps the network namespace its parent made ([`netns`]) instead
-/// of an empty one.
+/// The program and arguments that run `launch` (its program in its directory, its granted
+/// directories, and the files in `shared` — absolute paths the kernel reads back afterwards —
+/// writable inside) under `config`. With `keel_network` the process keeps the network
+/// namespace its parent made ([`netns`]) instead of an empty one.
 pub(crate) fn command_line(
     config: &SandboxConfig,
-    workspace: &Path,
-    dir: &Path,
-    program: &Program<'_>,
-    writable: &[&Path],
-    shared: &[&Path],
+    launch: &runner::Launch<'_>,
     keel_network: bool,
 ) -> Option<(PathBuf, Vec<String>)> {
+    let runner::Launch {
+        workspace,
+        dir,
+        program,
+        ..
+    } = launch;
+    let (writable, readable, shared) = (launch.writable, launch.readable, launch.shared);
     let bwrap = bwrap()?;
     let mut args: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| args.extend(items.iter().map(|s| (*s).to_owned()));
@@ -400,6 +403,12 @@ pub(crate) fn command_line(
     for dir in writable {
         let d = path(dir);
         push(&["--bind", &d, &d]);
+    }
+    // Directories it may read where the sandbox would hide them (a server installed under
+    // `/tmp`); keel's home and the deny-read list below still hide what they cover.
+    for dir in readable {
+        let d = path(dir);
+        push(&["--ro-bind", &d, &d]);
     }
     for protected in [".keel", ".git/hooks"] {
         let p = workspace.join(protected);

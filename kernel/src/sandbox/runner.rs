@@ -131,6 +131,8 @@ pub(crate) struct Launch<'a> {
     pub(crate) program: Program<'a>,
     /// Directories it may write besides what the sandbox mode allows (a process entry's grants).
     pub(crate) writable: &'a [&'a Path],
+    /// Directories it may read where the sandbox would hide them (a process entry's grants).
+    pub(crate) readable: &'a [&'a Path],
     /// Files outside the workspace the process may write (read back by the kernel).
     pub(crate) shared: &'a [&'a Path],
     /// Environment variables set for it.
@@ -170,15 +172,7 @@ pub(crate) fn start(launch: Launch<'_>, containment: &Containment) -> Result<Sta
                 mode,
                 ..containment.config.clone()
             };
-            crate::sandbox::command_line(
-                &config,
-                launch.workspace,
-                launch.dir,
-                &launch.program,
-                launch.writable,
-                launch.shared,
-                handoff.is_some(),
-            )
+            crate::sandbox::command_line(&config, &launch, handoff.is_some())
         }
         Confinement::Off | Confinement::Unavailable(_) => None,
     };
@@ -294,6 +288,7 @@ pub(crate) async fn run(
             dir: &dir,
             program: Program::Script(&script),
             writable: &[],
+            readable: &[],
             shared: &[marker.path()],
             env: &[("KEEL_CWD_FILE", marker.path().as_os_str())],
             hidden,

@@ -32,6 +32,9 @@ pub enum McpCommand {
         /// Nothing else is writable.
         #[arg(long = "dir")]
         dirs: Vec<String>,
+        /// A directory it may read where the sandbox hides it (under `/tmp`); repeatable.
+        #[arg(long = "read")]
+        read: Vec<String>,
         /// A host it may reach through keel's network gate (`api.example.com`,
         /// `127.0.0.1:8080`); repeatable. None by default.
         #[arg(long = "host")]
@@ -45,7 +48,7 @@ pub enum McpCommand {
         #[arg(long = "env")]
         env: Vec<String>,
         /// A Streamable HTTP server's URL, instead of a command.
-        #[arg(long, conflicts_with_all = ["command", "dirs", "hosts", "env"])]
+        #[arg(long, conflicts_with_all = ["command", "dirs", "read", "hosts", "env"])]
         url: Option<String>,
         /// The kernel-held secret an HTTP server gets as its bearer token.
         #[arg(long, requires = "url")]
@@ -83,6 +86,7 @@ pub async fn run(ctx: &Context, cmd: McpCommand) -> anyhow::Result<ExitCode> {
         McpCommand::Add {
             name,
             dirs,
+            read,
             hosts,
             allow,
             env,
@@ -94,6 +98,7 @@ pub async fn run(ctx: &Context, cmd: McpCommand) -> anyhow::Result<ExitCode> {
             &name,
             servers::Added {
                 dirs,
+                read,
                 hosts,
                 allow,
                 env,

@@ -147,6 +147,7 @@ fn save(path: &std::path::Path, doc: &toml_edit::DocumentMut) -> anyhow::Result<
 /// What `keel mcp add` was told.
 pub struct Added {
     pub dirs: Vec<String>,
+    pub read: Vec<String>,
     pub hosts: Vec<String>,
     pub allow: Vec<String>,
     pub env: Vec<String>,
@@ -167,6 +168,7 @@ pub fn add(ctx: &Context, name: &str, added: Added) -> anyhow::Result<ExitCode> 
     }
     let mut server = McpServer {
         dirs: added.dirs,
+        read: added.read,
         hosts: added.hosts,
         allow: added.allow,
         url: added.url,
