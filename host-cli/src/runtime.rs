@@ -76,10 +76,7 @@ fn grant_mcp_reach(package: &mut PluginPackage) {
         if let Some(url) = server["url"].as_str().and_then(|u| url::Url::parse(u).ok())
             && let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default())
         {
-            let entry = match url.host() {
-                Some(url::Host::Ipv6(a)) => format!("[{a}]:{port}"),
-                _ => format!("{host}:{port}"),
-            };
+            let entry = crate::settings::host_port(&url, host, port);
             if !caps.network.contains(&entry) {
                 caps.network.push(entry);
             }

@@ -320,7 +320,8 @@ fn allow_endpoint(
     Ok(policy)
 }
 
-fn host_port(url: &url::Url, host: &str, port: u16) -> String {
+/// `host:port` as the network gate's lists spell it (an IPv6 address in brackets).
+pub(crate) fn host_port(url: &url::Url, host: &str, port: u16) -> String {
     match url.host() {
         Some(url::Host::Ipv6(a)) => format!("[{a}]:{port}"),
         _ => format!("{host}:{port}"),

@@ -58,6 +58,20 @@ fn outside_tmp() -> std::io::Result<tempfile::TempDir> {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))
 }
 
+/// Run `keel ARGS` with this home and workspace.
+fn keel_in(home: &Path, ws: &Path, args: &[&str]) -> Result<std::process::Output, String> {
+    assert_cmd::Command::cargo_bin("keel")
+        .map_err(|e| e.to_string())?
+        .arg("--home")
+        .arg(home)
+        .arg("--workspace")
+        .arg(ws)
+        .args(args)
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .map_err(|e| e.to_string())
+}
+
 /// Run one `keel exec --json` turn; every JSON line it printed.
 fn exec(home: &Path, ws: &Path, envs: &[(&str, &str)]) -> Result<Vec<Value>, String> {
     let out = assert_cmd::Command::cargo_bin("keel")
@@ -458,18 +472,7 @@ fn a_projects_mcp_json_starts_nothing_until_approved() -> R {
     ]
     .concat();
     write_config(home.path(), &script, "[exec]\napproval = \"auto\"\n")?;
-    let keel = |args: &[&str]| -> Result<std::process::Output, String> {
-        assert_cmd::Command::cargo_bin("keel")
-            .map_err(|e| e.to_string())?
-            .arg("--home")
-            .arg(home.path())
-            .arg("--workspace")
-            .arg(&ws_path)
-            .args(args)
-            .timeout(std::time::Duration::from_secs(120))
-            .output()
-            .map_err(|e| e.to_string())
-    };
+    let keel = |args: &[&str]| keel_in(home.path(), &ws_path, args);
     let offered_tools = |lines: &[Value]| offered(lines).concat();
     // Not approved: its servers do not start, and `keel mcp list` says so.
     let lines = exec(home.path(), &ws_path, &[])?;
@@ -592,18 +595,7 @@ fn servers_are_added_listed_checked_and_removed_from_the_command_line() -> R {
         "[[step]]\ntext = \"unused\"\n",
         "# my own comment\n",
     )?;
-    let keel = |args: &[&str]| -> Result<std::process::Output, String> {
-        assert_cmd::Command::cargo_bin("keel")
-            .map_err(|e| e.to_string())?
-            .arg("--home")
-            .arg(home.path())
-            .arg("--workspace")
-            .arg(ws.path())
-            .args(args)
-            .timeout(std::time::Duration::from_secs(120))
-            .output()
-            .map_err(|e| e.to_string())
-    };
+    let keel = |args: &[&str]| keel_in(home.path(), ws.path(), args);
     let server_arg = server.display().to_string();
     let tests_dir = server
         .parent()

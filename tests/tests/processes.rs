@@ -116,6 +116,48 @@ async fn unloading_the_plugin_kills_its_servers_and_leaves_nothing_behind() -> R
     Ok(())
 }
 
+/// Another plugin — even one declaring `processes` — cannot read, inspect or kill a process it
+/// did not start: handles are checked against their owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_plugin_cannot_reach_a_plugins_process() -> R {
+    let dir = tempfile::tempdir()?;
+    let marker = format!("keel-test-foreign-{}", std::process::id());
+    let h = harness(dir.path(), &marker)?;
+    h.load_bundled("mcp").await?;
+    let held: Vec<u32> = h.kernel.env().processes().keys().copied().collect();
+    assert_eq!(held, vec![1], "the server holds handle 1");
+    h.kernel
+        .invoke_tool("mcp__bad__echo", r#"{"text":"first"}"#)
+        .await?;
+    let (manifest, component) = keel_tests::fixtures::fixture("snooper").expect("built");
+    let manifest = manifest.replace("[capabilities]\n", "[capabilities]\nprocesses = true\n");
+    let package = h
+        .loader
+        .from_embedded("fixture snooper", &manifest, component)?;
+    h.kernel.load(package).await?;
+    let answer = h.kernel.call_service("fixture.snoop", "try", "").await?;
+    for what in ["process-read", "process-status"] {
+        let line = answer
+            .lines()
+            .find(|l| l.starts_with(&format!("{what}: ")))
+            .unwrap_or_default();
+        assert!(line.contains("has no process 1"), "{line}\n{answer}");
+    }
+    // Its kill of handle 1 did nothing: the record stands, and the same server answers (a
+    // restarted one counts from 1).
+    let held: Vec<u32> = h.kernel.env().processes().keys().copied().collect();
+    assert_eq!(held, vec![1], "the record of the server stands");
+    let echo = h
+        .kernel
+        .invoke_tool("mcp__bad__echo", r#"{"text":"still here"}"#)
+        .await?;
+    assert!(
+        echo.contains("echo: still here (echo 2 of this process)"),
+        "{echo}"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_server_costs_one_error_and_is_restarted() -> R {
     let dir = tempfile::tempdir()?;

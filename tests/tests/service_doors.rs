@@ -67,11 +67,13 @@ async fn undeclared_services_and_topics_are_refused() -> R {
             tried[what]
         );
     }
-    assert!(
-        tried["processes"].contains("has no `processes` capability"),
-        "{}",
-        tried["processes"]
-    );
+    for what in ["processes", "process-read", "process-status"] {
+        assert!(
+            tried[what].contains("has no `processes` capability"),
+            "{what}: {}",
+            tried[what]
+        );
+    }
     let log = victim_log(&h).await?;
     assert!(log.contains("GENUINE") && !log.contains("FORGED"), "{log}");
     Ok(())

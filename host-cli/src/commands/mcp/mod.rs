@@ -28,34 +28,9 @@ pub enum McpCommand {
         /// The server's name (lowercase letters, digits, `-`); its tools become
         /// `mcp__NAME__TOOL`.
         name: String,
-        /// A directory it may write (relative to the workspace, or `~/…`); repeatable.
-        /// Nothing else is writable.
-        #[arg(long = "dir")]
-        dirs: Vec<String>,
-        /// A directory it may read where the sandbox hides it (under `/tmp`); repeatable.
-        #[arg(long = "read")]
-        read: Vec<String>,
-        /// A host it may reach through keel's network gate (`api.example.com`,
-        /// `127.0.0.1:8080`); repeatable. None by default.
-        #[arg(long = "host")]
-        hosts: Vec<String>,
-        /// A tool of the server that runs without asking (its own name), or `*` for all;
-        /// repeatable.
-        #[arg(long)]
-        allow: Vec<String>,
-        /// An environment variable, `VAR=value`, or `VAR=secret:NAME` for a kernel-held
-        /// secret; repeatable.
-        #[arg(long = "env")]
-        env: Vec<String>,
-        /// A Streamable HTTP server's URL, instead of a command.
-        #[arg(long, conflicts_with_all = ["command", "dirs", "read", "hosts", "env"])]
-        url: Option<String>,
-        /// The kernel-held secret an HTTP server gets as its bearer token.
-        #[arg(long, requires = "url")]
-        bearer_secret: Option<String>,
-        /// The program and its arguments, after `--`.
-        #[arg(last = true, required_unless_present = "url")]
-        command: Vec<String>,
+        /// What it runs or where it is, and what it is granted.
+        #[command(flatten)]
+        added: servers::Added,
     },
     /// Remove a server from your config.
     Remove {
@@ -83,30 +58,7 @@ pub async fn run(ctx: &Context, cmd: McpCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         McpCommand::Serve { approval } => serve::run(ctx, approval).await,
         McpCommand::List { json } => servers::list(ctx, json).await,
-        McpCommand::Add {
-            name,
-            dirs,
-            read,
-            hosts,
-            allow,
-            env,
-            url,
-            bearer_secret,
-            command,
-        } => servers::add(
-            ctx,
-            &name,
-            servers::Added {
-                dirs,
-                read,
-                hosts,
-                allow,
-                env,
-                url,
-                bearer_secret,
-                command,
-            },
-        ),
+        McpCommand::Add { name, added } => servers::add(ctx, &name, added),
         McpCommand::Remove { name } => servers::remove(ctx, &name),
         McpCommand::Approve { yes } => servers::approve(ctx, yes),
     }

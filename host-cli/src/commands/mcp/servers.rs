@@ -144,15 +144,36 @@ fn save(path: &std::path::Path, doc: &toml_edit::DocumentMut) -> anyhow::Result<
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// What `keel mcp add` was told.
+/// What `keel mcp add` was told besides the name.
+#[derive(clap::Args)]
 pub struct Added {
+    /// A directory it may write (relative to the workspace, or `~/…`); repeatable.
+    /// Nothing else is writable.
+    #[arg(long = "dir")]
     pub dirs: Vec<String>,
+    /// A directory it may read where the sandbox hides it (under `/tmp`); repeatable.
+    #[arg(long = "read")]
     pub read: Vec<String>,
+    /// A host it may reach through keel's network gate (`api.example.com`,
+    /// `127.0.0.1:8080`); repeatable. None by default.
+    #[arg(long = "host")]
     pub hosts: Vec<String>,
+    /// A tool of the server that runs without asking (its own name), or `*` for all;
+    /// repeatable.
+    #[arg(long)]
     pub allow: Vec<String>,
+    /// An environment variable, `VAR=value`, or `VAR=secret:NAME` for a kernel-held
+    /// secret; repeatable.
+    #[arg(long = "env")]
     pub env: Vec<String>,
+    /// A Streamable HTTP server's URL, instead of a command.
+    #[arg(long, conflicts_with_all = ["command", "dirs", "read", "hosts", "env"])]
     pub url: Option<String>,
+    /// The kernel-held secret an HTTP server gets as its bearer token.
+    #[arg(long, requires = "url")]
     pub bearer_secret: Option<String>,
+    /// The program and its arguments, after `--`.
+    #[arg(last = true, required_unless_present = "url")]
     pub command: Vec<String>,
 }
 
