@@ -322,29 +322,35 @@ impl Server {
                 ));
             }
         };
-        if let Transport::Http { .. } = self.transport {
+        if let Transport::Http { target, .. } = &mut self.transport {
+            // What arrives in the answer's stream besides the answer is handled once the
+            // stream is done; progress is passed on as it comes.
             let mut answer = None;
-            let mut invalid = 0;
-            let mut target = match &mut self.transport {
-                Transport::Http { target, .. } => std::mem::replace(
-                    target,
-                    streamable::Target {
-                        url: String::new(),
-                        bearer_secret: None,
-                        session: None,
-                        protocol: None,
-                    },
-                ),
-                Transport::Stdio { .. } => unreachable!("matched above"),
-            };
+            let mut others = Vec::new();
             let posted = target.post(&message, deadline, &mut |line| {
-                let got = self.handle(wire::parse(line), id, &mut invalid, progress)?;
-                let done = got.is_some();
-                answer = got;
-                Ok(done)
+                match wire::parse(line) {
+                    Incoming::Response { id: got, outcome } if got == id => {
+                        answer = Some(outcome.map_err(Failure::Rpc));
+                        return Ok(true);
+                    }
+                    Incoming::Notification { method, params }
+                        if method == "notifications/progress"
+                            && params.get("progressToken").and_then(Value::as_u64) == Some(id) =>
+                    {
+                        progress(&params);
+                    }
+                    other if others.len() < MAX_INVALID => others.push(other),
+                    _ => {
+                        return Err(Failure::Garbage(
+                            "too many messages before the answer".into(),
+                        ));
+                    }
+                }
+                Ok(false)
             });
-            if let Transport::Http { target: slot, .. } = &mut self.transport {
-                *slot = target;
+            let mut invalid = 0;
+            for other in others {
+                self.handle(other, id, &mut invalid, progress)?;
             }
             if let Err(e) = &posted {
                 cancel(self, e);
