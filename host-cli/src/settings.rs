@@ -30,6 +30,7 @@ pub fn default_profile(provider: &str) -> Vec<String> {
         "shell".into(),
         "session-log".into(),
         "verifier".into(),
+        "memory".into(),
         "agent-loop".into(),
     ]
 }

@@ -23,6 +23,7 @@ const BUNDLED: &[&str] = &[
     "session-log",
     "verifier",
     "mcp",
+    "memory",
 ];
 
 fn main() {

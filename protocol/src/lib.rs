@@ -24,9 +24,44 @@ pub mod services {
     /// A claim verifier: method `verify` ([`VerifyRequest`](crate::VerifyRequest) →
     /// `Option<Verdict>`).
     pub const VERIFIER: &str = "verifier";
+    /// Memory of earlier sessions: method `recall` ([`RecallRequest`](crate::RecallRequest)
+    /// → `[RecalledEntry]`, at most five, never one recalled before in the session).
+    pub const MEMORY: &str = "memory";
     /// Served by the kernel itself: method `fragments` (payload ignored) returns the prompt
-    /// fragments plugins added, as `[PromptFragment]` sorted by plugin, then id.
+    /// fragments plugins added, as `[PromptFragment]` sorted by plugin, then id; method
+    /// `fence` ([`FenceRequest`](crate::FenceRequest) → string) returns text sanitized and
+    /// fenced as data, the same way a tool's network result is.
     pub const PROMPT: &str = "keel.prompt";
+}
+
+/// `keel.prompt` `fence`: text that is data, not instructions (memory, a project's files).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceRequest {
+    /// Where it came from, shown in the fence's label.
+    pub source: String,
+    /// The text.
+    pub text: String,
+}
+
+/// `memory` `recall`: what the person just said, to recall entries for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecallRequest {
+    /// The session, so an entry is recalled once per session.
+    pub session: String,
+    /// The person's input of the turn.
+    pub input: String,
+}
+
+/// Entries one `memory` `recall` returns at most; the agent loop takes no more.
+pub const RECALL_MAX: usize = 5;
+
+/// One entry `memory` `recall` found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecalledEntry {
+    /// The file it is in, as `project/TOPIC.md` or `user/TOPIC.md`.
+    pub source: String,
+    /// The entry's text.
+    pub text: String,
 }
 
 /// A piece of the system prompt a plugin added (the `prompt` import), as the kernel's

@@ -20,6 +20,7 @@ pub mod append;
 pub mod batch;
 pub mod claims;
 pub mod loop_guard;
+pub mod memory;
 pub mod registry;
 pub mod session_log;
 pub mod tools;

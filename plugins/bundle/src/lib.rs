@@ -80,6 +80,7 @@ mod tests {
                 "session-log",
                 "verifier",
                 "mcp",
+                "memory",
             ]
         );
         for bundled in all() {
