@@ -383,6 +383,7 @@ impl Context {
         let (mut config, config_text) = load_config(&home.join("config.toml"))?;
         crate::project_mcp::add_approved(&home, &workspace, &mut config)?;
         config.configure_mcp_plugin();
+        crate::commands::skills::configure_skills_plugin(&home, &workspace, &mut config);
         Ok(Context {
             home,
             workspace,

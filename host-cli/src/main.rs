@@ -45,6 +45,9 @@ enum Command {
     /// keel and MCP: serve this session's tools to an MCP client over stdio.
     #[command(subcommand)]
     Mcp(commands::mcp::McpCommand),
+    /// Skills: folders with a SKILL.md, offered to the model by name and read on demand.
+    #[command(subcommand)]
+    Skills(commands::skills::SkillsCommand),
     /// Run an agent session: one turn with PROMPT, or an interactive session without.
     Run {
         /// What to ask the agent.
@@ -203,6 +206,7 @@ fn main() -> ExitCode {
             Command::Registry(cmd) => commands::registry::run(&ctx, cmd).await,
             Command::Tool(cmd) => commands::tool::run(&ctx, cmd).await,
             Command::Mcp(cmd) => commands::mcp::run(&ctx, cmd).await,
+            Command::Skills(cmd) => commands::skills::run(&ctx, cmd),
         }
     });
     match result {

@@ -31,6 +31,7 @@ pub fn default_profile(provider: &str) -> Vec<String> {
         "session-log".into(),
         "verifier".into(),
         "memory".into(),
+        "skills".into(),
         "agent-loop".into(),
     ]
 }

@@ -8,6 +8,7 @@ mod agent_wire;
 mod cli;
 mod exit_codes;
 mod interactive;
+mod learning;
 mod mcp;
 mod mcp_client;
 mod registry;

@@ -24,6 +24,7 @@ const BUNDLED: &[&str] = &[
     "verifier",
     "mcp",
     "memory",
+    "skills",
 ];
 
 fn main() {

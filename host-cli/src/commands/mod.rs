@@ -13,4 +13,5 @@ pub mod policy;
 pub mod registry;
 pub mod run;
 pub mod sessions;
+pub mod skills;
 pub mod tool;

@@ -23,6 +23,7 @@ pub mod loop_guard;
 pub mod memory;
 pub mod registry;
 pub mod session_log;
+pub mod skills;
 pub mod tools;
 
 mod text;

@@ -4,16 +4,16 @@ use super::*;
 
 #[test]
 fn remember_appends_once_and_points_at_a_new_topic() {
-    let r = remember("", "Testing", "", "Run the tests with\n`make check`").unwrap();
-    let index = r.index.unwrap();
-    let topic = r.topic.unwrap();
+    let r = remember("", "Testing", "", "Run the tests with\n`make check`").expect("ok");
+    let index = r.index.expect("ok");
+    let topic = r.topic.expect("ok");
     assert_eq!(
         index,
         "# Memory\n- [Testing](testing.md) — Run the tests with `make check`\n"
     );
     assert_eq!(topic, "# Testing\n- Run the tests with `make check`\n");
     // The same line again changes nothing; another line only the topic.
-    let again = remember(&index, "Testing", &topic, "Run the tests with `make check`").unwrap();
+    let again = remember(&index, "Testing", &topic, "Run the tests with `make check`").expect("ok");
     assert_eq!(
         again,
         Remembered {
@@ -21,17 +21,17 @@ fn remember_appends_once_and_points_at_a_new_topic() {
             topic: None
         }
     );
-    let more = remember(&index, "testing", &topic, "CI runs .ci/run").unwrap();
+    let more = remember(&index, "testing", &topic, "CI runs .ci/run").expect("ok");
     assert_eq!(more.index, None);
     assert_eq!(
-        more.topic.unwrap(),
+        more.topic.expect("ok"),
         "# Testing\n- Run the tests with `make check`\n- CI runs .ci/run\n"
     );
     assert!(remember("", "???", "", "x").is_err());
     assert!(remember("", "a", "", " \n ").is_err());
     assert!(remember("", "a", "", &"x".repeat(ENTRY_MAX_CHARS + 1)).is_err());
-    assert_eq!(topic_file("../../etc/passwd").unwrap(), "etc-passwd.md");
-    assert_eq!(topic_file("MEMORY").unwrap(), "memory.md");
+    assert_eq!(topic_file("../../etc/passwd").expect("ok"), "etc-passwd.md");
+    assert_eq!(topic_file("MEMORY").expect("ok"), "memory.md");
 }
 
 #[test]
@@ -77,7 +77,7 @@ fn tidy_drops_dead_and_duplicate_pointers_and_points_at_every_file() {
     assert_eq!(t.changes.len(), 3, "{:?}", t.changes);
     assert!(t.moved.is_empty());
     let topics: BTreeSet<String> = ["a.md", "b.md"].map(String::from).into();
-    verify_index(&t.index, &topics).unwrap();
+    verify_index(&t.index, &topics).expect("ok");
     // Tidy is a fixed point.
     assert_eq!(
         tidy(&t.index, &files(&[("a.md", "one"), ("b.md", "bee")])).index,
@@ -102,14 +102,16 @@ fn tidy_brings_an_index_within_its_budget_without_losing_a_line() {
 #[test]
 fn a_proposal_that_invents_drops_or_doubles_a_file_is_rejected() {
     let topics: BTreeSet<String> = ["a.md", "b.md"].map(String::from).into();
-    verify_index("# M\n- [a](a.md) — x\n- [b](b.md)\n", &topics).unwrap();
-    let invented = verify_index("- [a](a.md)\n- [b](b.md)\n- [c](c.md)\n", &topics).unwrap_err();
+    verify_index("# M\n- [a](a.md) — x\n- [b](b.md)\n", &topics).expect("ok");
+    let invented =
+        verify_index("- [a](a.md)\n- [b](b.md)\n- [c](c.md)\n", &topics).expect_err("rejected");
     assert_eq!(invented, ["points at c.md, which does not exist"]);
-    let lost = verify_index("- [a](a.md)\n", &topics).unwrap_err();
+    let lost = verify_index("- [a](a.md)\n", &topics).expect_err("rejected");
     assert_eq!(lost, ["loses b.md: no pointer to it"]);
-    let twice = verify_index("- [a](a.md)\n- [b](b.md)\n- [a2](a.md)\n", &topics).unwrap_err();
+    let twice =
+        verify_index("- [a](a.md)\n- [b](b.md)\n- [a2](a.md)\n", &topics).expect_err("rejected");
     assert_eq!(twice, ["points at a.md 2 times"]);
-    let hidden = verify_index("- [a](a.md)\n- [b](../b.md)\n", &topics).unwrap_err();
+    let hidden = verify_index("- [a](a.md)\n- [b](../b.md)\n", &topics).expect_err("rejected");
     assert!(
         hidden.iter().any(|p| p.contains("cannot read")),
         "{hidden:?}"

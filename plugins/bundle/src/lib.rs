@@ -81,6 +81,7 @@ mod tests {
                 "verifier",
                 "mcp",
                 "memory",
+                "skills",
             ]
         );
         for bundled in all() {

@@ -1,0 +1,245 @@
+//! `keel skills`: the skills a session here offers (`list`), and the person's approval of a
+//! workspace's own skills (`approve`, `revoke`). A cloned repository's `.keel/skills/` and
+//! `.claude/skills/` are instructions someone else wrote, so the `skills` plugin offers them
+//! only in a workspace the person approved; the approvals live in keel's sealed home
+//! (`skill-approvals.json`), out of every plugin's and command's reach.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::Subcommand;
+use keel_agent_kit::skills;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Context, UserConfig};
+use crate::session::terminal_safe;
+
+/// Where a project keeps its skills, relative to the workspace.
+pub const PROJECT_DIRS: &[&str] = &[".keel/skills", ".claude/skills"];
+
+#[derive(Subcommand)]
+pub enum SkillsCommand {
+    /// The skills a session in this workspace offers, and the project's that wait for approval.
+    List {
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Offer this workspace's own skills (`.keel/skills/`, `.claude/skills/`) in its sessions.
+    Approve {
+        /// Approve without asking (for scripts).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Stop offering this workspace's own skills.
+    Revoke,
+}
+
+#[derive(Default, Serialize, Deserialize)]
+struct Approvals {
+    workspaces: Vec<PathBuf>,
+}
+
+fn approvals_file(home: &Path) -> PathBuf {
+    home.join("skill-approvals.json")
+}
+
+fn approvals(home: &Path) -> Approvals {
+    std::fs::read(approvals_file(home))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+fn save(home: &Path, all: &Approvals) -> anyhow::Result<()> {
+    let path = approvals_file(home);
+    keel_registry::atomic_write(&path, &serde_json::to_vec_pretty(all)?, true)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Whether the person approved this workspace's own skills.
+pub fn is_approved(home: &Path, workspace: &Path) -> bool {
+    approvals(home).workspaces.iter().any(|w| w == workspace)
+}
+
+/// Tell the `skills` plugin whether this workspace's skills are approved (`[config.skills]
+/// project`); the person's own `project = true` there approves every workspace.
+pub fn configure_skills_plugin(home: &Path, workspace: &Path, config: &mut UserConfig) {
+    if is_approved(home, workspace) {
+        config
+            .config
+            .entry("skills".to_owned())
+            .or_default()
+            .insert("project".into(), toml::Value::Boolean(true));
+    }
+}
+
+/// One skill found on disk.
+#[derive(Serialize)]
+struct Found {
+    name: String,
+    description: String,
+    origin: &'static str,
+    path: PathBuf,
+    offered: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<String>,
+}
+
+fn scan(root: &Path, origin: &'static str, offered: bool, out: &mut Vec<Found>) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    for dir in dirs.into_iter().take(skills::MAX_SKILLS) {
+        let path = dir.join(skills::SKILL_FILE);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let text: String = text.chars().take(skills::FILE_MAX_BYTES).collect();
+        let taken = |name: &str| out.iter().any(|f| f.name == name && f.problem.is_none());
+        let found = match skills::parse(&text) {
+            Ok((head, _)) if taken(&head.name) => Found {
+                problem: Some("the name is taken by another skill; left out".into()),
+                name: head.name,
+                description: head.description,
+                origin,
+                path,
+                offered: false,
+            },
+            Ok((head, _)) => Found {
+                name: head.name,
+                description: head.description,
+                origin,
+                path,
+                offered,
+                problem: None,
+            },
+            Err(e) => Found {
+                name: dir
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                description: String::new(),
+                origin,
+                path,
+                offered: false,
+                problem: Some(e),
+            },
+        };
+        out.push(found);
+    }
+}
+
+pub fn run(ctx: &Context, cmd: SkillsCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        SkillsCommand::List { json } => list(ctx, json),
+        SkillsCommand::Approve { yes } => approve(ctx, yes),
+        SkillsCommand::Revoke => {
+            let mut all = approvals(&ctx.home);
+            all.workspaces.retain(|w| w != &ctx.workspace);
+            save(&ctx.home, &all)?;
+            println!(
+                "{}'s own skills are no longer offered",
+                ctx.workspace.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
+    let user_dir = ctx.data_dir().join("skills");
+    let approved = ctx
+        .config
+        .config
+        .get("skills")
+        .and_then(|c| c.get("project"))
+        == Some(&toml::Value::Boolean(true));
+    let mut found = Vec::new();
+    scan(&user_dir, "user", true, &mut found);
+    for dir in PROJECT_DIRS {
+        scan(&ctx.workspace.join(dir), "project", approved, &mut found);
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "user_dir": user_dir,
+                "project_approved": approved,
+                "skills": found,
+            })
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("your skills: {}", user_dir.display());
+    for f in &found {
+        let state = match (&f.problem, f.offered) {
+            (Some(p), _) => format!("left out: {p}"),
+            (None, true) => "offered".into(),
+            (None, false) => "waits for `keel skills approve`".into(),
+        };
+        println!(
+            "  {} ({}, {state}): {}",
+            terminal_safe(&f.name),
+            f.origin,
+            terminal_safe(&f.description)
+        );
+        println!("    {}", f.path.display());
+    }
+    if found.is_empty() {
+        println!(
+            "  none; a skill is a folder with a SKILL.md (front matter `name:` and `description:`)"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
+    let mut found = Vec::new();
+    for dir in PROJECT_DIRS {
+        scan(&ctx.workspace.join(dir), "project", false, &mut found);
+    }
+    if found.is_empty() {
+        bail!(
+            "{} has no skills in {}; nothing to approve",
+            ctx.workspace.display(),
+            PROJECT_DIRS.join(" or ")
+        );
+    }
+    println!("This workspace's skills, instructions its authors wrote for the agent:");
+    for f in &found {
+        println!(
+            "  {}: {}",
+            terminal_safe(&f.name),
+            terminal_safe(&f.description)
+        );
+    }
+    if !yes {
+        use std::io::{BufRead as _, IsTerminal as _, Write as _};
+        if !std::io::stdin().is_terminal() {
+            bail!("no terminal to ask on; pass --yes to approve");
+        }
+        print!("Offer this workspace's skills in its sessions? [y/N] ");
+        std::io::stdout().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !answer.trim().eq_ignore_ascii_case("y") {
+            println!("not approved");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    let mut all = approvals(&ctx.home);
+    if !all.workspaces.contains(&ctx.workspace) {
+        all.workspaces.push(ctx.workspace.clone());
+    }
+    save(&ctx.home, &all)?;
+    println!("approved: sessions here offer these skills (`keel skills revoke` stops it)");
+    Ok(ExitCode::SUCCESS)
+}
