@@ -45,6 +45,9 @@ enum Command {
     /// keel and MCP: serve this session's tools to an MCP client over stdio.
     #[command(subcommand)]
     Mcp(commands::mcp::McpCommand),
+    /// Memory across sessions: `consolidate` tidies the indexes (offline, by you).
+    #[command(subcommand)]
+    Memory(commands::memory::MemoryCommand),
     /// Skills: folders with a SKILL.md, offered to the model by name and read on demand.
     #[command(subcommand)]
     Skills(commands::skills::SkillsCommand),
@@ -206,6 +209,7 @@ fn main() -> ExitCode {
             Command::Registry(cmd) => commands::registry::run(&ctx, cmd).await,
             Command::Tool(cmd) => commands::tool::run(&ctx, cmd).await,
             Command::Mcp(cmd) => commands::mcp::run(&ctx, cmd).await,
+            Command::Memory(cmd) => commands::memory::run(&ctx, cmd).await,
             Command::Skills(cmd) => commands::skills::run(&ctx, cmd),
         }
     });

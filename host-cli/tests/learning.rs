@@ -305,3 +305,145 @@ fn unloading_memory_or_skills_mid_session_leaves_a_working_session() -> R {
     assert!(!second.contains("recalled"), "{second}");
     Ok(())
 }
+
+/// A memory folder to consolidate: a dead pointer, a second pointer, a topic without one.
+fn messy_memory(ws: &Path) -> Result<std::path::PathBuf, std::io::Error> {
+    let dir = ws.join(".keel/memory");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("MEMORY.md"),
+        "# Memory\n- [a](a.md) — alpha\n- [gone](gone.md) — missing\n- [a again](a.md) — dup\n",
+    )?;
+    std::fs::write(dir.join("a.md"), "# a\n- alpha fact\n")?;
+    std::fs::write(dir.join("b.md"), "# b\n- beta fact\n")?;
+    Ok(dir)
+}
+
+/// The deterministic tidy of [`messy_memory`].
+const TIDIED: &str = "# Memory\n- [a](a.md) — alpha\n- [b](b.md) — beta fact\n";
+
+fn proposal_script(index: &str) -> String {
+    format!(
+        "[[step]]\ntext = {:?}\n",
+        format!("```markdown\n{index}```")
+    )
+}
+
+fn consolidate(
+    home: &Path,
+    ws: &Path,
+    args: &[&str],
+) -> Result<String, Box<dyn std::error::Error>> {
+    let out = keel(home, ws)
+        .args(["memory", "consolidate", "--scope", "project"])
+        .args(args)
+        .timeout(std::time::Duration::from_secs(120))
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(stdout)
+}
+
+#[test]
+fn consolidate_shows_a_dry_run_applies_after_a_backup_and_rejects_a_bad_proposal() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    let dir = messy_memory(ws.path())?;
+    let before = std::fs::read_to_string(dir.join("MEMORY.md"))?;
+    let good = "# Memory\n## Facts\n- [a](a.md) — alpha things\n- [b](b.md) — beta things\n";
+    use_scripted_model(home.path(), &proposal_script(good))?;
+    // Dry run: the diff, nothing written.
+    let dry = consolidate(home.path(), ws.path(), &[])?;
+    assert!(dry.contains("tidy: dropped a pointer to gone.md"), "{dry}");
+    assert!(dry.contains("tidy: added a pointer to b.md"), "{dry}");
+    assert!(
+        dry.contains("model: its proposal passed the check"),
+        "{dry}"
+    );
+    assert!(
+        dry.contains("--- a/MEMORY.md\n+++ b/MEMORY.md\n") && dry.contains("+## Facts\n"),
+        "{dry}"
+    );
+    assert!(dry.contains("dry run: nothing was written"), "{dry}");
+    assert_eq!(std::fs::read_to_string(dir.join("MEMORY.md"))?, before);
+    assert_eq!(std::fs::read_dir(&dir)?.count(), 3);
+    // --apply: a backup of the old index, the proposal written, topic files untouched.
+    let applied = consolidate(home.path(), ws.path(), &["--apply"])?;
+    assert!(applied.contains("backed up the index to"), "{applied}");
+    assert_eq!(std::fs::read_to_string(dir.join("MEMORY.md"))?, good);
+    let backups: Vec<_> = std::fs::read_dir(&dir)?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".bak"))
+        .collect();
+    assert_eq!(backups.len(), 1);
+    assert_eq!(std::fs::read_to_string(backups[0].path())?, before);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("a.md"))?,
+        "# a\n- alpha fact\n"
+    );
+
+    // A proposal that invents a file, or drops one, is rejected: the tidy lands.
+    for (proposal, why) in [
+        (
+            "# Memory\n- [a](a.md)\n- [b](b.md)\n- [c](c.md) — new\n",
+            "rejected: points at c.md, which does not exist",
+        ),
+        ("# Memory\n- [a](a.md)\n", "rejected: loses b.md"),
+        ("no block at all", "holds no ```markdown block"),
+    ] {
+        let ws = tempfile::tempdir()?;
+        let dir = messy_memory(ws.path())?;
+        let script = if proposal.starts_with('#') {
+            proposal_script(proposal)
+        } else {
+            format!("[[step]]\ntext = {proposal:?}\n")
+        };
+        use_scripted_model(home.path(), &script)?;
+        let out = consolidate(home.path(), ws.path(), &["--apply"])?;
+        assert!(
+            out.contains(why) && out.contains("the tidy's result stands"),
+            "{out}"
+        );
+        assert_eq!(std::fs::read_to_string(dir.join("MEMORY.md"))?, TIDIED);
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn consolidate_with_a_stalled_model_lands_the_tidy() -> R {
+    use keel_tests::model_server::{ModelServer, Step, sse_head};
+    let server = ModelServer::start(|_, _| vec![sse_head(), Step::Sleep(120_000)]).await?;
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+            server.url("/v1")
+        ),
+    )?;
+    let dir = messy_memory(ws.path())?;
+    let (h, w) = (home.path().to_path_buf(), ws.path().to_path_buf());
+    let out = tokio::task::spawn_blocking(move || {
+        keel(&h, &w)
+            .env("OPENAI_API_KEY", "sk-test-0123456789abcdefghij")
+            .args(["memory", "consolidate", "--scope", "project", "--apply"])
+            .args(["--model-timeout", "2"])
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+    })
+    .await??;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(!server.received().is_empty(), "the model was never asked");
+    assert!(
+        stdout.contains("model: no proposal within 2 s; the tidy's result stands"),
+        "{stdout}"
+    );
+    assert_eq!(std::fs::read_to_string(dir.join("MEMORY.md"))?, TIDIED);
+    Ok(())
+}

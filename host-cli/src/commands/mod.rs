@@ -4,6 +4,7 @@ pub mod dev;
 pub mod doctor;
 pub mod key;
 pub mod mcp;
+pub mod memory;
 pub mod plugin;
 mod plugin_python;
 mod plugin_sdk;

@@ -392,3 +392,31 @@ fn rand_u32() -> u32 {
         .map_or(0, |d| d.subsec_nanos());
     nanos ^ std::process::id().rotate_left(16)
 }
+
+/// A kernel with the session's gates and only its model plugin: for the offline jobs that ask
+/// the model one question (`keel memory consolidate`, `keel doctor --analyze`), never a tool.
+pub async fn model_only(ctx: &Context) -> anyhow::Result<Kernel> {
+    let choice = ModelChoice::from(ctx);
+    let gates = gates::gate_config(ctx, &choice, Some(ApprovalMode::Never))?;
+    let kernel = Kernel::with_gates(
+        KernelConfig {
+            deadlines: ctx.config.timeouts.deadlines()?,
+            ..KernelConfig::default()
+        },
+        gates,
+    );
+    let loader = runtime::loader(ctx)?;
+    let name = format!("model-{}", choice.provider);
+    let bundled = keel_bundled_plugins::get(&name)
+        .with_context(|| format!("no model plugin `{name}` is bundled with keel"))?;
+    let mut package = runtime::bundled_package(&loader, bundled)?;
+    runtime::overlay_config(
+        &mut package,
+        model_overrides(ctx, &choice)?
+            .into_iter()
+            .map(|(_, key, value)| (key, value)),
+    );
+    runtime::apply_user_config(&ctx.config.config, &mut package)?;
+    kernel.load(package).await?;
+    Ok(kernel)
+}
