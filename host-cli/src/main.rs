@@ -48,6 +48,9 @@ enum Command {
     /// Memory across sessions: `consolidate` tidies the indexes (offline, by you).
     #[command(subcommand)]
     Memory(commands::memory::MemoryCommand),
+    /// Experience review: file the recurring failures of your sessions (loop-guard trips,
+    /// refused commands, failed verifications, …) and work through them.
+    Review(commands::review::ReviewArgs),
     /// Skills: folders with a SKILL.md, offered to the model by name and read on demand.
     #[command(subcommand)]
     Skills(commands::skills::SkillsCommand),
@@ -210,6 +213,7 @@ fn main() -> ExitCode {
             Command::Tool(cmd) => commands::tool::run(&ctx, cmd).await,
             Command::Mcp(cmd) => commands::mcp::run(&ctx, cmd).await,
             Command::Memory(cmd) => commands::memory::run(&ctx, cmd).await,
+            Command::Review(args) => commands::review::run(&ctx, args).await,
             Command::Skills(cmd) => commands::skills::run(&ctx, cmd),
         }
     });

@@ -25,6 +25,7 @@ const BUNDLED: &[&str] = &[
     "mcp",
     "memory",
     "skills",
+    "review",
 ];
 
 fn main() {

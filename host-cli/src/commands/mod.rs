@@ -12,6 +12,7 @@ mod plugin_template;
 mod plugin_test;
 pub mod policy;
 pub mod registry;
+pub mod review;
 pub mod run;
 pub mod sessions;
 pub mod skills;

@@ -397,6 +397,13 @@ fn rand_u32() -> u32 {
 /// the model one question (`keel memory consolidate`, `keel doctor --analyze`), never a tool.
 pub async fn model_only(ctx: &Context) -> anyhow::Result<Kernel> {
     let choice = ModelChoice::from(ctx);
+    offline_kernel(ctx, &[&format!("model-{}", choice.provider)]).await
+}
+
+/// A kernel with the session's gates (no one to ask: what would need approval is refused) and
+/// only the bundled plugins `names`, configured as a session would configure them.
+pub async fn offline_kernel(ctx: &Context, names: &[&str]) -> anyhow::Result<Kernel> {
+    let choice = ModelChoice::from(ctx);
     let gates = gates::gate_config(ctx, &choice, Some(ApprovalMode::Never))?;
     let kernel = Kernel::with_gates(
         KernelConfig {
@@ -406,17 +413,20 @@ pub async fn model_only(ctx: &Context) -> anyhow::Result<Kernel> {
         gates,
     );
     let loader = runtime::loader(ctx)?;
-    let name = format!("model-{}", choice.provider);
-    let bundled = keel_bundled_plugins::get(&name)
-        .with_context(|| format!("no model plugin `{name}` is bundled with keel"))?;
-    let mut package = runtime::bundled_package(&loader, bundled)?;
-    runtime::overlay_config(
-        &mut package,
-        model_overrides(ctx, &choice)?
-            .into_iter()
-            .map(|(_, key, value)| (key, value)),
-    );
-    runtime::apply_user_config(&ctx.config.config, &mut package)?;
-    kernel.load(package).await?;
+    let overrides = model_overrides(ctx, &choice)?;
+    for name in names {
+        let bundled = keel_bundled_plugins::get(name)
+            .with_context(|| format!("no plugin `{name}` is bundled with keel"))?;
+        let mut package = runtime::bundled_package(&loader, bundled)?;
+        runtime::overlay_config(
+            &mut package,
+            overrides
+                .iter()
+                .filter(|(plugin, _, _)| plugin == name)
+                .map(|(_, key, value)| (key.clone(), value.clone())),
+        );
+        runtime::apply_user_config(&ctx.config.config, &mut package)?;
+        kernel.load(package).await?;
+    }
     Ok(kernel)
 }

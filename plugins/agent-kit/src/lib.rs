@@ -22,6 +22,7 @@ pub mod claims;
 pub mod loop_guard;
 pub mod memory;
 pub mod registry;
+pub mod review;
 pub mod session_log;
 pub mod skills;
 pub mod tools;

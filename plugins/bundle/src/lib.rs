@@ -82,6 +82,7 @@ mod tests {
                 "mcp",
                 "memory",
                 "skills",
+                "review",
             ]
         );
         for bundled in all() {
