@@ -111,7 +111,7 @@ enum Command {
         keep: bool,
     },
     /// Check the config, keys, the model endpoint and the sandbox.
-    Doctor,
+    Doctor(commands::doctor::DoctorArgs),
 }
 
 #[derive(Subcommand)]
@@ -208,7 +208,7 @@ fn main() -> ExitCode {
                 commands::sessions::verify_stats(&ctx, json)
             }
             Command::Demo { keep } => commands::run::demo(&ctx, keep).await,
-            Command::Doctor => commands::doctor::run(&ctx).await,
+            Command::Doctor(args) => commands::doctor::run(&ctx, args).await,
             Command::Registry(cmd) => commands::registry::run(&ctx, cmd).await,
             Command::Tool(cmd) => commands::tool::run(&ctx, cmd).await,
             Command::Mcp(cmd) => commands::mcp::run(&ctx, cmd).await,

@@ -589,3 +589,105 @@ fn review_files_recurring_failures_with_evidence_that_resolves_and_a_lifecycle()
     assert_eq!(shown["count"], 3, "{shown}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_analyze_with_a_stalled_model_prints_the_checks_and_one_skip_line() -> R {
+    use keel_tests::model_server::{ModelServer, Step, sse_head};
+    let server = ModelServer::start(|_, _| vec![sse_head(), Step::Sleep(120_000)]).await?;
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+            server.url("/v1")
+        ),
+    )?;
+    // An open entry of the experience ledger is one of the findings the model is shown.
+    let entry = serde_json::json!({"op": "filed", "at": 1, "entry": {
+        "id": "E12345678", "bucket": "refused-command", "signature": "curl",
+        "summary": "`curl` commands refused by the exec policy: 4 times in 2 session(s)",
+        "severity": "medium", "confidence": 0.8, "owner": "exec policy", "evidence": [],
+        "count": 4, "sessions": 2, "status": "open", "filed_ms": 1, "updated_ms": 1}});
+    std::fs::create_dir_all(home.path().join("data/review"))?;
+    std::fs::write(
+        home.path().join("data/review/experience.jsonl"),
+        format!("{entry}\n"),
+    )?;
+    let (h, w) = (home.path().to_path_buf(), ws.path().to_path_buf());
+    let out = tokio::task::spawn_blocking(move || {
+        keel(&h, &w)
+            .env("OPENAI_API_KEY", "sk-test-0123456789abcdefghij")
+            .args(["doctor", "--analyze", "--analyze-timeout", "2"])
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+    })
+    .await??;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let passed = lines
+        .iter()
+        .position(|l| *l == "all checks passed")
+        .ok_or(format!("no summary line:\n{stdout}"))?;
+    // The checks first, in their order; then exactly one line for the analysis.
+    assert!(lines[0].starts_with("ok    config "), "{stdout}");
+    assert_eq!(
+        &lines[passed + 1..],
+        ["analysis skipped: no answer within 2 s"],
+        "{stdout}"
+    );
+    let asked = server.received();
+    assert_eq!(asked.len(), 1, "one model call");
+    let body = &asked[0].body;
+    assert!(
+        body.contains("check ok: config") && body.contains("review E12345678"),
+        "{body}"
+    );
+    Ok(())
+}
+
+#[test]
+fn doctor_analyze_only_adds_bounded_advice_after_the_checks() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    // TOML escapes: twenty lines, then an OSC sequence that would retitle the terminal.
+    let advice: String = "\\u001b]0;retitled\\u0007".to_owned()
+        + &(1..=20)
+            .map(|i| format!("advice line {i}\\n"))
+            .collect::<String>();
+    use_scripted_model(home.path(), &format!("[[step]]\ntext = \"{advice}\"\n"))?;
+    let run = |args: &[&str]| {
+        keel(home.path(), ws.path())
+            .arg("doctor")
+            .args(args)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+    };
+    let plain = run(&["--json"])?;
+    let analyzed = run(&["--json", "--analyze"])?;
+    // The JSON is the same with or without the analysis, which goes to stderr.
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        String::from_utf8_lossy(&analyzed.stdout)
+    );
+    let report: Value = serde_json::from_slice(&plain.stdout)?;
+    assert!(
+        report["checks"].as_array().is_some_and(|c| !c.is_empty()),
+        "{report}"
+    );
+    let stderr = String::from_utf8_lossy(&analyzed.stderr);
+    assert!(stderr.contains("\n  advice line 1\n"), "{stderr}");
+    let text = run(&["--analyze"])?;
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    let shown: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("analysis (advisory"))
+        .skip(1)
+        .collect();
+    assert_eq!(shown.len(), 15, "{stdout}");
+    assert_eq!(shown[0], "  advice line 1");
+    assert_eq!(shown[14], "  advice line 15");
+    assert!(!stdout.contains('\u{1b}'), "{stdout}");
+    Ok(())
+}
