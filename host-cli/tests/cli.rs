@@ -46,9 +46,11 @@ fn plugin_list_shows_the_bundled_plugins_active() -> R {
             "fs-tools",
             "greeter",
             "greeter-client",
+            "memory",
             "model-openai",
             "session-log",
             "shell",
+            "skills",
             "tool-registry",
             "verifier"
         ]
