@@ -32,8 +32,9 @@ pub struct Bundle {
     pub engine: Option<[u8; 32]>,
 }
 
-/// Pack every component in `built` into `out_dir`, on every core.
-pub fn all(built: &[BuiltComponent], out_dir: &Path) -> Bundle {
+/// Pack every component in `built` into `out_dir`, on every core; machine code only for the
+/// plugins `ahead` names.
+pub fn all(built: &[BuiltComponent], out_dir: &Path, ahead: impl Fn(&str) -> bool) -> Bundle {
     // The engine here makes code for the machine running this script; for another target it
     // would be unusable, so a cross build bundles no machine code.
     let engine = if std::env::var("TARGET").ok() == std::env::var("HOST").ok() {
@@ -50,7 +51,7 @@ pub fn all(built: &[BuiltComponent], out_dir: &Path) -> Bundle {
         let jobs: Vec<_> = built
             .iter()
             .map(|component| {
-                let engine = engine.as_ref();
+                let engine = engine.as_ref().filter(|_| ahead(&component.name));
                 scope.spawn(move || pack(engine, component, out_dir))
             })
             .collect();

@@ -101,8 +101,8 @@ mod tests {
         assert!(get("missing").is_none());
     }
 
-    /// The build's engine and the kernel's agree, so no bundled plugin is compiled at run time
-    /// on the machine keel was built on (a wasmtime feature or setting that differed between
+    /// The build's engine and the kernel's agree, so no plugin of a session is compiled at run
+    /// time on the machine keel was built on (a wasmtime feature or setting that differed between
     /// the build script's engine and the kernel's would fail here, not silently recompile).
     #[test]
     fn every_bundled_plugin_loads_from_its_shipped_machine_code() {
@@ -114,6 +114,11 @@ mod tests {
         .expect("engine");
         for bundled in all() {
             let shipped = bundled.shipped();
+            // What no default session loads is compiled on first use instead.
+            if ["greeter", "greeter-client", "echo-tool", "review"].contains(&bundled.name) {
+                assert!(shipped.code.is_none(), "{}", bundled.name);
+                continue;
+            }
             let code = shipped.code.expect("machine code is bundled");
             assert!(host.runs(&code), "{}: another engine made it", bundled.name);
             let loaded = host

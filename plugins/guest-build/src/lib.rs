@@ -235,7 +235,10 @@ pub fn build_components(crates: &[GuestCrate]) -> Vec<BuiltComponent> {
         .args(["--config", "profile.release.debug=false"])
         .args(["--config", "profile.release.strip=\"debuginfo\""])
         .args(["--config", "profile.release.lto=true"])
-        .args(["--config", "profile.release.codegen-units=1"]);
+        .args(["--config", "profile.release.codegen-units=1"])
+        // Smaller code: the guests' machine code ships in keel's binary and is mapped at every
+        // start; their work is parsing and bookkeeping, where size costs little speed.
+        .args(["--config", "profile.release.opt-level=\"z\""]);
     for krate in crates {
         command.arg("-p").arg(&krate.package);
     }
