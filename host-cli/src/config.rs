@@ -317,6 +317,9 @@ pub struct ModelConfig {
     pub base_url: Option<String>,
     /// For `scripted`: the script file.
     pub script: Option<PathBuf>,
+    /// The model's context window in tokens, when keel does not know it from the model's name
+    /// (a local model, say); conversations are compacted before they pass `compact-at` of it.
+    pub context_window: Option<u64>,
 }
 
 /// `[profile]`: the plugins of a session.

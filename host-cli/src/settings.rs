@@ -32,6 +32,7 @@ pub fn default_profile(provider: &str) -> Vec<String> {
         "verifier".into(),
         "memory".into(),
         "skills".into(),
+        "compaction".into(),
         "agent-loop".into(),
     ]
 }
@@ -352,6 +353,16 @@ pub(crate) fn model_overrides(
     }
     if let Some(b) = &choice.base_url {
         out.push((plugin.clone(), "base-url".into(), b.clone().into()));
+    }
+    // The agent loop compacts against the model's window: configured, or known by name.
+    let window = ctx.config.model.context_window.or_else(|| {
+        choice
+            .model
+            .as_deref()
+            .and_then(keel_agent_kit::compaction::known_context_window)
+    });
+    if let Some(window) = window {
+        out.push(("agent-loop".into(), "context-window".into(), window.into()));
     }
     if choice.provider == "scripted"
         && let Some(path) = &ctx.config.model.script

@@ -9,6 +9,7 @@ mod cli;
 mod exit_codes;
 mod interactive;
 mod learning;
+mod long_sessions;
 mod mcp;
 mod mcp_client;
 mod registry;

@@ -42,6 +42,7 @@ fn plugin_list_shows_the_bundled_plugins_active() -> R {
         names,
         [
             "agent-loop",
+            "compaction",
             "echo-tool",
             "fs-tools",
             "greeter",

@@ -24,6 +24,7 @@ const BUNDLED: &[&str] = &[
     "verifier",
     "mcp",
     "memory",
+    "compaction",
     "skills",
     "review",
 ];

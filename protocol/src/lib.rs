@@ -27,6 +27,9 @@ pub mod services {
     /// Memory of earlier sessions: method `recall` ([`RecallRequest`](crate::RecallRequest)
     /// → `[RecalledEntry]`, at most five, never one recalled before in the session).
     pub const MEMORY: &str = "memory";
+    /// Compaction: method `summarize` ([`SummarizeRequest`](crate::SummarizeRequest) → the
+    /// summary as a JSON string).
+    pub const COMPACTION: &str = "compaction";
     /// Served by the kernel itself: method `fragments` (payload ignored) returns the prompt
     /// fragments plugins added, as `[PromptFragment]` sorted by plugin, then id; method
     /// `fence` ([`FenceRequest`](crate::FenceRequest) → string) returns text sanitized and
@@ -50,6 +53,18 @@ pub struct RecallRequest {
     pub session: String,
     /// The person's input of the turn.
     pub input: String,
+}
+
+/// `compaction` `summarize`: the oldest part of a conversation, to be replaced by a summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummarizeRequest {
+    /// The messages to summarize, oldest first.
+    pub messages: Vec<Message>,
+    /// What the person asked the summary to keep (`/compact FOCUS`).
+    #[serde(default)]
+    pub focus: String,
+    /// The transcript shown to the model at most, in characters (the newest part is kept).
+    pub budget_chars: usize,
 }
 
 /// Entries one `memory` `recall` returns at most; the agent loop takes no more.
@@ -81,6 +96,9 @@ pub mod topics {
     /// A live fragment of the model's output ([`StreamDelta`](crate::StreamDelta)); for display
     /// only, never logged (the complete message is).
     pub const MODEL_DELTA: &str = "model.delta";
+    /// The agent loop's compaction: `{"session", "state": "started" | "failed" | "tripped",
+    /// "detail"}`, for the display (the result itself is a `session.event` `compacted`).
+    pub const COMPACTION_STATUS: &str = "compaction.status";
     /// A session-log entry ([`SessionEvent`](crate::SessionEvent)) to be appended.
     pub const SESSION_EVENT: &str = "session.event";
 }
@@ -554,6 +572,24 @@ pub enum SessionEvent {
         /// The verdict.
         verdict: Verdict,
     },
+    /// The conversation's oldest messages were replaced: by a model's summary (compaction) or,
+    /// after compaction failed, by a note that they were dropped. The log keeps every original
+    /// message; replaying this entry where it stands rebuilds the compacted conversation
+    /// (`keel_agent_kit::compaction::apply`).
+    Compacted {
+        /// The session id.
+        session: String,
+        /// How many of the conversation's messages (the oldest) were replaced.
+        replaced: usize,
+        /// The text put before the first message kept.
+        summary: String,
+        /// `threshold`, `manual` (`/compact`) or `trimmed` (compaction off after failures).
+        reason: String,
+        /// The request's estimated tokens before and after.
+        tokens_before: u64,
+        /// …and after.
+        tokens_after: u64,
+    },
     /// A turn ended.
     TurnEnded {
         /// The session id.
@@ -575,6 +611,7 @@ impl SessionEvent {
             | SessionEvent::Message { session, .. }
             | SessionEvent::ToolOutcome { session, .. }
             | SessionEvent::Verdict { session, .. }
+            | SessionEvent::Compacted { session, .. }
             | SessionEvent::TurnEnded { session, .. } => session,
         }
     }

@@ -141,7 +141,8 @@ pub async fn exec(
 }
 
 const HELP: &str = "commands: /plugins, /sessions, /expand, /approvals [revoke N|all], /mcp, \
-                    /clear, /load NAME|DIR, /unload NAME, /reload NAME, /help, /exit";
+                    /compact [FOCUS], /clear, /load NAME|DIR, /unload NAME, /reload NAME, \
+                    /help, /exit";
 
 /// `/approvals`: the answers that still stand, numbered; `/approvals revoke N|all` withdraws
 /// them, so keel asks again.
@@ -340,6 +341,7 @@ pub(crate) async fn interactive(
                          -- COMMAND ARGS…` and start a new session"
                     )),
                 },
+                "compact" => session.compact(arg).await.map(Some),
                 "clear" => {
                     let old = session.clear();
                     Ok(Some(format!(

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::config::Context;
 use crate::runtime::{self, PluginSource, Runtime};
+use crate::session::terminal_safe;
 
 /// One session as the service lists it.
 #[derive(Deserialize)]
@@ -174,19 +175,25 @@ fn show(event: &SessionEvent) {
     match event {
         SessionEvent::SessionStarted {
             workspace, model, ..
-        } => println!("── session started in {workspace} with {model}"),
+        } => println!(
+            "── session started in {} with {}",
+            terminal_safe(workspace),
+            terminal_safe(model)
+        ),
         SessionEvent::Message { message, .. } => {
             for block in &message.content {
                 match (message.role, block) {
-                    (Role::User, Block::Text { text }) => println!("› {text}"),
-                    (Role::Assistant, Block::Text { text }) => println!("{text}"),
-                    (_, Block::Thinking { text }) => println!("  (thinking) {text}"),
+                    (Role::User, Block::Text { text }) => println!("› {}", terminal_safe(text)),
+                    (Role::Assistant, Block::Text { text }) => println!("{}", terminal_safe(text)),
+                    (_, Block::Thinking { text }) => {
+                        println!("  (thinking) {}", terminal_safe(text))
+                    }
                     (
                         _,
                         Block::ToolCall {
                             name, arguments, ..
                         },
-                    ) => println!("⏺ {name} {arguments}"),
+                    ) => println!("⏺ {} {}", terminal_safe(name), terminal_safe(arguments)),
                     (
                         _,
                         Block::ToolResult {
@@ -194,7 +201,11 @@ fn show(event: &SessionEvent) {
                         },
                     ) => {
                         let head = content.lines().next().unwrap_or_default();
-                        println!("  ⎿ {}{head}", if *is_error { "error: " } else { "" });
+                        println!(
+                            "  ⎿ {}{}",
+                            if *is_error { "error: " } else { "" },
+                            terminal_safe(head)
+                        );
                     }
                 }
             }
@@ -203,7 +214,23 @@ fn show(event: &SessionEvent) {
             println!("✔ verifier: {:?} ({})", verdict.status, verdict.dimension)
         }
         SessionEvent::TurnEnded { end, detail, .. } => {
-            println!("── turn ended: {end:?} {detail}");
+            println!("── turn ended: {end:?} {}", terminal_safe(detail));
+        }
+        SessionEvent::Compacted {
+            replaced,
+            summary,
+            reason,
+            tokens_before,
+            tokens_after,
+            ..
+        } => {
+            println!(
+                "── compacted ({reason}): the {replaced} messages above replaced by this, \
+                 {tokens_before} → {tokens_after} tokens (estimated):"
+            );
+            for line in summary.lines() {
+                println!("   {}", terminal_safe(line));
+            }
         }
         SessionEvent::Context { .. } | SessionEvent::ToolOutcome { .. } => {}
     }

@@ -281,6 +281,7 @@ const COMMANDS: &[&str] = &[
     "/expand",
     "/approvals",
     "/mcp",
+    "/compact",
     "/clear",
     "/load ",
     "/unload ",

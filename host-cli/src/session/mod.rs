@@ -232,6 +232,41 @@ impl Session {
 
     /// Run one turn, showing what happens; Ctrl-C cancels it.
     pub async fn turn(&self, input: &str) -> anyhow::Result<TurnReport> {
+        let request = TurnRequest {
+            session: self.id(),
+            input: input.to_owned(),
+        };
+        let answer = self
+            .agent_call("turn", serde_json::to_string(&request)?)
+            .await
+            .map_err(|e| anyhow::anyhow!("the turn failed: {e}"))?;
+        let report: TurnReport = serde_json::from_str(&answer)
+            .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
+        self.show_report(&report);
+        Ok(report)
+    }
+
+    /// `/compact [focus]`: the agent's conversation compacted now; what it says it did.
+    pub async fn compact(&self, focus: &str) -> anyhow::Result<String> {
+        let payload = serde_json::json!({ "session": self.id(), "focus": focus });
+        let answer = self
+            .agent_call("compact", payload.to_string())
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let done: serde_json::Value = serde_json::from_str(&answer)?;
+        Ok(format!(
+            "compacted: {} messages replaced by a summary, about {} → {} tokens",
+            done["replaced"], done["tokens_before"], done["tokens_after"]
+        ))
+    }
+
+    /// Call `method` of the agent as a turn: its events shown as they come, its questions
+    /// asked, Ctrl-C cancelling it.
+    async fn agent_call(
+        &self,
+        method: &str,
+        payload: String,
+    ) -> Result<String, keel_kernel::KernelError> {
         input::clear_interrupt();
         self.kernel.begin_turn();
         let mut events = self.kernel.events();
@@ -297,13 +332,8 @@ impl Session {
             printer.finish();
             input::route_questions(None);
         });
-        let request = TurnRequest {
-            session: self.id(),
-            input: input.to_owned(),
-        };
-        let payload = serde_json::to_string(&request)?;
         let kernel = self.kernel.clone();
-        let call = kernel.call_service(services::AGENT, "turn", &payload);
+        let call = kernel.call_service(services::AGENT, method, &payload);
         tokio::pin!(call);
         let mut interrupts = 0;
         let answer = loop {
@@ -334,9 +364,12 @@ impl Session {
         };
         let _ = turn_over.send(());
         let _ = printer.await;
-        let answer = answer.map_err(|e| anyhow::anyhow!("the turn failed: {e}"))?;
-        let report: TurnReport = serde_json::from_str(&answer)
-            .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
+        answer
+    }
+
+    /// How a turn ended, as the display shows it.
+    fn show_report(&self, report: &TurnReport) {
+        let display = self.display;
         match display {
             // End the streamed text's line where the transcript went.
             Display::Human => println!(),
@@ -362,7 +395,6 @@ impl Session {
                 println!("{}", report.text);
             }
         }
-        Ok(report)
     }
 
     /// The last tool result in full, with its tool's name (`/expand`).

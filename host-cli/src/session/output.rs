@@ -66,6 +66,8 @@ pub(crate) struct Printer {
     spinner_shown: bool,
     /// Markdown rendering of the model's text, when stdout is a terminal.
     markdown: Option<Markdown>,
+    /// A compaction is running: the model's text is its summary, not an answer to show.
+    compacting: bool,
 }
 
 /// The model's text rendered as Markdown line by line as it streams: headings, emphasis,
@@ -165,6 +167,7 @@ impl Default for Printer {
             frame: 0,
             spinner_shown: false,
             markdown: None,
+            compacting: false,
             last_result: LastResult::default(),
             result_lines: RESULT_LINES,
         }
@@ -237,6 +240,24 @@ impl Printer {
     }
 
     pub(crate) fn human(&mut self, out: &mut dyn Write, event: &Event) {
+        if event.topic == topics::COMPACTION_STATUS {
+            let status: serde_json::Value =
+                serde_json::from_str(&event.payload).unwrap_or_default();
+            let detail = terminal_safe(status["detail"].as_str().unwrap_or_default());
+            self.end_text(out);
+            if status["state"] == "started" {
+                self.compacting = true;
+                let _ = writeln!(out, "⏺ compacting the conversation: {detail}");
+                self.wait_for("compacting".into());
+            } else {
+                self.compacting = false;
+                let _ = writeln!(out, "  ⎿ {detail}");
+            }
+            return;
+        }
+        if event.topic == topics::MODEL_DELTA && self.compacting {
+            return;
+        }
         if event.topic == topics::MODEL_DELTA {
             match serde_json::from_str::<StreamDelta>(&event.payload) {
                 Ok(StreamDelta::Text { text }) => {
@@ -314,6 +335,23 @@ impl Printer {
                 for line in &lines[hidden..] {
                     let _ = writeln!(out, "    {}", short(&terminal_safe(line), 200));
                 }
+            }
+            SessionEvent::Compacted {
+                replaced,
+                reason,
+                tokens_before,
+                tokens_after,
+                ..
+            } => {
+                self.compacting = false;
+                if reason != "trimmed" {
+                    let _ = writeln!(
+                        out,
+                        "  ⎿ compacted: {replaced} messages replaced by a summary \
+                         (about {tokens_before} → {tokens_after} tokens)"
+                    );
+                }
+                self.wait_for("waiting for the model".into());
             }
             SessionEvent::Verdict { verdict, .. } => {
                 self.end_text(out);

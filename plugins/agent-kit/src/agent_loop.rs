@@ -22,12 +22,14 @@ use std::fmt;
 
 use keel_protocol::{
     Block, FenceRequest, Message, ModelRequest, ModelResponse, OutcomeStatus, PromptFragment,
-    RecallRequest, RecalledEntry, Role, SessionEvent, StopReason, ToolDef, ToolOutcome, TurnCall,
-    TurnEnd, TurnReport, TurnRequest, Usage, Verdict, VerifyRequest, services, topics,
+    RecallRequest, RecalledEntry, Role, SessionEvent, StopReason, SummarizeRequest, ToolDef,
+    ToolOutcome, TurnCall, TurnEnd, TurnReport, TurnRequest, Usage, Verdict, VerifyRequest,
+    services, topics,
 };
 use serde::Deserialize;
 
 use crate::batch::{self, BatchMode};
+use crate::compaction;
 use crate::loop_guard::{CallDecision, FailureSignal, LoopGuard};
 
 /// A refusal or failure from a kernel door: the ABI's error kind (`invalid`, `conflict`,
@@ -82,6 +84,8 @@ pub trait AgentDoors {
     fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), DoorError>;
     /// Kept state: every key.
     fn state_keys(&mut self) -> Vec<String>;
+    /// Kept state: removes one value.
+    fn state_remove(&mut self, key: &str);
     /// A warning for the log.
     fn warn(&mut self, message: &str);
 }
@@ -102,7 +106,31 @@ pub struct AgentConfig {
     /// The configured system prompt; loaded plugins' fragments follow it.
     #[serde(default)]
     pub system: String,
+    /// The model's context window in tokens (the host sets it from `[model] context-window`
+    /// or the model's name); 0: unknown, nothing is compacted before the provider complains.
+    #[serde(default)]
+    pub context_window: u64,
+    /// The share of the context window a request may fill before it is compacted.
+    #[serde(default = "default_compact_at")]
+    pub compact_at: f64,
+    /// Turns a compaction keeps whole (the current one always).
+    #[serde(default = "default_keep_turns")]
+    pub keep_turns: usize,
 }
+
+fn default_compact_at() -> f64 {
+    0.8
+}
+
+fn default_keep_turns() -> usize {
+    2
+}
+
+/// The kernel's service that names who provides a service.
+const CALLER_SERVICE: &str = "keel.caller";
+
+/// Failed compactions in a session after which the loop trims instead.
+pub const MAX_COMPACTION_FAILURES: u32 = 3;
 
 fn default_steps() -> u32 {
     40
@@ -120,6 +148,8 @@ pub struct AgentLoop<D> {
     /// The (system, tools) last logged per session, so a `Context` entry is written only when
     /// it changes (a plugin was loaded or unloaded).
     last_context: HashMap<String, String>,
+    /// Failed compactions per session (the circuit breaker).
+    compaction_failures: HashMap<String, u32>,
 }
 
 /// `{session, messages}`: seed a session's conversation (resume).
@@ -147,6 +177,7 @@ impl<D: AgentDoors> AgentLoop<D> {
             doors,
             conversations,
             last_context: HashMap::new(),
+            compaction_failures: HashMap::new(),
         })
     }
 
@@ -290,6 +321,218 @@ impl<D: AgentDoors> AgentLoop<D> {
         system
     }
 
+    /// Replaces a session's conversation: in memory, in kept state, the surplus keys removed.
+    fn replace_conversation(&mut self, session: &str, messages: Vec<Message>) {
+        let old_len = self.conversations.get(session).map_or(0, Vec::len);
+        for (i, m) in messages.iter().enumerate() {
+            if let Ok(bytes) = serde_json::to_vec(m)
+                && let Err(e) = self.doors.state_set(&state_key(session, i), &bytes)
+            {
+                self.doors.warn(&format!(
+                    "conversation of `{session}` not kept across a reload: {e}"
+                ));
+            }
+        }
+        for i in messages.len()..old_len {
+            self.doors.state_remove(&state_key(session, i));
+        }
+        self.conversations.insert(session.to_owned(), messages);
+    }
+
+    fn compaction_status(&mut self, session: &str, state: &str, detail: &str) {
+        let payload = serde_json::json!({ "session": session, "state": state, "detail": detail });
+        if let Err(e) = self
+            .doors
+            .emit(topics::COMPACTION_STATUS, &payload.to_string())
+        {
+            self.doors
+                .warn(&format!("cannot emit the compaction status: {e}"));
+        }
+    }
+
+    /// Replaces the conversation's oldest turns by a summary from the `compaction` service;
+    /// `Ok(None)` when there is nothing before the kept turns to replace.
+    fn compact(
+        &mut self,
+        session: &str,
+        system: &str,
+        tools: &[ToolDef],
+        focus: &str,
+        reason: &str,
+    ) -> Result<Option<(u64, u64, usize)>, DoorError> {
+        let conversation = self.conversation(session).to_vec();
+        // The turns kept: `keep-turns`, fewer when they alone would fill half the threshold
+        // (so the next request does not compact again at once), the current one always.
+        let target = (self.config.context_window as f64 * self.config.compact_at / 2.0) as u64;
+        let mut cut = None;
+        for keep in (1..=self.config.keep_turns.max(1)).rev() {
+            cut = compaction::cut_point(&conversation, keep);
+            let Some(at) = cut else { continue };
+            let kept = compaction::apply(&conversation, at, compaction::SUMMARY_HEADER);
+            if self.config.context_window == 0
+                || compaction::estimate_tokens(system, &kept, tools) <= target
+            {
+                break;
+            }
+        }
+        let Some(cut) = cut else {
+            return Ok(None);
+        };
+        // Without a provider (unloaded) there is nothing to ask, and nothing to say.
+        let provider = self
+            .doors
+            .call(CALLER_SERVICE, "provider", services::COMPACTION)
+            .unwrap_or_default();
+        if provider.is_empty() {
+            return Err(DoorError {
+                kind: "unavailable",
+                message: "no plugin provides `compaction`".into(),
+            });
+        }
+        let before = compaction::estimate_tokens(system, &conversation, tools);
+        self.compaction_status(
+            session,
+            "started",
+            &format!("the {cut} oldest messages, about {before} tokens in all"),
+        );
+        // Half the window for the transcript, so the summary request itself fits.
+        let budget_chars = match self.config.context_window {
+            0 => 400_000,
+            window => usize::try_from(window)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(2),
+        };
+        let request = serde_json::to_string(&SummarizeRequest {
+            messages: conversation[..cut].to_vec(),
+            focus: focus.to_owned(),
+            budget_chars,
+        })
+        .map_err(|e| DoorError {
+            kind: "invalid",
+            message: e.to_string(),
+        })?;
+        let answer = self.doors.call(services::COMPACTION, "summarize", &request);
+        let answer = match answer {
+            Ok(a) => a,
+            Err(e) if e.kind == "unavailable" => {
+                self.compaction_status(session, "skipped", "the compaction plugin is gone");
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        let summary: String = serde_json::from_str(&answer).map_err(|e| DoorError {
+            kind: "failed",
+            message: format!("the summary is malformed: {e}"),
+        })?;
+        if summary.trim().is_empty() {
+            return Err(DoorError {
+                kind: "failed",
+                message: "the summary is empty".into(),
+            });
+        }
+        let text = format!("{}\n{}", compaction::SUMMARY_HEADER, summary.trim());
+        let compacted = compaction::apply(&conversation, cut, &text);
+        let after = compaction::estimate_tokens(system, &compacted, tools);
+        self.replace_conversation(session, compacted);
+        self.emit(&SessionEvent::Compacted {
+            session: session.to_owned(),
+            replaced: cut,
+            summary: text,
+            reason: reason.to_owned(),
+            tokens_before: before,
+            tokens_after: after,
+        });
+        Ok(Some((before, after, cut)))
+    }
+
+    /// Before a request: when it would fill more than `compact-at` of the context window,
+    /// compact the conversation; after [`MAX_COMPACTION_FAILURES`] failures in the session,
+    /// drop its oldest turns instead, saying so. Without a `compaction` provider (unloaded),
+    /// nothing happens here and the model adapter's own recovery is what remains.
+    fn fit_context(&mut self, session: &str, system: &str, tools: &[ToolDef]) {
+        let window = self.config.context_window;
+        if window == 0 {
+            return;
+        }
+        let threshold = (window as f64 * self.config.compact_at.clamp(0.1, 1.0)) as u64;
+        let estimate = compaction::estimate_tokens(system, self.conversation(session), tools);
+        if estimate <= threshold {
+            return;
+        }
+        let failures = self.compaction_failures.get(session).copied().unwrap_or(0);
+        if failures < MAX_COMPACTION_FAILURES {
+            match self.compact(session, system, tools, "", "threshold") {
+                Ok(_) => return,
+                Err(e) if e.kind == "unavailable" => return,
+                Err(_) if self.doors.cancelled() => return,
+                Err(e) => {
+                    let failures = failures + 1;
+                    self.compaction_failures
+                        .insert(session.to_owned(), failures);
+                    self.compaction_status(
+                        session,
+                        "failed",
+                        &format!(
+                            "compaction failed ({failures} of {MAX_COMPACTION_FAILURES}): {}",
+                            e.message
+                        ),
+                    );
+                    if failures < MAX_COMPACTION_FAILURES {
+                        return;
+                    }
+                    self.compaction_status(
+                        session,
+                        "tripped",
+                        &format!(
+                            "compaction failed {MAX_COMPACTION_FAILURES} times in this session \
+                             and is off; the oldest turns are dropped instead when the \
+                             conversation outgrows the context window"
+                        ),
+                    );
+                }
+            }
+        }
+        let conversation = self.conversation(session).to_vec();
+        if let Some(cut) = compaction::trim_point(system, &conversation, tools, threshold) {
+            let trimmed = compaction::apply(&conversation, cut, compaction::TRIM_HEADER);
+            let after = compaction::estimate_tokens(system, &trimmed, tools);
+            self.replace_conversation(session, trimmed);
+            self.compaction_status(
+                session,
+                "trimmed",
+                &format!("dropped the {cut} oldest messages ({estimate} → {after} tokens)"),
+            );
+            self.emit(&SessionEvent::Compacted {
+                session: session.to_owned(),
+                replaced: cut,
+                summary: compaction::TRIM_HEADER.to_owned(),
+                reason: "trimmed".into(),
+                tokens_before: estimate,
+                tokens_after: after,
+            });
+        }
+    }
+
+    /// `/compact [focus]`: compacts the session now, whatever its size; `{replaced,
+    /// tokens_before, tokens_after}`.
+    pub fn compact_now(&mut self, session: &str, focus: &str) -> Result<String, String> {
+        let (tools, _) = self.tools();
+        let system = self.system_prompt();
+        match self.compact(session, &system, &tools, focus, "manual") {
+            Ok(Some((before, after, replaced))) => Ok(serde_json::json!({
+                "replaced": replaced,
+                "tokens_before": before,
+                "tokens_after": after,
+            })
+            .to_string()),
+            Ok(None) => Err(format!(
+                "nothing to compact yet: the conversation has no turns before the last {}",
+                self.config.keep_turns.max(1)
+            )),
+            Err(e) => Err(format!("compaction failed: {}", e.message)),
+        }
+    }
+
     /// What the `memory` service recalls for this turn's input, fenced as data by the kernel
     /// (whichever plugin provides `memory`, what it returns never reaches the model as
     /// instructions); `None` without a provider, without entries, or when the fence fails.
@@ -378,6 +621,12 @@ impl<D: AgentDoors> AgentLoop<D> {
             }
             let (tools, parallel) = self.tools();
             let system = self.system_prompt();
+            self.fit_context(&session, &system, &tools);
+            if self.doors.cancelled() {
+                report.end = TurnEnd::Cancelled;
+                report.detail = CANCELLED.into();
+                break;
+            }
             self.log_context(&session, &system, &tools);
             let request = ModelRequest {
                 model: String::new(),

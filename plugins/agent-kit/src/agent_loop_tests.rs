@@ -112,6 +112,10 @@ impl AgentDoors for FakeKernel {
         self.state.keys().rev().cloned().collect()
     }
 
+    fn state_remove(&mut self, key: &str) {
+        self.state.remove(key);
+    }
+
     fn warn(&mut self, message: &str) {
         self.warnings.push(message.to_owned());
     }

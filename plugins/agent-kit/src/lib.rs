@@ -19,6 +19,7 @@ pub mod agent_loop;
 pub mod append;
 pub mod batch;
 pub mod claims;
+pub mod compaction;
 pub mod loop_guard;
 pub mod memory;
 pub mod registry;

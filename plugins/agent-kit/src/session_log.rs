@@ -419,12 +419,20 @@ pub struct Conversation {
     pub context: Option<ContextSnapshot>,
 }
 
-/// Rebuilds the conversation from `Message` entries, and takes the latest `Context`.
+/// Rebuilds the conversation from `Message` entries (and `Compacted` ones, where they stand),
+/// and takes the latest `Context`.
 pub fn conversation(lines: &[LogLine]) -> Conversation {
     let mut conversation = Conversation::default();
     for line in lines {
         match &line.event {
             SessionEvent::Message { message, .. } => conversation.messages.push(message.clone()),
+            // Where the agent loop compacted, the conversation it went on with.
+            SessionEvent::Compacted {
+                replaced, summary, ..
+            } => {
+                conversation.messages =
+                    crate::compaction::apply(&conversation.messages, *replaced, summary);
+            }
             SessionEvent::Context { system, tools, .. } => {
                 conversation.context = Some(ContextSnapshot {
                     system: system.clone(),

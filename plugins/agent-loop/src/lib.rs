@@ -63,6 +63,10 @@ impl AgentDoors for KernelDoors {
         state::keys()
     }
 
+    fn state_remove(&mut self, key: &str) {
+        state::remove(key);
+    }
+
     fn warn(&mut self, message: &str) {
         log::warn(message);
     }
@@ -96,8 +100,15 @@ impl Plugin for AgentLoopPlugin {
                     .map_err(|e| format!("`load` takes {{session, messages}}: {e}"))?;
                 Ok(self.0.load(req).to_string())
             }
+            "compact" => {
+                let req: serde_json::Value = serde_json::from_str(payload)
+                    .map_err(|e| format!("`compact` takes {{session, focus}}: {e}"))?;
+                let session = req["session"].as_str().ok_or("`compact` needs `session`")?;
+                self.0
+                    .compact_now(session, req["focus"].as_str().unwrap_or_default())
+            }
             other => Err(format!(
-                "the agent service has no method `{other}`; it has `turn` and `load`"
+                "the agent service has no method `{other}`; it has `turn`, `load` and `compact`"
             )),
         }
     }

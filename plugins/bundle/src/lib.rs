@@ -81,6 +81,7 @@ mod tests {
                 "verifier",
                 "mcp",
                 "memory",
+                "compaction",
                 "skills",
                 "review",
             ]
