@@ -437,3 +437,64 @@ async fn without_the_compaction_plugin_the_session_goes_on_uncompacted() -> R {
     assert!(!stdout.contains("compact"), "{stdout}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_cancels_a_compaction_like_any_model_call() -> R {
+    let wire = Wire::OpenAi;
+    // The compaction's model call never answers.
+    let server = model(wire, |_| vec![sse_head(), Step::Sleep(120_000)]).await?;
+    // Three turns under a window far larger than them…
+    let (home, ws) = setup(&server, wire, 1_000_000)?;
+    run(
+        home.path(),
+        ws.path(),
+        wire,
+        &["run"],
+        "read 1\nread 2\nread 3\n/exit\n",
+    )
+    .await?;
+    let id = log(home.path())?
+        .first()
+        .and_then(|e| e["session"].as_str().map(str::to_owned))
+        .ok_or("no session id")?;
+    // …then resumed under one they overflow: the first request of the turn compacts.
+    let config = home.path().join("config.toml");
+    let text = std::fs::read_to_string(&config)?.replace("1000000", "5000");
+    std::fs::write(&config, text)?;
+    let mut child = crate::common::keel_process(home.path(), ws.path())
+        .env(key_var(wire), KEY)
+        .args(["resume", &id, "read 4"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let mut waited = 0;
+    while !server.received().iter().any(is_compaction) {
+        if waited > 600 {
+            let _ = child.kill();
+            return Err("the compaction's model call never started".into());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    let pid = child.id().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()?;
+    assert!(status.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cancelling the turn"), "{stderr}");
+    let entries = log(home.path())?;
+    let end = entries
+        .iter()
+        .rev()
+        .find(|e| e["kind"] == "turn_ended")
+        .ok_or("no turn end")?;
+    assert_eq!(end["end"], "cancelled", "{end}");
+    assert!(
+        !entries.iter().any(|e| e["kind"] == "compacted"),
+        "a cancelled compaction changes nothing"
+    );
+    Ok(())
+}
