@@ -28,4 +28,4 @@ pub mod session_log;
 pub mod skills;
 pub mod tools;
 
-mod text;
+pub mod text;

@@ -22,6 +22,31 @@ pub(crate) fn preview(s: &str, max_chars: usize) -> String {
     out
 }
 
+/// At most `max` bytes of the file at `path` as text, and whether the file was longer: a
+/// character cut at the end is dropped, other invalid UTF-8 is replaced. For files a model, a
+/// person or a cloned repository wrote (memory, skills, logs), which are never read whole.
+pub fn read_bounded(path: &std::path::Path, max: usize) -> std::io::Result<(String, bool)> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    file.take(u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    let cut = bytes.len() > max;
+    bytes.truncate(max);
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        // Only the last character is incomplete: where the cut fell.
+        Err(e) if e.utf8_error().error_len().is_none() => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    };
+    Ok((text, cut))
+}
+
 /// Levenshtein edit distance over chars.
 pub(crate) fn levenshtein(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().collect();
@@ -42,6 +67,19 @@ pub(crate) fn levenshtein(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bounded_read_cuts_at_a_character_and_says_so() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("f");
+        std::fs::write(&path, "abé")?;
+        assert_eq!(read_bounded(&path, 3)?, ("ab".to_owned(), true));
+        assert_eq!(read_bounded(&path, 4)?, ("abé".to_owned(), false));
+        std::fs::write(&path, b"a\xffb")?;
+        assert_eq!(read_bounded(&path, 10)?, ("a\u{fffd}b".to_owned(), false));
+        assert!(read_bounded(&dir.path().join("missing"), 10).is_err());
+        Ok(())
+    }
 
     #[test]
     fn head_bytes_respects_char_boundaries() {

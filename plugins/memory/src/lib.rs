@@ -17,7 +17,7 @@
 //!   not recalled before in the session come back. The loop has the kernel fence them.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use keel_agent_kit::memory;
@@ -71,25 +71,10 @@ struct Memory {
     recalled: HashMap<String, BTreeSet<String>>,
 }
 
-/// At most `max` bytes of `path` as text (cut at a character boundary); `None` when it is
-/// missing or unreadable.
+/// At most `max` bytes of `path` as text and whether it was cut; `None` when it is missing
+/// or unreadable.
 fn read_bounded(path: &Path, max: usize) -> Option<(String, bool)> {
-    let file = std::fs::File::open(path).ok()?;
-    let mut bytes = Vec::new();
-    let limit = u64::try_from(max).unwrap_or(u64::MAX) + 1;
-    file.take(limit).read_to_end(&mut bytes).ok()?;
-    let cut = bytes.len() > max;
-    bytes.truncate(max);
-    let text = match String::from_utf8(bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            let valid = e.utf8_error().valid_up_to();
-            let mut bytes = e.into_bytes();
-            bytes.truncate(valid);
-            String::from_utf8(bytes).unwrap_or_default()
-        }
-    };
-    Some((text, cut))
+    keel_agent_kit::text::read_bounded(path, max).ok()
 }
 
 /// `text` fenced as data by the kernel.

@@ -12,7 +12,7 @@
 //! The ledger (`/review/experience.jsonl`) is only ever appended to.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -26,7 +26,7 @@ const VERDICTS: &str = "/verifier/verdicts.jsonl";
 /// Session logs one review reads at most (the newest).
 const MAX_LOGS: usize = 500;
 /// Bytes of one log (or the verdict ledger) read at most.
-const MAX_LOG_BYTES: u64 = 32 << 20;
+const MAX_LOG_BYTES: usize = 32 << 20;
 
 struct Review;
 
@@ -36,18 +36,14 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Up to [`MAX_LOG_BYTES`] of `path` as text (a cut last line is skipped by the parsers).
+/// Up to [`MAX_LOG_BYTES`] of `path` as text, empty when it does not exist (a cut last line
+/// is skipped by the parsers).
 fn read(path: &Path) -> Result<String, String> {
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
-    };
-    let mut bytes = Vec::new();
-    file.take(MAX_LOG_BYTES)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
+    match keel_agent_kit::text::read_bounded(path, MAX_LOG_BYTES) {
+        Ok((text, _)) => Ok(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
 }
 
 fn ledger() -> Result<(BTreeMap<String, Entry>, usize), String> {

@@ -12,7 +12,6 @@
 //! other files, or one of those files, when the model asks.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use keel_agent_kit::skills::{self, SkillHead};
@@ -40,16 +39,8 @@ struct Skills {
 
 /// At most [`skills::FILE_MAX_BYTES`] of `path`, and whether it was cut.
 fn read_bounded(path: &Path) -> Result<(String, bool), String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let mut bytes = Vec::new();
-    let max = skills::FILE_MAX_BYTES;
-    file.take(u64::try_from(max).unwrap_or(u64::MAX) + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    let cut = bytes.len() > max;
-    bytes.truncate(max);
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    Ok((text, cut))
+    keel_agent_kit::text::read_bounded(path, skills::FILE_MAX_BYTES)
+        .map_err(|e| format!("cannot read it: {e}"))
 }
 
 /// The skills in the folders of `root`, at most [`skills::MAX_SKILLS`]; a folder whose
