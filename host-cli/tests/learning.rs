@@ -193,6 +193,8 @@ fn skills_are_named_in_the_prompt_and_read_only_when_called() -> R {
         ),
     )?;
     std::fs::write(user_skill.join("template.md"), "TEMPLATEMARK\n")?;
+    // A link out of the skills directory, to keel's config: never followed.
+    std::os::unix::fs::symlink(home.path().join("config.toml"), user_skill.join("leak.md"))?;
     let project_skill = ws.path().join(".keel/skills/deploy");
     std::fs::create_dir_all(&project_skill)?;
     std::fs::write(
@@ -202,6 +204,7 @@ fn skills_are_named_in_the_prompt_and_read_only_when_called() -> R {
     let script = "[[step]]\n[[step.tool_calls]]\nname = \"skill\"\narguments = { name = \"release-notes\" }\n\n\
                   [[step]]\n[[step.tool_calls]]\nname = \"skill\"\narguments = { name = \"release-notes\", file = \"../deploy/SKILL.md\" }\n\n\
                   [[step]]\n[[step.tool_calls]]\nname = \"skill\"\narguments = { name = \"release-notes\", file = \"template.md\" }\n\n\
+                  [[step]]\n[[step.tool_calls]]\nname = \"skill\"\narguments = { name = \"release-notes\", file = \"leak.md\" }\n\n\
                   [[step]]\ntext = \"Done.\"\n";
     let lines = turn(home.path(), ws.path(), script, "write the release notes")?;
     let system = logged_system(home.path(), &lines)?;
@@ -213,7 +216,7 @@ fn skills_are_named_in_the_prompt_and_read_only_when_called() -> R {
     // A cloned repository's skill is not offered before the person approves the workspace.
     assert!(!system.contains("PROJECTSKILL"), "{system}");
     let results = outcomes(&lines);
-    assert_eq!(results.len(), 3, "{results:?}");
+    assert_eq!(results.len(), 4, "{results:?}");
     assert!(
         results[0].1 == "ok"
             && results[0].2.contains("BODYMARK")
@@ -222,9 +225,13 @@ fn skills_are_named_in_the_prompt_and_read_only_when_called() -> R {
     );
     assert_eq!(results[1].1, "error", "{results:?}");
     assert!(results[2].2.contains("TEMPLATEMARK"), "{results:?}");
+    assert!(
+        results[3].1 == "error" && !results[3].2.contains("[model]"),
+        "{results:?}"
+    );
     // The skill's text is in the requests only from its call on.
     let sizes = request_sizes(&lines);
-    assert_eq!(sizes.len(), 4, "{sizes:?}");
+    assert_eq!(sizes.len(), 5, "{sizes:?}");
     assert!(sizes[1] > sizes[0] + 300, "request sizes {sizes:?}");
     eprintln!("request sizes (estimated tokens) before and after the skill call: {sizes:?}");
 
