@@ -29,10 +29,11 @@ const BUNDLED: &[&str] = &[
     "review",
 ];
 
-/// Bundled plugins no default session loads (the examples; `review`, loaded by `keel review`):
+/// Bundled plugins no default session loads (the examples; `review`, loaded by `keel review`;
+/// `mcp`, loaded only when MCP servers are configured):
 /// they ship as components only and are compiled into the component cache on first use,
 /// which keeps their machine code (about 0.7 MB) out of the binary.
-const COMPILED_ON_FIRST_USE: &[&str] = &["greeter", "greeter-client", "echo-tool", "review"];
+const COMPILED_ON_FIRST_USE: &[&str] = &["greeter", "greeter-client", "echo-tool", "review", "mcp"];
 
 fn main() {
     let plugins = workspace_root().join("plugins");

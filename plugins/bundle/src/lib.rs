@@ -116,7 +116,7 @@ mod tests {
         for bundled in all() {
             let shipped = bundled.shipped();
             // What no default session loads is compiled on first use instead.
-            if ["greeter", "greeter-client", "echo-tool", "review"].contains(&bundled.name) {
+            if ["greeter", "greeter-client", "echo-tool", "review", "mcp"].contains(&bundled.name) {
                 assert!(shipped.code.is_none(), "{}", bundled.name);
                 continue;
             }
