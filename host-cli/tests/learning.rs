@@ -265,11 +265,23 @@ fn unloading_memory_or_skills_mid_session_leaves_a_working_session() -> R {
     std::fs::create_dir_all(ws.path().join(".keel/memory"))?;
     std::fs::write(
         ws.path().join(".keel/memory/MEMORY.md"),
-        "# Memory\n- [testing](testing.md) — tests\n",
+        "# Memory\n- [testing](testing.md) — tests\n- [deploy](deploy.md) — deploying\n",
     )?;
     std::fs::write(
         ws.path().join(".keel/memory/testing.md"),
         "- test with make check\n",
+    )?;
+    // What the second turn would recall if memory were still loaded.
+    std::fs::write(
+        ws.path().join(".keel/memory/deploy.md"),
+        "- deploy with make ship\n",
+    )?;
+    // A skill, so the `skill` tool is offered until skills is unloaded.
+    let skill = home.path().join("data/skills/notes");
+    std::fs::create_dir_all(&skill)?;
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: notes\ndescription: Take notes.\n---\nbody\n",
     )?;
     use_scripted_model(
         home.path(),
@@ -277,7 +289,7 @@ fn unloading_memory_or_skills_mid_session_leaves_a_working_session() -> R {
     )?;
     let session = keel(home.path(), ws.path())
         .arg("run")
-        .write_stdin("how do the tests run\n/unload memory\nhow do the tests run now\n/unload skills\nand now\n/exit\n")
+        .write_stdin("how do the tests run\n/unload memory\nhow do we deploy\n/unload skills\nand now\n/exit\n")
         .timeout(std::time::Duration::from_secs(120))
         .output()?;
     let stdout = String::from_utf8_lossy(&session.stdout);
@@ -309,7 +321,29 @@ fn unloading_memory_or_skills_mid_session_leaves_a_working_session() -> R {
     let first = users[0]["message"]["content"].to_string();
     let second = users[1]["message"]["content"].to_string();
     assert!(first.contains("test with make check"), "{first}");
-    assert!(!second.contains("recalled"), "{second}");
+    assert!(
+        !second.contains("recalled") && !second.contains("make ship"),
+        "{second}"
+    );
+    // The tools offered: `skill` until skills was unloaded, `remember` until memory was.
+    let offered: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["kind"] == "context")
+        .map(|l| l["tools"].to_string())
+        .collect();
+    assert!(
+        offered
+            .first()
+            .is_some_and(|t| t.contains("\"skill\"") && t.contains("\"remember\"")),
+        "{offered:?}"
+    );
+    assert!(
+        offered
+            .last()
+            .is_some_and(|t| !t.contains("\"skill\"") && !t.contains("\"remember\"")),
+        "{offered:?}"
+    );
     Ok(())
 }
 
