@@ -17,3 +17,17 @@ pub mod run;
 pub mod sessions;
 pub mod skills;
 pub mod tool;
+
+/// Asks `question` on the terminal (`[y/N]`); true only for `y`. Without a terminal to ask on,
+/// an error saying to pass `--yes`.
+pub fn confirm(question: &str) -> anyhow::Result<bool> {
+    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    if !std::io::stdin().is_terminal() {
+        anyhow::bail!("no terminal to ask on; pass --yes to approve");
+    }
+    print!("{question} [y/N] ");
+    std::io::stdout().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    Ok(answer.trim().eq_ignore_ascii_case("y"))
+}

@@ -221,19 +221,9 @@ fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
             terminal_safe(&f.description)
         );
     }
-    if !yes {
-        use std::io::{BufRead as _, IsTerminal as _, Write as _};
-        if !std::io::stdin().is_terminal() {
-            bail!("no terminal to ask on; pass --yes to approve");
-        }
-        print!("Offer this workspace's skills in its sessions? [y/N] ");
-        std::io::stdout().flush()?;
-        let mut answer = String::new();
-        std::io::stdin().lock().read_line(&mut answer)?;
-        if !answer.trim().eq_ignore_ascii_case("y") {
-            println!("not approved");
-            return Ok(ExitCode::FAILURE);
-        }
+    if !yes && !crate::commands::confirm("Offer this workspace's skills in its sessions?")? {
+        println!("not approved");
+        return Ok(ExitCode::FAILURE);
     }
     let mut all = approvals(&ctx.home);
     if !all.workspaces.contains(&ctx.workspace) {

@@ -312,19 +312,9 @@ pub fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
         "Each runs in the OS sandbox with nothing granted: no folder to write, no host to reach, \
          no secret, and every tool asks before it runs."
     );
-    if !yes {
-        use std::io::{BufRead as _, IsTerminal as _, Write as _};
-        if !std::io::stdin().is_terminal() {
-            bail!("no terminal to ask on; pass --yes to approve");
-        }
-        print!("Start these servers in sessions in this workspace? [y/N] ");
-        std::io::stdout().flush()?;
-        let mut answer = String::new();
-        std::io::stdin().lock().read_line(&mut answer)?;
-        if !answer.trim().eq_ignore_ascii_case("y") {
-            println!("not approved");
-            return Ok(ExitCode::FAILURE);
-        }
+    if !yes && !crate::commands::confirm("Start these servers in sessions in this workspace?")? {
+        println!("not approved");
+        return Ok(ExitCode::FAILURE);
     }
     crate::project_mcp::approve(&ctx.home, &ctx.workspace, &project)?;
     println!("approved; a change to the file needs approving again");
