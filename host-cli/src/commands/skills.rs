@@ -88,39 +88,22 @@ struct Found {
 }
 
 fn scan(root: &Path, origin: &'static str, offered: bool, out: &mut Vec<Found>) {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return;
-    };
-    let mut dirs: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
-        .collect();
-    dirs.sort();
-    for dir in dirs.into_iter().take(skills::MAX_SKILLS) {
+    for (dir, head) in skills::scan(root) {
         let path = dir.join(skills::SKILL_FILE);
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        let text: String = text.chars().take(skills::FILE_MAX_BYTES).collect();
         let taken = |name: &str| out.iter().any(|f| f.name == name && f.problem.is_none());
-        let found = match skills::parse(&text) {
-            Ok((head, _)) if taken(&head.name) => Found {
-                problem: Some("the name is taken by another skill; left out".into()),
-                name: head.name,
-                description: head.description,
-                origin,
-                path,
-                offered: false,
-            },
-            Ok((head, _)) => Found {
-                name: head.name,
-                description: head.description,
-                origin,
-                path,
-                offered,
-                problem: None,
-            },
+        let found = match head {
+            Ok(head) => {
+                let problem = taken(&head.name)
+                    .then(|| "the name is taken by another skill; left out".to_owned());
+                Found {
+                    offered: offered && problem.is_none(),
+                    name: head.name,
+                    description: head.description,
+                    origin,
+                    path,
+                    problem,
+                }
+            }
             Err(e) => Found {
                 name: dir
                     .file_name()

@@ -99,6 +99,30 @@ pub fn parse(text: &str) -> Result<(SkillHead, &str), String> {
     ))
 }
 
+/// The skill folders in `root`, sorted, at most [`MAX_SKILLS`]: each folder with the head of
+/// its `SKILL.md` (read up to [`FILE_MAX_BYTES`]) or why it does not parse. Folders without a
+/// readable `SKILL.md` are not skills and are left out.
+pub fn scan(root: &std::path::Path) -> Vec<(std::path::PathBuf, Result<SkillHead, String>)> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<std::path::PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    dirs.into_iter()
+        .take(MAX_SKILLS)
+        .filter_map(|dir| {
+            let (text, _) =
+                crate::text::read_bounded(&dir.join(SKILL_FILE), FILE_MAX_BYTES).ok()?;
+            let head = parse(&text).map(|(head, _)| head);
+            Some((dir, head))
+        })
+        .collect()
+}
+
 /// Whether `relative` names a file inside a skill's folder: plain components only (no `..`,
 /// no root, no hidden files).
 pub fn is_inside(relative: &str) -> bool {

@@ -46,30 +46,15 @@ fn read_bounded(path: &Path) -> Result<(String, bool), String> {
 /// The skills in the folders of `root`, at most [`skills::MAX_SKILLS`]; a folder whose
 /// `SKILL.md` does not parse is logged and skipped.
 fn scan(root: &str, origin: &'static str, into: &mut BTreeMap<String, Skill>) {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return;
-    };
-    let mut dirs: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
-        .collect();
-    dirs.sort();
-    for dir in dirs.into_iter().take(skills::MAX_SKILLS) {
+    for (dir, head) in skills::scan(Path::new(root)) {
         let file = dir.join(skills::SKILL_FILE);
-        let Ok((text, _)) = read_bounded(&file) else {
-            continue;
-        };
-        match skills::parse(&text) {
-            Ok((head, _)) => {
-                if into.contains_key(&head.name) {
-                    log::warn(&format!(
-                        "{}: skill `{}` is already taken by another skill; left out",
-                        file.display(),
-                        head.name
-                    ));
-                    continue;
-                }
+        match head {
+            Ok(head) if into.contains_key(&head.name) => log::warn(&format!(
+                "{}: skill `{}` is already taken by another skill; left out",
+                file.display(),
+                head.name
+            )),
+            Ok(head) => {
                 into.insert(head.name.clone(), Skill { head, dir, origin });
             }
             Err(e) => log::warn(&format!("{}: left out: {e}", file.display())),
