@@ -432,6 +432,31 @@ pub async fn model_only(ctx: &Context) -> anyhow::Result<Kernel> {
     offline_kernel(ctx, &[&format!("model-{}", choice.provider)]).await
 }
 
+/// One question to the `model` service of `kernel`, with no tools: the answer's text, or
+/// what went wrong in words for a person.
+pub async fn ask_model(
+    kernel: &Kernel,
+    system: String,
+    question: String,
+    max_tokens: u32,
+) -> Result<String, String> {
+    let request = keel_protocol::ModelRequest {
+        model: String::new(),
+        system,
+        messages: vec![keel_protocol::Message::user_text(question)],
+        tools: Vec::new(),
+        max_tokens,
+    };
+    let payload = serde_json::to_string(&request).map_err(|e| e.to_string())?;
+    let answer = kernel
+        .call_service(services::MODEL, "complete", &payload)
+        .await
+        .map_err(|e| format!("the model failed: {e}"))?;
+    let response: keel_protocol::ModelResponse =
+        serde_json::from_str(&answer).map_err(|e| format!("a malformed answer: {e}"))?;
+    Ok(response.message.text())
+}
+
 /// A kernel with the session's gates (no one to ask: what would need approval is refused) and
 /// only the bundled plugins `names`, configured as a session would configure them.
 pub async fn offline_kernel(ctx: &Context, names: &[&str]) -> anyhow::Result<Kernel> {
