@@ -13,42 +13,14 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use keel_tests::model_server::{ModelServer, Received, Step, sse_head};
-use keel_tests::wire::{oa, oa_done, oa_usage};
-use serde_json::json;
+use keel_tests::model_server::{ModelServer, Received};
+use keel_tests::wire::{oa_answer, oa_tool_call};
 
 mod common;
 use common::{millis, report};
 
 const KEY: &str = "sk-bench-0123456789abcdefghijklmnop";
 const COMPACTION_MARK: &str = "You are keel's compaction step";
-
-fn text(text: &str) -> Vec<Step> {
-    let mut s = vec![
-        sse_head(),
-        oa(json!({"role": "assistant", "content": text}), None),
-        oa(json!({}), Some("stop")),
-        oa_usage(10, 2, 0),
-    ];
-    s.extend(oa_done());
-    s
-}
-
-fn read_call(id: &str) -> Vec<Step> {
-    let mut s = vec![
-        sse_head(),
-        oa(
-            json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": id,
-                "type": "function",
-                "function": {"name": "read_file", "arguments": "{\"path\": \"big.txt\"}"}}]}),
-            None,
-        ),
-        oa(json!({}), Some("tool_calls")),
-        oa_usage(10, 2, 0),
-    ];
-    s.extend(oa_done());
-    s
-}
 
 fn is_compaction(r: &Received) -> bool {
     r.body.contains(COMPACTION_MARK)
@@ -109,16 +81,16 @@ async fn main() {
         .unwrap_or(12);
     let server = ModelServer::start(|n, r| {
         if is_compaction(r) {
-            return text("SUMMARY: big.txt was read six times; nothing else happened.");
+            return oa_answer("SUMMARY: big.txt was read six times; nothing else happened.");
         }
         let last = r.json()["messages"]
             .as_array()
             .and_then(|m| m.last().cloned())
             .unwrap_or_default();
         if last["role"] == "tool" {
-            text("done")
+            oa_answer("done")
         } else {
-            read_call(&format!("call_{n}"))
+            oa_tool_call(&format!("call_{n}"), "read_file", r#"{"path": "big.txt"}"#)
         }
     })
     .await

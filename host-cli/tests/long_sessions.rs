@@ -12,10 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use keel_tests::model_server::{ModelServer, Received, Step, sse_head};
-use keel_tests::wire::{
-    an_block_start, an_block_stop, an_delta, an_end, an_start, oa, oa_done, oa_usage,
-};
-use serde_json::{Value, json};
+use keel_tests::wire::{an_answer, an_tool_call, oa_answer, oa_tool_call};
+use serde_json::Value;
 
 use crate::common::keel;
 
@@ -33,62 +31,16 @@ enum Wire {
 
 fn text(wire: Wire, text: &str) -> Vec<Step> {
     match wire {
-        Wire::OpenAi => {
-            let mut s = vec![
-                sse_head(),
-                oa(json!({"role": "assistant", "content": text}), None),
-                oa(json!({}), Some("stop")),
-                oa_usage(10, 2, 0),
-            ];
-            s.extend(oa_done());
-            s
-        }
-        Wire::Anthropic => {
-            let mut s = vec![
-                sse_head(),
-                an_start(10, 0),
-                an_block_start(0, json!({"type": "text", "text": ""})),
-                an_delta(0, json!({"type": "text_delta", "text": text})),
-                an_block_stop(0),
-            ];
-            s.extend(an_end("end_turn", 2));
-            s
-        }
+        Wire::OpenAi => oa_answer(text),
+        Wire::Anthropic => an_answer(text),
     }
 }
 
 fn read_call(wire: Wire, id: &str) -> Vec<Step> {
     let args = r#"{"path": "big.txt"}"#;
     match wire {
-        Wire::OpenAi => {
-            let mut s = vec![
-                sse_head(),
-                oa(
-                    json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0,
-                        "id": id, "type": "function",
-                        "function": {"name": "read_file", "arguments": args}}]}),
-                    None,
-                ),
-                oa(json!({}), Some("tool_calls")),
-                oa_usage(10, 2, 0),
-            ];
-            s.extend(oa_done());
-            s
-        }
-        Wire::Anthropic => {
-            let mut s = vec![
-                sse_head(),
-                an_start(10, 0),
-                an_block_start(
-                    0,
-                    json!({"type": "tool_use", "id": id, "name": "read_file", "input": {}}),
-                ),
-                an_delta(0, json!({"type": "input_json_delta", "partial_json": args})),
-                an_block_stop(0),
-            ];
-            s.extend(an_end("tool_use", 2));
-            s
-        }
+        Wire::OpenAi => oa_tool_call(id, "read_file", args),
+        Wire::Anthropic => an_tool_call(id, "read_file", args),
     }
 }
 

@@ -53,6 +53,34 @@ pub fn oa_text(words: &[&str], finish: &str) -> Vec<Step> {
     steps
 }
 
+/// A whole answer of `text` in one chunk, ending with `stop`.
+pub fn oa_answer(text: &str) -> Vec<Step> {
+    let mut s = vec![
+        sse_head(),
+        oa(json!({"role": "assistant", "content": text}), None),
+        oa(json!({}), Some("stop")),
+        oa_usage(10, 2, 0),
+    ];
+    s.extend(oa_done());
+    s
+}
+
+/// A whole answer calling tool `name` with `arguments` (JSON text) under `id`.
+pub fn oa_tool_call(id: &str, name: &str, arguments: &str) -> Vec<Step> {
+    let mut s = vec![
+        sse_head(),
+        oa(
+            json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": id,
+                "type": "function", "function": {"name": name, "arguments": arguments}}]}),
+            None,
+        ),
+        oa(json!({}), Some("tool_calls")),
+        oa_usage(10, 2, 0),
+    ];
+    s.extend(oa_done());
+    s
+}
+
 // ---- Anthropic Messages ------------------------------------------------------------------
 
 /// One named server-sent event.
@@ -107,4 +135,36 @@ pub fn an_end(stop: &str, output: u64) -> Vec<Step> {
         an("message_stop", json!({"type": "message_stop"})),
         last_chunk(),
     ]
+}
+
+/// A whole answer of `text` in one block, ending with `end_turn`.
+pub fn an_answer(text: &str) -> Vec<Step> {
+    let mut s = vec![
+        sse_head(),
+        an_start(10, 0),
+        an_block_start(0, json!({"type": "text", "text": ""})),
+        an_delta(0, json!({"type": "text_delta", "text": text})),
+        an_block_stop(0),
+    ];
+    s.extend(an_end("end_turn", 2));
+    s
+}
+
+/// A whole answer calling tool `name` with `arguments` (JSON text) under `id`.
+pub fn an_tool_call(id: &str, name: &str, arguments: &str) -> Vec<Step> {
+    let mut s = vec![
+        sse_head(),
+        an_start(10, 0),
+        an_block_start(
+            0,
+            json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+        ),
+        an_delta(
+            0,
+            json!({"type": "input_json_delta", "partial_json": arguments}),
+        ),
+        an_block_stop(0),
+    ];
+    s.extend(an_end("tool_use", 2));
+    s
 }
