@@ -55,6 +55,32 @@ pub struct UserConfig {
     /// MCP servers whose tools a session offers, `[mcp.servers.NAME]`.
     #[serde(default)]
     pub mcp: McpSettings,
+    /// What child agents (the `task` tool) may have, `[subagents]`.
+    #[serde(default)]
+    pub subagents: SubagentSettings,
+}
+
+/// `[subagents]`: a child agent gets read-only tools unless `allow` names more (never more
+/// than its parent has), and children nest at most `max-depth` deep.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SubagentSettings {
+    /// How deep children may nest (default 1: the main agent's children start none).
+    pub max_depth: Option<u32>,
+    /// Tools a child may be given although they write, run code or reach the network.
+    #[serde(default)]
+    pub allow: Vec<String>,
+}
+
+impl SubagentSettings {
+    /// The kernel's policy from these settings.
+    pub fn policy(&self) -> keel_kernel::SubagentPolicy {
+        let default = keel_kernel::SubagentPolicy::default();
+        keel_kernel::SubagentPolicy {
+            max_depth: self.max_depth.unwrap_or(default.max_depth),
+            allow: self.allow.iter().cloned().collect(),
+        }
+    }
 }
 
 /// `[mcp]`: the MCP servers a session starts (each in the OS sandbox) and offers the tools of.

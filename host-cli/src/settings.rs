@@ -33,6 +33,7 @@ pub fn default_profile(provider: &str) -> Vec<String> {
         "memory".into(),
         "skills".into(),
         "compaction".into(),
+        "subagents".into(),
         "agent-loop".into(),
     ]
 }

@@ -13,4 +13,5 @@ mod long_sessions;
 mod mcp;
 mod mcp_client;
 mod registry;
+mod subagents;
 mod terminal;

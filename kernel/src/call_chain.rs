@@ -13,11 +13,13 @@
 //! deadline is never later than its caller's.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::agents::AgentScope;
 
 /// The door a call came through: it sets the call's deadline and whether the call starts a
 /// CPU account of its own.
@@ -170,6 +172,16 @@ struct Budget {
 pub struct CallChain {
     plugins: Vec<Arc<str>>,
     budget: Budget,
+    /// The child agent the calls on this chain act for (`None`: the main agent).
+    agent: Option<Arc<AgentScope>>,
+    /// A child agent the innermost plugin opened while serving this call; the calls it makes
+    /// from then on act for that child.
+    opened: Arc<OnceLock<Arc<AgentScope>>>,
+    /// The tool call the innermost plugin serves (call id, tool owner), set by the
+    /// dispatcher for exactly that plugin's frame.
+    serving: Option<(Arc<str>, Arc<str>)>,
+    /// The tool call the next frame will serve, if that frame is the tool owner's.
+    serve_next: Option<(Arc<str>, Arc<str>)>,
 }
 
 impl CallChain {
@@ -177,18 +189,61 @@ impl CallChain {
     pub fn starting_at(plugin: &str) -> Self {
         CallChain {
             plugins: vec![Arc::from(plugin)],
-            budget: Budget::default(),
+            ..CallChain::default()
         }
     }
 
-    /// This chain extended by `plugin`, sharing its budget.
+    /// This chain extended by `plugin`, sharing its budget. The new frame acts for the child
+    /// agent its caller opened, if any, else for its caller's.
     pub fn then(&self, plugin: &str) -> Self {
         let mut next = self.plugins.clone();
         next.push(Arc::from(plugin));
         CallChain {
             plugins: next,
             budget: self.budget.clone(),
+            agent: self.opened.get().cloned().or_else(|| self.agent.clone()),
+            opened: Arc::default(),
+            serving: self
+                .serve_next
+                .clone()
+                .filter(|(_, owner)| &**owner == plugin),
+            serve_next: None,
         }
+    }
+
+    /// This chain, about to run tool call `id` of `owner`: the frame entered next, if it is
+    /// `owner`'s, serves that call.
+    pub(crate) fn serving_call(&self, id: &str, owner: &str) -> Self {
+        CallChain {
+            serve_next: Some((Arc::from(id), Arc::from(owner))),
+            ..self.clone()
+        }
+    }
+
+    /// The id of the tool call the innermost plugin serves, if it serves one.
+    pub(crate) fn served_call(&self) -> Option<&str> {
+        self.serving.as_ref().map(|(id, _)| &**id)
+    }
+
+    /// The child agent the innermost plugin opened in this call.
+    pub(crate) fn opened_agent(&self) -> Option<&Arc<AgentScope>> {
+        self.opened.get()
+    }
+
+    /// Open `scope` for this call; refused when one is open already.
+    pub(crate) fn open_agent(&self, scope: Arc<AgentScope>) -> Result<(), Arc<AgentScope>> {
+        self.opened.set(scope)
+    }
+
+    /// The child agent this chain's calls act for: the one the innermost plugin opened, else
+    /// the one it was called under (`None`: the main agent).
+    pub(crate) fn acting_agent(&self) -> Option<&Arc<AgentScope>> {
+        self.opened.get().or(self.agent.as_ref())
+    }
+
+    /// The child agent the innermost plugin was called under (the parent of one it opens).
+    pub(crate) fn parent_agent(&self) -> Option<&Arc<AgentScope>> {
+        self.agent.as_ref()
     }
 
     /// The chain of a `kind` call into `plugin` made on this chain at `now`: a new CPU account

@@ -96,6 +96,13 @@ pub fn capability_lines(manifest: &Manifest) -> Vec<String> {
             manifest.name
         ));
     }
+    if let Some(n) = manifest.limits.instances.filter(|n| *n > 1) {
+        lines.push(format!(
+            "LIMITS: asks to run {n} instances at once, each with its own memory (default 1; \
+             more needs `[limits.{}] instances` in your config)",
+            manifest.name
+        ));
+    }
     if lines.is_empty() {
         lines.push("nothing beyond its own sandbox".to_owned());
     }

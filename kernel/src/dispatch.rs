@@ -52,6 +52,10 @@ pub(crate) trait Mediator: Send + Sync {
     fn guards(&self) -> Vec<(String, String)>;
     /// Whether a service is provided.
     fn has_service(&self, name: &str) -> bool;
+    /// Whether `plugin` can act beyond its sandbox during a tool call (run commands, reach
+    /// the network, start processes): then its calls run one at a time, so what it does
+    /// belongs to exactly one call and its approval.
+    fn acts_outside(&self, plugin: &str) -> bool;
 }
 
 fn outcome(call_id: &str, tool: &str, status: OutcomeStatus, content: String) -> ToolOutcome {
@@ -72,7 +76,11 @@ pub(crate) async fn dispatch_one(
     chain: &crate::call_chain::CallChain,
     id: &str,
 ) -> ToolOutcome {
-    let call = match gates.take_for_dispatch(id) {
+    // A plugin that opened a child agent dispatches as that child: only the child's calls,
+    // only the child's tools, approvals in its name.
+    let child = chain.opened_agent().cloned();
+    let scope = child.as_ref().map_or(0, |c| c.id);
+    let call = match gates.take_for_dispatch(id, scope) {
         Ok(call) => call,
         Err(reason) => return outcome(id, "", OutcomeStatus::Refused, format!("[keel] {reason}")),
     };
@@ -120,6 +128,26 @@ pub(crate) async fn dispatch_one(
             format!("[keel] tool `{tool}` is no longer registered; its plugin was unloaded"),
         );
     };
+    if let Some(child) = &child
+        && !child.tools.contains(&tool)
+    {
+        return outcome(
+            id,
+            &tool,
+            OutcomeStatus::Refused,
+            format!(
+                "[keel] `{tool}` is not among the tools of {} ({}); use those, or finish and \
+                 tell your parent what you need",
+                child.name(),
+                child
+                    .tools
+                    .iter()
+                    .map(|t| format!("`{t}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
     if let Err(problem) = check_schema(&spec, &input) {
         return outcome(
             id,
@@ -132,7 +160,16 @@ pub(crate) async fn dispatch_one(
         );
     }
     let command = command_of(&spec, &input);
-    let decision = judge(gates, m, chain, &tool, &spec, &input, command.as_deref()).await;
+    let requester = child.as_ref().map(|c| c.name());
+    let decision = judge(
+        gates,
+        m,
+        chain,
+        (&tool, &spec, &input),
+        command.as_deref(),
+        requester,
+    )
+    .await;
     let approved_command = match decision {
         Judged::Refused(reason) => {
             return outcome(
@@ -166,7 +203,8 @@ pub(crate) async fn replay(
     chain: &crate::call_chain::CallChain,
     id: &str,
 ) -> Result<ToolOutcome, KernelError> {
-    let (tool, input) = gates.replayable(id).map_err(KernelError::Denied)?;
+    let scope = chain.acting_agent().map_or(0, |c| c.id);
+    let (tool, input) = gates.replayable(id, scope).map_err(KernelError::Denied)?;
     let Some((spec, owner)) = m.tool(&tool) else {
         return Err(KernelError::Unavailable(format!(
             "tool `{tool}` is no longer registered"
@@ -304,10 +342,9 @@ async fn judge(
     gates: &Arc<SessionGates>,
     m: &dyn Mediator,
     chain: &crate::call_chain::CallChain,
-    tool: &str,
-    spec: &ToolSpec,
-    input: &Value,
+    (tool, spec, input): (&str, &ToolSpec, &Value),
     command: Option<&str>,
+    requester: Option<String>,
 ) -> Judged {
     let (guard_decision, guard_reason) = ask_guards(gates, m, chain, tool, input).await;
     let mut verdict = command.map(|c| gates.decide_exec(c));
@@ -352,7 +389,8 @@ async fn judge(
             workspace: &workspace,
             approver: &*gates2.approver,
         }
-        .authorize(
+        .authorize_for(
+            requester.as_deref(),
             &tool2,
             &caps,
             &summary,
@@ -402,11 +440,21 @@ async fn run_tool(
     input: &Value,
     approved_command: Option<String>,
 ) -> ToolOutcome {
-    let plugin_lock = gates.plugin_lock(owner);
-    let _one_at_a_time = plugin_lock.lock().await;
-    let serving = Serving::start(gates, owner, approved_command);
-    let result = m.invoke_tool(chain, tool, &input.to_string()).await;
-    let inflight = serving.finish();
+    let chain = chain.serving_call(id, owner);
+    let input_text = input.to_string();
+    // A plugin that acts outside its sandbox serves one call at a time, so the approved
+    // command and the hosts reached belong to that call; any other (a subagent's whole loop)
+    // may serve several at once.
+    let (result, inflight) = if m.acts_outside(owner) {
+        let plugin_lock = gates.plugin_lock(owner);
+        let _one_at_a_time = plugin_lock.lock().await;
+        let serving = Serving::start(gates, owner, approved_command);
+        let result = m.invoke_tool(&chain, tool, &input_text).await;
+        (result, serving.finish())
+    } else {
+        let result = m.invoke_tool(&chain, tool, &input_text).await;
+        (result, crate::session_gates::Inflight::default())
+    };
     let (status, text) = match result {
         Ok(text) => (OutcomeStatus::Ok, text),
         Err(e) => (OutcomeStatus::Error, e.to_string()),

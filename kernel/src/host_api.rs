@@ -20,6 +20,9 @@ pub struct HostHandle {
     plugin: Arc<str>,
     generation: u64,
     chain: CallChain,
+    /// An extra instance that only serves calls (see `limits.instances`): what it registers
+    /// at activation the plugin's first instance already holds, so it changes nothing.
+    worker: bool,
 }
 
 impl std::fmt::Debug for HostHandle {
@@ -38,6 +41,15 @@ impl HostHandle {
             plugin: Arc::from(plugin),
             generation,
             chain: CallChain::starting_at(plugin),
+            worker: false,
+        }
+    }
+
+    /// The handle of an extra instance of `plugin` that only serves calls.
+    pub(crate) fn worker(shared: Weak<Shared>, plugin: &str, generation: u64) -> Self {
+        HostHandle {
+            worker: true,
+            ..HostHandle::new(shared, plugin, generation)
         }
     }
 
@@ -75,6 +87,11 @@ impl HostHandle {
     }
 
     fn effect(&self, effect: Effect) -> Result<(), KernelError> {
+        if self.worker {
+            // The environment is the first instance's to change; an extra instance's
+            // activation repeats its registrations, which are already in place.
+            return Ok(());
+        }
         self.shared()?
             .apply_effect(&self.plugin, self.generation, effect)
     }
@@ -136,7 +153,37 @@ impl HostHandle {
                 self.plugin
             )));
         }
+        if topic == keel_protocol::topics::SUBAGENT_EVENT {
+            self.check_subagent_event(payload)?;
+        }
         shared.emit_from_plugin(&self.plugin, self.generation, topic, payload)
+    }
+
+    /// A child agent's log entry comes only from the plugin serving that child's call, and
+    /// names that call and child: no plugin can file entries under another call.
+    fn check_subagent_event(&self, payload: &str) -> Result<(), KernelError> {
+        let Some(child) = self.chain.opened_agent() else {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` has no child agent open in this call, so it cannot emit `{}`",
+                self.plugin,
+                keel_protocol::topics::SUBAGENT_EVENT
+            )));
+        };
+        let event: keel_protocol::SubagentEvent = serde_json::from_str(payload).map_err(|e| {
+            KernelError::Invalid(format!("`subagent.event` takes a SubagentEvent: {e}"))
+        })?;
+        if event.child != child.id || event.parent_call != child.parent_call {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` serves {} for call `{}`; an entry naming child {} of call `{}` is \
+                 refused",
+                self.plugin,
+                child.name(),
+                child.parent_call,
+                event.child,
+                event.parent_call
+            )));
+        }
+        Ok(())
     }
 
     /// The value of `key` in this plugin's kernel-held state.
@@ -294,6 +341,12 @@ impl HostHandle {
 
     /// Start the program of `entry` (an entry of the person's config for this plugin).
     pub fn process_start(&self, entry: &str) -> Result<u32, KernelError> {
+        if self.worker {
+            return Err(KernelError::Denied(format!(
+                "an extra instance of `{}` cannot start processes; its first instance owns them",
+                self.plugin
+            )));
+        }
         let shared = self.processes_shared()?;
         let Some(config) = shared
             .gates
@@ -409,16 +462,38 @@ impl HostHandle {
         Ok(shared)
     }
 
+    /// The doors that drive a conversation (`complete`, `dispatch`): the plugin serving
+    /// `agent` drives the person's; any other drives only a child it opened for the tool
+    /// call it serves.
+    fn driver_shared(&self) -> Result<Arc<Shared>, KernelError> {
+        let shared = self.agent_shared()?;
+        if self.chain.opened_agent().is_none()
+            && shared
+                .provider_of(keel_protocol::services::AGENT)
+                .as_deref()
+                != Some(&*self.plugin)
+        {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` does not provide `{}`; it may ask the model and dispatch calls \
+                 only for a child agent it opened (`{}` `open`)",
+                self.plugin,
+                keel_protocol::services::AGENT,
+                keel_protocol::services::AGENTS
+            )));
+        }
+        Ok(shared)
+    }
+
     /// Ask the model for the next assistant message (the kernel records its tool calls).
     pub async fn agent_complete(&self, request: &str) -> Result<String, KernelError> {
-        self.agent_shared()?
+        self.driver_shared()?
             .agent_complete(&self.chain, request)
             .await
     }
 
     /// Dispatch recorded tool calls through the gate pipeline.
     pub async fn agent_dispatch(&self, call_ids: &[String]) -> Vec<String> {
-        match self.agent_shared() {
+        match self.driver_shared() {
             Ok(shared) => shared.agent_dispatch(&self.chain, call_ids).await,
             Err(e) => call_ids
                 .iter()

@@ -4,6 +4,7 @@
 //! Plugins reach the kernel only through [`HostHandle`]; the host (the CLI) drives it through
 //! [`Kernel`].
 
+mod agents;
 mod call_chain;
 pub mod consent;
 mod dispatch;
@@ -28,6 +29,7 @@ mod wasm_host;
 /// fuzz without the runtime; the kernel owns their session state and is their only caller.
 pub use keel_gates as gates;
 
+pub use agents::SubagentPolicy;
 pub use call_chain::{CallChain, CallKind, CpuAccount, Deadline, Deadlines};
 pub use env::{Env, ProcessRecord, ServiceEntry, ToolEntry};
 pub use graph::{GraphError, PluginGraph};

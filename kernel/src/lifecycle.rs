@@ -176,6 +176,10 @@ pub enum LifecycleError {
 
 type Slot = Arc<tokio::sync::Mutex<Option<Box<dyn PluginInstance>>>>;
 
+/// An extra instance of a plugin that asked for several (`limits.instances`), with the
+/// generation it was activated for; it serves tool and service calls only.
+type ExtraSlot = Arc<tokio::sync::Mutex<Option<(u64, Box<dyn PluginInstance>)>>>;
+
 struct Record {
     manifest: Arc<Manifest>,
     source: Arc<dyn PluginSource>,
@@ -184,6 +188,8 @@ struct Record {
     /// Bumped at every activation; a stale instance's requests are refused.
     generation: u64,
     slot: Slot,
+    /// Extra instances, made on demand up to `limits.instances` − 1 while the first is busy.
+    extra: Vec<ExtraSlot>,
     events: mpsc::Sender<Arc<Event>>,
     /// Events queued for the plugin and not yet handled, so an unload can let them arrive
     /// first (a session log must not lose the last events of a session at exit), and their
@@ -542,6 +548,7 @@ impl Shared {
 /// the processes it started, which the environment no longer records.
 fn undo_instance(gates: &SessionGates, r: &mut Record, name: &str, env: &mut Env) {
     r.undo.replay(name, env);
+    r.extra.clear();
     gates.processes.reap(name, env);
 }
 

@@ -138,6 +138,7 @@ impl PluginLoader {
             }
             PluginKind::Native => {
                 let source = native_host::open(&manifest, &code, &self.config.trusted_native)?;
+                let manifest = self.with_granted_instances(manifest);
                 Ok(PluginPackage { manifest, source })
             }
         }
@@ -151,6 +152,7 @@ impl PluginLoader {
     ) -> Result<PluginPackage, LoadError> {
         let component = self.wasm.compile(&manifest.name, bytes)?;
         let grants = self.grants(&manifest)?;
+        let manifest = self.with_granted_instances(manifest);
         let source = self.wasm.source(&component, grants);
         Ok(PluginPackage { manifest, source })
     }
@@ -334,6 +336,28 @@ impl PluginLoader {
             );
         }
         limits
+    }
+
+    /// `manifest` with at most the instances the user granted it (`[limits.<plugin>]
+    /// instances`), one without a grant: each instance is another memory cap's worth.
+    fn with_granted_instances(&self, mut manifest: Manifest) -> Manifest {
+        let granted = self
+            .config
+            .granted_limits
+            .get(&manifest.name)
+            .and_then(|g| g.instances)
+            .unwrap_or(1);
+        let asked = manifest.limits.instances.unwrap_or(1);
+        if asked > granted {
+            tracing::warn!(
+                plugin = %manifest.name,
+                "the manifest asks for {asked} instances; it gets {granted} (raise it with \
+                 [limits.{}] instances in config.toml)",
+                manifest.name
+            );
+            manifest.limits.instances = Some(granted);
+        }
+        manifest
     }
 
     /// The first sealed path inside `dir` (canonical), if any.

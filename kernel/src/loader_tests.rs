@@ -55,6 +55,7 @@ fn a_manifest_cannot_raise_its_own_limits() {
                 crate::manifest::Limits {
                     memory_mib: Some(256),
                     cpu_ms: Some(5_000),
+                    instances: None,
                 },
             )]
             .into(),

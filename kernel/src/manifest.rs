@@ -123,7 +123,14 @@ pub struct Limits {
     pub memory_mib: Option<u64>,
     /// Guest CPU time per call in milliseconds (default 1000).
     pub cpu_ms: Option<u64>,
+    /// Instances that may serve calls at once (default 1, at most [`MAX_INSTANCES`]): a
+    /// plugin whose calls are long and independent (a subagent's whole loop) asks for more,
+    /// each with the memory cap above.
+    pub instances: Option<u64>,
 }
+
+/// The most instances of one plugin the kernel runs at once.
+pub const MAX_INSTANCES: u64 = 8;
 
 /// A parsed and validated `keel.toml`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -409,6 +416,15 @@ impl Manifest {
                         span,
                         "limits.memory-mib",
                         "must be between 1 and 4096".into(),
+                    ));
+                }
+                if limits.instances == Some(0)
+                    || limits.instances.is_some_and(|n| n > MAX_INSTANCES)
+                {
+                    return Err(err(
+                        span,
+                        "limits.instances",
+                        format!("must be between 1 and {MAX_INSTANCES}"),
                     ));
                 }
                 if limits.cpu_ms == Some(0) || limits.cpu_ms.is_some_and(|m| m > 3_600_000) {

@@ -14,6 +14,7 @@ use std::time::Duration;
 use keel_protocol::{Block, ExecRecord, ModelResponse, StopReason};
 use serde_json::Value;
 
+use crate::agents::SubagentPolicy;
 use crate::gates::approvals::{
     Answer, ApprovalRequest, Approver, DenyAll, GrantStore, SessionApprovals,
 };
@@ -74,6 +75,8 @@ pub struct GateConfig {
     /// The long-lived programs each plugin may start (plugin → entry name → entry): the
     /// person's `[mcp.servers]` for `mcp`. Nothing else can start one.
     pub processes: BTreeMap<String, BTreeMap<String, ProcessEntry>>,
+    /// What child agents may have and how deep they nest (`[subagents]`).
+    pub subagents: SubagentPolicy,
 }
 
 impl GateConfig {
@@ -92,6 +95,7 @@ impl GateConfig {
             guard_timeout: Duration::from_secs(2),
             sandbox: SandboxConfig::default(),
             processes: BTreeMap::new(),
+            subagents: SubagentPolicy::default(),
         }
     }
 }
@@ -104,6 +108,9 @@ pub(crate) struct RecordedCall {
     pub(crate) stop: StopReason,
     pub(crate) stop_raw: String,
     turn: u64,
+    /// The child agent whose model made the call (0: the main agent); only it may dispatch
+    /// or replay the call.
+    scope: u64,
     /// Set once the call passed the gates and ran: its resolved tool and parsed input.
     executed: Option<(String, Value)>,
     dispatched: bool,
@@ -188,6 +195,10 @@ pub(crate) struct SessionGates {
     process_entries: BTreeMap<String, BTreeMap<String, ProcessEntry>>,
     /// The long-lived processes plugins started.
     pub(crate) processes: ProcessTable,
+    /// What child agents may have (`[subagents]`).
+    pub(crate) subagents: SubagentPolicy,
+    /// The number of the next child agent.
+    next_child: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -284,6 +295,8 @@ impl SessionGates {
             spill_limit: crate::quotas::MAX_SPILL_BYTES_PER_SESSION,
             process_entries: config.processes,
             processes: ProcessTable::default(),
+            subagents: config.subagents,
+            next_child: AtomicU64::new(1),
         }
     }
 
@@ -345,7 +358,13 @@ impl SessionGates {
 
     /// Record the tool calls of a model response and clean its text. Returns the response as
     /// the agent will see it.
-    pub(crate) fn record_response(&self, mut response: ModelResponse) -> ModelResponse {
+    /// A new child agent's number.
+    pub(crate) fn next_child(&self) -> u64 {
+        self.next_child.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// `scope` is the child agent whose model answered (0: the main agent).
+    pub(crate) fn record_response(&self, mut response: ModelResponse, scope: u64) -> ModelResponse {
         let turn = self.turn.load(Ordering::SeqCst);
         let mut calls = lock(&self.calls);
         for block in &mut response.message.content {
@@ -382,6 +401,7 @@ impl SessionGates {
                             stop: response.stop_reason,
                             stop_raw: response.stop_reason_raw.clone(),
                             turn,
+                            scope,
                             executed: None,
                             dispatched: false,
                         },
@@ -408,6 +428,7 @@ impl SessionGates {
                 stop: StopReason::EndTurn,
                 stop_raw: "host".into(),
                 turn: self.turn.load(Ordering::SeqCst),
+                scope: 0,
                 executed: None,
                 dispatched: false,
             },
@@ -568,6 +589,7 @@ impl SessionGates {
             ),
             can_always: false,
             preview: None,
+            requester: None,
         };
         let approver = self.approver.clone();
         let answer = tokio::task::spawn_blocking(move || approver.ask(&request))
@@ -615,13 +637,14 @@ impl SessionGates {
         }
     }
 
-    /// Take a recorded call for dispatch (each id runs once).
-    pub(crate) fn take_for_dispatch(&self, id: &str) -> Result<RecordedCall, String> {
+    /// Take a recorded call for dispatch (each id runs once, and only by the agent whose
+    /// model made it: `scope`, 0 for the main agent).
+    pub(crate) fn take_for_dispatch(&self, id: &str, scope: u64) -> Result<RecordedCall, String> {
         let mut calls = lock(&self.calls);
-        let Some(call) = calls.get_mut(id) else {
+        let Some(call) = calls.get_mut(id).filter(|c| c.scope == scope) else {
             return Err(format!(
-                "no tool call with id `{id}` came from the model; the kernel runs only calls \
-                 it saw in a model response"
+                "no tool call with id `{id}` came from this agent's model; the kernel runs \
+                 only calls it saw in a model response, for the agent that asked"
             ));
         };
         if call.dispatched {
@@ -640,10 +663,10 @@ impl SessionGates {
     }
 
     /// The tool and input of an approved, executed call of the current turn.
-    pub(crate) fn replayable(&self, id: &str) -> Result<(String, Value), String> {
+    pub(crate) fn replayable(&self, id: &str, scope: u64) -> Result<(String, Value), String> {
         let turn = self.turn.load(Ordering::SeqCst);
         let calls = lock(&self.calls);
-        match calls.get(id) {
+        match calls.get(id).filter(|c| c.scope == scope) {
             Some(RecordedCall {
                 executed: Some((tool, input)),
                 turn: t,

@@ -27,6 +27,7 @@ const BUNDLED: &[&str] = &[
     "compaction",
     "skills",
     "review",
+    "subagents",
 ];
 
 /// Bundled plugins no default session loads (the examples; `review`, loaded by `keel review`;

@@ -35,6 +35,53 @@ pub mod services {
     /// `fence` ([`FenceRequest`](crate::FenceRequest) → string) returns text sanitized and
     /// fenced as data, the same way a tool's network result is.
     pub const PROMPT: &str = "keel.prompt";
+    /// Served by the kernel itself: child agents. Method `open`
+    /// ([`OpenChild`](crate::OpenChild) → [`ChildScope`](crate::ChildScope)) opens a child
+    /// agent for the tool call the caller serves; the caller's `agent.complete` and
+    /// `agent.dispatch` then act as that child, with the child's tools only.
+    pub const AGENTS: &str = "keel.agents";
+}
+
+/// `keel.agents` `open`: a child agent for the tool call being served.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenChild {
+    /// A short name for the child, shown to the person (cut to 40 characters).
+    pub label: String,
+    /// The tools the child asks for; `None`: every read-only tool its parent has.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+}
+
+/// `keel.agents` `open`'s answer: the child as the kernel holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildScope {
+    /// The kernel's number for the child, unique in the session.
+    pub child: u64,
+    /// Its label as shown to the person.
+    pub label: String,
+    /// 1 for a child of the main agent, 2 for its child, …
+    pub depth: u32,
+    /// The id of the tool call the child serves.
+    pub parent_call: String,
+    /// The tools the child may call.
+    pub tools: Vec<String>,
+    /// Tools asked for and not given, each with why.
+    #[serde(default)]
+    pub withheld: Vec<String>,
+}
+
+/// A child agent's session-log entry, emitted on [`topics::SUBAGENT_EVENT`]; the session log
+/// files it under the parent's call as a [`SessionEvent::Subagent`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubagentEvent {
+    /// The id of the tool call the child serves.
+    pub parent_call: String,
+    /// The kernel's number for the child.
+    pub child: u64,
+    /// Its label.
+    pub label: String,
+    /// What happened in the child.
+    pub event: SessionEvent,
 }
 
 /// `keel.prompt` `fence`: text that is data, not instructions (memory, a project's files).
@@ -101,6 +148,9 @@ pub mod topics {
     pub const COMPACTION_STATUS: &str = "compaction.status";
     /// A session-log entry ([`SessionEvent`](crate::SessionEvent)) to be appended.
     pub const SESSION_EVENT: &str = "session.event";
+    /// A child agent's entry ([`SubagentEvent`](crate::SubagentEvent)); the kernel lets only
+    /// the plugin serving that child's call emit it, naming that call and child.
+    pub const SUBAGENT_EVENT: &str = "subagent.event";
 }
 
 /// How the kernel words a call that a plugin failed: the plugin and the door it was called
@@ -590,6 +640,20 @@ pub enum SessionEvent {
         /// …and after.
         tokens_after: u64,
     },
+    /// What a child agent did, filed under the parent's tool call that started it. Never
+    /// part of the parent's conversation: a resume does not replay it.
+    Subagent {
+        /// The parent's session id.
+        session: String,
+        /// The parent's tool call the child served.
+        parent_call: String,
+        /// The kernel's number for the child.
+        child: u64,
+        /// Its label.
+        label: String,
+        /// The child's own entry.
+        event: Box<SessionEvent>,
+    },
     /// A turn ended.
     TurnEnded {
         /// The session id.
@@ -612,6 +676,7 @@ impl SessionEvent {
             | SessionEvent::ToolOutcome { session, .. }
             | SessionEvent::Verdict { session, .. }
             | SessionEvent::Compacted { session, .. }
+            | SessionEvent::Subagent { session, .. }
             | SessionEvent::TurnEnded { session, .. } => session,
         }
     }

@@ -18,6 +18,10 @@ pub enum Step {
     Sleep(u64),
     /// Cut the connection now (without finishing the body).
     Drop,
+    /// Wait until as many connections as the barrier counts are waiting at it, at most 30
+    /// seconds; after that the connection is cut (so a test that needs requests in flight
+    /// together fails when they come one after another).
+    Barrier(Arc<tokio::sync::Barrier>),
 }
 
 /// A request as the server received it.
@@ -119,6 +123,14 @@ async fn serve(mut stream: TcpStream, log: Arc<Mutex<Vec<Received>>>, respond: R
             }
             Step::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
             Step::Drop => return,
+            Step::Barrier(barrier) => {
+                if tokio::time::timeout(Duration::from_secs(30), barrier.wait())
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
         }
     }
     let _ = stream.shutdown().await;

@@ -67,11 +67,23 @@ pub fn oa_answer(text: &str) -> Vec<Step> {
 
 /// A whole answer calling tool `name` with `arguments` (JSON text) under `id`.
 pub fn oa_tool_call(id: &str, name: &str, arguments: &str) -> Vec<Step> {
+    oa_tool_calls(&[(id, name, arguments)])
+}
+
+/// A whole answer making several tool calls, each `(id, name, arguments)`.
+pub fn oa_tool_calls(calls: &[(&str, &str, &str)]) -> Vec<Step> {
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(index, (id, name, arguments))| {
+            json!({"index": index, "id": id, "type": "function",
+                   "function": {"name": name, "arguments": arguments}})
+        })
+        .collect();
     let mut s = vec![
         sse_head(),
         oa(
-            json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": id,
-                "type": "function", "function": {"name": name, "arguments": arguments}}]}),
+            json!({"role": "assistant", "content": null, "tool_calls": calls}),
             None,
         ),
         oa(json!({}), Some("tool_calls")),

@@ -164,14 +164,15 @@ pub async fn run(ctx: &Context, cmd: SessionsCommand) -> anyhow::Result<ExitCode
                     println!("{}", serde_json::to_string(line)?);
                     continue;
                 }
-                show(&line.event);
+                show(&line.event, "");
             }
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn show(event: &SessionEvent) {
+/// One log entry for a person; a child agent's entries are indented under its label.
+fn show(event: &SessionEvent, prefix: &str) {
     match event {
         SessionEvent::SessionStarted {
             workspace, model, ..
@@ -183,17 +184,25 @@ fn show(event: &SessionEvent) {
         SessionEvent::Message { message, .. } => {
             for block in &message.content {
                 match (message.role, block) {
-                    (Role::User, Block::Text { text }) => println!("› {}", terminal_safe(text)),
-                    (Role::Assistant, Block::Text { text }) => println!("{}", terminal_safe(text)),
+                    (Role::User, Block::Text { text }) => {
+                        println!("{prefix}› {}", terminal_safe(text))
+                    }
+                    (Role::Assistant, Block::Text { text }) => {
+                        println!("{prefix}{}", terminal_safe(text))
+                    }
                     (_, Block::Thinking { text }) => {
-                        println!("  (thinking) {}", terminal_safe(text))
+                        println!("{prefix}  (thinking) {}", terminal_safe(text))
                     }
                     (
                         _,
                         Block::ToolCall {
                             name, arguments, ..
                         },
-                    ) => println!("⏺ {} {}", terminal_safe(name), terminal_safe(arguments)),
+                    ) => println!(
+                        "{prefix}⏺ {} {}",
+                        terminal_safe(name),
+                        terminal_safe(arguments)
+                    ),
                     (
                         _,
                         Block::ToolResult {
@@ -211,10 +220,13 @@ fn show(event: &SessionEvent) {
             }
         }
         SessionEvent::Verdict { verdict, .. } => {
-            println!("✔ verifier: {:?} ({})", verdict.status, verdict.dimension)
+            println!(
+                "{prefix}✔ verifier: {:?} ({})",
+                verdict.status, verdict.dimension
+            )
         }
         SessionEvent::TurnEnded { end, detail, .. } => {
-            println!("── turn ended: {end:?} {}", terminal_safe(detail));
+            println!("{prefix}── turn ended: {end:?} {}", terminal_safe(detail));
         }
         SessionEvent::Compacted {
             replaced,
@@ -229,8 +241,25 @@ fn show(event: &SessionEvent) {
                  {tokens_before} → {tokens_after} tokens (estimated):"
             );
             for line in summary.lines() {
-                println!("   {}", terminal_safe(line));
+                println!("{prefix}   {}", terminal_safe(line));
             }
+        }
+        SessionEvent::Subagent {
+            parent_call,
+            child,
+            label,
+            event,
+            ..
+        } => {
+            // The child's own start is said once, at its first entry (its context).
+            if matches!(**event, SessionEvent::Context { .. }) {
+                println!(
+                    "{prefix}  ↳ subagent `{}` #{child} (call {})",
+                    terminal_safe(label),
+                    terminal_safe(parent_call)
+                );
+            }
+            show(event, &format!("{prefix}    │ "));
         }
         SessionEvent::Context { .. } | SessionEvent::ToolOutcome { .. } => {}
     }

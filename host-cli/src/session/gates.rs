@@ -56,6 +56,7 @@ pub(crate) fn gate_config(
             .into_iter()
             .filter(|(_, entries)| !entries.is_empty())
             .collect(),
+        subagents: ctx.config.subagents.policy(),
     })
 }
 
@@ -88,8 +89,15 @@ fn approval_question(request: &ApprovalRequest, workspace: &Path, colour: bool) 
         Some(Preview::Edit { path, .. }) => format!("wants to edit {}", safe(path)),
         None => format!("wants to run: {}", safe(&request.summary)),
     };
+    // A subagent's call says whose it is: the person approves a child's step, not the
+    // main agent's.
+    let who = request
+        .requester
+        .as_ref()
+        .map(|r| format!("{} → ", safe(r)))
+        .unwrap_or_default();
     let mut question = format!(
-        "\n? {} {wants}\n{change}  why: {}\n  [y] yes, this once\n",
+        "\n? {who}{} {wants}\n{change}  why: {}\n  [y] yes, this once\n",
         safe(&request.tool),
         safe(&request.reason)
     );
@@ -175,6 +183,7 @@ mod tests {
             reason: "it writes files".into(),
             can_always,
             preview: None,
+            requester: None,
         }
     }
 

@@ -68,6 +68,8 @@ pub(crate) struct Printer {
     markdown: Option<Markdown>,
     /// A compaction is running: the model's text is its summary, not an answer to show.
     compacting: bool,
+    /// `task` calls running: the model's text meanwhile is a subagent's, shown as its steps.
+    tasks_running: usize,
 }
 
 /// The model's text rendered as Markdown line by line as it streams: headings, emphasis,
@@ -168,6 +170,7 @@ impl Default for Printer {
             spinner_shown: false,
             markdown: None,
             compacting: false,
+            tasks_running: 0,
             last_result: LastResult::default(),
             result_lines: RESULT_LINES,
         }
@@ -255,7 +258,11 @@ impl Printer {
             }
             return;
         }
-        if event.topic == topics::MODEL_DELTA && self.compacting {
+        if event.topic == topics::MODEL_DELTA && (self.compacting || self.tasks_running > 0) {
+            return;
+        }
+        if event.topic == topics::SUBAGENT_EVENT {
+            self.subagent(out, &event.payload);
             return;
         }
         if event.topic == topics::MODEL_DELTA {
@@ -305,6 +312,9 @@ impl Printer {
                 .tool_calls()
                 {
                     self.end_text(out);
+                    if name == "task" {
+                        self.tasks_running += 1;
+                    }
                     let _ = writeln!(
                         out,
                         "⏺ {} {}",
@@ -316,6 +326,9 @@ impl Printer {
                 self.step_chars = 0;
             }
             SessionEvent::ToolOutcome { outcome, .. } => {
+                if outcome.tool == "task" {
+                    self.tasks_running = self.tasks_running.saturating_sub(1);
+                }
                 self.wait_for("waiting for the model".into());
                 *self
                     .last_result
@@ -362,6 +375,34 @@ impl Printer {
                     terminal_safe(&verdict.dimension),
                     terminal_safe(&verdict.command.unwrap_or_default())
                 );
+            }
+            _ => {}
+        }
+    }
+
+    /// A subagent's step, one line under its label: its tool calls, their outcomes, its end.
+    fn subagent(&mut self, out: &mut dyn Write, payload: &str) {
+        let Ok(entry) = serde_json::from_str::<keel_protocol::SubagentEvent>(payload) else {
+            return;
+        };
+        let who = format!("  │ [{} #{}]", terminal_safe(&entry.label), entry.child);
+        match &entry.event {
+            SessionEvent::Message { message, .. } => {
+                for (_, name, args) in message.tool_calls() {
+                    self.end_text(out);
+                    let _ = writeln!(
+                        out,
+                        "{who} ⏺ {} {}",
+                        terminal_safe(name),
+                        short(&terminal_safe(args), 120)
+                    );
+                }
+            }
+            SessionEvent::ToolOutcome { outcome, .. } => {
+                let _ = writeln!(out, "{who}   ⎿ {}", outcome_label(outcome));
+            }
+            SessionEvent::TurnEnded { end, .. } => {
+                let _ = writeln!(out, "{who} finished ({end:?})");
             }
             _ => {}
         }

@@ -158,6 +158,8 @@ pub struct ApprovalRequest {
     /// The change a file tool was asked to make, so the approver can show it (a diff) rather
     /// than only the path.
     pub preview: Option<Preview>,
+    /// Who asks when it is not the main agent: a subagent, named (`subagent `explore` #2`).
+    pub requester: Option<String>,
 }
 
 /// The change a file tool call asks for, taken from its arguments: what the person approves is
@@ -884,6 +886,22 @@ impl Approvals<'_> {
         verdict: Option<&Verdict>,
         preview: Option<Preview>,
     ) -> Ruling {
+        self.authorize_for(None, tool, caps, summary, key, verdict, preview)
+    }
+
+    /// [`authorize`](Self::authorize) for a call `requester` (a subagent, named) made; the
+    /// question names it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn authorize_for(
+        &self,
+        requester: Option<&str>,
+        tool: &str,
+        caps: &ToolCapabilities,
+        summary: &str,
+        key: Option<&str>,
+        verdict: Option<&Verdict>,
+        preview: Option<Preview>,
+    ) -> Ruling {
         let mut warnings = Vec::new();
         let can_always = match required_approval(caps, verdict) {
             Requirement::Proceed => return ruling(Outcome::Run, warnings),
@@ -916,6 +934,7 @@ impl Approvals<'_> {
             reason: verdict.map_or_else(|| capability_reason(caps), |v| v.reason.clone()),
             can_always: can_always && key.is_some() && self.grants.is_some(),
             preview,
+            requester: requester.map(str::to_owned),
         };
         let (mut answer, instead) = self.approver.ask_why(&request);
         if answer == Answer::Always && !request.can_always {

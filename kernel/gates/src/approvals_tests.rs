@@ -96,6 +96,7 @@ fn policy_approver_and_deny_all() {
         reason: "unknown".into(),
         can_always: true,
         preview: None,
+        requester: None,
     };
     assert_eq!(PolicyApprover(ApprovalMode::Auto).ask(&req), Answer::Once);
     assert_eq!(PolicyApprover(ApprovalMode::Ask).ask(&req), Answer::Deny);

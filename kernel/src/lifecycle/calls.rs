@@ -34,32 +34,40 @@ impl Shared {
         let mut waited = false;
         loop {
             let route = {
-                let inner = self.lock();
-                match inner.env.services().get(service) {
-                    Some(entry) => {
-                        let provider = entry.provider.clone();
-                        if chain.contains(&provider) {
-                            return Err(KernelError::Denied(format!(
-                                "re-entrant call refused: {chain} → {provider} (service `{service}`); \
-                                 `{provider}` is already inside a call on this chain"
-                            )));
+                let mut inner = self.lock();
+                let provider = inner
+                    .env
+                    .services()
+                    .get(service)
+                    .map(|entry| entry.provider.clone());
+                match provider {
+                    Some(provider) => {
+                        let reentrant = chain.contains(&provider);
+                        match inner.plugins.get_mut(&provider) {
+                            Some(r) => match seat(r, reentrant) {
+                                Some(seat) => Ok((provider, seat)),
+                                None => {
+                                    return Err(KernelError::Denied(format!(
+                                        "re-entrant call refused: {chain} → {provider} (service \
+                                         `{service}`); `{provider}` is already inside a call on \
+                                         this chain{}",
+                                        busy_note(r)
+                                    )));
+                                }
+                            },
+                            None => Err(Self::explain_missing(&inner, service)),
                         }
-                        inner
-                            .plugins
-                            .get(&provider)
-                            .map(|r| (provider, r.slot.clone()))
                     }
-                    None => None,
+                    None => Err(Self::explain_missing(&inner, service)),
                 }
-                .ok_or_else(|| Self::explain_missing(&inner, service))
             };
             match route {
-                Ok((provider, slot)) => {
+                Ok((provider, seat)) => {
                     return self
                         .call_into(
                             chain,
                             &provider,
-                            slot,
+                            seat,
                             Request::Service {
                                 service,
                                 method,
@@ -89,23 +97,25 @@ impl Shared {
         let mut waited = false;
         loop {
             let route = {
-                let inner = self.lock();
-                inner.env.tools().get(name).and_then(|t| {
-                    inner
-                        .plugins
-                        .get(&t.owner)
-                        .map(|r| (t.owner.clone(), r.slot.clone()))
-                })
+                let mut inner = self.lock();
+                let owner = inner.env.tools().get(name).map(|t| t.owner.clone());
+                match owner.and_then(|o| inner.plugins.get_mut(&o).map(|r| (o, r))) {
+                    Some((owner, r)) => match seat(r, chain.contains(&owner)) {
+                        Some(seat) => Some((owner, seat)),
+                        None => {
+                            return Err(KernelError::Denied(format!(
+                                "re-entrant call refused: {chain} → {owner} (tool `{name}`){}",
+                                busy_note(r)
+                            )));
+                        }
+                    },
+                    None => None,
+                }
             };
             match route {
-                Some((owner, slot)) => {
-                    if chain.contains(&owner) {
-                        return Err(KernelError::Denied(format!(
-                            "re-entrant call refused: {chain} → {owner} (tool `{name}`)"
-                        )));
-                    }
+                Some((owner, seat)) => {
                     return self
-                        .call_into(chain, &owner, slot, Request::Tool { name, input })
+                        .call_into(chain, &owner, seat, Request::Tool { name, input })
                         .await;
                 }
                 None if waited || !self.lock().plugins.values().any(|r| r.reloading) => {
@@ -140,9 +150,10 @@ impl Shared {
         &self,
         chain: &CallChain,
         plugin: &str,
-        slot: Slot,
+        seat: impl Into<Seat>,
         request: Request<'_>,
     ) -> Result<String, KernelError> {
+        let seat = seat.into();
         let what = request.describe();
         let kind = request.kind(chain);
         let callee = chain.enter(
@@ -175,7 +186,7 @@ impl Shared {
         let bounded = async {
             tokio::select! {
                 biased;
-                result = self.run_in_slot(&callee, plugin, slot, request) => result,
+                result = self.run_seated(&callee, plugin, seat, request) => result,
                 d = overdue => Err(overdue_error(plugin, &what, kind, d)),
             }
         };
@@ -211,16 +222,20 @@ impl Shared {
             .unwrap_or_else(|_| Err(stopped()))
     }
 
-    /// The part of [`call_into`](Self::call_into) that holds the slot.
-    async fn run_in_slot(
+    /// The part of [`call_into`](Self::call_into) that holds the instance.
+    async fn run_seated(
         &self,
         callee: &CallChain,
         plugin: &str,
-        slot: Slot,
+        seat: Seat,
         request: Request<'_>,
     ) -> Result<String, KernelError> {
+        let mut guard = match seat {
+            Seat::First(slot) => slot.lock_owned().await,
+            Seat::FirstHeld(guard) => guard,
+            Seat::Extra(guard) => return self.run_in_extra(callee, plugin, guard, request).await,
+        };
         let what = request.describe();
-        let mut guard = slot.lock_owned().await;
         let restart = {
             let inner = self.lock();
             let Some(r) = inner.plugins.get(plugin) else {
@@ -303,6 +318,84 @@ impl Shared {
         }
     }
 
+    /// Run `request` in an extra instance of `plugin` (activated on first use, and again
+    /// after the plugin was re-activated). It changes nothing in the environment; one that
+    /// is stopped halfway, traps or hits a limit is simply dropped.
+    async fn run_in_extra(
+        &self,
+        callee: &CallChain,
+        plugin: &str,
+        mut guard: tokio::sync::OwnedMutexGuard<Option<(u64, Box<dyn PluginInstance>)>>,
+        request: Request<'_>,
+    ) -> Result<String, KernelError> {
+        let what = request.describe();
+        let (generation, source, config) = {
+            let inner = self.lock();
+            let r = inner
+                .plugins
+                .get(plugin)
+                .filter(|r| r.state == PluginState::Active && request.routed_to(&inner.env, plugin))
+                .ok_or_else(|| {
+                    KernelError::Unavailable(format!("plugin `{plugin}` no longer serves {what}"))
+                })?;
+            (
+                r.generation,
+                r.source.clone(),
+                r.manifest.config.to_string(),
+            )
+        };
+        let mut instance = match guard.take() {
+            Some((g, instance)) if g == generation => instance,
+            _ => {
+                let host = HostHandle::worker(self.me.clone(), plugin, generation);
+                let chain = CallChain::starting_at(KERNEL_NAME).enter(
+                    plugin,
+                    CallKind::Lifecycle,
+                    &self.config.deadlines,
+                    tokio::time::Instant::now(),
+                );
+                let mut instance = source.instantiate(host).await.map_err(|e| {
+                    KernelError::Unavailable(format!(
+                        "another instance of `{plugin}` could not start: {e}"
+                    ))
+                })?;
+                instance.activate(&chain, &config).await.map_err(|e| {
+                    KernelError::Unavailable(format!(
+                        "another instance of `{plugin}` could not activate: {e}"
+                    ))
+                })?;
+                instance
+            }
+        };
+        let outcome = match request {
+            Request::Service {
+                service,
+                method,
+                payload,
+            } => instance.handle_call(callee, service, method, payload).await,
+            Request::Tool { name, input } => instance.invoke_tool(callee, name, input).await,
+            Request::Guard { .. } | Request::Event { .. } => Err(
+                crate::instance::InstanceError::Host("extra instances serve calls only".into()),
+            ),
+        };
+        match outcome {
+            Ok(out) => {
+                *guard = Some((generation, instance));
+                Ok(out)
+            }
+            Err(e) => {
+                if !e.is_fatal() {
+                    *guard = Some((generation, instance));
+                }
+                Err(KernelError::Failed(keel_protocol::call_failure::describe(
+                    plugin,
+                    &what,
+                    &e.to_string(),
+                )))
+            }
+        }
+    }
+
     /// Note that `plugin`'s instance of `generation` must be replaced before its next call.
     pub(super) fn mark_for_restart(&self, plugin: &str, generation: u64, why: String) {
         if let Some(r) = self.lock().plugins.get_mut(plugin)
@@ -381,6 +474,57 @@ impl Drop for RestartIfStopped<'_> {
                 format!("a call to {} was stopped before it finished", self.what),
             );
         }
+    }
+}
+
+/// Which instance of a plugin a call runs in.
+pub(super) enum Seat {
+    /// The plugin's first instance, once its slot is free.
+    First(Slot),
+    /// The first instance, its slot already taken for this call.
+    FirstHeld(tokio::sync::OwnedMutexGuard<Option<Box<dyn PluginInstance>>>),
+    /// An extra instance, taken for this call.
+    Extra(tokio::sync::OwnedMutexGuard<Option<(u64, Box<dyn PluginInstance>)>>),
+}
+
+impl From<Slot> for Seat {
+    fn from(slot: Slot) -> Self {
+        Seat::First(slot)
+    }
+}
+
+/// Where a tool or service call into `r` runs. A plugin with one instance: its slot (waiting
+/// for it), or nothing when the call re-enters it (A → B → A would wait for itself). One with
+/// several: whichever instance is free, a new one while there is room; when none is, a call
+/// from outside waits for the first, a re-entering one gets nothing (it could wait on its
+/// own caller).
+fn seat(r: &mut Record, reentrant: bool) -> Option<Seat> {
+    let instances = usize::try_from(r.manifest.limits.instances.unwrap_or(1)).unwrap_or(1);
+    if instances <= 1 || r.state != PluginState::Active || r.reloading {
+        return (!reentrant).then(|| Seat::First(r.slot.clone()));
+    }
+    if let Ok(held) = r.slot.clone().try_lock_owned() {
+        return Some(Seat::FirstHeld(held));
+    }
+    for extra in &r.extra {
+        if let Ok(held) = extra.clone().try_lock_owned() {
+            return Some(Seat::Extra(held));
+        }
+    }
+    if r.extra.len() + 1 < instances {
+        let extra: ExtraSlot = Arc::default();
+        let held = extra.clone().try_lock_owned().ok()?;
+        r.extra.push(extra);
+        return Some(Seat::Extra(held));
+    }
+    (!reentrant).then(|| Seat::First(r.slot.clone()))
+}
+
+/// Why a call into `r` found no instance, beyond re-entering it.
+fn busy_note(r: &Record) -> String {
+    match r.manifest.limits.instances.unwrap_or(1) {
+        0 | 1 => String::new(),
+        n => format!(" and all its {n} instances are busy"),
     }
 }
 

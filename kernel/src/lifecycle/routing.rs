@@ -64,6 +64,13 @@ impl Mediator for Shared {
     fn has_service(&self, name: &str) -> bool {
         self.lock().env.services().contains_key(name)
     }
+
+    fn acts_outside(&self, plugin: &str) -> bool {
+        self.manifest_of(plugin).is_none_or(|m| {
+            let c = &m.capabilities;
+            c.exec || c.processes || !c.network.is_empty()
+        })
+    }
 }
 
 /// The doors of a turn (model completion, tool dispatch, replay) and what the gate pipeline
@@ -121,6 +128,22 @@ impl Shared {
         chain: &CallChain,
         request: &str,
     ) -> Result<String, KernelError> {
+        let narrowed;
+        let request = match chain.opened_agent() {
+            // A child's model is offered the child's tools and no others, whatever the
+            // plugin driving it put in the request.
+            Some(child) => {
+                let mut parsed: keel_protocol::ModelRequest = serde_json::from_str(request)
+                    .map_err(|e| {
+                        KernelError::Invalid(format!("`agent.complete` takes a ModelRequest: {e}"))
+                    })?;
+                parsed.tools.retain(|t| child.tools.contains(&t.name));
+                narrowed = serde_json::to_string(&parsed)
+                    .map_err(|e| KernelError::Failed(format!("cannot encode the request: {e}")))?;
+                narrowed.as_str()
+            }
+            None => request,
+        };
         let answer = self
             .call_service(chain, keel_protocol::services::MODEL, "complete", request)
             .await
@@ -131,7 +154,8 @@ impl Shared {
                     "the model plugin answered something that is not a ModelResponse ({e})"
                 ))
             })?;
-        let response = self.gates.record_response(response);
+        let scope = chain.opened_agent().map_or(0, |c| c.id);
+        let response = self.gates.record_response(response, scope);
         serde_json::to_string(&response)
             .map_err(|e| KernelError::Failed(format!("cannot encode the response: {e}")))
     }
@@ -201,13 +225,103 @@ impl Shared {
                 "the kernel's `{service}` service has no method `{other}`; it has `fragments` \
                  and `fence`"
             ))),
+            (keel_protocol::services::AGENTS, "open") => self.open_child(chain, payload),
+            (keel_protocol::services::AGENTS, other) => Err(KernelError::Invalid(format!(
+                "the kernel's `{service}` service has no method `{other}`; it has `open`"
+            ))),
             _ => Err(KernelError::Unavailable(format!(
                 "no service `{service}`: the `keel.` namespace belongs to the kernel, which \
-                 serves only `{}` and `{}`",
+                 serves only `{}`, `{}` and `{}`",
                 keel_protocol::services::PROMPT,
+                keel_protocol::services::AGENTS,
                 crate::manifest::CALLER_SERVICE
             ))),
         }
+    }
+
+    /// `keel.agents` `open`: a child agent for the tool call the caller serves (see
+    /// [`crate::agents`]).
+    fn open_child(&self, chain: &CallChain, payload: &str) -> Result<String, KernelError> {
+        let request: keel_protocol::OpenChild = serde_json::from_str(payload).map_err(|e| {
+            KernelError::Invalid(format!(
+                "`keel.agents` `open` takes {{\"label\": …, \"tools\": [… ] or null}}: {e}"
+            ))
+        })?;
+        let caller = chain.plugins().last().unwrap_or_default().to_owned();
+        if !self
+            .manifest_of(&caller)
+            .is_some_and(|m| m.capabilities.agent)
+        {
+            return Err(KernelError::Denied(format!(
+                "plugin `{caller}` has no `agent` capability, so it cannot open a child agent"
+            )));
+        }
+        let Some(parent_call) = chain.served_call() else {
+            return Err(KernelError::Denied(format!(
+                "plugin `{caller}` is not serving a tool call; a child agent is opened for the \
+                 tool call that asks for it"
+            )));
+        };
+        if chain.opened_agent().is_some() {
+            return Err(KernelError::Conflict(format!(
+                "plugin `{caller}` already opened a child agent for tool call `{parent_call}`"
+            )));
+        }
+        let parent = chain.parent_agent();
+        let depth = parent.map_or(1, |p| p.depth + 1);
+        let policy = &self.gates.subagents;
+        if depth > policy.max_depth {
+            return Err(KernelError::Denied(format!(
+                "a child agent at depth {depth} is refused: children nest at most {} deep \
+                 (the person's `[subagents] max-depth`)",
+                policy.max_depth
+            )));
+        }
+        let (tools, withheld) = {
+            let inner = self.lock();
+            crate::agents::narrow(
+                inner
+                    .env
+                    .tools()
+                    .values()
+                    .map(|t| (&t.spec, t.owner.as_str())),
+                parent.map(|p| &p.tools),
+                request.tools.as_deref(),
+                policy,
+                &caller,
+                depth,
+            )
+        };
+        let scope = Arc::new(crate::agents::AgentScope {
+            id: self.gates.next_child(),
+            label: crate::agents::clean_label(&request.label),
+            depth,
+            parent_call: parent_call.to_owned(),
+            opener: caller.clone(),
+            tools,
+        });
+        let answer = keel_protocol::ChildScope {
+            child: scope.id,
+            label: scope.label.clone(),
+            depth,
+            parent_call: scope.parent_call.clone(),
+            tools: scope.tools.iter().cloned().collect(),
+            withheld,
+        };
+        tracing::info!(
+            plugin = %caller,
+            "opened {} for call {} with tools: {}",
+            scope.name(),
+            scope.parent_call,
+            answer.tools.join(", ")
+        );
+        chain.open_agent(scope).map_err(|_| {
+            KernelError::Conflict(format!(
+                "plugin `{caller}` already opened a child agent for tool call `{parent_call}`"
+            ))
+        })?;
+        serde_json::to_string(&answer)
+            .map_err(|e| KernelError::Failed(format!("cannot encode the child: {e}")))
     }
 
     /// `agent.dispatch`: run the calls concurrently through the gate pipeline; outcomes in

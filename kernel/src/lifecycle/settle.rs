@@ -29,6 +29,7 @@ impl Shared {
                 undo: UndoLog::default(),
                 generation: 0,
                 slot,
+                extra: Vec::new(),
                 events: tx,
                 undelivered,
                 reloading: false,
@@ -142,19 +143,35 @@ impl Shared {
         }
     }
 
-    /// Wait for `name`'s in-flight call to finish and take its slot.
+    /// Wait for `name`'s in-flight calls to finish and take its slot; its extra instances
+    /// are dropped once their calls have finished.
     pub(super) async fn quiesce(
         &self,
         name: &str,
         slot: &Slot,
     ) -> Result<tokio::sync::OwnedMutexGuard<Option<Box<dyn PluginInstance>>>, LifecycleError> {
         let waited = self.config.quiesce_timeout;
-        tokio::time::timeout(waited, slot.clone().lock_owned())
+        let busy = || LifecycleError::Busy {
+            name: name.to_owned(),
+            waited,
+        };
+        let until = tokio::time::Instant::now() + waited;
+        let guard = tokio::time::timeout_at(until, slot.clone().lock_owned())
             .await
-            .map_err(|_| LifecycleError::Busy {
-                name: name.to_owned(),
-                waited,
-            })
+            .map_err(|_| busy())?;
+        let extra: Vec<ExtraSlot> = self
+            .lock()
+            .plugins
+            .get(name)
+            .map(|r| r.extra.clone())
+            .unwrap_or_default();
+        for slot in extra {
+            let mut held = tokio::time::timeout_at(until, slot.lock_owned())
+                .await
+                .map_err(|_| busy())?;
+            *held = None;
+        }
+        Ok(guard)
     }
 
     /// Instantiate and activate `name`. Failure marks it failed and undoes what it did.

@@ -718,6 +718,7 @@ impl NetClient {
                     reason: verdict.reason.clone(),
                     can_always: false,
                     preview: None,
+                    requester: None,
                 };
                 let asker = Arc::clone(approver);
                 let answer = tokio::task::spawn_blocking(move || asker.ask(&request))

@@ -742,6 +742,7 @@ fn manifest_limits_override_the_defaults() {
     let limits = WasmLimits::default().with_manifest(&crate::manifest::Limits {
         memory_mib: Some(128),
         cpu_ms: None,
+        instances: None,
     });
     assert_eq!(limits.memory_bytes, 128 * MIB);
     assert_eq!(limits.cpu, Duration::from_secs(1));

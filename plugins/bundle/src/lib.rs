@@ -84,6 +84,7 @@ mod tests {
                 "compaction",
                 "skills",
                 "review",
+                "subagents",
             ]
         );
         for bundled in all() {

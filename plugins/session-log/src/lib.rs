@@ -11,6 +11,10 @@
 //! - `conversation` (`{"session": id}`) → `{"messages": [Message], "context": {"system",
 //!   "tools"} | null, "warnings": [...]}`.
 //!
+//! A child agent's entries arrive on `subagent.event` (the kernel lets only the plugin serving
+//! that child's tool call emit them, naming that call); each is filed, as a `subagent` entry,
+//! in the log of the session whose model made that call, which resume never replays.
+//!
 //! A torn last line (an interrupted writer) is skipped with a warning, never fatal; the next
 //! append closes it off and continues the sequence.
 //!
@@ -19,12 +23,12 @@
 //! `session.event` from any other plugin when it is emitted. So no other plugin can forge an entry that `keel resume`
 //! would trust, or read another session's conversation.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use keel_agent_kit::session_log::{self, LogRead, LogWriter};
-use keel_protocol::{SessionEvent, services, topics};
+use keel_protocol::{Block, SessionEvent, SubagentEvent, services, topics};
 use keel_sdk::{Event, Plugin, events, log, services as kernel_services};
 use serde::Deserialize;
 use serde_json::json;
@@ -33,6 +37,9 @@ use serde_json::json;
 const DIR: &str = "/sessions";
 /// Open writers kept at most; older ones are closed (reopening is cheap).
 const MAX_OPEN: usize = 16;
+/// Recent tool calls remembered with their session, so a child agent's entries find the log
+/// of the call that started it.
+const MAX_CALLS: usize = 4096;
 
 /// The payload of `read` and `conversation`.
 #[derive(Deserialize)]
@@ -44,6 +51,8 @@ struct SessionRequest {
 /// The plugin instance: the open writers, by session.
 struct SessionLog {
     writers: BTreeMap<String, LogWriter>,
+    /// (tool call id, session), the newest last.
+    calls: VecDeque<(String, String)>,
 }
 
 fn now_ms() -> u64 {
@@ -64,7 +73,50 @@ fn warnings_json(read: &LogRead) -> serde_json::Value {
 }
 
 impl SessionLog {
+    /// Remember the tool calls `event` carries as `session`'s (a child's calls too, so a
+    /// grandchild finds the same log).
+    fn note_calls(&mut self, session: &str, event: &SessionEvent) {
+        match event {
+            SessionEvent::Message { message, .. } => {
+                for block in &message.content {
+                    if let Block::ToolCall { id, .. } = block {
+                        if self.calls.len() >= MAX_CALLS {
+                            self.calls.pop_front();
+                        }
+                        self.calls.push_back((id.clone(), session.to_owned()));
+                    }
+                }
+            }
+            SessionEvent::Subagent { event, .. } => self.note_calls(session, event),
+            _ => {}
+        }
+    }
+
+    /// File a child agent's entry under the session whose call started it.
+    fn append_child(&mut self, entry: SubagentEvent) -> Result<u64, String> {
+        let Some(session) = self
+            .calls
+            .iter()
+            .rev()
+            .find(|(id, _)| *id == entry.parent_call)
+            .map(|(_, session)| session.clone())
+        else {
+            return Err(format!(
+                "no logged session made tool call `{}`; the subagent's entry is dropped",
+                entry.parent_call
+            ));
+        };
+        self.append(&SessionEvent::Subagent {
+            session,
+            parent_call: entry.parent_call,
+            child: entry.child,
+            label: entry.label,
+            event: Box::new(entry.event),
+        })
+    }
+
     fn append(&mut self, event: &SessionEvent) -> Result<u64, String> {
+        self.note_calls(event.session(), event);
         let id = event.session().to_string();
         if !self.writers.contains_key(&id) {
             if self.writers.len() >= MAX_OPEN
@@ -104,13 +156,27 @@ impl Plugin for SessionLog {
             format!("the sessions directory {DIR} is not available ({e}); the manifest's `$KEEL_DATA/sessions` grant is missing")
         })?;
         events::subscribe(topics::SESSION_EVENT)?;
+        events::subscribe(topics::SUBAGENT_EVENT)?;
         kernel_services::provide(services::SESSION_LOG, "1.0.0")?;
         Ok(SessionLog {
             writers: BTreeMap::new(),
+            calls: VecDeque::new(),
         })
     }
 
     fn on_event(&mut self, event: Event) {
+        if event.topic == topics::SUBAGENT_EVENT {
+            let logged = serde_json::from_str::<SubagentEvent>(&event.payload)
+                .map_err(|e| format!("subagent.event is not a SubagentEvent ({e})"))
+                .and_then(|entry| self.append_child(entry));
+            if let Err(e) = logged {
+                log::warn(&format!(
+                    "subagent entry from `{}` not logged: {e}",
+                    event.source
+                ));
+            }
+            return;
+        }
         if event.topic != topics::SESSION_EVENT {
             return;
         }

@@ -1,0 +1,312 @@
+//! Subagents: the `task` tool runs a child agent loop with its own conversation and the tools
+//! the kernel narrowed for it. Two read-only children run at once (the model server holds
+//! both children's first requests until both have arrived); their answers are the parent's
+//! tool results and their steps are logged under the parent's calls, never replayed as the
+//! parent's conversation; a child given the shell by the person's config is refused a
+//! forbidden command and asks, in its own name, for another (in a real terminal); Ctrl-C
+//! mid-child ends the turn; without the plugin the loop goes on without `task`.
+//!
+//! The model is a loopback server speaking OpenAI's streaming format; a child's requests are
+//! recognised by the subagent system prompt.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_tests::model_server::{ModelServer, Received, Step, sse_head};
+use keel_tests::wire::{oa_answer, oa_tool_call, oa_tool_calls};
+use serde_json::{Value, json};
+
+use crate::common::{keel, keel_process};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const KEY: &str = "sk-sub-0123456789abcdefghijklmnop";
+/// How a child's request is recognised (the plugin's system prompt begins so).
+const CHILD: &str = "You are a subagent of keel";
+
+fn is_child(r: &Received) -> bool {
+    r.body.contains(CHILD)
+}
+
+/// The request's last message, if it is a tool result: its content.
+fn last_result(r: &Received) -> Option<String> {
+    let body = r.json();
+    let last = body["messages"].as_array()?.last()?.clone();
+    (last["role"] == "tool").then(|| last["content"].as_str().unwrap_or_default().to_owned())
+}
+
+/// The names of the tools a request offers.
+fn tool_names(r: &Received) -> Vec<String> {
+    r.json()["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The first user message of a request (a child's: its prompt).
+fn first_user(r: &Received) -> String {
+    r.json()["messages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn setup(
+    server: &ModelServer,
+    extra: &str,
+) -> std::io::Result<(tempfile::TempDir, tempfile::TempDir)> {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n{extra}",
+            server.url("/v1")
+        ),
+    )?;
+    std::fs::write(ws.path().join("alpha.txt"), "ALPHA-CONTENT\n")?;
+    std::fs::write(ws.path().join("beta.txt"), "BETA-CONTENT\n")?;
+    Ok((home, ws))
+}
+
+/// `keel run` with `input` on stdin: (stdout, stderr).
+async fn run(
+    home: &std::path::Path,
+    ws: &std::path::Path,
+    input: &str,
+) -> Result<(String, String), Box<dyn std::error::Error>> {
+    let (h, w, input) = (home.to_path_buf(), ws.to_path_buf(), input.to_owned());
+    let out = tokio::task::spawn_blocking(move || {
+        keel(&h, &w)
+            .env("OPENAI_API_KEY", KEY)
+            .arg("run")
+            .write_stdin(input)
+            .timeout(Duration::from_secs(120))
+            .output()
+    })
+    .await??;
+    Ok((
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+/// The only session log's entries.
+fn log(home: &std::path::Path) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
+    let entry = std::fs::read_dir(home.join("data/sessions"))?
+        .filter_map(Result::ok)
+        .next()
+        .ok_or("no session log")?;
+    Ok(std::fs::read_to_string(entry.path())?
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_read_only_children_run_at_once_and_are_logged_under_the_parents_calls() -> R {
+    let both = Arc::new(tokio::sync::Barrier::new(2));
+    let server = ModelServer::start(move |_, r| {
+        if is_child(r) {
+            let which = if first_user(r).contains("ALPHA") {
+                "alpha"
+            } else {
+                "beta"
+            };
+            return match last_result(r) {
+                // Its answer quotes what it read.
+                Some(result) => oa_answer(&format!(
+                    "{}-REPORT: {}",
+                    which.to_uppercase(),
+                    result.lines().next().unwrap_or_default()
+                )),
+                // Both children's first requests are held until both are in flight; the
+                // children reuse the parent's call id, which the kernel must keep apart.
+                None => {
+                    let mut steps = vec![Step::Barrier(both.clone())];
+                    steps.extend(oa_tool_call(
+                        "call_1",
+                        "read_file",
+                        &json!({"path": format!("{which}.txt")}).to_string(),
+                    ));
+                    steps
+                }
+            };
+        }
+        match last_result(r) {
+            Some(_) => oa_answer("PARENT-DONE"),
+            None => oa_tool_calls(&[
+                (
+                    "call_1",
+                    "task",
+                    &json!({"description": "read alpha", "prompt": "Read alpha.txt (ALPHA)"})
+                        .to_string(),
+                ),
+                (
+                    "call_2",
+                    "task",
+                    &json!({"description": "read beta", "prompt": "Read beta.txt (BETA)"})
+                        .to_string(),
+                ),
+            ]),
+        }
+    })
+    .await?;
+    let (home, ws) = setup(&server, "")?;
+    let (stdout, stderr) = run(home.path(), ws.path(), "look at both files\n/exit\n").await?;
+    assert!(stdout.contains("PARENT-DONE"), "{stdout}\n{stderr}");
+    // The children's steps are shown under their names.
+    assert!(stdout.contains("[read alpha #"), "{stdout}");
+    assert!(stdout.contains("[read beta #"), "{stdout}");
+
+    let received = server.received();
+    let children: Vec<&Received> = received.iter().filter(|r| is_child(r)).collect();
+    assert_eq!(children.len(), 4, "two requests per child");
+    for child in &children {
+        // Read-only tools only, and no `task`: at the default depth a child starts none.
+        let tools = tool_names(child);
+        assert!(tools.contains(&"read_file".to_owned()), "{tools:?}");
+        for wider in ["exec_shell", "write_file", "edit_file", "task"] {
+            assert!(
+                !tools.contains(&wider.to_owned()),
+                "{wider} offered: {tools:?}"
+            );
+        }
+        // A child's conversation is its own: nothing of the parent's.
+        assert!(!child.body.contains("look at both files"));
+        // Its model reused the parent's call id; the kernel gave the call one of its own.
+        if let Some(call) = child.json()["messages"]
+            .as_array()
+            .and_then(|m| m.iter().find(|m| m["role"] == "assistant"))
+        {
+            let id = call["tool_calls"][0]["id"].as_str().unwrap_or_default();
+            assert!(id.starts_with("keel-call-"), "{id}");
+        }
+    }
+    assert!(tool_names(&received[0]).contains(&"task".to_owned()));
+    // The parent's next request carries each child's answer as that call's result.
+    let last = received
+        .iter()
+        .rfind(|r| !is_child(r))
+        .ok_or("no parent request")?;
+    let results: Vec<(String, String)> = last.json()["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            (
+                m["tool_call_id"].as_str().unwrap_or_default().to_owned(),
+                m["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results[0].0, "call_1");
+    assert!(
+        results[0].1.contains("ALPHA-REPORT:") && results[0].1.contains("ALPHA-CONTENT"),
+        "{results:?}"
+    );
+    assert!(
+        results[1].1.contains("BETA-REPORT:") && results[1].1.contains("BETA-CONTENT"),
+        "{results:?}"
+    );
+
+    // The log files each child's steps under the parent's call; the conversation a resume
+    // rebuilds holds none of them.
+    let entries = log(home.path())?;
+    let nested: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "subagent").collect();
+    for call in ["call_1", "call_2"] {
+        let mine: Vec<&&Value> = nested.iter().filter(|e| e["parent_call"] == call).collect();
+        assert!(
+            mine.iter().any(|e| e["event"]["kind"] == "tool_outcome"
+                && e["event"]["outcome"]["tool"] == "read_file"),
+            "{call}: {mine:?}"
+        );
+        assert!(
+            mine.iter()
+                .any(|e| e["event"]["kind"] == "turn_ended" && e["event"]["end"] == "completed")
+        );
+    }
+    let parent_messages = entries.iter().filter(|e| e["kind"] == "message").count();
+    assert_eq!(parent_messages, 4, "user, task calls, results, answer");
+    let id = entries[0]["session"].as_str().ok_or("no session id")?;
+    let shown = keel(home.path(), ws.path())
+        .args(["sessions", "show", id])
+        .output()?;
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("↳ subagent `read alpha`"), "{shown}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_mid_child_ends_the_turn() -> R {
+    // The child's model never answers.
+    let server = ModelServer::start(|_, r| {
+        if is_child(r) {
+            return vec![sse_head(), Step::Sleep(120_000)];
+        }
+        oa_tool_call(
+            "call_1",
+            "task",
+            &json!({"description": "slow", "prompt": "wait"}).to_string(),
+        )
+    })
+    .await?;
+    let (home, ws) = setup(&server, "")?;
+    let mut child = keel_process(home.path(), ws.path())
+        .env("OPENAI_API_KEY", KEY)
+        .args(["run", "start a child"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let mut waited = 0;
+    while !server.received().iter().any(is_child) {
+        if waited > 600 {
+            let _ = child.kill();
+            return Err("the child's model call never started".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()?;
+    assert!(status.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cancelling the turn"), "{stderr}");
+    let entries = log(home.path())?;
+    let end = entries
+        .iter()
+        .rev()
+        .find(|e| e["kind"] == "turn_ended")
+        .ok_or("no turn end")?;
+    assert_eq!(end["end"], "cancelled", "{end}");
+    assert_eq!(
+        server.received().iter().filter(|r| is_child(r)).count(),
+        1,
+        "nothing more was asked for the child"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_the_plugin_the_loop_goes_on_without_task() -> R {
+    let server = ModelServer::start(|_, _| oa_answer("PLAIN-ANSWER")).await?;
+    let (home, ws) = setup(&server, "")?;
+    let (stdout, stderr) = run(home.path(), ws.path(), "/unload subagents\nhello\n/exit\n").await?;
+    assert!(stderr.contains("unloaded subagents"), "{stderr}");
+    assert!(stdout.contains("PLAIN-ANSWER"), "{stdout}");
+    let received = server.received();
+    let request = received.last().ok_or("no request")?;
+    assert!(!tool_names(request).contains(&"task".to_owned()));
+    assert!(tool_names(request).contains(&"read_file".to_owned()));
+    Ok(())
+}
