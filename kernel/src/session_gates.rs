@@ -755,6 +755,45 @@ mod tests {
     }
 
     #[test]
+    fn a_call_is_dispatched_and_replayed_only_by_the_agent_whose_model_made_it() {
+        let gates = SessionGates::new(GateConfig::locked_down());
+        let response = |id: &str| ModelResponse {
+            message: keel_protocol::Message {
+                role: keel_protocol::Role::Assistant,
+                content: vec![Block::ToolCall {
+                    id: id.into(),
+                    name: "read_file".into(),
+                    arguments: "{}".into(),
+                }],
+            },
+            stop_reason: StopReason::ToolUse,
+            stop_reason_raw: String::new(),
+            usage: keel_protocol::Usage::default(),
+            model: String::new(),
+            retries: 0,
+        };
+        gates.record_response(response("call_1"), 0);
+        // A child's model reusing the id gets one of the kernel's.
+        let child = gates.record_response(response("call_1"), 7);
+        let child_id = child
+            .message
+            .tool_calls()
+            .next()
+            .map(|(id, _, _)| id.to_owned());
+        let child_id = child_id.expect("a call");
+        assert_ne!(child_id, "call_1");
+        // Neither may take the other's call.
+        assert!(gates.take_for_dispatch("call_1", 7).is_err());
+        assert!(gates.take_for_dispatch(&child_id, 0).is_err());
+        assert!(gates.take_for_dispatch(&child_id, 3).is_err());
+        assert!(gates.take_for_dispatch("call_1", 0).is_ok());
+        assert!(gates.take_for_dispatch(&child_id, 7).is_ok());
+        gates.mark_executed("call_1", "read_file", &Value::Null);
+        assert!(gates.replayable("call_1", 7).is_err());
+        assert!(gates.replayable("call_1", 0).is_ok());
+    }
+
+    #[test]
     fn a_sessions_spilled_outputs_are_bounded() {
         let ws = tempfile::tempdir().expect("workspace");
         let mut gates = SessionGates::new(GateConfig {
