@@ -60,7 +60,10 @@ async fn undeclared_services_and_topics_are_refused() -> R {
             "{what}: {result}\n{answer}"
         );
     }
-    for what in ["emit-session", "emit-other"] {
+    assert!(tried["agent-complete"].contains("has no `agent` capability"));
+    assert!(tried["agent-dispatch"].contains("has no `agent` capability"));
+    assert!(tried["open-child"].contains("did not declare the service"));
+    for what in ["emit-session", "emit-other", "emit-subagent"] {
         assert!(
             tried[what].contains("did not declare the event topic"),
             "{what}: {}",
@@ -88,7 +91,7 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         )
         .replace(
             "[capabilities]\n",
-            "[capabilities]\nservices = [\"verifier\"]\nemits = [\"session.event\", \"fixture.snooped\"]\nprocesses = true\n",
+            "[capabilities]\nservices = [\"verifier\", \"keel.agents\"]\nemits = [\"session.event\", \"fixture.snooped\", \"subagent.event\"]\nprocesses = true\nagent = true\n",
         )
     };
     let (h, _dir) = setup(declare_everything).await?;
@@ -113,6 +116,25 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         tried["processes"].contains("the person's config lists no such entry"),
         "{}",
         tried["processes"]
+    );
+    // Declaring `agent` does not make it the agent: it drives no conversation, opens no child
+    // outside a tool call, and files no entry under a call it does not serve.
+    for what in ["agent-complete", "agent-dispatch"] {
+        assert!(
+            tried[what].contains("does not provide `agent`"),
+            "{what}: {}",
+            tried[what]
+        );
+    }
+    assert!(
+        tried["open-child"].contains("is not serving a tool call"),
+        "{}",
+        tried["open-child"]
+    );
+    assert!(
+        tried["emit-subagent"].contains("has no child agent open"),
+        "{}",
+        tried["emit-subagent"]
     );
     // What it declared, and the person consented to, it may use.
     assert!(
