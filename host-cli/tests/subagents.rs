@@ -428,3 +428,73 @@ async fn a_child_given_the_shell_is_refused_a_forbidden_command_and_asks_in_its_
     assert!(result.contains("was not given: `write_file`"), "{result}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_child_starts_a_grandchild_only_within_the_configured_depth() -> R {
+    let server = ModelServer::start(|_, r| {
+        let user = first_user(r);
+        if is_child(r) && user.contains("INNER") {
+            return oa_answer("GRANDCHILD-ANSWER");
+        }
+        if is_child(r) {
+            return match last_result(r) {
+                Some(result) => oa_answer(&format!("CHILD-SAW {result}")),
+                None => oa_tool_call(
+                    "call_1",
+                    "task",
+                    &json!({"description": "inner", "prompt": "INNER job"}).to_string(),
+                ),
+            };
+        }
+        match last_result(r) {
+            Some(_) => oa_answer("PARENT-DONE"),
+            None => oa_tool_call(
+                "call_1",
+                "task",
+                &json!({"description": "outer", "prompt": "OUTER job"}).to_string(),
+            ),
+        }
+    })
+    .await?;
+    let (home, ws) = setup(&server, "[subagents]\nmax-depth = 2\n")?;
+    let (stdout, stderr) = run(home.path(), ws.path(), "go deep\n/exit\n").await?;
+    assert!(stdout.contains("PARENT-DONE"), "{stdout}\n{stderr}");
+    let received = server.received();
+    let outer = received
+        .iter()
+        .find(|r| is_child(r) && first_user(r).contains("OUTER"))
+        .ok_or("no child request")?;
+    let inner = received
+        .iter()
+        .find(|r| is_child(r) && first_user(r).contains("INNER"))
+        .ok_or("no grandchild request")?;
+    // Below the limit a child may start one; at the limit the grandchild may not.
+    assert!(tool_names(outer).contains(&"task".to_owned()));
+    assert!(!tool_names(inner).contains(&"task".to_owned()));
+    let last = received
+        .iter()
+        .rfind(|r| !is_child(r))
+        .ok_or("no parent request")?;
+    let result = last_result(last).unwrap_or_default();
+    assert!(result.contains("CHILD-SAW GRANDCHILD-ANSWER"), "{result}");
+    // The grandchild's steps are in the same log, under the child's call.
+    let entries = log(home.path())?;
+    let child_call = entries
+        .iter()
+        .filter(|e| e["kind"] == "subagent" && e["parent_call"] == "call_1")
+        .find_map(|e| {
+            e["event"]["message"]["content"]
+                .as_array()?
+                .iter()
+                .find(|b| b["type"] == "tool_call")
+                .and_then(|b| b["id"].as_str().map(str::to_owned))
+        })
+        .ok_or("the child's call is not logged")?;
+    assert!(
+        entries.iter().any(|e| e["kind"] == "subagent"
+            && e["parent_call"] == child_call.as_str()
+            && e["label"] == "inner"),
+        "{entries:?}"
+    );
+    Ok(())
+}
