@@ -52,6 +52,7 @@ fn plugin_list_shows_the_bundled_plugins_active() -> R {
             "session-log",
             "shell",
             "skills",
+            "subagents",
             "tool-registry",
             "verifier"
         ]
