@@ -76,6 +76,11 @@ fn main() {
     code.push_str("];\n");
     let _ = writeln!(
         code,
+        "/// The zstd dictionary every artifact above is compressed with, itself compressed.\nstatic DICTIONARY: &[u8] = include_bytes!({:?});",
+        bundle.dictionary.display().to_string()
+    );
+    let _ = writeln!(
+        code,
         "/// The fingerprint of the engine that compiled `precompiled` (see `keel_engine`).\nstatic ENGINE: Option<[u8; 32]> = {:?};",
         bundle.engine
     );

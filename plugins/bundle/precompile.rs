@@ -17,6 +17,11 @@ use wasmtime::Engine;
 /// About 3.7× smaller for components, 3.2× for machine code; unpacking is as fast at any level.
 const ZSTD_LEVEL: i32 = 19;
 
+/// The dictionary every artifact is compressed with, trained on all of them: the plugins share
+/// most of their code (the standard library, serde, the SDK, the agent kit), which one
+/// dictionary holds once instead of every plugin carrying its own copy (about 1 MB less).
+const DICTIONARY_BYTES: usize = 512 * 1024;
+
 /// One bundled plugin, packed.
 pub struct Packed {
     /// The compressed component.
@@ -25,11 +30,19 @@ pub struct Packed {
     pub code: Option<PathBuf>,
 }
 
-/// What the build packed: each plugin in `built`'s order, and the fingerprint of the engine
-/// that compiled the machine code (`None`: no machine code).
+/// What the build packed: each plugin in `built`'s order, the fingerprint of the engine
+/// that compiled the machine code (`None`: no machine code), and the dictionary (itself
+/// compressed, without one).
 pub struct Bundle {
     pub plugins: Vec<Packed>,
     pub engine: Option<[u8; 32]>,
+    pub dictionary: PathBuf,
+}
+
+/// A plugin's artifacts before compression.
+struct Raw {
+    wasm: Vec<u8>,
+    code: Option<Vec<u8>>,
 }
 
 /// Pack every component in `built` into `out_dir`, on every core; machine code only for the
@@ -47,12 +60,37 @@ pub fn all(built: &[BuiltComponent], out_dir: &Path, ahead: impl Fn(&str) -> boo
         println!("cargo:warning=cross build: the bundled plugins compile on their first run");
         None
     };
-    let plugins = std::thread::scope(|scope| {
+    let raws: Vec<Raw> = std::thread::scope(|scope| {
         let jobs: Vec<_> = built
             .iter()
             .map(|component| {
                 let engine = engine.as_ref().filter(|_| ahead(&component.name));
-                scope.spawn(move || pack(engine, component, out_dir))
+                scope.spawn(move || compile(engine, component))
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|job| job.join().expect("compiling a plugin panicked"))
+            .collect()
+    });
+    let samples: Vec<&[u8]> = raws
+        .iter()
+        .flat_map(|r| std::iter::once(r.wasm.as_slice()).chain(r.code.as_deref()))
+        .collect();
+    let dictionary = zstd::dict::from_samples(&samples, DICTIONARY_BYTES)
+        .unwrap_or_else(|e| panic!("cannot train the bundle's zstd dictionary: {e}"));
+    let dictionary_path = out_dir.join("bundle.dict.zst");
+    std::fs::write(
+        &dictionary_path,
+        zstd::bulk::compress(&dictionary, ZSTD_LEVEL).expect("compress the dictionary"),
+    )
+    .expect("write the dictionary");
+    let plugins = std::thread::scope(|scope| {
+        let jobs: Vec<_> = built
+            .iter()
+            .zip(raws)
+            .map(|(component, raw)| {
+                let dictionary = &dictionary;
+                scope.spawn(move || pack(component, raw, dictionary, out_dir))
             })
             .collect();
         jobs.into_iter()
@@ -62,28 +100,35 @@ pub fn all(built: &[BuiltComponent], out_dir: &Path, ahead: impl Fn(&str) -> boo
     Bundle {
         plugins,
         engine: engine.as_ref().map(keel_engine::fingerprint),
+        dictionary: dictionary_path,
     }
 }
 
-fn pack(engine: Option<&Engine>, component: &BuiltComponent, out_dir: &Path) -> Packed {
+fn compile(engine: Option<&Engine>, component: &BuiltComponent) -> Raw {
     let wasm = std::fs::read(&component.wasm_path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", component.wasm_path.display()));
-    let write = |suffix: &str, bytes: &[u8]| {
-        let packed = zstd::bulk::compress(bytes, ZSTD_LEVEL)
+    let code = engine.map(|engine| {
+        engine
+            .precompile_component(&wasm)
+            .unwrap_or_else(|e| panic!("cannot compile {}: {e:#}", component.name))
+    });
+    Raw { wasm, code }
+}
+
+fn pack(component: &BuiltComponent, raw: Raw, dictionary: &[u8], out_dir: &Path) -> Packed {
+    let mut compressor = zstd::bulk::Compressor::with_dictionary(ZSTD_LEVEL, dictionary)
+        .unwrap_or_else(|e| panic!("cannot load the dictionary: {e}"));
+    let mut write = |suffix: &str, bytes: &[u8]| {
+        let packed = compressor
+            .compress(bytes)
             .unwrap_or_else(|e| panic!("cannot compress {}: {e}", component.name));
         let path = out_dir.join(format!("{}.{suffix}.zst", component.name));
         std::fs::write(&path, packed)
             .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
         path
     };
-    let code = engine.map(|engine| {
-        let code = engine
-            .precompile_component(&wasm)
-            .unwrap_or_else(|e| panic!("cannot compile {}: {e:#}", component.name));
-        write("cwasm", &code)
-    });
     Packed {
-        component: write("wasm", &wasm),
-        code,
+        component: write("wasm", &raw.wasm),
+        code: raw.code.map(|code| write("cwasm", &code)),
     }
 }

@@ -203,18 +203,49 @@ impl fmt::Debug for Precompiled<'_> {
 
 /// A component keel ships in its binary: compressed with zstd, and with its machine code from
 /// keel's build when there is any.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Shipped<'a> {
     /// The component, compressed with zstd.
     pub packed: &'a [u8],
     /// Its machine code, for the engine that made it.
     pub code: Option<Precompiled<'a>>,
+    /// The dictionary both were compressed with, if any.
+    pub dictionary: Option<&'a zstd::dict::DecoderDictionary<'static>>,
+}
+
+impl fmt::Debug for Shipped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shipped")
+            .field("bytes", &self.packed.len())
+            .field("code", &self.code)
+            .field("dictionary", &self.dictionary.is_some())
+            .finish()
+    }
+}
+
+/// `packed` unpacked, with the dictionary it was compressed with.
+fn unpack(
+    packed: &[u8],
+    dictionary: Option<&zstd::dict::DecoderDictionary<'static>>,
+) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    match dictionary {
+        Some(dictionary) => {
+            zstd::stream::read::Decoder::with_prepared_dictionary(packed, dictionary)?
+                .read_to_end(&mut out)?;
+        }
+        None => {
+            zstd::stream::read::Decoder::with_buffer(packed)?.read_to_end(&mut out)?;
+        }
+    }
+    Ok(out)
 }
 
 impl Shipped<'_> {
     /// The component, unpacked.
     fn unpack(&self, plugin: &str) -> Result<Vec<u8>, WasmError> {
-        zstd::stream::decode_all(self.packed).map_err(|e| WasmError::NotAComponent {
+        unpack(self.packed, self.dictionary).map_err(|e| WasmError::NotAComponent {
             plugin: plugin.to_owned(),
             reason: format!("its packed component does not unpack ({e})"),
         })
@@ -343,7 +374,7 @@ impl WasmHost {
         if let Some(component) = shipped
             .code
             .filter(|code| self.runs(code))
-            .and_then(|code| self.deserialize_shipped(plugin, code))
+            .and_then(|code| self.deserialize_shipped(plugin, code, shipped.dictionary))
         {
             return self.link(plugin, component, CacheStatus::Shipped);
         }
@@ -439,8 +470,13 @@ impl WasmHost {
 
     /// The component in `code`, or `None` (logged) when it cannot be used, so the caller
     /// compiles instead.
-    fn deserialize_shipped(&self, plugin: &str, code: Precompiled<'_>) -> Option<Component> {
-        let unpacked = match zstd::stream::decode_all(code.packed) {
+    fn deserialize_shipped(
+        &self,
+        plugin: &str,
+        code: Precompiled<'_>,
+        dictionary: Option<&zstd::dict::DecoderDictionary<'static>>,
+    ) -> Option<Component> {
+        let unpacked = match unpack(code.packed, dictionary) {
             Ok(unpacked) => unpacked,
             Err(e) => {
                 tracing::warn!(

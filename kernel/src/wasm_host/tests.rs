@@ -871,6 +871,7 @@ fn shipped_machine_code_is_used_only_by_the_engine_that_made_it() {
     let ship = |code| Shipped {
         packed: &packed,
         code,
+        dictionary: None,
     };
     assert!(!host.compiles(&ship(Some(code))));
     let shipped = host.compile_shipped("p", ship(Some(code))).expect("load");

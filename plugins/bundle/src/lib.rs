@@ -21,10 +21,26 @@ pub struct Bundled {
 
 include!(concat!(env!("OUT_DIR"), "/bundled.rs"));
 
+/// The dictionary every bundled artifact is compressed with, unpacked and prepared once.
+fn dictionary() -> &'static zstd::dict::DecoderDictionary<'static> {
+    static PREPARED: std::sync::OnceLock<zstd::dict::DecoderDictionary<'static>> =
+        std::sync::OnceLock::new();
+    PREPARED.get_or_init(|| {
+        let raw = zstd::stream::decode_all(DICTIONARY)
+            .expect("the build script packed the dictionary with zstd");
+        zstd::dict::DecoderDictionary::copy(&raw)
+    })
+}
+
 impl Bundled {
     /// The compiled component (a `wasm32-wasip2` WebAssembly component), unpacked.
     pub fn component(&self) -> Vec<u8> {
-        zstd::stream::decode_all(self.packed).expect("the build script packed it with zstd")
+        use std::io::Read as _;
+        let mut out = Vec::new();
+        zstd::stream::read::Decoder::with_prepared_dictionary(self.packed, dictionary())
+            .and_then(|mut decoder| decoder.read_to_end(&mut out))
+            .expect("the build script packed it with zstd and the bundle's dictionary");
+        out
     }
 
     /// The plugin as keel ships it, for `PluginLoader::from_shipped`: the packed component
@@ -43,6 +59,7 @@ impl Bundled {
         keel_kernel::Shipped {
             packed: self.packed,
             code,
+            dictionary: Some(dictionary()),
         }
     }
 }
