@@ -208,7 +208,11 @@ impl PluginLoader {
                 self.check_reach(&manifest.name, &d.path)
                     .map_err(grant_err)?;
             }
-            let host = self.host_dir(&d.path).map_err(grant_err)?;
+            // A workspace folder keel's own plugins name is made when missing (the project's
+            // memory before its first entry), never through a link out of the workspace.
+            let host = self
+                .host_dir(&d.path, shipped && !user_granted)
+                .map_err(grant_err)?;
             if !shipped && !user_granted {
                 self.check_home(&manifest.name, &host).map_err(grant_err)?;
             }
@@ -374,18 +378,41 @@ impl PluginLoader {
 
     /// The host directory a manifest path names, canonical: under the data directory for
     /// `$KEEL_DATA/…` (created when missing), else relative to the workspace (must exist).
-    fn host_dir(&self, path: &Path) -> Result<PathBuf, String> {
+    ///
+    /// `shipped`: a folder inside the workspace is created when missing, and it must resolve
+    /// inside the workspace (a cloned repository may make `.keel` a link to anywhere).
+    fn host_dir(&self, path: &Path, shipped: bool) -> Result<PathBuf, String> {
         let mut components = path.components();
         let in_data = components
             .next()
             .is_some_and(|c| c.as_os_str() == DATA_DIR_PREFIX);
         if !in_data {
-            return self
+            let host = self.config.workspace.join(path);
+            if !shipped || path.is_absolute() {
+                return host
+                    .canonicalize()
+                    .map_err(|e| format!("{e}; create it or change the manifest"));
+            }
+            let workspace = self
                 .config
                 .workspace
-                .join(path)
                 .canonicalize()
-                .map_err(|e| format!("{e}; create it or change the manifest"));
+                .map_err(|e| format!("the workspace is not available: {e}"))?;
+            let inside = |p: &Path| {
+                p.canonicalize()
+                    .is_ok_and(|canonical| canonical.starts_with(&workspace))
+            };
+            // The nearest folder that exists must already be inside: nothing is created
+            // through a link.
+            let existing = host.ancestors().find(|a| a.exists()).unwrap_or(&workspace);
+            if !inside(existing) {
+                return Err("it leads outside the workspace (through a link)".into());
+            }
+            std::fs::create_dir_all(&host).map_err(|e| format!("cannot create it: {e}"))?;
+            if !inside(&host) {
+                return Err("it leads outside the workspace (through a link)".into());
+            }
+            return host.canonicalize().map_err(|e| e.to_string());
         }
         let Some(data) = &self.config.data_dir else {
             return Err(format!(

@@ -241,3 +241,37 @@ fn no_grant_reaches_a_directory_the_manifest_and_the_user_did_not_grant() {
         })
         .expect("property");
 }
+
+/// keel's own plugins get a missing workspace folder made for them (the project's memory), but
+/// never through a link a cloned repository planted, and they get only that folder.
+#[test]
+fn a_shipped_plugins_workspace_folder_is_made_inside_the_workspace_only() {
+    let ws = tempfile::tempdir().expect("workspace");
+    let outside = tempfile::tempdir().expect("outside");
+    let l = loader(ws.path(), None);
+    let memory = manifest(".keel/memory");
+    let grants = l.grants_for(&memory, true).expect("made and granted");
+    let made = ws.path().join(".keel/memory");
+    assert!(made.is_dir());
+    assert_eq!(grants.dirs[0].host, made.canonicalize().expect("canonical"));
+    // A third party's manifest gets nothing made for it.
+    assert!(l.grants_for(&manifest(".keel/other"), false).is_err());
+    assert!(!ws.path().join(".keel/other").exists());
+
+    // A repository whose `.keel` is a link out of the workspace.
+    let planted = tempfile::tempdir().expect("workspace");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(outside.path(), planted.path().join(".keel")).expect("link");
+    let l = loader(planted.path(), None);
+    let err = l
+        .grants_for(&memory, true)
+        .expect_err("a link out is refused");
+    assert!(err.to_string().contains("outside the workspace"), "{err}");
+    assert!(
+        !outside.path().join("memory").exists(),
+        "nothing is made through the link"
+    );
+    // Nor is an existing folder behind such a link granted.
+    std::fs::create_dir_all(outside.path().join("memory")).expect("dir");
+    assert!(l.grants_for(&memory, true).is_err());
+}
