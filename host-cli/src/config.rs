@@ -217,6 +217,8 @@ pub struct DisplaySettings {
 pub struct Timeouts {
     /// A tool call (default 300).
     pub tool_secs: Option<f64>,
+    /// A subagent's whole run, the `task` tool's call (default 1800).
+    pub subagent_secs: Option<f64>,
     /// One model completion, streamed (default 600).
     pub model_secs: Option<f64>,
     /// Any other call between plugins, a guard, an activation (default 120).
@@ -242,6 +244,7 @@ impl Timeouts {
         };
         Ok(keel_kernel::Deadlines {
             tool: pick("tool-secs", self.tool_secs, defaults.tool)?,
+            subagent: pick("subagent-secs", self.subagent_secs, defaults.subagent)?,
             model: pick("model-secs", self.model_secs, defaults.model)?,
             service: pick("service-secs", self.service_secs, defaults.service)?,
             event: pick("event-secs", self.event_secs, defaults.event)?,

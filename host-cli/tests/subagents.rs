@@ -498,3 +498,36 @@ async fn a_child_starts_a_grandchild_only_within_the_configured_depth() -> R {
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_child_runs_longer_than_one_tool_call_may() -> R {
+    // The child's model takes longer than the whole tool-call deadline; the child's run has
+    // a deadline of its own.
+    let server = ModelServer::start(|_, r| {
+        if is_child(r) {
+            let mut steps = vec![Step::Sleep(1_500)];
+            steps.extend(oa_answer("SLOW-CHILD-DONE"));
+            return steps;
+        }
+        match last_result(r) {
+            Some(_) => oa_answer("PARENT-DONE"),
+            None => oa_tool_call(
+                "call_1",
+                "task",
+                &json!({"description": "slow", "prompt": "think"}).to_string(),
+            ),
+        }
+    })
+    .await?;
+    let (home, ws) = setup(&server, "[timeouts]\ntool-secs = 1\n")?;
+    let (stdout, stderr) = run(home.path(), ws.path(), "go\n/exit\n").await?;
+    assert!(stdout.contains("PARENT-DONE"), "{stdout}\n{stderr}");
+    let received = server.received();
+    let last = received
+        .iter()
+        .rfind(|r| !is_child(r))
+        .ok_or("no parent request")?;
+    let result = last_result(last).unwrap_or_default();
+    assert!(result.contains("SLOW-CHILD-DONE"), "{result}");
+    Ok(())
+}

@@ -31,6 +31,9 @@ pub enum CallKind {
     Turn,
     /// A tool call, through the gate pipeline or from the host.
     Tool,
+    /// A tool call served by a plugin that drives agents (the `agent` capability): a whole
+    /// child agent's run, whose own model and tool calls each have their deadlines.
+    Child,
     /// A call to the `model` service.
     Model,
     /// A guard asked about a tool call.
@@ -49,6 +52,7 @@ impl CallKind {
         match self {
             CallKind::Turn => ("turn", ""),
             CallKind::Tool => ("tool-call", "tool-secs"),
+            CallKind::Child => ("subagent", "subagent-secs"),
             CallKind::Model => ("model-call", "model-secs"),
             CallKind::Guard => ("guard", "service-secs"),
             CallKind::Event => ("event-handler", "event-secs"),
@@ -64,6 +68,9 @@ impl CallKind {
 pub struct Deadlines {
     /// A tool call (default 300 s).
     pub tool: Duration,
+    /// A child agent's whole run, one tool call of a plugin that drives agents (default
+    /// 1800 s).
+    pub subagent: Duration,
     /// A model call: one whole completion, streamed (default 600 s).
     pub model: Duration,
     /// Any other service call, a guard, an activation (default 120 s).
@@ -76,6 +83,7 @@ impl Default for Deadlines {
     fn default() -> Self {
         Deadlines {
             tool: Duration::from_secs(300),
+            subagent: Duration::from_secs(1800),
             model: Duration::from_secs(600),
             service: Duration::from_secs(120),
             event: Duration::from_secs(30),
@@ -89,6 +97,7 @@ impl Deadlines {
         match kind {
             CallKind::Turn => None,
             CallKind::Tool => Some(self.tool),
+            CallKind::Child => Some(self.subagent),
             CallKind::Model => Some(self.model),
             CallKind::Event => Some(self.event),
             CallKind::Guard | CallKind::Service | CallKind::Lifecycle => Some(self.service),
@@ -273,7 +282,11 @@ impl CallChain {
             });
         }
         let in_turn = match kind {
-            CallKind::Turn | CallKind::Tool | CallKind::Model | CallKind::Guard => true,
+            CallKind::Turn
+            | CallKind::Tool
+            | CallKind::Child
+            | CallKind::Model
+            | CallKind::Guard => true,
             CallKind::Service => self.budget.in_turn,
             CallKind::Event | CallKind::Lifecycle => false,
         };

@@ -155,7 +155,17 @@ impl Shared {
     ) -> Result<String, KernelError> {
         let seat = seat.into();
         let what = request.describe();
-        let kind = request.kind(chain);
+        let mut kind = request.kind(chain);
+        // A plugin that drives agents serves a tool call by running a child agent, whose own
+        // model and tool calls are bounded each: the call as a whole gets the longer
+        // deadline of a child's run.
+        if kind == CallKind::Tool
+            && self
+                .manifest_of(plugin)
+                .is_some_and(|m| m.capabilities.agent)
+        {
+            kind = CallKind::Child;
+        }
         let callee = chain.enter(
             plugin,
             kind,
