@@ -216,3 +216,37 @@ async fn a_plugin_relaying_calls_cannot_outrun_the_cpu_bound_of_the_call_it_serv
     }
     Ok(())
 }
+
+/// Declaring `agent` buys a tool call the longer deadline of a subagent's run only if it
+/// opens a child agent: a plugin that just sleeps is stopped at the tool-call deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declaring_agent_does_not_lengthen_a_tool_call_that_opens_no_child() -> R {
+    let ws = tempfile::tempdir()?;
+    let data = tempfile::tempdir()?;
+    let h = harness(
+        ws.path(),
+        data.path(),
+        Deadlines {
+            tool: Duration::from_secs(1),
+            ..Deadlines::default()
+        },
+    )?;
+    let (manifest, component) = keel_tests::fixtures::fixture("stall").expect("built");
+    let manifest = manifest.replace("[capabilities]\n", "[capabilities]\nagent = true\n");
+    h.kernel
+        .load(
+            h.loader
+                .from_embedded("fixture stall", &manifest, component)?,
+        )
+        .await?;
+    let outcome: ToolOutcome = serde_json::from_str(
+        &tokio::time::timeout(HANG, h.kernel.call_tool("stall_sleep", "{}")).await?,
+    )?;
+    assert!(
+        outcome
+            .content
+            .contains("did not finish within 1 s, the tool-call deadline"),
+        "{outcome:?}"
+    );
+    Ok(())
+}

@@ -156,9 +156,10 @@ impl Shared {
         let seat = seat.into();
         let what = request.describe();
         let mut kind = request.kind(chain);
-        // A plugin that drives agents serves a tool call by running a child agent, whose own
-        // model and tool calls are bounded each: the call as a whole gets the longer
-        // deadline of a child's run.
+        // A plugin that drives agents may serve a tool call by running a child agent, whose
+        // own model and tool calls are bounded each: the call gets the longer deadline of a
+        // child's run, and its nested calls inherit it, but only once it opened a child (see
+        // `overdue`).
         if kind == CallKind::Tool
             && self
                 .manifest_of(plugin)
@@ -184,14 +185,28 @@ impl Shared {
                 crate::wasm_host::limits::format_limit(limit)
             )));
         }
+        let started = tokio::time::Instant::now();
         let overdue = async {
-            match callee.deadline() {
-                Some(d) => {
-                    tokio::time::sleep_until(d.at).await;
-                    d
+            let Some(d) = callee.deadline() else {
+                return std::future::pending().await;
+            };
+            // A tool call that has not opened a child agent by the tool-call deadline is an
+            // ordinary one, whatever capability its plugin declared.
+            if kind == CallKind::Child {
+                let tool = Deadline {
+                    at: started + self.config.deadlines.tool,
+                    kind: CallKind::Tool,
+                    length: self.config.deadlines.tool,
+                };
+                if tool.at < d.at {
+                    tokio::time::sleep_until(tool.at).await;
+                    if callee.opened_agent().is_none() {
+                        return tool;
+                    }
                 }
-                None => std::future::pending().await,
             }
+            tokio::time::sleep_until(d.at).await;
+            d
         };
         let bounded = async {
             tokio::select! {
