@@ -275,3 +275,53 @@ fn a_shipped_plugins_workspace_folder_is_made_inside_the_workspace_only() {
     std::fs::create_dir_all(outside.path().join("memory")).expect("dir");
     assert!(l.grants_for(&memory, true).is_err());
 }
+
+/// A third party's manifest gets more than one instance only with the person's grant; keel's
+/// own plugins keep what they ship with.
+#[test]
+fn a_manifest_cannot_give_itself_more_instances() {
+    let ws = tempfile::tempdir().expect("workspace");
+    let many = |name: &str| {
+        Manifest::parse(
+            &format!(
+                "name = \"{name}\"\nversion = \"0.1.0\"\nkind = \"wasm\"\n[limits]\ninstances = 8\n"
+            ),
+            Path::new("keel.toml"),
+        )
+        .expect("manifest")
+    };
+    let l = loader(ws.path(), None);
+    assert_eq!(
+        l.with_granted_instances(many("greedy")).limits.instances,
+        Some(1)
+    );
+    let granting = PluginLoader::new(
+        WasmHost::new(WasmHostConfig::default()).expect("wasm host"),
+        LoaderConfig {
+            workspace: ws.path().to_owned(),
+            granted_limits: [(
+                "greedy".to_owned(),
+                crate::manifest::Limits {
+                    instances: Some(2),
+                    ..crate::manifest::Limits::default()
+                },
+            )]
+            .into(),
+            ..LoaderConfig::default()
+        },
+    );
+    assert_eq!(
+        granting
+            .with_granted_instances(many("greedy"))
+            .limits
+            .instances,
+        Some(2)
+    );
+    assert_eq!(
+        granting
+            .with_granted_instances(many("other"))
+            .limits
+            .instances,
+        Some(1)
+    );
+}
