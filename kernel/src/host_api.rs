@@ -22,7 +22,7 @@ pub struct HostHandle {
     chain: CallChain,
     /// An extra instance that only serves calls (see `limits.instances`): what it registers
     /// at activation the plugin's first instance already holds, so it changes nothing.
-    worker: bool,
+    extra: bool,
 }
 
 impl std::fmt::Debug for HostHandle {
@@ -41,14 +41,14 @@ impl HostHandle {
             plugin: Arc::from(plugin),
             generation,
             chain: CallChain::starting_at(plugin),
-            worker: false,
+            extra: false,
         }
     }
 
     /// The handle of an extra instance of `plugin` that only serves calls.
-    pub(crate) fn worker(shared: Weak<Shared>, plugin: &str, generation: u64) -> Self {
+    pub(crate) fn extra(shared: Weak<Shared>, plugin: &str, generation: u64) -> Self {
         HostHandle {
-            worker: true,
+            extra: true,
             ..HostHandle::new(shared, plugin, generation)
         }
     }
@@ -87,7 +87,7 @@ impl HostHandle {
     }
 
     fn effect(&self, effect: Effect) -> Result<(), KernelError> {
-        if self.worker {
+        if self.extra {
             // The environment is the first instance's to change; an extra instance's
             // activation repeats its registrations, which are already in place.
             return Ok(());
@@ -341,7 +341,7 @@ impl HostHandle {
 
     /// Start the program of `entry` (an entry of the person's config for this plugin).
     pub fn process_start(&self, entry: &str) -> Result<u32, KernelError> {
-        if self.worker {
+        if self.extra {
             return Err(KernelError::Denied(format!(
                 "an extra instance of `{}` cannot start processes; its first instance owns them",
                 self.plugin

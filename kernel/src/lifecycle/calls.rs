@@ -372,7 +372,7 @@ impl Shared {
         let mut instance = match guard.take() {
             Some((g, instance)) if g == generation => instance,
             _ => {
-                let host = HostHandle::worker(self.me.clone(), plugin, generation);
+                let host = HostHandle::extra(self.me.clone(), plugin, generation);
                 let chain = CallChain::starting_at(KERNEL_NAME).enter(
                     plugin,
                     CallKind::Lifecycle,

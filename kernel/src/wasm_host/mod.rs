@@ -243,8 +243,8 @@ fn unpack(
 }
 
 impl Shipped<'_> {
-    /// The component, unpacked.
-    fn unpack(&self, plugin: &str) -> Result<Vec<u8>, WasmError> {
+    /// The component, unpacked (`plugin` names it in the error).
+    pub fn unpack(&self, plugin: &str) -> Result<Vec<u8>, WasmError> {
         unpack(self.packed, self.dictionary).map_err(|e| WasmError::NotAComponent {
             plugin: plugin.to_owned(),
             reason: format!("its packed component does not unpack ({e})"),

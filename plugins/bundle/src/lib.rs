@@ -35,12 +35,9 @@ fn dictionary() -> &'static zstd::dict::DecoderDictionary<'static> {
 impl Bundled {
     /// The compiled component (a `wasm32-wasip2` WebAssembly component), unpacked.
     pub fn component(&self) -> Vec<u8> {
-        use std::io::Read as _;
-        let mut out = Vec::new();
-        zstd::stream::read::Decoder::with_prepared_dictionary(self.packed, dictionary())
-            .and_then(|mut decoder| decoder.read_to_end(&mut out))
-            .expect("the build script packed it with zstd and the bundle's dictionary");
-        out
+        self.shipped()
+            .unpack(self.name)
+            .expect("the build script packed it with zstd and the bundle's dictionary")
     }
 
     /// The plugin as keel ships it, for `PluginLoader::from_shipped`: the packed component
