@@ -167,19 +167,6 @@ async fn run(
     ))
 }
 
-/// The only session log's entries.
-fn log(home: &Path) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
-    let dir = home.join("data/sessions");
-    let entry = std::fs::read_dir(&dir)?
-        .filter_map(Result::ok)
-        .next()
-        .ok_or("no session log")?;
-    Ok(std::fs::read_to_string(entry.path())?
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
-}
-
 /// Five turns of one `read_file` each against a window of 6,000 tokens: the base prompt is
 /// about 1,700 tokens and each turn adds about 1,000, so the fourth passes 80% of it.
 const FIVE_TURNS: &str = "read 1\nread 2\nread 3\nread 4\nread 5\n";
@@ -244,7 +231,7 @@ async fn compacts_and_stays_well_formed(wire: Wire) -> R {
             .map_err(|e| format!("{e}: {}", r.body.chars().take(300).collect::<String>()))?;
     }
     // The log keeps every original message and records the compaction.
-    let entries = log(home.path())?;
+    let entries = crate::common::only_session_log(home.path())?;
     let compacted: Vec<&Value> = entries
         .iter()
         .filter(|e| e["kind"] == "compacted")
@@ -309,7 +296,7 @@ async fn compact_on_demand_and_resume_after_a_compaction() -> R {
     let last = received.last().ok_or("no request")?;
     assert!(last.body.contains("SUMMARY-ON-DEMAND") && !last.body.contains("\"read 1\""));
     // Resume continues from the compacted conversation.
-    let id = log(home.path())?
+    let id = crate::common::only_session_log(home.path())?
         .first()
         .and_then(|e| e["session"].as_str().map(str::to_owned))
         .ok_or("no session id")?;
@@ -358,7 +345,7 @@ async fn three_failed_compactions_trip_the_breaker_and_the_loop_trims() -> R {
     );
     assert!(stdout.contains("dropped the "), "{stdout}");
     assert_eq!(stdout.matches("done").count(), 8, "{stdout}");
-    let entries = log(home.path())?;
+    let entries = crate::common::only_session_log(home.path())?;
     assert!(
         entries
             .iter()
@@ -405,7 +392,7 @@ async fn ctrl_c_cancels_a_compaction_like_any_model_call() -> R {
         "read 1\nread 2\nread 3\n/exit\n",
     )
     .await?;
-    let id = log(home.path())?
+    let id = crate::common::only_session_log(home.path())?
         .first()
         .and_then(|e| e["session"].as_str().map(str::to_owned))
         .ok_or("no session id")?;
@@ -413,31 +400,18 @@ async fn ctrl_c_cancels_a_compaction_like_any_model_call() -> R {
     let config = home.path().join("config.toml");
     let text = std::fs::read_to_string(&config)?.replace("1000000", "5000");
     std::fs::write(&config, text)?;
-    let mut child = crate::common::keel_process(home.path(), ws.path())
+    let child = crate::common::keel_process(home.path(), ws.path())
         .env(key_var(wire), KEY)
         .args(["resume", &id, "read 4"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()?;
-    let mut waited = 0;
-    while !server.received().iter().any(is_compaction) {
-        if waited > 600 {
-            let _ = child.kill();
-            return Err("the compaction's model call never started".into());
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        waited += 1;
-    }
-    let pid = child.id().to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &pid])
-        .status()?;
-    assert!(status.success());
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
+    let out = crate::common::interrupt_when(child, || server.received().iter().any(is_compaction))
+        .await?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cancelling the turn"), "{stderr}");
-    let entries = log(home.path())?;
+    let entries = crate::common::only_session_log(home.path())?;
     let end = entries
         .iter()
         .rev()

@@ -104,18 +104,6 @@ async fn run(
     ))
 }
 
-/// The only session log's entries.
-fn log(home: &std::path::Path) -> Result<Vec<Value>, Box<dyn std::error::Error>> {
-    let entry = std::fs::read_dir(home.join("data/sessions"))?
-        .filter_map(Result::ok)
-        .next()
-        .ok_or("no session log")?;
-    Ok(std::fs::read_to_string(entry.path())?
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn two_read_only_children_run_at_once_and_are_logged_under_the_parents_calls() -> R {
     let both = Arc::new(tokio::sync::Barrier::new(2));
@@ -245,7 +233,7 @@ async fn two_read_only_children_run_at_once_and_are_logged_under_the_parents_cal
 
     // The log files each child's steps under the parent's call; the conversation a resume
     // rebuilds holds none of them.
-    let entries = log(home.path())?;
+    let entries = crate::common::only_session_log(home.path())?;
     let nested: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "subagent").collect();
     for call in ["call_1", "call_2"] {
         let mine: Vec<&&Value> = nested.iter().filter(|e| e["parent_call"] == call).collect();
@@ -285,30 +273,18 @@ async fn ctrl_c_mid_child_ends_the_turn() -> R {
     })
     .await?;
     let (home, ws) = setup(&server, "")?;
-    let mut child = keel_process(home.path(), ws.path())
+    let child = keel_process(home.path(), ws.path())
         .env("OPENAI_API_KEY", KEY)
         .args(["run", "start a child"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()?;
-    let mut waited = 0;
-    while !server.received().iter().any(is_child) {
-        if waited > 600 {
-            let _ = child.kill();
-            return Err("the child's model call never started".into());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += 1;
-    }
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()?;
-    assert!(status.success());
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
+    let out =
+        crate::common::interrupt_when(child, || server.received().iter().any(is_child)).await?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cancelling the turn"), "{stderr}");
-    let entries = log(home.path())?;
+    let entries = crate::common::only_session_log(home.path())?;
     let end = entries
         .iter()
         .rev()
@@ -478,7 +454,7 @@ async fn a_child_starts_a_grandchild_only_within_the_configured_depth() -> R {
     let result = last_result(last).unwrap_or_default();
     assert!(result.contains("CHILD-SAW GRANDCHILD-ANSWER"), "{result}");
     // The grandchild's steps are in the same log, under the child's call.
-    let entries = log(home.path())?;
+    let entries = crate::common::only_session_log(home.path())?;
     let child_call = entries
         .iter()
         .filter(|e| e["kind"] == "subagent" && e["parent_call"] == "call_1")

@@ -47,3 +47,37 @@ pub fn use_scripted_model(home: &Path, script: &str) -> std::io::Result<()> {
         ),
     )
 }
+
+/// Once `ready()` (checked every 100 ms, for at most 60 s), send `child` SIGINT, as Ctrl-C
+/// does, and wait for it to exit.
+pub async fn interrupt_when(
+    mut child: std::process::Child,
+    ready: impl Fn() -> bool,
+) -> Result<std::process::Output, Box<dyn std::error::Error>> {
+    let mut waited = 0;
+    while !ready() {
+        if waited > 600 {
+            let _ = child.kill();
+            return Err("the process never reached the point where it is interrupted".into());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()?;
+    assert!(status.success(), "kill -INT");
+    Ok(tokio::task::spawn_blocking(move || child.wait_with_output()).await??)
+}
+
+/// The entries of the only session log in `home`.
+pub fn only_session_log(home: &Path) -> Result<Vec<serde_json::Value>, Box<dyn std::error::Error>> {
+    let entry = std::fs::read_dir(home.join("data/sessions"))?
+        .filter_map(Result::ok)
+        .next()
+        .ok_or("no session log")?;
+    Ok(std::fs::read_to_string(entry.path())?
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
