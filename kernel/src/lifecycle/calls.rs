@@ -307,22 +307,7 @@ impl Shared {
             what: &what,
             armed: true,
         };
-        let outcome = match request {
-            Request::Service {
-                service,
-                method,
-                payload,
-            } => instance.handle_call(callee, service, method, payload).await,
-            Request::Tool { name, input } => instance.invoke_tool(callee, name, input).await,
-            Request::Guard { guard, tool, input } => instance
-                .check_tool_call(callee, guard, tool, input)
-                .await
-                .map(|v| serde_json::to_string(&v).unwrap_or_default()),
-            Request::Event { event } => instance
-                .on_event(callee, event)
-                .await
-                .map(|()| String::new()),
-        };
+        let outcome = request.serve(instance.as_mut(), callee).await;
         halfway.armed = false;
         match outcome {
             Ok(out) => Ok(out),
@@ -373,36 +358,14 @@ impl Shared {
             Some((g, instance)) if g == generation => instance,
             _ => {
                 let host = HostHandle::extra(self.me.clone(), plugin, generation);
-                let chain = CallChain::starting_at(KERNEL_NAME).enter(
-                    plugin,
-                    CallKind::Lifecycle,
-                    &self.config.deadlines,
-                    tokio::time::Instant::now(),
-                );
-                let mut instance = source.instantiate(host).await.map_err(|e| {
-                    KernelError::Unavailable(format!(
-                        "another instance of `{plugin}` could not start: {e}"
-                    ))
-                })?;
-                instance.activate(&chain, &config).await.map_err(|e| {
-                    KernelError::Unavailable(format!(
-                        "another instance of `{plugin}` could not activate: {e}"
-                    ))
-                })?;
-                instance
+                self.start_instance(plugin, source.as_ref(), host, &config)
+                    .await
+                    .map_err(|e| {
+                        KernelError::Unavailable(format!("another instance of `{plugin}`: {e}"))
+                    })?
             }
         };
-        let outcome = match request {
-            Request::Service {
-                service,
-                method,
-                payload,
-            } => instance.handle_call(callee, service, method, payload).await,
-            Request::Tool { name, input } => instance.invoke_tool(callee, name, input).await,
-            Request::Guard { .. } | Request::Event { .. } => Err(
-                crate::instance::InstanceError::Host("extra instances serve calls only".into()),
-            ),
-        };
+        let outcome = request.serve(instance.as_mut(), callee).await;
         match outcome {
             Ok(out) => {
                 *guard = Some((generation, instance));
@@ -597,6 +560,30 @@ pub(super) enum Request<'a> {
 }
 
 impl Request<'_> {
+    /// Run it in `instance`, on `callee` (the chain including the plugin).
+    async fn serve(
+        &self,
+        instance: &mut dyn PluginInstance,
+        callee: &CallChain,
+    ) -> Result<String, crate::instance::InstanceError> {
+        match self {
+            Request::Service {
+                service,
+                method,
+                payload,
+            } => instance.handle_call(callee, service, method, payload).await,
+            Request::Tool { name, input } => instance.invoke_tool(callee, name, input).await,
+            Request::Guard { guard, tool, input } => instance
+                .check_tool_call(callee, guard, tool, input)
+                .await
+                .map(|v| serde_json::to_string(&v).unwrap_or_default()),
+            Request::Event { event } => instance
+                .on_event(callee, event)
+                .await
+                .map(|()| String::new()),
+        }
+    }
+
     /// The door this request came through, made on `chain`.
     pub(super) fn kind(&self, chain: &CallChain) -> CallKind {
         match self {

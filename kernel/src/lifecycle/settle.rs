@@ -341,22 +341,8 @@ impl Shared {
             (r.source.clone(), r.manifest.config.to_string(), generation)
         };
         let host = HostHandle::new(self.me.clone(), name, generation);
-        let chain = CallChain::starting_at(KERNEL_NAME).enter(
-            name,
-            CallKind::Lifecycle,
-            &self.config.deadlines,
-            tokio::time::Instant::now(),
-        );
         let limit = self.config.deadlines.service;
-        let bounded = async {
-            match source.instantiate(host).await {
-                Ok(mut instance) => match instance.activate(&chain, &config).await {
-                    Ok(()) => Ok(instance),
-                    Err(e) => Err(format!("activation failed: {e}")),
-                },
-                Err(e) => Err(format!("instantiation failed: {e}")),
-            }
-        };
+        let bounded = self.start_instance(name, source.as_ref(), host, &config);
         let outcome = tokio::time::timeout(limit, bounded)
             .await
             .unwrap_or_else(|_| {
@@ -388,6 +374,32 @@ impl Shared {
                 Err(reason)
             }
         }
+    }
+
+    /// A new instance of `name` from `source`, whose door is `host`, activated with
+    /// `config`; why not, when it cannot be.
+    pub(super) async fn start_instance(
+        &self,
+        name: &str,
+        source: &dyn PluginSource,
+        host: HostHandle,
+        config: &str,
+    ) -> Result<Box<dyn PluginInstance>, String> {
+        let chain = CallChain::starting_at(KERNEL_NAME).enter(
+            name,
+            CallKind::Lifecycle,
+            &self.config.deadlines,
+            tokio::time::Instant::now(),
+        );
+        let mut instance = source
+            .instantiate(host)
+            .await
+            .map_err(|e| format!("instantiation failed: {e}"))?;
+        instance
+            .activate(&chain, config)
+            .await
+            .map_err(|e| format!("activation failed: {e}"))?;
+        Ok(instance)
     }
 
     /// A call trapped or hit a limit: the instance is gone. Mark the plugin failed and undo
