@@ -181,15 +181,27 @@ async fn two_read_only_children_run_at_once_and_are_logged_under_the_parents_cal
         }
         // A child's conversation is its own: nothing of the parent's.
         assert!(!child.body.contains("look at both files"));
-        // Its model reused the parent's call id; the kernel gave the call one of its own.
-        if let Some(call) = child.json()["messages"]
-            .as_array()
-            .and_then(|m| m.iter().find(|m| m["role"] == "assistant"))
-        {
-            let id = call["tool_calls"][0]["id"].as_str().unwrap_or_default();
-            assert!(id.starts_with("keel-call-"), "{id}");
-        }
     }
+    // Each child's model reused the parent's call id `call_1`; the kernel gave each call one
+    // of its own (seen in the child's next request).
+    let rewritten: Vec<String> = children
+        .iter()
+        .filter(|r| results_in(r) == 1)
+        .filter_map(|r| {
+            let body = r.json();
+            let call = body["messages"]
+                .as_array()?
+                .iter()
+                .find(|m| m["role"] == "assistant")?
+                .clone();
+            call["tool_calls"][0]["id"].as_str().map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(rewritten.len(), 2, "{rewritten:?}");
+    assert!(
+        rewritten.iter().all(|id| id.starts_with("keel-call-")),
+        "{rewritten:?}"
+    );
     assert!(tool_names(&received[0]).contains(&"task".to_owned()));
     // The call outside the child's tools was refused by the kernel and nothing ran.
     let refused = children
