@@ -260,7 +260,7 @@ pub fn plan_install(
             if let Some(tell) = options.on_download {
                 tell(&name, &version, release.size);
             }
-            let bytes = session.registry.read_blob(&release.sha256)?;
+            let bytes = session.registry.read_blob(&name, &release.sha256)?;
             let actual = sha256_hex(&bytes);
             if actual != release.sha256 || bytes.len() as u64 != release.size {
                 return Err(RegistryError::BlobMismatch {

@@ -17,6 +17,7 @@ mod keys;
 mod local;
 mod lockfile;
 mod name;
+mod oci;
 mod publish;
 mod record;
 mod registry;
@@ -37,6 +38,7 @@ pub use keys::{KeyPair, PublicKey};
 pub use local::{LocalRegistry, REGISTRY_FORMAT, RegistryConfig, RegistryLock, Step};
 pub use lockfile::{LockEntry, Lockfile};
 pub use name::{PluginName, is_valid_namespace, parse_spec};
+pub use oci::{Credentials, OciOptions, OciRegistry};
 pub use publish::{
     Package, VERSION_SECTION, component_version, installed_code_name, publish, validate, yank,
 };

@@ -1,4 +1,4 @@
-//! A registry wherever it is: a directory or an HTTP server.
+//! A registry wherever it is: a directory, `keel registry serve`, or an OCI registry.
 
 use std::path::Path;
 
@@ -6,6 +6,7 @@ use crate::RegistryError;
 use crate::index::IndexLog;
 use crate::local::{LocalRegistry, Step};
 use crate::name::PluginName;
+use crate::oci::{OciOptions, OciRegistry};
 use crate::record::Record;
 use crate::remote::RemoteRegistry;
 
@@ -16,12 +17,17 @@ pub enum Registry {
     Local(LocalRegistry),
     /// `keel registry serve` over HTTP.
     Remote(RemoteRegistry),
+    /// An OCI distribution registry.
+    Oci(OciRegistry),
 }
 
 impl Registry {
-    /// Open `spec`: an `http://` URL or a directory (created when `create` is set).
+    /// Open `spec`: an `oci://` URL (over TLS, with the credentials `docker login` stored),
+    /// an `http://` URL or a directory (created when `create` is set).
     pub fn open(spec: &str, create: bool) -> Result<Registry, RegistryError> {
-        if spec.starts_with("http://") || spec.starts_with("https://") {
+        if spec.starts_with("oci://") {
+            Registry::open_oci(spec, OciOptions::default())
+        } else if spec.starts_with("http://") || spec.starts_with("https://") {
             Ok(Registry::Remote(RemoteRegistry::new(spec)?))
         } else {
             Ok(Registry::Local(LocalRegistry::open(
@@ -31,12 +37,18 @@ impl Registry {
         }
     }
 
+    /// Open the OCI registry at `url` (`oci://HOST[:PORT]/PATH`) with `options`.
+    pub fn open_oci(url: &str, options: OciOptions) -> Result<Registry, RegistryError> {
+        Ok(Registry::Oci(OciRegistry::new(url, options)?))
+    }
+
     /// Its identity in trust bindings and remembered heads: the canonical directory or the
     /// normalized URL.
     pub fn location(&self) -> &str {
         match self {
             Registry::Local(r) => r.location(),
             Registry::Remote(r) => r.location(),
+            Registry::Oci(r) => r.location(),
         }
     }
 
@@ -45,6 +57,7 @@ impl Registry {
         match self {
             Registry::Local(r) => r.names(),
             Registry::Remote(r) => r.names(),
+            Registry::Oci(r) => r.names(),
         }
     }
 
@@ -53,14 +66,16 @@ impl Registry {
         match self {
             Registry::Local(r) => r.read_index(name),
             Registry::Remote(r) => r.read_index(name),
+            Registry::Oci(r) => r.read_index(name),
         }
     }
 
-    /// A blob's bytes, unchecked.
-    pub fn read_blob(&self, sha256: &str) -> Result<Vec<u8>, RegistryError> {
+    /// A blob of `name`'s releases (the caller re-hashes it).
+    pub fn read_blob(&self, name: &PluginName, sha256: &str) -> Result<Vec<u8>, RegistryError> {
         match self {
             Registry::Local(r) => r.read_blob(sha256),
             Registry::Remote(r) => r.read_blob(sha256),
+            Registry::Oci(r) => r.read_blob(name, sha256),
         }
     }
 
@@ -75,6 +90,7 @@ impl Registry {
         match self {
             Registry::Local(r) => r.append(name, blob, build, hook),
             Registry::Remote(r) => r.append(name, blob, build, hook),
+            Registry::Oci(r) => r.append(name, blob, build, hook),
         }
     }
 }

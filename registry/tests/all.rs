@@ -5,4 +5,5 @@ mod common;
 
 mod concurrency;
 mod install;
+mod oci;
 mod serve;

@@ -68,7 +68,7 @@ fn twenty_concurrent_publishes_leave_a_consistent_index_with_all_twenty() -> R {
     expected.sort();
     assert_eq!(published, expected);
     for v in log.versions() {
-        let bytes = registry.read_blob(&v.release.sha256)?;
+        let bytes = registry.read_blob(log.name(), &v.release.sha256)?;
         assert_eq!(sha256_hex(&bytes), v.release.sha256);
         assert_eq!(v.signer, Some(fx.key.public()));
     }

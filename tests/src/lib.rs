@@ -5,6 +5,7 @@ pub mod fixtures;
 pub mod harness;
 pub mod model_server;
 pub mod models;
+pub mod oci_server;
 pub mod plugins;
 pub mod wire;
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use keel_kernel::{WasmHost, WasmHostConfig};
 use keel_registry::{
-    Home, InstallOptions, InstallPlan, KeyPair, Package, PluginName, Record, Registry,
+    Home, InstallOptions, InstallPlan, KeyPair, OciOptions, Package, PluginName, Record, Registry,
     RegistryError, Session, Step, TrustConfig, parse_spec, plan_install, publish, validate,
 };
 
@@ -42,28 +42,43 @@ pub fn manifest(name: &str, version: &str, extra: &str) -> String {
     )
 }
 
-/// A registry directory with a publisher key for `acme`.
+/// A registry (a directory, or an OCI registry) with a publisher key for `acme`.
 pub struct Fixture {
     pub dir: tempfile::TempDir,
     pub host: WasmHost,
     pub key: KeyPair,
     pub publisher: Home,
+    /// The OCI registry's URL and how to reach it, instead of the directory.
+    pub oci: Option<(String, OciOptions)>,
 }
 
 impl Fixture {
     pub fn new() -> Result<Fixture, Box<dyn std::error::Error>> {
+        let fx = Fixture::with_registry(None)?;
+        Registry::open(&fx.registry_path().display().to_string(), true)?;
+        Ok(fx)
+    }
+
+    /// A fixture whose registry is the OCI registry at `url`.
+    pub fn oci(url: &str, options: OciOptions) -> Result<Fixture, Box<dyn std::error::Error>> {
+        Fixture::with_registry(Some((url.to_owned(), options)))
+    }
+
+    fn with_registry(
+        oci: Option<(String, OciOptions)>,
+    ) -> Result<Fixture, Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let host = WasmHost::new(WasmHostConfig {
             cache_dir: Some(dir.path().join("cache")),
             ..WasmHostConfig::default()
         })?;
-        Registry::open(&dir.path().join("registry").display().to_string(), true)?;
         let publisher = Home::new(dir.path().join("publisher"));
         Ok(Fixture {
             key: KeyPair::from_seed("acme", Some("acme"), [42; 32]),
             dir,
             host,
             publisher,
+            oci,
         })
     }
 
@@ -72,7 +87,10 @@ impl Fixture {
     }
 
     pub fn registry(&self) -> Result<Registry, RegistryError> {
-        Registry::open(&self.registry_path().display().to_string(), false)
+        match &self.oci {
+            Some((url, options)) => Registry::open_oci(url, options.clone()),
+            None => Registry::open(&self.registry_path().display().to_string(), false),
+        }
     }
 
     /// A fresh home that trusts `key` for `acme` on this registry.

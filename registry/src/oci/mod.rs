@@ -1,0 +1,818 @@
+//! A registry kept in an OCI distribution registry (`oci://HOST[:PORT]/PATH`): distribution,
+//! zot, Harbor, GHCR, ECR, Artifactory. The storage is theirs; every check is keel's, exactly
+//! as for a directory: the index assembled from the repository is parsed by [`IndexLog`]
+//! (chain, order, signatures), heads are compared for rollback by the caller, and every blob
+//! is re-hashed (by the client as it streams, and again by the install).
+//!
+//! Distribution has no conditional write, so the index is not one overwritable object.
+//! Each record is claimed by a tag of its own (`keel-record-<seq>-<hash>-<claim>`, `claim`
+//! random), so publishers never overwrite each other. A publisher claims the next position,
+//! then lists the tags: if any other claim of that position is not withdrawn, it withdraws
+//! its own (`keel-withdrawn-<hash>-<claim>`) and tries again on the new head; otherwise its
+//! record has landed and it says so (`keel-landed-<hash>-<claim>`). Of two claims of one
+//! position, the one listed last sees the other, so at most one lands; every publisher
+//! either lands or, after its attempts, is told to retry. Readers follow the chain from the
+//! genesis hash through landed records only, so nothing is built on a claim that may yet be
+//! withdrawn.
+
+pub mod credentials;
+pub mod layout;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use oci_client::errors::OciDistributionError;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+
+use crate::RegistryError;
+use crate::index::IndexLog;
+use crate::local::{RegistryConfig, Step};
+use crate::name::PluginName;
+use crate::record::{GENESIS, Record};
+pub use credentials::Credentials;
+
+/// Attempts at appending while other publishers keep landing first.
+const APPEND_ATTEMPTS: u32 = 24;
+/// Writes of one blob or manifest while the registry settles a concurrent one.
+const WRITE_ATTEMPTS: u32 = 6;
+/// Tags asked for per page, and pages read at most (a repository of keel's holds a few tags
+/// per record).
+const TAG_PAGE: usize = 1000;
+const MAX_TAG_PAGES: usize = 200;
+/// Manifests fetched at once while reading an index.
+const FETCH_CONCURRENCY: usize = 16;
+/// The largest record manifest read (a record carries its manifest text: a few KiB).
+const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
+/// Every operation against the registry ends within this.
+const OPERATION_DEADLINE: Duration = Duration::from_secs(300);
+
+/// How to reach an OCI registry.
+#[derive(Debug, Clone, Default)]
+pub struct OciOptions {
+    /// Speak plain HTTP: allowed only for a loopback host.
+    pub plain_http: bool,
+    /// Credentials; without them, those `docker login` stored for the host, else anonymous.
+    pub credentials: Option<Credentials>,
+}
+
+/// An OCI registry client for keel's indexes and releases.
+#[derive(Clone)]
+pub struct OciRegistry {
+    location: String,
+    host: String,
+    path: String,
+    client: Client,
+    auth: RegistryAuth,
+    runtime: Arc<OwnRuntime>,
+    max_blob_bytes: u64,
+}
+
+impl std::fmt::Debug for OciRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OciRegistry")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The client's own runtime (the registry API is blocking, like the directory's), shut
+/// down without waiting when the last clone goes, whatever thread that is on.
+struct OwnRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// The chain read from a repository.
+struct Chain {
+    /// The index as JSONL, from the genesis record to the last one settled.
+    text: Vec<u8>,
+    /// A position two landed records hold, where the chain stops.
+    contested: Option<u64>,
+}
+
+/// Is `host` (without a port) this machine?
+fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    bare.eq_ignore_ascii_case("localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A path component as OCI repository names allow: lowercase letters and digits, separated
+/// by one `.` or `_`, `__`, or dashes.
+fn valid_component(c: &str) -> bool {
+    let b = c.as_bytes();
+    let alnum = |x: &u8| x.is_ascii_lowercase() || x.is_ascii_digit();
+    if b.is_empty() || !alnum(&b[0]) || !alnum(&b[b.len() - 1]) {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        if alnum(&b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && !alnum(&b[i]) {
+            i += 1;
+        }
+        let sep = &c[start..i];
+        if !(sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|x| x == b'-')) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Parse `oci://HOST[:PORT][/PATH]` into its normalized form, `host[:port]` and the path.
+pub fn parse_url(url: &str) -> Result<(String, String, String), RegistryError> {
+    let bad = |reason: String| RegistryError::InvalidName {
+        name: url.to_owned(),
+        reason,
+    };
+    let rest = url
+        .strip_prefix("oci://")
+        .ok_or_else(|| bad("an OCI registry is written `oci://HOST[:PORT]/PATH`".into()))?;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let parsed = url::Url::parse(&format!("https://{authority}/"))
+        .map_err(|e| bad(format!("`{authority}` is not a host[:port] ({e})")))?;
+    let host = parsed
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| bad("the URL names no host".into()))?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(bad(
+            "credentials do not belong in the URL: name a password secret in `[registries]`, or `docker login`".into(),
+        ));
+    }
+    let host = match parsed.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    };
+    let path = path.trim_end_matches('/');
+    if let Some(c) = path
+        .split('/')
+        .find(|c| !path.is_empty() && !valid_component(c))
+    {
+        return Err(bad(format!(
+            "`{c}` is not a repository path component (lowercase letters and digits, separated by `.`, `_` or `-`)"
+        )));
+    }
+    let location = if path.is_empty() {
+        format!("oci://{host}")
+    } else {
+        format!("oci://{host}/{path}")
+    };
+    Ok((location, host, path.to_owned()))
+}
+
+/// A bounded in-memory sink for a blob being pulled.
+struct Bounded {
+    buf: Vec<u8>,
+    limit: u64,
+}
+
+impl tokio::io::AsyncWrite for Bounded {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        if (self.buf.len() + data.len()) as u64 > self.limit {
+            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
+                "the blob is larger than {} bytes",
+                self.limit
+            ))));
+        }
+        self.buf.extend_from_slice(data);
+        std::task::Poll::Ready(Ok(data.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// Is `e` a registry still settling a concurrent write of the same content? Distribution's
+/// filesystem storage rewrites a repository's link to a blob in place, so a manifest pushed
+/// while another publisher uploads the same blob (the empty one, say) may find it missing
+/// for a moment.
+fn settling(e: &OciDistributionError) -> bool {
+    let transient = |text: &str| {
+        ["BLOB_UNKNOWN", "MANIFEST_BLOB_UNKNOWN", "DIGEST_INVALID"]
+            .iter()
+            .any(|code| text.contains(code))
+    };
+    match e {
+        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
+            matches!(
+                e.code,
+                oci_client::errors::OciErrorCode::BlobUnknown
+                    | oci_client::errors::OciErrorCode::ManifestBlobUnknown
+                    | oci_client::errors::OciErrorCode::DigestInvalid
+            )
+        }),
+        OciDistributionError::ServerError {
+            code: 400, message, ..
+        } => transient(message),
+        _ => false,
+    }
+}
+
+/// Is `e` what distribution answers for a tag whose folder exists before its link does?
+fn being_written(e: &OciDistributionError) -> bool {
+    match e {
+        OciDistributionError::ServerError { code, .. } => *code >= 500,
+        OciDistributionError::RegistryError { envelope, .. } => envelope
+            .errors
+            .iter()
+            .any(|e| e.code == oci_client::errors::OciErrorCode::ManifestUnknown),
+        OciDistributionError::ImageManifestNotFoundError(_) => true,
+        _ => false,
+    }
+}
+
+/// A random pause before trying again, growing with the attempt.
+async fn back_off(attempt: u32) {
+    let mut bytes = [0u8; 8];
+    let _ = getrandom::fill(&mut bytes);
+    let ceiling = (10u64 << attempt.min(7)).min(1000);
+    let ms = 5 + u64::from_le_bytes(bytes) % ceiling;
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+impl OciRegistry {
+    /// A client for `url` (`oci://HOST[:PORT]/PATH`).
+    pub fn new(url: &str, options: OciOptions) -> Result<OciRegistry, RegistryError> {
+        let (location, host, path) = parse_url(url)?;
+        let bare_host = host.rsplit_once(':').map_or(host.as_str(), |(h, p)| {
+            if p.bytes().all(|b| b.is_ascii_digit()) {
+                h
+            } else {
+                &host
+            }
+        });
+        if options.plain_http && !is_loopback(bare_host) {
+            return Err(RegistryError::Refused(format!(
+                "plain HTTP is allowed only to a registry on this machine (127.0.0.1, ::1, localhost); {location} is reached over TLS: remove `plain-http` from its [registries] entry"
+            )));
+        }
+        let credentials = match options.credentials {
+            Some(c) => Some(c),
+            None => match credentials::docker_config_path() {
+                Some(config) => credentials::from_docker_config(&config, &host)?,
+                None => None,
+            },
+        };
+        let auth = match credentials {
+            Some(c) => RegistryAuth::Basic(c.username, c.password),
+            None => RegistryAuth::Anonymous,
+        };
+        let protocol = if options.plain_http {
+            oci_client::client::ClientProtocol::HttpsExcept(vec![host.clone()])
+        } else {
+            oci_client::client::ClientProtocol::Https
+        };
+        let client = Client::new(oci_client::client::ClientConfig {
+            protocol,
+            use_monolithic_push: true,
+            read_timeout: Some(Duration::from_secs(60)),
+            connect_timeout: Some(Duration::from_secs(10)),
+            user_agent: concat!("keel/", env!("CARGO_PKG_VERSION")),
+            ..Default::default()
+        });
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("keel-oci")
+            .enable_all()
+            .build()
+            .map_err(|e| RegistryError::Io {
+                what: format!("the client of {location}"),
+                reason: e.to_string(),
+            })?;
+        Ok(OciRegistry {
+            location,
+            host,
+            path,
+            client,
+            auth,
+            runtime: Arc::new(OwnRuntime(Some(runtime))),
+            max_blob_bytes: RegistryConfig::default().max_blob_bytes,
+        })
+    }
+
+    /// The normalized URL, which is also the registry's identity in trust bindings.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// Run `work` to completion, bounded by [`OPERATION_DEADLINE`]; from inside another
+    /// runtime, on a thread of its own.
+    fn run<T>(
+        &self,
+        what: &str,
+        work: impl std::future::Future<Output = Result<T, RegistryError>>,
+    ) -> Result<T, RegistryError> {
+        let Some(runtime) = self.runtime.0.as_ref() else {
+            return Err(RegistryError::Internal(
+                "the OCI client has shut down".into(),
+            ));
+        };
+        let bounded = async {
+            self.client
+                .store_auth_if_needed(&self.host, &self.auth)
+                .await;
+            match tokio::time::timeout(OPERATION_DEADLINE, work).await {
+                Ok(result) => result,
+                Err(_) => Err(RegistryError::Io {
+                    what: format!("{what} at {}", self.location),
+                    reason: format!(
+                        "no answer within {} s; is the registry overloaded or unreachable?",
+                        OPERATION_DEADLINE.as_secs()
+                    ),
+                }),
+            }
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Called from a runtime's worker (as the CLI's commands are): leave it first.
+            tokio::task::block_in_place(|| runtime.block_on(bounded))
+        } else {
+            runtime.block_on(bounded)
+        }
+    }
+
+    fn repository(&self, tail: &str) -> String {
+        if self.path.is_empty() {
+            tail.to_owned()
+        } else {
+            format!("{}/{tail}", self.path)
+        }
+    }
+
+    fn plugin_repository(&self, name: &PluginName) -> String {
+        self.repository(&format!("{}/{}", name.namespace(), name.name()))
+    }
+
+    fn reference(&self, repository: &str, tag: &str) -> Reference {
+        Reference::with_tag(self.host.clone(), repository.to_owned(), tag.to_owned())
+    }
+
+    fn error(&self, what: &str, e: OciDistributionError) -> RegistryError {
+        let denied = match &e {
+            OciDistributionError::UnauthorizedError { .. }
+            | OciDistributionError::AuthenticationFailure(_) => true,
+            OciDistributionError::RegistryError { envelope, .. } => {
+                envelope.errors.iter().any(|e| {
+                    matches!(
+                        e.code,
+                        oci_client::errors::OciErrorCode::Unauthorized
+                            | oci_client::errors::OciErrorCode::Denied
+                    )
+                })
+            }
+            OciDistributionError::ServerError { code, .. } => *code == 401 || *code == 403,
+            _ => false,
+        };
+        if let OciDistributionError::DigestError(d) = &e {
+            return RegistryError::Corrupt {
+                what: format!("{what} at {}", self.location),
+                reason: format!(
+                    "the registry served bytes that do not hash to their digest ({d}): they were altered in the registry, and nothing from them is used"
+                ),
+            };
+        }
+        let unreachable =
+            matches!(&e, OciDistributionError::RequestError(r) if r.is_connect() || r.is_timeout());
+        let hint = if denied {
+            "; the registry wants credentials keel does not have or refused them: give them in config.toml (`[registries.NAME]` with `username` and `password-secret`) or `docker login` to it"
+        } else if unreachable {
+            "; is the registry running and reachable? A registry on this machine without TLS needs `plain-http = true` in its [registries] entry"
+        } else {
+            ""
+        };
+        RegistryError::Io {
+            what: format!("{what} at {}", self.location),
+            reason: format!("{e}{hint}"),
+        }
+    }
+
+    async fn push_blob(&self, repository: &str, bytes: &[u8]) -> Result<(), RegistryError> {
+        let digest = format!("sha256:{}", crate::fsutil::sha256_hex(bytes));
+        let reference = self.reference(repository, "latest");
+        let mut attempt = 0;
+        loop {
+            match self.client.push_blob(&reference, bytes, &digest).await {
+                Ok(_) => return Ok(()),
+                Err(e) if attempt + 1 < WRITE_ATTEMPTS && settling(&e) => {
+                    back_off(attempt).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(self.error(&format!("uploading {digest} to {repository}"), e)),
+            }
+        }
+    }
+
+    async fn push_manifest(
+        &self,
+        repository: &str,
+        tag: &str,
+        manifest: &[u8],
+    ) -> Result<(), RegistryError> {
+        let reference = self.reference(repository, tag);
+        let mut attempt = 0;
+        loop {
+            let pushed = self
+                .client
+                .push_manifest_raw(
+                    &reference,
+                    manifest.to_vec(),
+                    reqwest::header::HeaderValue::from_static(layout::MANIFEST_MEDIA_TYPE),
+                )
+                .await;
+            match pushed {
+                Ok(_) => return Ok(()),
+                Err(e) if attempt + 1 < WRITE_ATTEMPTS && settling(&e) => {
+                    back_off(attempt).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(self.error(&format!("tagging {repository}:{tag}"), e)),
+            }
+        }
+    }
+
+    /// Every tag of `repository`; `None` when the registry does not know it.
+    async fn tags(&self, repository: &str) -> Result<Option<Vec<String>>, RegistryError> {
+        let reference = self.reference(repository, "latest");
+        let mut all: Vec<String> = Vec::new();
+        for _ in 0..MAX_TAG_PAGES {
+            let last = all.last().cloned();
+            let page = match self
+                .client
+                .list_tags(&reference, &self.auth, Some(TAG_PAGE), last.as_deref())
+                .await
+            {
+                Ok(page) => page,
+                Err(OciDistributionError::RegistryError { envelope, .. })
+                    if all.is_empty()
+                        && envelope
+                            .errors
+                            .iter()
+                            .any(|e| e.code == oci_client::errors::OciErrorCode::NameUnknown) =>
+                {
+                    return Ok(None);
+                }
+                Err(e) => return Err(self.error(&format!("listing the tags of {repository}"), e)),
+            };
+            let full = page.tags.len() >= TAG_PAGE;
+            all.extend(page.tags);
+            if !full {
+                return Ok(Some(all));
+            }
+        }
+        Err(RegistryError::Refused(format!(
+            "{repository} at {} has more than {} tags; keel reads no further",
+            self.location,
+            TAG_PAGE * MAX_TAG_PAGES
+        )))
+    }
+
+    /// The record a claim's tag names, checked against its tag.
+    async fn record(
+        &self,
+        repository: &str,
+        seq: u64,
+        hash: &str,
+        tag: &str,
+    ) -> Result<(u64, String, Record), RegistryError> {
+        let what = format!("{}/{repository}:{tag}", self.location);
+        let reference = self.reference(repository, tag);
+        let mut attempt = 0;
+        let manifest = loop {
+            match self
+                .client
+                .pull_manifest_raw(&reference, &self.auth, &[layout::MANIFEST_MEDIA_TYPE])
+                .await
+            {
+                Ok((manifest, _)) => break manifest,
+                // A tag listed while its publisher is still writing it reads as unknown or
+                // as a server error for a moment.
+                Err(e) if attempt + 1 < WRITE_ATTEMPTS && (settling(&e) || being_written(&e)) => {
+                    back_off(attempt).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(self.error(&format!("reading {repository}:{tag}"), e)),
+            }
+        };
+        let corrupt = |reason: &str| RegistryError::Corrupt {
+            what: what.clone(),
+            reason: reason.to_owned(),
+        };
+        if manifest.len() > MAX_MANIFEST_BYTES {
+            return Err(corrupt("the manifest is larger than a record's can be"));
+        }
+        let line = layout::record_line(&manifest)
+            .ok_or_else(|| corrupt("the manifest carries no keel record"))?;
+        if Record::hash_line(&line) != hash {
+            return Err(corrupt(
+                "the record does not hash to its tag: it was altered in the registry; nothing from this index is used",
+            ));
+        }
+        let record = Record::parse_line(&line, &what)?;
+        if record.seq != seq {
+            return Err(corrupt("the record's position differs from its tag's"));
+        }
+        Ok((seq, line, record))
+    }
+
+    /// The index of `name` as stored: its landed records, chained from genesis.
+    async fn chain(&self, name: &PluginName) -> Result<Chain, RegistryError> {
+        let repository = self.plugin_repository(name);
+        let tags = self.tags(&repository).await?.unwrap_or_default();
+        let landed: HashSet<&str> = tags
+            .iter()
+            .filter_map(|t| layout::parse_landed_tag(t))
+            .collect();
+        let claims: Vec<(layout::Claim<'_>, &str)> = tags
+            .iter()
+            .filter_map(|t| Some((layout::parse_record_tag(t)?, t.as_str())))
+            .filter(|(c, _)| landed.contains(c.id))
+            .collect();
+        let records: Vec<(u64, String, Record)> = futures::stream::iter(claims)
+            .map(|(c, tag)| self.record(&repository, c.seq, c.hash, tag))
+            .buffer_unordered(FETCH_CONCURRENCY)
+            .try_collect()
+            .await?;
+        let mut by_seq: BTreeMap<u64, Vec<(String, Record)>> = BTreeMap::new();
+        for (seq, line, record) in records {
+            by_seq.entry(seq).or_default().push((line, record));
+        }
+        let mut text = Vec::new();
+        let mut prev = GENESIS.to_owned();
+        let mut contested = None;
+        for seq in 0u64.. {
+            let candidates: Vec<&(String, Record)> = by_seq
+                .get(&seq)
+                .map(|c| c.iter().filter(|(_, r)| r.prev == prev).collect())
+                .unwrap_or_default();
+            match candidates.as_slice() {
+                [] => break,
+                [(line, _)] => {
+                    text.extend_from_slice(line.as_bytes());
+                    text.push(b'\n');
+                    prev = Record::hash_line(line);
+                }
+                _ => {
+                    contested = Some(seq);
+                    break;
+                }
+            }
+        }
+        Ok(Chain { text, contested })
+    }
+
+    /// Every plugin the registry's catalog names.
+    pub fn names(&self) -> Result<Vec<PluginName>, RegistryError> {
+        self.run("listing plugins", async {
+            let tags = self
+                .tags(&self.repository(layout::CATALOG_REPOSITORY))
+                .await?
+                .unwrap_or_default();
+            let mut names: Vec<PluginName> = tags
+                .iter()
+                .filter_map(|t| layout::parse_catalog_tag(t))
+                .collect();
+            names.sort();
+            names.dedup();
+            Ok(names)
+        })
+    }
+
+    /// The index of `name` as JSONL (empty when it has none), up to a position where two
+    /// records are marked landed (which keel never does: the registry's storage was altered,
+    /// and a client that saw further refuses it as a rollback).
+    pub fn read_index(&self, name: &PluginName) -> Result<Vec<u8>, RegistryError> {
+        self.run(&format!("reading the index of {name}"), async {
+            let chain = self.chain(name).await?;
+            if let Some(seq) = chain.contested {
+                tracing::warn!(%name, seq, registry = %self.location, "two records are marked landed at one position; reading the index up to it");
+            }
+            Ok(chain.text)
+        })
+    }
+
+    /// A blob of `name`'s repository, verified against its digest as it streams (a registry
+    /// serving other bytes is refused) and bounded in size.
+    pub fn read_blob(&self, name: &PluginName, sha256: &str) -> Result<Vec<u8>, RegistryError> {
+        if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(RegistryError::Corrupt {
+                what: format!("blob name `{sha256}`"),
+                reason: "a blob is named by 64 hex digits".into(),
+            });
+        }
+        let repository = self.plugin_repository(name);
+        self.run(&format!("downloading {name}"), async {
+            let digest = format!("sha256:{sha256}");
+            let mut sink = Bounded {
+                buf: Vec::new(),
+                limit: self.max_blob_bytes,
+            };
+            match self
+                .client
+                .pull_blob(
+                    &self.reference(&repository, "latest"),
+                    digest.as_str(),
+                    &mut sink,
+                )
+                .await
+            {
+                Ok(()) => Ok(sink.buf),
+                Err(OciDistributionError::RegistryError { envelope, .. })
+                    if envelope.errors.iter().any(|e| {
+                        matches!(
+                            e.code,
+                            oci_client::errors::OciErrorCode::BlobUnknown
+                                | oci_client::errors::OciErrorCode::NameUnknown
+                        )
+                    }) =>
+                {
+                    Err(RegistryError::MissingBlob {
+                        sha256: sha256.to_owned(),
+                        registry: self.location.clone(),
+                    })
+                }
+                Err(e) => Err(self.error(&format!("downloading {digest} of {name}"), e)),
+            }
+        })
+    }
+
+    /// Put `name` in the catalog (idempotent: the tag names the plugin).
+    async fn catalog(&self, name: &PluginName) -> Result<(), RegistryError> {
+        let repository = self.repository(layout::CATALOG_REPOSITORY);
+        self.push_blob(&repository, layout::EMPTY_BLOB).await?;
+        self.push_manifest(
+            &repository,
+            &layout::catalog_tag(name),
+            &layout::catalog_manifest(name),
+        )
+        .await
+    }
+
+    /// Upload the blob (when given), then add the record `build` makes from the current
+    /// index: see the module's comment for how racing publishers are settled.
+    pub fn append(
+        &self,
+        name: &PluginName,
+        blob: Option<&[u8]>,
+        build: &mut dyn FnMut(&IndexLog) -> Result<Record, RegistryError>,
+        hook: &mut dyn FnMut(Step),
+    ) -> Result<Record, RegistryError> {
+        let repository = self.plugin_repository(name);
+        self.run(&format!("publishing to {name}"), async {
+            self.catalog(name).await?;
+            self.push_blob(&repository, layout::EMPTY_BLOB).await?;
+            if let Some(code) = blob {
+                self.push_blob(&repository, code).await?;
+                hook(Step::BlobWritten);
+            }
+            for attempt in 0..APPEND_ATTEMPTS {
+                let chain = self.chain(name).await?;
+                if let Some(seq) = chain.contested {
+                    return Err(RegistryError::Corrupt {
+                        what: format!("the index of {name} at {}", self.location),
+                        reason: format!(
+                            "two records are marked landed at position {seq}, which keel never writes: the registry's storage was altered. Restore it from a backup; nothing was published"
+                        ),
+                    });
+                }
+                let log = IndexLog::parse(name, &chain.text)?;
+                let record = build(&log)?;
+                let line = record.line()?;
+                let hash = Record::hash_line(&line);
+                let release = match blob {
+                    Some(code) => {
+                        let blobs = layout::release_blobs(&record, code);
+                        self.push_blob(&repository, &blobs.config.1).await?;
+                        Some((blobs, code))
+                    }
+                    None => None,
+                };
+                let manifest = layout::record_manifest(
+                    &record,
+                    &line,
+                    release.as_ref().map(|(b, code)| (b, *code)),
+                );
+                let claim = {
+                    let mut bytes = [0u8; 8];
+                    getrandom::fill(&mut bytes).map_err(RegistryError::internal)?;
+                    hex::encode(bytes)
+                };
+                self.push_manifest(
+                    &repository,
+                    &layout::record_tag(record.seq, &hash, &claim),
+                    &manifest,
+                )
+                .await?;
+                let tags = self.tags(&repository).await?.unwrap_or_default();
+                let withdrawn: HashSet<&str> = tags
+                    .iter()
+                    .filter_map(|t| layout::parse_withdrawn_tag(t))
+                    .collect();
+                let mine = format!("{hash}-{claim}");
+                let rivals = tags
+                    .iter()
+                    .filter_map(|t| layout::parse_record_tag(t))
+                    .any(|c| c.seq == record.seq && c.id != mine && !withdrawn.contains(c.id));
+                if !rivals {
+                    self.push_manifest(&repository, &layout::landed_tag(&hash, &claim), &manifest)
+                        .await?;
+                    if release.is_some() {
+                        self.push_manifest(
+                            &repository,
+                            &layout::version_tag(&record.version),
+                            &manifest,
+                        )
+                        .await?;
+                    }
+                    hook(Step::RecordAppended);
+                    return Ok(record);
+                }
+                self.push_manifest(&repository, &layout::withdrawn_tag(&hash, &claim), &manifest)
+                    .await?;
+                back_off(attempt).await;
+            }
+            Err(RegistryError::Conflict {
+                name: name.to_string(),
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_normalized_and_bad_ones_explained() -> Result<(), RegistryError> {
+        assert_eq!(
+            parse_url("oci://Registry.Example.com:5000/team/keel/")?,
+            (
+                "oci://registry.example.com:5000/team/keel".into(),
+                "registry.example.com:5000".into(),
+                "team/keel".into()
+            )
+        );
+        assert_eq!(parse_url("oci://127.0.0.1:5000")?.2, "");
+        assert_eq!(parse_url("oci://[::1]:5000/k")?.1, "[::1]:5000");
+        for bad in [
+            "http://r.example/x",
+            "oci:///x",
+            "oci://u:p@r.example/x",
+            "oci://r.example/Team",
+            "oci://r.example/a//b",
+            "oci://r.example/-a",
+        ] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn plain_http_is_refused_off_this_machine() {
+        let plain = OciOptions {
+            plain_http: true,
+            credentials: Some(Credentials {
+                username: "u".into(),
+                password: "p".into(),
+            }),
+        };
+        let err = OciRegistry::new("oci://registry.example.com/k", plain.clone())
+            .expect_err("a remote host over plain HTTP");
+        assert!(err.to_string().contains("plain HTTP"), "{err}");
+        for local in [
+            "oci://127.0.0.1:5000/k",
+            "oci://localhost:5000",
+            "oci://[::1]:1/k",
+        ] {
+            assert!(OciRegistry::new(local, plain.clone()).is_ok(), "{local}");
+        }
+    }
+}
