@@ -58,6 +58,26 @@ pub struct UserConfig {
     /// What child agents (the `task` tool) may have, `[subagents]`.
     #[serde(default)]
     pub subagents: SubagentSettings,
+    /// Registries by name, `[registries.NAME]`: OCI registries and how to reach them.
+    #[serde(default)]
+    pub registries: std::collections::BTreeMap<String, RegistrySettings>,
+}
+
+/// `[registries.NAME]`: an OCI registry keel publishes to and installs from, named for
+/// `--registry NAME` (or matched by its URL).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RegistrySettings {
+    /// `oci://HOST[:PORT]/PATH`.
+    pub url: String,
+    /// Speak plain HTTP instead of TLS: refused unless the host is this machine.
+    #[serde(default)]
+    pub plain_http: bool,
+    /// The user name to log in with; the password comes from `password-secret`.
+    pub username: Option<String>,
+    /// The kernel-held secret (environment variable, or `[secrets]`) holding the password or
+    /// access token. Without `username`, the credentials `docker login` stored are used.
+    pub password_secret: Option<String>,
 }
 
 /// `[subagents]`: a child agent gets read-only tools unless `allow` names more (never more

@@ -713,3 +713,178 @@ fn serve_shares_a_registry_on_loopback_only() -> R {
     server.wait()?;
     result
 }
+
+/// `[registries]` entries for an anonymous and an authenticated OCI registry on loopback.
+fn oci_config(home: &Path, entries: &str) -> R {
+    std::fs::create_dir_all(home)?;
+    std::fs::write(home.join("config.toml"), entries)?;
+    Ok(())
+}
+
+#[test]
+fn oci_registries_are_published_to_and_installed_from_by_name() -> R {
+    use base64::Engine as _;
+    use keel_tests::oci_server::OciServer;
+
+    let tmp = tempfile::tempdir()?;
+    let author = tmp.path().join("author");
+    let user = tmp.path().join("user");
+    let open = OciServer::anonymous()?;
+    let closed = OciServer::with_user("team", "hunter2-token")?;
+    let entries = format!(
+        "[registries.open]\nurl = \"{}\"\nplain-http = true\n\n[registries.team]\nurl = \"{}\"\nplain-http = true\nusername = \"team\"\npassword-secret = \"TEAM_REGISTRY_TOKEN\"\n",
+        open.url("keel"),
+        closed.url("plugins")
+    );
+    oci_config(&author, &entries)?;
+    oci_config(&user, &entries)?;
+    let public = public_key(&author, "acme")?;
+
+    // Anonymous: publish by name, browse, trust, install, call.
+    let echo = plugin_dir(tmp.path(), "echo-oci", "")?;
+    keel(&author)?
+        .arg("publish")
+        .arg(&echo)
+        .args(["--registry", "open"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(open.url("keel")));
+    keel(&user)?
+        .args([
+            "key",
+            "trust",
+            &public,
+            "--namespace",
+            "acme",
+            "--registry",
+            "open",
+        ])
+        .assert()
+        .success();
+    keel(&user)?
+        .args(["search", "echo", "--registry", "open"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("acme:echo-oci 0.1.0"));
+    let out = keel(&user)?
+        .args(["info", "acme:echo-oci", "--json", "--registry", "open"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(info["versions"][0]["version"], "0.1.0");
+    assert_eq!(info["versions"][0]["trusted"], true);
+    // The same registry by its URL is the same entry (plain HTTP, as configured).
+    keel(&user)?
+        .args([
+            "install",
+            "acme:echo-oci",
+            "--yes",
+            "--registry",
+            &open.url("keel"),
+        ])
+        .assert()
+        .success();
+    let lock = std::fs::read_to_string(user.join("keel.lock"))?;
+    assert!(
+        lock.contains(&format!("registry = \"{}\"", open.url("keel"))),
+        "{lock}"
+    );
+    keel(&user)?
+        .args([
+            "tool",
+            "call",
+            "echo",
+            r#"{"text":"from the OCI registry"}"#,
+        ])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("from the OCI registry"));
+
+    // A URL no entry names is reached over TLS, which a plain loopback registry does not speak.
+    keel(&tmp.path().join("bare"))?
+        .args([
+            "search",
+            "--registry",
+            &format!("oci://{}/keel", open.host()),
+        ])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("plain-http = true"));
+
+    // Authenticated: the password comes from the kernel-held secret the entry names.
+    let team_echo = plugin_dir(tmp.path(), "echo-team", "")?;
+    keel(&author)?
+        .arg("publish")
+        .arg(&team_echo)
+        .args(["--registry", "team"])
+        .env_remove("TEAM_REGISTRY_TOKEN")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("export TEAM_REGISTRY_TOKEN"));
+    keel(&author)?
+        .arg("publish")
+        .arg(&team_echo)
+        .args(["--registry", "team"])
+        .env("TEAM_REGISTRY_TOKEN", "wrong")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("password-secret"));
+    keel(&author)?
+        .arg("publish")
+        .arg(&team_echo)
+        .args(["--registry", "team"])
+        .env("TEAM_REGISTRY_TOKEN", "hunter2-token")
+        .assert()
+        .success();
+
+    // Another user reaches it with the credentials `docker login` stored.
+    let member = tmp.path().join("member");
+    oci_config(
+        &member,
+        &format!(
+            "[registries.team]\nurl = \"{}\"\nplain-http = true\n",
+            closed.url("plugins")
+        ),
+    )?;
+    let docker = tmp.path().join("docker");
+    std::fs::create_dir_all(&docker)?;
+    let auth = base64::engine::general_purpose::STANDARD.encode("team:hunter2-token");
+    std::fs::write(
+        docker.join("config.json"),
+        format!(r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#, closed.host()),
+    )?;
+    keel(&member)?
+        .args([
+            "key",
+            "trust",
+            &public,
+            "--namespace",
+            "acme",
+            "--registry",
+            "team",
+        ])
+        .assert()
+        .success();
+    keel(&member)?
+        .args(["install", "acme:echo-team", "--yes", "--registry", "team"])
+        .env("DOCKER_CONFIG", &docker)
+        .assert()
+        .success();
+    keel(&member)?
+        .args(["tool", "call", "echo", r#"{"text":"from the team"}"#])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("from the team"));
+    // Without them, the registry refuses and the error says how to log in.
+    keel(&member)?
+        .args(["search", "--registry", "team"])
+        .env("DOCKER_CONFIG", tmp.path().join("nowhere"))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("docker login"));
+    Ok(())
+}

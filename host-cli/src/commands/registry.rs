@@ -21,9 +21,10 @@ use crate::config::Context;
 /// `--registry DIR|URL`.
 #[derive(Args, Clone)]
 pub struct RegistryArg {
-    /// The registry: a directory or an `http://` URL of `keel registry serve`
-    /// (default `<home>/registry`).
-    #[arg(long, env = "KEEL_REGISTRY", value_name = "DIR|URL")]
+    /// The registry: a directory, an `http://` URL of `keel registry serve`, an OCI
+    /// registry `oci://HOST[:PORT]/PATH`, or the name of a `[registries]` entry (default
+    /// `<home>/registry`).
+    #[arg(long, env = "KEEL_REGISTRY", value_name = "DIR|URL|NAME")]
     pub registry: Option<String>,
 }
 
@@ -171,9 +172,66 @@ pub fn registry_spec(ctx: &Context, arg: &RegistryArg) -> String {
         .unwrap_or_else(|| ctx.home.join("registry").display().to_string())
 }
 
-/// Open the registry `arg` names (creating a directory when `create`).
+/// Open the registry `arg` names (creating a directory when `create`): a `[registries]`
+/// entry by name or by URL is reached as it says; any other `oci://` URL over TLS, with the
+/// credentials `docker login` stored.
 pub fn open_registry(ctx: &Context, arg: &RegistryArg, create: bool) -> anyhow::Result<Registry> {
-    Ok(Registry::open(&registry_spec(ctx, arg), create)?)
+    let spec = registry_spec(ctx, arg);
+    let entry = match ctx.config.registries.get(&spec) {
+        Some(entry) => Some((spec.clone(), entry)),
+        None if spec.starts_with("oci://") => {
+            let location = keel_registry::parse_oci_url(&spec)?;
+            ctx.config.registries.iter().find_map(|(name, entry)| {
+                (keel_registry::parse_oci_url(&entry.url).ok() == Some(location.clone()))
+                    .then(|| (name.clone(), entry))
+            })
+        }
+        None => None,
+    };
+    let Some((name, entry)) = entry else {
+        return Ok(Registry::open(&spec, create)?);
+    };
+    let credentials = match (&entry.username, &entry.password_secret) {
+        (Some(username), Some(secret)) => {
+            let password = std::env::var(secret)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .or_else(|| {
+                    ctx.config
+                        .secrets
+                        .get(secret)
+                        .and_then(|s| s.value())
+                        .map(str::to_owned)
+                })
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "[registries.{name}] names the password secret `{secret}`, which is not set: export {secret}=… or add it to [secrets] in {}",
+                        ctx.home.join("config.toml").display()
+                    )
+                })?;
+            Some(keel_registry::Credentials {
+                username: username.clone(),
+                password,
+            })
+        }
+        (None, None) => None,
+        _ => anyhow::bail!(
+            "[registries.{name}] needs both `username` and `password-secret`, or neither (then the credentials `docker login` stored are used)"
+        ),
+    };
+    Registry::open_oci(
+        &entry.url,
+        keel_registry::OciOptions {
+            plain_http: entry.plain_http,
+            credentials,
+        },
+    )
+    .with_context(|| {
+        format!(
+            "[registries.{name}] in {}",
+            ctx.home.join("config.toml").display()
+        )
+    })
 }
 
 fn wasm_host(ctx: &Context) -> anyhow::Result<WasmHost> {

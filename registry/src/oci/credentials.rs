@@ -33,9 +33,9 @@ pub fn docker_config_path() -> Option<PathBuf> {
 }
 
 /// The credentials `config` holds for `host` (`host[:port]`): an `auths` entry's `auth`
-/// (base64 `user:password`) or its `username`/`password`. `Ok(None)` when it has none; an
-/// entry kept by a credential helper (`credsStore`, `credHelpers`) is not read, and the error
-/// says how to give keel the credentials instead.
+/// (base64 `user:password`) or its `username`/`password`. `Ok(None)` when it has none; keel
+/// runs no credential helper, so a host whose credentials one keeps (`credHelpers`) is an
+/// error saying how to give keel the credentials instead.
 pub fn from_docker_config(config: &Path, host: &str) -> Result<Option<Credentials>, RegistryError> {
     let bytes = match std::fs::read(config) {
         Ok(b) => b,
@@ -82,10 +82,11 @@ pub fn from_docker_config(config: &Path, host: &str) -> Result<Option<Credential
             }));
         }
     }
+    // A helper named for this host holds its credentials; a store for every host
+    // (`credsStore`) may hold none for it, so then keel goes on without.
     let helper = value
         .get("credHelpers")
         .and_then(|h| h.get(host))
-        .or_else(|| value.get("credsStore"))
         .and_then(|h| h.as_str());
     match helper {
         Some(helper) => Err(RegistryError::Refused(format!(
@@ -121,6 +122,8 @@ mod tests {
             Some("u".into())
         );
         write(r#"{"credsStore":"desktop"}"#)?;
+        assert_eq!(from_docker_config(&path, "r.example")?, None);
+        write(r#"{"credHelpers":{"r.example":"ecr-login"}}"#)?;
         let err = from_docker_config(&path, "r.example").expect_err("helper");
         assert!(err.to_string().contains("password-secret"), "{err}");
         write("{not json")?;

@@ -133,6 +133,11 @@ fn valid_component(c: &str) -> bool {
     true
 }
 
+/// The normalized form of `oci://HOST[:PORT][/PATH]`: the registry's identity.
+pub fn parse_oci_url(url: &str) -> Result<String, RegistryError> {
+    Ok(parse_url(url)?.0)
+}
+
 /// Parse `oci://HOST[:PORT][/PATH]` into its normalized form, `host[:port]` and the path.
 pub fn parse_url(url: &str) -> Result<(String, String, String), RegistryError> {
     let bad = |reason: String| RegistryError::InvalidName {
