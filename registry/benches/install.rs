@@ -12,33 +12,9 @@ use keel_registry::{
     parse_spec, plan_install, publish, validate,
 };
 
-const SIZE: usize = 5 * 1024 * 1024;
-
-/// The bundled echo-tool component grown to 5 MiB with a trailing custom section.
-fn big_component() -> Vec<u8> {
-    let mut bytes = keel_bundled_plugins::get("echo-tool")
-        .map(|b| b.component())
-        .expect("echo-tool is bundled");
-    let name = b"padding";
-    let payload = SIZE - bytes.len() - 16;
-    let mut section = Vec::new();
-    let mut size = (1 + name.len() + payload) as u64;
-    bytes.push(0); // custom section id
-    loop {
-        let byte = (size & 0x7f) as u8;
-        size >>= 7;
-        if size == 0 {
-            section.push(byte);
-            break;
-        }
-        section.push(byte | 0x80);
-    }
-    bytes.extend(section);
-    bytes.push(name.len() as u8);
-    bytes.extend(name);
-    bytes.resize(bytes.len() + payload, 0xa5);
-    bytes
-}
+#[path = "big_component.rs"]
+mod big_component;
+use big_component::big_component;
 
 fn benches(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -102,15 +102,24 @@ impl Session {
         Ok(log)
     }
 
-    /// Read `name`'s index with the chain and rollback checks but without checking
+    /// Read the indexes of `names` with the chain and rollback checks but without checking
     /// signatures (for resolution over a whole registry; see
     /// [`IndexLog::parse_unsigned_checks`]).
-    pub fn log_for_resolution(&mut self, name: &PluginName) -> Result<IndexLog, RegistryError> {
-        let text = self.registry.read_index(name)?;
-        let log = IndexLog::parse_unsigned_checks(name, &text)?;
+    pub fn logs_for_resolution(
+        &mut self,
+        names: &[PluginName],
+    ) -> Vec<Result<IndexLog, RegistryError>> {
         let location = self.registry.location().to_owned();
-        self.heads.observe(&location, &log)?;
-        Ok(log)
+        let texts = self.registry.read_indexes(names);
+        names
+            .iter()
+            .zip(texts)
+            .map(|(name, text)| {
+                let log = IndexLog::parse_unsigned_checks(name, &text?)?;
+                self.heads.observe(&location, &log)?;
+                Ok(log)
+            })
+            .collect()
     }
 
     /// Forget the head seen of `name` (after a deliberate restore of the registry).

@@ -186,12 +186,16 @@ pub fn plan_install(
 
     let mut catalog = Catalog::new();
     let mut logs: BTreeMap<PluginName, IndexLog> = BTreeMap::new();
-    for name in session.registry.names()? {
-        if session.trust.check_registry(&name, &location).is_err() {
-            // Its namespace comes from another registry: never from this one.
-            continue;
-        }
-        match session.log_for_resolution(&name) {
+    // A namespace that comes from another registry is never taken from this one.
+    let names: Vec<PluginName> = session
+        .registry
+        .names()?
+        .into_iter()
+        .filter(|name| session.trust.check_registry(name, &location).is_ok())
+        .collect();
+    let logs_read = session.logs_for_resolution(&names);
+    for (name, read) in names.into_iter().zip(logs_read) {
+        match read {
             Ok(log) => {
                 catalog.add_log(&log);
                 logs.insert(name, log);

@@ -70,6 +70,14 @@ impl Registry {
         }
     }
 
+    /// The raw indexes of `names`, in order (an OCI registry reads them at once).
+    pub fn read_indexes(&self, names: &[PluginName]) -> Vec<Result<Vec<u8>, RegistryError>> {
+        match self {
+            Registry::Oci(r) => r.read_indexes(names),
+            _ => names.iter().map(|name| self.read_index(name)).collect(),
+        }
+    }
+
     /// A blob of `name`'s releases (the caller re-hashes it).
     pub fn read_blob(&self, name: &PluginName, sha256: &str) -> Result<Vec<u8>, RegistryError> {
         match self {

@@ -12,7 +12,7 @@ use crate::common::{Fixture, R, component, message};
 fn plain() -> OciOptions {
     OciOptions {
         plain_http: true,
-        credentials: None,
+        ..OciOptions::default()
     }
 }
 
@@ -174,6 +174,7 @@ fn behind_basic_authentication_only_the_credentials_get_in() -> R {
                 username: "ci".into(),
                 password: "guess".into(),
             }),
+            cache: None,
         },
     )?;
     let err = message(wrong.publish("echo", "0.1.0", ""));
@@ -187,6 +188,7 @@ fn behind_basic_authentication_only_the_credentials_get_in() -> R {
                 username: "ci".into(),
                 password: "s3cret-pass".into(),
             }),
+            cache: None,
         },
     )?;
     fx.publish("echo", "0.1.0", "")?;
@@ -299,6 +301,42 @@ fn a_generic_oci_client_pulls_the_component_as_is() -> R {
             .as_array()
             .is_some_and(|e| !e.is_empty()),
         "{config}"
+    );
+    Ok(())
+}
+
+#[test]
+fn kept_records_are_used_only_while_they_hash_to_their_tag() -> R {
+    let server = OciServer::anonymous()?;
+    let cache = server.dir().join("records");
+    let options = OciOptions {
+        plain_http: true,
+        cache: Some(cache.clone()),
+        ..OciOptions::default()
+    };
+    let fx = Fixture::oci(&server.url("keel"), options)?;
+    fx.publish("echo", "0.1.0", "")?;
+    fx.publish("other", "0.1.0", "")?;
+    let registry = fx.registry()?;
+    let echo: PluginName = "acme:echo".parse()?;
+    let other: PluginName = "acme:other".parse()?;
+    let first = registry.read_index(&echo)?;
+    let other_line = String::from_utf8(registry.read_index(&other)?)?;
+    let hash = sha256_hex(first.trim_ascii_end());
+    let kept = cache.join(&hash[..2]).join(&hash);
+    assert_eq!(
+        std::fs::read(&kept)?,
+        first.trim_ascii_end(),
+        "the record was kept"
+    );
+
+    // A kept record swapped for another (validly signed) one is not used: it is read again.
+    std::fs::write(&kept, other_line.trim_end())?;
+    assert_eq!(registry.read_index(&echo)?, first);
+    assert_eq!(
+        std::fs::read(&kept)?,
+        first.trim_ascii_end(),
+        "and kept again"
     );
     Ok(())
 }

@@ -188,7 +188,16 @@ pub fn open_registry(ctx: &Context, arg: &RegistryArg, create: bool) -> anyhow::
         }
         None => None,
     };
+    // Records read from OCI registries are kept, named by their hash.
+    let cache = Some(ctx.home.join("cache").join("oci-records"));
     let Some((name, entry)) = entry else {
+        if spec.starts_with("oci://") {
+            let options = keel_registry::OciOptions {
+                cache,
+                ..keel_registry::OciOptions::default()
+            };
+            return Ok(Registry::open_oci(&spec, options)?);
+        }
         return Ok(Registry::open(&spec, create)?);
     };
     let credentials = match (&entry.username, &entry.password_secret) {
@@ -224,6 +233,7 @@ pub fn open_registry(ctx: &Context, arg: &RegistryArg, create: bool) -> anyhow::
         keel_registry::OciOptions {
             plain_http: entry.plain_http,
             credentials,
+            cache,
         },
     )
     .with_context(|| {

@@ -42,8 +42,9 @@ const WRITE_ATTEMPTS: u32 = 6;
 /// per record).
 const TAG_PAGE: usize = 1000;
 const MAX_TAG_PAGES: usize = 200;
-/// Manifests fetched at once while reading an index.
+/// Manifests fetched at once while reading an index, and indexes read at once.
 const FETCH_CONCURRENCY: usize = 16;
+const INDEX_CONCURRENCY: usize = 8;
 /// The largest record manifest read (a record carries its manifest text: a few KiB).
 const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
 /// Every operation against the registry ends within this.
@@ -56,6 +57,9 @@ pub struct OciOptions {
     pub plain_http: bool,
     /// Credentials; without them, those `docker login` stored for the host, else anonymous.
     pub credentials: Option<Credentials>,
+    /// A folder keeping the records read (each named by its hash and re-checked when used),
+    /// so an index is read again with one listing of its tags.
+    pub cache: Option<std::path::PathBuf>,
 }
 
 /// An OCI registry client for keel's indexes and releases.
@@ -68,6 +72,7 @@ pub struct OciRegistry {
     auth: RegistryAuth,
     runtime: Arc<OwnRuntime>,
     max_blob_bytes: u64,
+    cache: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for OciRegistry {
@@ -322,6 +327,7 @@ impl OciRegistry {
             auth,
             runtime: Arc::new(OwnRuntime(Some(runtime))),
             max_blob_bytes: RegistryConfig::default().max_blob_bytes,
+            cache: options.cache,
         })
     }
 
@@ -509,6 +515,13 @@ impl OciRegistry {
         tag: &str,
     ) -> Result<(u64, String, Record), RegistryError> {
         let what = format!("{}/{repository}:{tag}", self.location);
+        let cached = self.cached_record(hash);
+        if let Some(line) = cached {
+            let record = Record::parse_line(&line, &what)?;
+            if record.seq == seq {
+                return Ok((seq, line, record));
+            }
+        }
         let reference = self.reference(repository, tag);
         let mut attempt = 0;
         let manifest = loop {
@@ -545,7 +558,29 @@ impl OciRegistry {
         if record.seq != seq {
             return Err(corrupt("the record's position differs from its tag's"));
         }
+        self.cache_record(hash, &line);
         Ok((seq, line, record))
+    }
+
+    /// A record line kept from an earlier read, if it still hashes to `hash` (so a cache
+    /// someone edited is simply not used).
+    fn cached_record(&self, hash: &str) -> Option<String> {
+        let path = self.cache.as_ref()?.join(&hash[..2]).join(hash);
+        let line = std::fs::read_to_string(path).ok()?;
+        (Record::hash_line(&line) == hash).then_some(line)
+    }
+
+    /// Keep a checked record line: a record never changes, as its tag names its hash.
+    fn cache_record(&self, hash: &str, line: &str) {
+        if let Some(cache) = &self.cache {
+            let dir = cache.join(&hash[..2]);
+            let kept = std::fs::create_dir_all(&dir).and_then(|()| {
+                crate::fsutil::atomic_write(&dir.join(hash), line.as_bytes(), false)
+            });
+            if let Err(e) = kept {
+                tracing::debug!("not caching record {hash}: {e}");
+            }
+        }
     }
 
     /// The index of `name` as stored: its landed records, chained from genesis.
@@ -594,6 +629,15 @@ impl OciRegistry {
         Ok(Chain { text, contested })
     }
 
+    /// The index of `name` as JSONL, up to a position two landed records hold.
+    async fn index(&self, name: &PluginName) -> Result<Vec<u8>, RegistryError> {
+        let chain = self.chain(name).await?;
+        if let Some(seq) = chain.contested {
+            tracing::warn!(%name, seq, registry = %self.location, "two records are marked landed at one position; reading the index up to it");
+        }
+        Ok(chain.text)
+    }
+
     /// Every plugin the registry's catalog names.
     pub fn names(&self) -> Result<Vec<PluginName>, RegistryError> {
         self.run("listing plugins", async {
@@ -615,13 +659,34 @@ impl OciRegistry {
     /// records are marked landed (which keel never does: the registry's storage was altered,
     /// and a client that saw further refuses it as a rollback).
     pub fn read_index(&self, name: &PluginName) -> Result<Vec<u8>, RegistryError> {
-        self.run(&format!("reading the index of {name}"), async {
-            let chain = self.chain(name).await?;
-            if let Some(seq) = chain.contested {
-                tracing::warn!(%name, seq, registry = %self.location, "two records are marked landed at one position; reading the index up to it");
+        self.run(&format!("reading the index of {name}"), self.index(name))
+    }
+
+    /// The indexes of `names`, in order, several read at once.
+    pub fn read_indexes(&self, names: &[PluginName]) -> Vec<Result<Vec<u8>, RegistryError>> {
+        let read = self.run("reading the indexes", async {
+            Ok(futures::stream::iter(names)
+                .map(|name| self.index(name))
+                .buffered(INDEX_CONCURRENCY)
+                .collect::<Vec<_>>()
+                .await)
+        });
+        match read {
+            Ok(indexes) => indexes,
+            // Only the deadline fails the whole read; every index shares its error.
+            Err(e) => {
+                let reason = e.to_string();
+                names
+                    .iter()
+                    .map(|name| {
+                        Err(RegistryError::Io {
+                            what: format!("the index of {name}"),
+                            reason: reason.clone(),
+                        })
+                    })
+                    .collect()
             }
-            Ok(chain.text)
-        })
+        }
     }
 
     /// A blob of `name`'s repository, verified against its digest as it streams (a registry
@@ -808,6 +873,7 @@ mod tests {
                 username: "u".into(),
                 password: "p".into(),
             }),
+            cache: None,
         };
         let err = OciRegistry::new("oci://registry.example.com/k", plain.clone())
             .expect_err("a remote host over plain HTTP");
