@@ -52,7 +52,10 @@ fn fill(registry: &Registry, key: &KeyPair) {
                                 action: Action::Release,
                                 name: name.to_string(),
                                 version: version.clone(),
-                                time: 0,
+                                time: std::time::SystemTime::now()
+                                    .duration_since(std::time::UNIX_EPOCH)
+                                    .map(|d| d.as_secs())
+                                    .unwrap_or(0),
                                 release: Some(Release {
                                     sha256: sha256_hex(&blob),
                                     size: blob.len() as u64,

@@ -42,6 +42,8 @@ pub enum Step {
     Locked,
     /// The blob is durably in `blobs/`; no record names it yet.
     BlobWritten,
+    /// An OCI registry: the record's position is claimed, and it has not landed yet.
+    Claimed,
     /// The record is durably appended.
     RecordAppended,
 }

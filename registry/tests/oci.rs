@@ -340,3 +340,58 @@ fn kept_records_are_used_only_while_they_hash_to_their_tag() -> R {
     );
     Ok(())
 }
+
+#[test]
+fn a_claim_left_by_an_interrupted_publish_is_passed_over_once_abandoned() -> R {
+    let server = OciServer::anonymous()?;
+    let fx = Fixture::oci(&server.url("keel"), plain())?;
+    let first = fx.publish("echo", "0.1.0", "")?;
+    let echo: PluginName = "acme:echo".parse()?;
+    let registry = fx.registry()?;
+
+    // A publisher signs 0.2.0 an hour ago (by its clock), claims position 1, and dies there.
+    let code = component("0.2.0");
+    let mut release = first.release.clone().ok_or("a release")?;
+    release.sha256 = sha256_hex(&code);
+    release.size = code.len() as u64;
+    release.manifest = release.manifest.replace("0.1.0", "0.2.0");
+    let mut build = |log: &IndexLog| {
+        let mut record = keel_registry::Record {
+            seq: log.len() as u64,
+            prev: log.head_hash().to_owned(),
+            version: "0.2.0".parse().map_err(RegistryError::internal)?,
+            time: first.time.saturating_sub(3600),
+            release: Some(release.clone()),
+            ..first.clone()
+        };
+        record.sign(&fx.key)?;
+        Ok(record)
+    };
+    let died = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        registry.append(&echo, Some(&code), &mut build, &mut |step| {
+            if step == keel_registry::Step::Claimed {
+                panic!("the publisher dies after its claim");
+            }
+        })
+    }));
+    assert!(died.is_err(), "the publisher died at its claim");
+    let tags = server.tags("keel/acme/echo")?;
+    assert!(
+        tags.iter().any(|t| t.starts_with("keel-record-1-")),
+        "{tags:?}"
+    );
+    assert!(!tags.iter().any(|t| t.contains("withdrawn")), "{tags:?}");
+
+    // Nobody sees the claim, and the next publish passes over it.
+    let log = IndexLog::parse(&echo, &fx.registry()?.read_index(&echo)?)?;
+    assert_eq!(log.len(), 1);
+    fx.publish("echo", "0.3.0", "")?;
+    let log = IndexLog::parse(&echo, &fx.registry()?.read_index(&echo)?)?;
+    let versions: Vec<String> = log
+        .versions()
+        .iter()
+        .map(|v| v.record.version.to_string())
+        .collect();
+    assert_eq!(versions, ["0.1.0", "0.3.0"]);
+    Ok(())
+}

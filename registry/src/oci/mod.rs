@@ -11,9 +11,10 @@
 //! its own (`keel-withdrawn-<hash>-<claim>`) and tries again on the new head; otherwise its
 //! record has landed and it says so (`keel-landed-<hash>-<claim>`). Of two claims of one
 //! position, the one listed last sees the other, so at most one lands; every publisher
-//! either lands or, after its attempts, is told to retry. Readers follow the chain from the
-//! genesis hash through landed records only, so nothing is built on a claim that may yet be
-//! withdrawn.
+//! either lands or, after its attempts, is told to retry. A claim that neither landed nor
+//! was withdrawn within ten minutes was left by an interrupted publish and is passed over.
+//! Readers follow the chain from the genesis hash through landed records only, so nothing is
+//! built on a claim that may yet be withdrawn.
 
 pub mod credentials;
 pub mod layout;
@@ -36,6 +37,9 @@ pub use credentials::Credentials;
 
 /// Attempts at appending while other publishers keep landing first.
 const APPEND_ATTEMPTS: u32 = 24;
+/// A claim older than this that neither landed nor was withdrawn was left by an interrupted
+/// publish, and is passed over; a publisher whose own claim took half as long withdraws it.
+const ABANDONED_CLAIM: Duration = Duration::from_secs(600);
 /// Writes of one blob or manifest while the registry settles a concurrent one.
 const WRITE_ATTEMPTS: u32 = 6;
 /// Tags asked for per page, and pages read at most (a repository of keel's holds a few tags
@@ -734,6 +738,18 @@ impl OciRegistry {
         })
     }
 
+    /// Was `claim` left by a publish that was interrupted before it landed or withdrew it?
+    /// Its record was signed more than [`ABANDONED_CLAIM`] ago (by its publisher's clock);
+    /// a claim that cannot be read counts as live.
+    async fn abandoned(&self, repository: &str, claim: layout::Claim<'_>, tag: &str) -> bool {
+        match self.record(repository, claim.seq, claim.hash, tag).await {
+            Ok((_, _, record)) => {
+                crate::record::now().saturating_sub(record.time) >= ABANDONED_CLAIM.as_secs()
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Put `name` in the catalog (idempotent: the tag names the plugin).
     async fn catalog(&self, name: &PluginName) -> Result<(), RegistryError> {
         let repository = self.repository(layout::CATALOG_REPOSITORY);
@@ -775,6 +791,7 @@ impl OciRegistry {
                 }
                 let log = IndexLog::parse(name, &chain.text)?;
                 let record = build(&log)?;
+                let built = std::time::Instant::now();
                 let line = record.line()?;
                 let hash = Record::hash_line(&line);
                 let release = match blob {
@@ -801,17 +818,29 @@ impl OciRegistry {
                     &manifest,
                 )
                 .await?;
+                hook(Step::Claimed);
                 let tags = self.tags(&repository).await?.unwrap_or_default();
                 let withdrawn: HashSet<&str> = tags
                     .iter()
                     .filter_map(|t| layout::parse_withdrawn_tag(t))
                     .collect();
                 let mine = format!("{hash}-{claim}");
-                let rivals = tags
-                    .iter()
-                    .filter_map(|t| layout::parse_record_tag(t))
-                    .any(|c| c.seq == record.seq && c.id != mine && !withdrawn.contains(c.id));
-                if !rivals {
+                let mut live_rival = false;
+                for (rival, tag) in tags.iter().filter_map(|t| {
+                    let c = layout::parse_record_tag(t)?;
+                    (c.seq == record.seq && c.id != mine && !withdrawn.contains(c.id))
+                        .then_some((c, t.as_str()))
+                }) {
+                    if self.abandoned(&repository, rival, tag).await {
+                        tracing::warn!(%name, tag, "passing over a claim an interrupted publish left");
+                    } else {
+                        live_rival = true;
+                        break;
+                    }
+                }
+                // A claim this slow could be taken for abandoned by another publisher.
+                let in_time = built.elapsed() < ABANDONED_CLAIM / 2;
+                if !live_rival && in_time {
                     self.push_manifest(&repository, &layout::landed_tag(&hash, &claim), &manifest)
                         .await?;
                     if release.is_some() {
