@@ -804,6 +804,21 @@ fn oci_registries_are_published_to_and_installed_from_by_name() -> R {
         .success()
         .stdout(predicate::str::contains("from the OCI registry"));
 
+    // Yanked there, it is listed as yanked and kept by the lockfile that pins it.
+    keel(&author)?
+        .args(["yank", "acme:echo-oci@0.1.0", "--registry", "open"])
+        .assert()
+        .success();
+    let out = keel(&user)?
+        .args(["info", "acme:echo-oci", "--json", "--registry", "open"])
+        .output()?;
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(info["versions"][0]["yanked"], true);
+    keel(&user)?
+        .args(["install", "acme:echo-oci", "--yes", "--registry", "open"])
+        .assert()
+        .success();
+
     // A URL no entry names is reached over TLS, which a plain loopback registry does not speak.
     keel(&tmp.path().join("bare"))?
         .args([
