@@ -5,16 +5,12 @@
 use std::hint::black_box;
 use std::path::Path;
 
-use criterion::{BatchSize, Criterion};
+use criterion::Criterion;
 use keel_kernel::{WasmHost, WasmHostConfig};
-use keel_registry::{
-    Home, InstallOptions, KeyPair, Registry, Session, TrustConfig, apply_install, load_installed,
-    parse_spec, plan_install, publish, validate,
-};
+use keel_registry::{Home, KeyPair, Registry, Session, load_installed, publish, validate};
 
-#[path = "big_component.rs"]
-mod big_component;
-use big_component::big_component;
+#[path = "support.rs"]
+mod support;
 
 fn benches(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -23,7 +19,7 @@ fn benches(c: &mut Criterion) {
     let registry = Registry::open(&registry_dir.display().to_string(), true).expect("registry");
     let key = KeyPair::from_seed("bench", Some("acme"), [5; 32]);
     let manifest = "name = \"big\"\nversion = \"0.1.0\"\nkind = \"wasm\"\n";
-    let code = big_component();
+    let code = support::big_component();
     eprintln!("component: {} bytes", code.len());
     let package = validate(&host, Path::new("keel.toml"), manifest, code).expect("valid");
     let mut session =
@@ -37,38 +33,20 @@ fn benches(c: &mut Criterion) {
     )
     .expect("published");
 
-    let mut trust = TrustConfig::default();
-    trust
-        .trust("acme", key.public(), registry.location())
-        .expect("trust");
-    let wanted = vec![parse_spec("acme:big").expect("spec")];
     let homes = tempfile::tempdir().expect("homes");
-    let mut n = 0u64;
-    c.bench_function("install a 5 MiB plugin from a local registry", |b| {
-        b.iter_batched(
-            || {
-                n += 1;
-                let home = Home::new(homes.path().join(format!("h{n}")));
-                trust.save(&home.trust_path()).expect("trust saved");
-                home
-            },
-            |home| {
-                let mut session = Session::new(home.clone(), registry.clone()).expect("session");
-                let plan =
-                    plan_install(&mut session, &wanted, InstallOptions::default()).expect("plan");
-                apply_install(&home, &plan).expect("installed");
-                session.finish().expect("heads saved");
-                home
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    support::bench_install(
+        c,
+        "install a 5 MiB plugin from a local registry",
+        &registry,
+        &key,
+        homes.path(),
+    );
 
     let home = Home::new(homes.path().join("loaded"));
-    trust.save(&home.trust_path()).expect("trust saved");
-    let mut session = Session::new(home.clone(), registry.clone()).expect("session");
-    let plan = plan_install(&mut session, &wanted, InstallOptions::default()).expect("plan");
-    apply_install(&home, &plan).expect("installed");
+    support::trust_for(&registry, &key)
+        .save(&home.trust_path())
+        .expect("trust saved");
+    support::install(&home, &registry);
     c.bench_function(
         "re-hash a 5 MiB installed plugin against the lockfile",
         |b| b.iter(|| load_installed(black_box(&home)).expect("verified")),

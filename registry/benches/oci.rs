@@ -9,12 +9,12 @@ use criterion::{BatchSize, Criterion};
 use keel_kernel::{Capabilities, PluginKind, WasmHost, WasmHostConfig};
 use keel_registry::{
     Action, Home, InstallOptions, KeyPair, OciOptions, PluginName, Record, Registry, Release,
-    Session, TrustConfig, apply_install, parse_spec, plan_install, publish, sha256_hex, validate,
+    Session, TrustConfig, parse_spec, plan_install, publish, sha256_hex, validate,
 };
 use keel_tests::oci_server::OciServer;
 
-#[path = "big_component.rs"]
-mod big_component;
+#[path = "support.rs"]
+mod support;
 
 const PLUGINS: usize = 100;
 const VERSIONS: u64 = 10;
@@ -92,7 +92,7 @@ fn benches(c: &mut Criterion) {
         &host,
         Path::new("keel.toml"),
         manifest,
-        big_component::big_component(),
+        support::big_component(),
     )
     .expect("valid");
     let big: PluginName = "acme:big".parse().expect("name");
@@ -117,30 +117,14 @@ fn benches(c: &mut Criterion) {
     let registry = open(&server, "install", None);
     let mut session = Session::new(publisher.clone(), registry.clone()).expect("session");
     publish(&mut session, &big, &package, Some(&key), &mut |_| {}).expect("published");
-    let mut trust = TrustConfig::default();
-    trust
-        .trust("acme", key.public(), registry.location())
-        .expect("trust");
     let homes = tempfile::tempdir().expect("homes");
-    let wanted = vec![parse_spec("acme:big").expect("spec")];
-    c.bench_function("install a 5 MiB plugin from a loopback OCI registry", |b| {
-        b.iter_batched(
-            || {
-                n += 1;
-                let home = Home::new(homes.path().join(format!("h{n}")));
-                trust.save(&home.trust_path()).expect("trust saved");
-                home
-            },
-            |home| {
-                let mut session = Session::new(home.clone(), registry.clone()).expect("session");
-                let plan =
-                    plan_install(&mut session, &wanted, InstallOptions::default()).expect("plan");
-                apply_install(&home, &plan).expect("installed");
-                session.finish().expect("heads saved");
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    support::bench_install(
+        c,
+        "install a 5 MiB plugin from a loopback OCI registry",
+        &registry,
+        &key,
+        homes.path(),
+    );
 
     let catalog = open(&server, "catalog", None);
     let started = std::time::Instant::now();

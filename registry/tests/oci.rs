@@ -166,31 +166,19 @@ fn behind_basic_authentication_only_the_credentials_get_in() -> R {
     let err = message(anonymous.publish("echo", "0.1.0", ""));
     assert!(err.contains("password-secret"), "{err}");
 
-    let wrong = Fixture::oci(
-        &url,
-        OciOptions {
-            plain_http: true,
-            credentials: Some(Credentials {
-                username: "ci".into(),
-                password: "guess".into(),
-            }),
-            cache: None,
-        },
-    )?;
+    let as_ci = |password: &str| OciOptions {
+        plain_http: true,
+        credentials: Some(Credentials {
+            username: "ci".into(),
+            password: password.into(),
+        }),
+        cache: None,
+    };
+    let wrong = Fixture::oci(&url, as_ci("guess"))?;
     let err = message(wrong.publish("echo", "0.1.0", ""));
     assert!(err.contains("password-secret"), "{err}");
 
-    let fx = Fixture::oci(
-        &url,
-        OciOptions {
-            plain_http: true,
-            credentials: Some(Credentials {
-                username: "ci".into(),
-                password: "s3cret-pass".into(),
-            }),
-            cache: None,
-        },
-    )?;
+    let fx = Fixture::oci(&url, as_ci("s3cret-pass"))?;
     fx.publish("echo", "0.1.0", "")?;
     let home = fx.home_trusting(&fx.key, "user")?;
     let plan = fx.plan(&home, &["acme:echo"], InstallOptions::default())?;
