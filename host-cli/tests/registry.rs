@@ -855,6 +855,23 @@ fn oci_registries_are_published_to_and_installed_from_by_name() -> R {
         .env("TEAM_REGISTRY_TOKEN", "hunter2-token")
         .assert()
         .success();
+    // A secret bound to other hosts is not sent to the registry.
+    let bound = tmp.path().join("bound");
+    oci_config(
+        &bound,
+        &format!(
+            "{entries}
+[secrets]
+TEAM_REGISTRY_TOKEN = {{ value = \"hunter2-token\", hosts = [\"api.example.com\"] }}
+"
+        ),
+    )?;
+    keel(&bound)?
+        .args(["search", "--registry", "team"])
+        .env_remove("TEAM_REGISTRY_TOKEN")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("binds to api.example.com only"));
 
     // Another user reaches it with the credentials `docker login` stored.
     let member = tmp.path().join("member");

@@ -202,6 +202,33 @@ pub fn open_registry(ctx: &Context, arg: &RegistryArg, create: bool) -> anyhow::
     };
     let credentials = match (&entry.username, &entry.password_secret) {
         (Some(username), Some(secret)) => {
+            // A secret bound to hosts goes only to them.
+            let location = keel_registry::parse_oci_url(&entry.url)?;
+            let authority = location
+                .trim_start_matches("oci://")
+                .split('/')
+                .next()
+                .unwrap_or_default();
+            let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+            let bound = ctx
+                .config
+                .secrets
+                .get(secret)
+                .map(|s| s.hosts())
+                .unwrap_or_default();
+            let allowed = bound.iter().any(|pattern| {
+                pattern == host
+                    || pattern == authority
+                    || pattern
+                        .strip_prefix("*.")
+                        .is_some_and(|domain| host.ends_with(&format!(".{domain}")))
+            });
+            if !bound.is_empty() && !allowed {
+                bail!(
+                    "[registries.{name}] names the secret `{secret}`, which [secrets] binds to {} only, not to {authority}: add \"{authority}\" to its hosts",
+                    bound.join(", ")
+                );
+            }
             let password = std::env::var(secret)
                 .ok()
                 .filter(|v| !v.is_empty())
