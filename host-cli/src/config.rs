@@ -78,6 +78,8 @@ pub struct RegistrySettings {
     /// The kernel-held secret (environment variable, or `[secrets]`) holding the password or
     /// access token. Without `username`, the credentials `docker login` stored are used.
     pub password_secret: Option<String>,
+    /// The PEM certificate of a private authority that signed the registry's certificate.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `[subagents]`: a child agent gets read-only tools unless `allow` names more (never more

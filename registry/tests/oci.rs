@@ -172,7 +172,7 @@ fn behind_basic_authentication_only_the_credentials_get_in() -> R {
             username: "ci".into(),
             password: password.into(),
         }),
-        cache: None,
+        ..OciOptions::default()
     };
     let wrong = Fixture::oci(&url, as_ci("guess"))?;
     let err = message(wrong.publish("echo", "0.1.0", ""));
@@ -381,5 +381,50 @@ fn a_claim_left_by_an_interrupted_publish_is_passed_over_once_abandoned() -> R {
         .map(|v| v.record.version.to_string())
         .collect();
     assert_eq!(versions, ["0.1.0", "0.3.0"]);
+    Ok(())
+}
+
+#[test]
+fn tls_is_verified_and_a_private_authority_is_trusted_only_when_named() -> R {
+    let server = OciServer::with_tls()?;
+    let url = server.url("keel");
+    // TLS by default: a certificate no trusted authority signed is refused.
+    let unnamed = Fixture::oci(&url, OciOptions::default())?;
+    let err = message(unnamed.publish("echo", "0.1.0", ""));
+    assert!(err.contains("ca-file"), "{err}");
+    assert!(
+        std::fs::read_dir(server.storage().join("repositories")).is_err(),
+        "nothing reached the registry"
+    );
+    // Plain HTTP to it fails too (it speaks TLS only).
+    assert!(
+        Fixture::oci(&url, plain())?
+            .publish("echo", "0.1.0", "")
+            .is_err()
+    );
+    // Its authority named: published and installed over verified TLS.
+    let named = OciOptions {
+        ca_file: Some(server.authority()),
+        ..OciOptions::default()
+    };
+    let fx = Fixture::oci(&url, named)?;
+    fx.publish("echo", "0.1.0", "")?;
+    let home = fx.home_trusting(&fx.key, "user")?;
+    apply_install(
+        &home,
+        &fx.plan(&home, &["acme:echo"], InstallOptions::default())?,
+    )?;
+    assert_eq!(load_installed(&home)?[0].entry.version.to_string(), "0.1.0");
+    // A file that is no certificate is refused before anything is sent.
+    let junk = server.dir().join("junk.pem");
+    std::fs::write(&junk, "not a certificate")?;
+    let err = message(keel_registry::Registry::open_oci(
+        &url,
+        OciOptions {
+            ca_file: Some(junk),
+            ..OciOptions::default()
+        },
+    ));
+    assert!(err.contains("not a PEM certificate"), "{err}");
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! A real OCI registry on loopback for tests: the distribution registry from the
 //! distribution's `docker-registry` package (`.ci/setup` installs it), on filesystem storage
-//! the test can reach into, anonymous or behind basic authentication (htpasswd, bcrypt).
+//! the test can reach into, anonymous or behind basic authentication (htpasswd, bcrypt), over
+//! plain HTTP or TLS with a certificate of its own.
 
 use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
@@ -19,15 +20,27 @@ pub struct OciServer {
 impl OciServer {
     /// Start one anonymous registry.
     pub fn anonymous() -> anyhow::Result<OciServer> {
-        OciServer::start(None)
+        OciServer::start(None, false)
     }
 
     /// Start one that admits only `user` with `password` (HTTP basic authentication).
     pub fn with_user(user: &str, password: &str) -> anyhow::Result<OciServer> {
-        OciServer::start(Some((user, password)))
+        OciServer::start(Some((user, password)), false)
     }
 
-    fn start(user: Option<(&str, &str)>) -> anyhow::Result<OciServer> {
+    /// Start one speaking TLS only, with a certificate for 127.0.0.1 that no public
+    /// authority signed (the test's own authority, [`OciServer::authority`]), made with
+    /// `openssl`.
+    pub fn with_tls() -> anyhow::Result<OciServer> {
+        OciServer::start(None, true)
+    }
+
+    /// The certificate (PEM) of the authority that signed the TLS server's.
+    pub fn authority(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    fn start(user: Option<(&str, &str)>, tls: bool) -> anyhow::Result<OciServer> {
         let dir = tempfile::tempdir()?;
         // Distribution cannot report a port it chose, so take a free one and hand it over.
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
@@ -37,6 +50,39 @@ impl OciServer {
             "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n  secret: keel-test-secret\n",
             dir.path().join("storage").display()
         );
+        if tls {
+            // An authority of the test's own, and a certificate for 127.0.0.1 it signed.
+            let d = dir.path().display().to_string();
+            std::fs::write(
+                dir.path().join("leaf.ext"),
+                "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+            )?;
+            let ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+            for step in [
+                format!(
+                    "req -x509 {ec} -days 1 -subj /CN=keel-test-authority -keyout {d}/ca.key -out {d}/ca.pem"
+                ),
+                format!("req {ec} -subj /CN=127.0.0.1 -keyout {d}/key.pem -out {d}/leaf.csr"),
+                format!(
+                    "x509 -req -in {d}/leaf.csr -CA {d}/ca.pem -CAkey {d}/ca.key -CAcreateserial -days 1 -extfile {d}/leaf.ext -out {d}/cert.pem"
+                ),
+            ] {
+                let status = Command::new("openssl")
+                    .args(step.split(' '))
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .context("cannot run `openssl` (apt-get install openssl, as .ci/setup does)")?;
+                if !status.success() {
+                    bail!("openssl {step}: {status}");
+                }
+            }
+            config.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                dir.path().join("cert.pem").display(),
+                dir.path().join("key.pem").display()
+            ));
+        }
         if let Some((user, password)) = user {
             let hash = bcrypt::hash(password, 4)?;
             let htpasswd = dir.path().join("htpasswd");

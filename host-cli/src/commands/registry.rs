@@ -261,6 +261,7 @@ pub fn open_registry(ctx: &Context, arg: &RegistryArg, create: bool) -> anyhow::
             plain_http: entry.plain_http,
             credentials,
             cache,
+            ca_file: entry.ca_file.clone(),
         },
     )
     .with_context(|| {

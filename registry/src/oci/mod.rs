@@ -64,6 +64,9 @@ pub struct OciOptions {
     /// A folder keeping the records read (each named by its hash and re-checked when used),
     /// so an index is read again with one listing of its tags.
     pub cache: Option<std::path::PathBuf>,
+    /// A PEM certificate of a private authority the registry's certificate is signed by,
+    /// trusted besides the public roots.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// An OCI registry client for keel's indexes and releases.
@@ -306,8 +309,30 @@ impl OciRegistry {
         } else {
             oci_client::client::ClientProtocol::Https
         };
+        let mut extra_root_certificates = Vec::new();
+        if let Some(path) = &options.ca_file {
+            let pem = std::fs::read(path).map_err(|e| RegistryError::io(path, e))?;
+            // The client drops a certificate it cannot parse without a word: parse it first.
+            let parsed = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| e.to_string());
+            if !parsed.as_ref().is_ok_and(|certs| !certs.is_empty()) {
+                return Err(RegistryError::Corrupt {
+                    what: path.display().to_string(),
+                    reason: format!(
+                        "not a PEM certificate ({}); `ca-file` names the certificate of the authority that signed the registry's",
+                        parsed
+                            .err()
+                            .unwrap_or_else(|| "no certificate in it".into())
+                    ),
+                });
+            }
+            extra_root_certificates.push(oci_client::client::Certificate {
+                encoding: oci_client::client::CertificateEncoding::Pem,
+                data: pem,
+            });
+        }
         let client = Client::new(oci_client::client::ClientConfig {
             protocol,
+            extra_root_certificates,
             use_monolithic_push: true,
             read_timeout: Some(Duration::from_secs(60)),
             connect_timeout: Some(Duration::from_secs(10)),
@@ -420,7 +445,7 @@ impl OciRegistry {
         let hint = if denied {
             "; the registry wants credentials keel does not have or refused them: give them in config.toml (`[registries.NAME]` with `username` and `password-secret`) or `docker login` to it"
         } else if unreachable {
-            "; is the registry running and reachable? A registry on this machine without TLS needs `plain-http = true` in its [registries] entry"
+            "; is the registry running and reachable? A registry on this machine without TLS needs `plain-http = true` in its [registries] entry, and one whose certificate a private authority signed needs `ca-file = \"PATH\"` (that authority's PEM certificate)"
         } else {
             ""
         };
@@ -902,7 +927,7 @@ mod tests {
                 username: "u".into(),
                 password: "p".into(),
             }),
-            cache: None,
+            ..OciOptions::default()
         };
         let err = OciRegistry::new("oci://registry.example.com/k", plain.clone())
             .expect_err("a remote host over plain HTTP");
