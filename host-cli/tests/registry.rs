@@ -714,7 +714,7 @@ fn serve_shares_a_registry_on_loopback_only() -> R {
     result
 }
 
-/// `[registries]` entries for an anonymous and an authenticated OCI registry on loopback.
+/// Write `entries` (`[registries]` and the like) as `home`'s config.toml.
 fn oci_config(home: &Path, entries: &str) -> R {
     std::fs::create_dir_all(home)?;
     std::fs::write(home.join("config.toml"), entries)?;
