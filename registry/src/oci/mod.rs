@@ -268,6 +268,27 @@ fn being_written(e: &OciDistributionError) -> bool {
     }
 }
 
+/// Run `op` until it succeeds or fails with an error `transient` does not call passing, at
+/// most [`WRITE_ATTEMPTS`] times, pausing between.
+async fn retrying<T, F>(
+    transient: impl Fn(&OciDistributionError) -> bool,
+    op: impl Fn() -> F,
+) -> Result<T, OciDistributionError>
+where
+    F: std::future::Future<Output = Result<T, OciDistributionError>>,
+{
+    let mut attempt = 0;
+    loop {
+        match op().await {
+            Err(e) if attempt + 1 < WRITE_ATTEMPTS && transient(&e) => {
+                back_off(attempt).await;
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
 /// A random pause before trying again, growing with the attempt.
 async fn back_off(attempt: u32) {
     let mut bytes = [0u8; 8];
@@ -458,17 +479,12 @@ impl OciRegistry {
     async fn push_blob(&self, repository: &str, bytes: &[u8]) -> Result<(), RegistryError> {
         let digest = format!("sha256:{}", crate::fsutil::sha256_hex(bytes));
         let reference = self.reference(repository, "latest");
-        let mut attempt = 0;
-        loop {
-            match self.client.push_blob(&reference, bytes, &digest).await {
-                Ok(_) => return Ok(()),
-                Err(e) if attempt + 1 < WRITE_ATTEMPTS && settling(&e) => {
-                    back_off(attempt).await;
-                    attempt += 1;
-                }
-                Err(e) => return Err(self.error(&format!("uploading {digest} to {repository}"), e)),
-            }
-        }
+        retrying(settling, || {
+            self.client.push_blob(&reference, bytes, &digest)
+        })
+        .await
+        .map_err(|e| self.error(&format!("uploading {digest} to {repository}"), e))?;
+        Ok(())
     }
 
     async fn push_manifest(
@@ -478,25 +494,16 @@ impl OciRegistry {
         manifest: &[u8],
     ) -> Result<(), RegistryError> {
         let reference = self.reference(repository, tag);
-        let mut attempt = 0;
-        loop {
-            let pushed = self
-                .client
-                .push_manifest_raw(
-                    &reference,
-                    manifest.to_vec(),
-                    reqwest::header::HeaderValue::from_static(layout::MANIFEST_MEDIA_TYPE),
-                )
-                .await;
-            match pushed {
-                Ok(_) => return Ok(()),
-                Err(e) if attempt + 1 < WRITE_ATTEMPTS && settling(&e) => {
-                    back_off(attempt).await;
-                    attempt += 1;
-                }
-                Err(e) => return Err(self.error(&format!("tagging {repository}:{tag}"), e)),
-            }
-        }
+        retrying(settling, || {
+            self.client.push_manifest_raw(
+                &reference,
+                manifest.to_vec(),
+                reqwest::header::HeaderValue::from_static(layout::MANIFEST_MEDIA_TYPE),
+            )
+        })
+        .await
+        .map_err(|e| self.error(&format!("tagging {repository}:{tag}"), e))?;
+        Ok(())
     }
 
     /// Every tag of `repository`; `None` when the registry does not know it.
@@ -552,23 +559,20 @@ impl OciRegistry {
             }
         }
         let reference = self.reference(repository, tag);
-        let mut attempt = 0;
-        let manifest = loop {
-            match self
-                .client
-                .pull_manifest_raw(&reference, &self.auth, &[layout::MANIFEST_MEDIA_TYPE])
-                .await
-            {
-                Ok((manifest, _)) => break manifest,
-                // A tag listed while its publisher is still writing it reads as unknown or
-                // as a server error for a moment.
-                Err(e) if attempt + 1 < WRITE_ATTEMPTS && (settling(&e) || being_written(&e)) => {
-                    back_off(attempt).await;
-                    attempt += 1;
-                }
-                Err(e) => return Err(self.error(&format!("reading {repository}:{tag}"), e)),
-            }
-        };
+        // A tag listed while its publisher is still writing it reads as unknown or as a
+        // server error for a moment.
+        let (manifest, _) = retrying(
+            |e| settling(e) || being_written(e),
+            || {
+                self.client.pull_manifest_raw(
+                    &reference,
+                    &self.auth,
+                    &[layout::MANIFEST_MEDIA_TYPE],
+                )
+            },
+        )
+        .await
+        .map_err(|e| self.error(&format!("reading {repository}:{tag}"), e))?;
         let corrupt = |reason: &str| RegistryError::Corrupt {
             what: what.clone(),
             reason: reason.to_owned(),
