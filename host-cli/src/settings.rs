@@ -193,11 +193,9 @@ pub fn secrets(ctx: &Context) -> Secrets {
         .collect::<std::collections::BTreeSet<_>>()
     {
         let setting = ctx.config.secrets.get(&name);
-        let value = std::env::var(&name)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .or_else(|| setting.and_then(|s| s.value()).map(str::to_owned));
-        let Some(value) = value else { continue };
+        let Some(value) = secret_value(ctx, &name) else {
+            continue;
+        };
         let mut hosts: Vec<String> = setting.map(|s| s.hosts().to_vec()).unwrap_or_default();
         hosts.extend(model_key_hosts(&name, &choice));
         // A bearer secret goes to its own server's host.
@@ -214,6 +212,20 @@ pub fn secrets(ctx: &Context) -> Secrets {
         secrets.insert(&name, &value, &hosts);
     }
     secrets
+}
+
+/// The value of the secret `name`: its environment variable, else its `[secrets]` value.
+pub fn secret_value(ctx: &Context, name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| {
+            ctx.config
+                .secrets
+                .get(name)
+                .and_then(|s| s.value())
+                .map(str::to_owned)
+        })
 }
 
 /// Where a model key may go: its provider's public API, and the configured endpoint when the

@@ -46,7 +46,7 @@ pub use manifest::{
     PluginKind, Requirement, is_valid_plugin_name, is_valid_service_name,
 };
 pub use native_host::{KeelBuf, KeelHostApi, NATIVE_ABI_VERSION, NativeError, open as open_native};
-pub use net_client::{HttpHead, HttpRequest, NetConfig, SecretHeader, Secrets};
+pub use net_client::{HttpHead, HttpRequest, NetConfig, SecretHeader, Secrets, host_declared};
 pub use processes::{OUTPUT_TOPIC as PROCESS_OUTPUT_TOPIC, ProcessEntry, ProcessStatus};
 pub use sandbox::runner::{ExecCommand, ExecOutcome};
 pub use session_gates::{GateConfig, KEEP_HEAD, KEEP_TAIL, StandingAnswer};

@@ -38,7 +38,7 @@ pub use keys::{KeyPair, PublicKey};
 pub use local::{LocalRegistry, REGISTRY_FORMAT, RegistryConfig, RegistryLock, Step};
 pub use lockfile::{LockEntry, Lockfile};
 pub use name::{PluginName, is_valid_namespace, parse_spec};
-pub use oci::{Credentials, OciOptions, OciRegistry, parse_oci_url};
+pub use oci::{Credentials, OciOptions, OciRegistry, OciUrl, parse_oci_url};
 pub use publish::{
     Package, VERSION_SECTION, component_version, installed_code_name, publish, validate, yank,
 };

@@ -180,10 +180,11 @@ pub fn open_registry(ctx: &Context, arg: &RegistryArg, create: bool) -> anyhow::
     let entry = match ctx.config.registries.get(&spec) {
         Some(entry) => Some((spec.clone(), entry)),
         None if spec.starts_with("oci://") => {
-            let location = keel_registry::parse_oci_url(&spec)?;
+            let location = keel_registry::parse_oci_url(&spec)?.location;
             ctx.config.registries.iter().find_map(|(name, entry)| {
-                (keel_registry::parse_oci_url(&entry.url).ok() == Some(location.clone()))
-                    .then(|| (name.clone(), entry))
+                let same = keel_registry::parse_oci_url(&entry.url)
+                    .is_ok_and(|url| url.location == location);
+                same.then(|| (name.clone(), entry))
             })
         }
         None => None,
@@ -202,49 +203,28 @@ pub fn open_registry(ctx: &Context, arg: &RegistryArg, create: bool) -> anyhow::
     };
     let credentials = match (&entry.username, &entry.password_secret) {
         (Some(username), Some(secret)) => {
-            // A secret bound to hosts goes only to them.
-            let location = keel_registry::parse_oci_url(&entry.url)?;
-            let authority = location
-                .trim_start_matches("oci://")
-                .split('/')
-                .next()
-                .unwrap_or_default();
-            let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+            // A secret bound to hosts goes only to them (read as the kernel reads them).
+            let url = keel_registry::parse_oci_url(&entry.url)?;
             let bound = ctx
                 .config
                 .secrets
                 .get(secret)
                 .map(|s| s.hosts())
                 .unwrap_or_default();
-            let allowed = bound.iter().any(|pattern| {
-                pattern == host
-                    || pattern == authority
-                    || pattern
-                        .strip_prefix("*.")
-                        .is_some_and(|domain| host.ends_with(&format!(".{domain}")))
-            });
-            if !bound.is_empty() && !allowed {
+            if !bound.is_empty() && !keel_kernel::host_declared(bound, &url.host, url.port) {
                 bail!(
-                    "[registries.{name}] names the secret `{secret}`, which [secrets] binds to {} only, not to {authority}: add \"{authority}\" to its hosts",
-                    bound.join(", ")
+                    "[registries.{name}] names the secret `{secret}`, which [secrets] binds to {} only, not to {}: add \"{}\" to its hosts",
+                    bound.join(", "),
+                    url.authority,
+                    url.authority
                 );
             }
-            let password = std::env::var(secret)
-                .ok()
-                .filter(|v| !v.is_empty())
-                .or_else(|| {
-                    ctx.config
-                        .secrets
-                        .get(secret)
-                        .and_then(|s| s.value())
-                        .map(str::to_owned)
-                })
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "[registries.{name}] names the password secret `{secret}`, which is not set: export {secret}=… or add it to [secrets] in {}",
-                        ctx.home.join("config.toml").display()
-                    )
-                })?;
+            let password = crate::settings::secret_value(ctx, secret).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "[registries.{name}] names the password secret `{secret}`, which is not set: export {secret}=… or add it to [secrets] in {}",
+                    ctx.home.join("config.toml").display()
+                )
+            })?;
             Some(keel_registry::Credentials {
                 username: username.clone(),
                 password,

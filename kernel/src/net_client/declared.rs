@@ -14,8 +14,9 @@
 //! the normalized host of [`crate::gates::net_policy::NetVerdict`] (lowercase ASCII, IPv6 in
 //! brackets).
 
-/// Whether `patterns` (a manifest's `network` list) declare `host` at `port`.
-pub(crate) fn declares(patterns: &[String], host: &str, port: u16) -> bool {
+/// Whether `patterns` (a manifest's `network` list, or the hosts a secret is bound to)
+/// declare `host` at `port`.
+pub fn declares(patterns: &[String], host: &str, port: u16) -> bool {
     patterns.iter().any(|p| matches(p, host, port))
 }
 

@@ -57,6 +57,7 @@ use crate::types::KernelError;
 
 mod bodies;
 mod declared;
+pub use declared::declares as host_declared;
 #[cfg(test)]
 mod tests;
 

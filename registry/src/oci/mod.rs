@@ -145,13 +145,23 @@ fn valid_component(c: &str) -> bool {
     true
 }
 
-/// The normalized form of `oci://HOST[:PORT][/PATH]`: the registry's identity.
-pub fn parse_oci_url(url: &str) -> Result<String, RegistryError> {
-    Ok(parse_url(url)?.0)
+/// An `oci://HOST[:PORT][/PATH]` URL, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OciUrl {
+    /// The normalized URL: the registry's identity.
+    pub location: String,
+    /// `host[:port]`, as the distribution API names a registry.
+    pub authority: String,
+    /// The host, without its port (IPv6 in brackets).
+    pub host: String,
+    /// The port (443 when none is written).
+    pub port: u16,
+    /// The repository path under which keel's repositories live (may be empty).
+    pub path: String,
 }
 
-/// Parse `oci://HOST[:PORT][/PATH]` into its normalized form, `host[:port]` and the path.
-pub fn parse_url(url: &str) -> Result<(String, String, String), RegistryError> {
+/// Parse and normalize an `oci://HOST[:PORT][/PATH]` URL.
+pub fn parse_oci_url(url: &str) -> Result<OciUrl, RegistryError> {
     let bad = |reason: String| RegistryError::InvalidName {
         name: url.to_owned(),
         reason,
@@ -171,7 +181,8 @@ pub fn parse_url(url: &str) -> Result<(String, String, String), RegistryError> {
             "credentials do not belong in the URL: name a password secret in `[registries]`, or `docker login`".into(),
         ));
     }
-    let host = match parsed.port() {
+    let port = parsed.port().unwrap_or(443);
+    let authority = match parsed.port() {
         Some(port) => format!("{host}:{port}"),
         None => host.to_owned(),
     };
@@ -185,11 +196,17 @@ pub fn parse_url(url: &str) -> Result<(String, String, String), RegistryError> {
         )));
     }
     let location = if path.is_empty() {
-        format!("oci://{host}")
+        format!("oci://{authority}")
     } else {
-        format!("oci://{host}/{path}")
+        format!("oci://{authority}/{path}")
     };
-    Ok((location, host, path.to_owned()))
+    Ok(OciUrl {
+        location,
+        authority,
+        host: host.to_owned(),
+        port,
+        path: path.to_owned(),
+    })
 }
 
 /// A bounded in-memory sink for a blob being pulled.
@@ -301,15 +318,14 @@ async fn back_off(attempt: u32) {
 impl OciRegistry {
     /// A client for `url` (`oci://HOST[:PORT]/PATH`).
     pub fn new(url: &str, options: OciOptions) -> Result<OciRegistry, RegistryError> {
-        let (location, host, path) = parse_url(url)?;
-        let bare_host = host.rsplit_once(':').map_or(host.as_str(), |(h, p)| {
-            if p.bytes().all(|b| b.is_ascii_digit()) {
-                h
-            } else {
-                &host
-            }
-        });
-        if options.plain_http && !is_loopback(bare_host) {
+        let OciUrl {
+            location,
+            authority: host,
+            host: bare_host,
+            path,
+            ..
+        } = parse_oci_url(url)?;
+        if options.plain_http && !is_loopback(&bare_host) {
             return Err(RegistryError::Refused(format!(
                 "plain HTTP is allowed only to a registry on this machine (127.0.0.1, ::1, localhost); {location} is reached over TLS: remove `plain-http` from its [registries] entry"
             )));
@@ -900,16 +916,15 @@ mod tests {
 
     #[test]
     fn urls_are_normalized_and_bad_ones_explained() -> Result<(), RegistryError> {
-        assert_eq!(
-            parse_url("oci://Registry.Example.com:5000/team/keel/")?,
-            (
-                "oci://registry.example.com:5000/team/keel".into(),
-                "registry.example.com:5000".into(),
-                "team/keel".into()
-            )
-        );
-        assert_eq!(parse_url("oci://127.0.0.1:5000")?.2, "");
-        assert_eq!(parse_url("oci://[::1]:5000/k")?.1, "[::1]:5000");
+        let url = parse_oci_url("oci://Registry.Example.com:5000/team/keel/")?;
+        assert_eq!(url.location, "oci://registry.example.com:5000/team/keel");
+        assert_eq!(url.authority, "registry.example.com:5000");
+        assert_eq!(url.path, "team/keel");
+        assert_eq!(parse_oci_url("oci://127.0.0.1:5000")?.path, "");
+        let parsed = parse_oci_url("oci://[::1]:5000/k")?;
+        assert_eq!(parsed.authority, "[::1]:5000");
+        assert_eq!((parsed.host.as_str(), parsed.port), ("[::1]", 5000));
+        assert_eq!(parse_oci_url("oci://r.example/k")?.port, 443);
         for bad in [
             "http://r.example/x",
             "oci:///x",
@@ -918,7 +933,7 @@ mod tests {
             "oci://r.example/a//b",
             "oci://r.example/-a",
         ] {
-            assert!(parse_url(bad).is_err(), "{bad}");
+            assert!(parse_oci_url(bad).is_err(), "{bad}");
         }
         Ok(())
     }
