@@ -872,6 +872,19 @@ TEAM_REGISTRY_TOKEN = {{ value = \"hunter2-token\", hosts = [\"api.example.com\"
         .assert()
         .code(1)
         .stderr(predicate::str::contains("binds to api.example.com only"));
+    // Bound to the registry's host (any port, as the kernel reads a binding), it is sent.
+    oci_config(
+        &bound,
+        &format!(
+            "{entries}\n[secrets]\nTEAM_REGISTRY_TOKEN = {{ value = \"hunter2-token\", hosts = [\"127.0.0.1\"] }}\n"
+        ),
+    )?;
+    keel(&bound)?
+        .args(["search", "--registry", "team"])
+        .env_remove("TEAM_REGISTRY_TOKEN")
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("acme:echo-team"));
 
     // Another user reaches it with the credentials `docker login` stored.
     let member = tmp.path().join("member");
