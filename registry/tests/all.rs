@@ -6,4 +6,5 @@ mod common;
 mod concurrency;
 mod install;
 mod oci;
+mod oci_hostile;
 mod serve;

@@ -17,6 +17,7 @@
 //! built on a claim that may yet be withdrawn.
 
 pub mod credentials;
+mod distribution;
 pub mod layout;
 
 use std::collections::{BTreeMap, HashSet};
@@ -24,9 +25,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{StreamExt as _, TryStreamExt as _};
-use oci_client::errors::OciDistributionError;
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 
 use crate::RegistryError;
 use crate::index::IndexLog;
@@ -34,6 +32,7 @@ use crate::local::{RegistryConfig, Step};
 use crate::name::PluginName;
 use crate::record::{GENESIS, Record};
 pub use credentials::Credentials;
+use distribution::{Distribution, WireError};
 
 /// Attempts at appending while other publishers keep landing first.
 const APPEND_ATTEMPTS: u32 = 24;
@@ -46,11 +45,20 @@ const WRITE_ATTEMPTS: u32 = 6;
 /// per record).
 const TAG_PAGE: usize = 1000;
 const MAX_TAG_PAGES: usize = 200;
+/// The largest tags page read: a thousand tags of the 128 characters a tag has at most, with
+/// room to spare. A page is refused as it grows past this, not after it has arrived.
+const MAX_TAG_PAGE_BYTES: usize = 1024 * 1024;
 /// Manifests fetched at once while reading an index, and indexes read at once.
 const FETCH_CONCURRENCY: usize = 16;
 const INDEX_CONCURRENCY: usize = 8;
-/// The largest record manifest read (a record carries its manifest text: a few KiB).
+/// The largest record manifest read (a record carries its manifest text: a few KiB),
+/// refused as it streams past this.
 const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
+/// The most record text one index may hold, and all the indexes one search reads: a record
+/// is a few KiB, so an index of thousands of releases stays far below. A registry listing
+/// more is refused as the records arrive.
+const MAX_INDEX_BYTES: usize = 16 * 1024 * 1024;
+const MAX_INDEXES_BYTES: usize = 128 * 1024 * 1024;
 /// Every operation against the registry ends within this.
 const OPERATION_DEADLINE: Duration = Duration::from_secs(300);
 
@@ -73,10 +81,8 @@ pub struct OciOptions {
 #[derive(Clone)]
 pub struct OciRegistry {
     location: String,
-    host: String,
     path: String,
-    client: Client,
-    auth: RegistryAuth,
+    client: Arc<Distribution>,
     runtime: Arc<OwnRuntime>,
     max_blob_bytes: u64,
     cache: Option<std::path::PathBuf>,
@@ -209,90 +215,29 @@ pub fn parse_oci_url(url: &str) -> Result<OciUrl, RegistryError> {
     })
 }
 
-/// A bounded in-memory sink for a blob being pulled.
-struct Bounded {
-    buf: Vec<u8>,
-    limit: u64,
-}
-
-impl tokio::io::AsyncWrite for Bounded {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        data: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        if (self.buf.len() + data.len()) as u64 > self.limit {
-            return std::task::Poll::Ready(Err(std::io::Error::other(format!(
-                "the blob is larger than {} bytes",
-                self.limit
-            ))));
-        }
-        self.buf.extend_from_slice(data);
-        std::task::Poll::Ready(Ok(data.len()))
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-}
-
 /// Is `e` a registry still settling a concurrent write of the same content? Distribution's
 /// filesystem storage rewrites a repository's link to a blob in place, so a manifest pushed
 /// while another publisher uploads the same blob (the empty one, say) may find it missing
 /// for a moment.
-fn settling(e: &OciDistributionError) -> bool {
-    let transient = |text: &str| {
-        ["BLOB_UNKNOWN", "MANIFEST_BLOB_UNKNOWN", "DIGEST_INVALID"]
-            .iter()
-            .any(|code| text.contains(code))
-    };
-    match e {
-        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
-            matches!(
-                e.code,
-                oci_client::errors::OciErrorCode::BlobUnknown
-                    | oci_client::errors::OciErrorCode::ManifestBlobUnknown
-                    | oci_client::errors::OciErrorCode::DigestInvalid
-            )
-        }),
-        OciDistributionError::ServerError {
-            code: 400, message, ..
-        } => transient(message),
-        _ => false,
-    }
+fn settling(e: &WireError) -> bool {
+    ["BLOB_UNKNOWN", "MANIFEST_BLOB_UNKNOWN", "DIGEST_INVALID"]
+        .iter()
+        .any(|code| e.has_code(code))
 }
 
 /// Is `e` what distribution answers for a tag whose folder exists before its link does?
-fn being_written(e: &OciDistributionError) -> bool {
-    match e {
-        OciDistributionError::ServerError { code, .. } => *code >= 500,
-        OciDistributionError::RegistryError { envelope, .. } => envelope
-            .errors
-            .iter()
-            .any(|e| e.code == oci_client::errors::OciErrorCode::ManifestUnknown),
-        OciDistributionError::ImageManifestNotFoundError(_) => true,
-        _ => false,
-    }
+fn being_written(e: &WireError) -> bool {
+    e.status().is_some_and(|status| status >= 500) || e.has_code("MANIFEST_UNKNOWN")
 }
 
 /// Run `op` until it succeeds or fails with an error `transient` does not call passing, at
 /// most [`WRITE_ATTEMPTS`] times, pausing between.
 async fn retrying<T, F>(
-    transient: impl Fn(&OciDistributionError) -> bool,
+    transient: impl Fn(&WireError) -> bool,
     op: impl Fn() -> F,
-) -> Result<T, OciDistributionError>
+) -> Result<T, WireError>
 where
-    F: std::future::Future<Output = Result<T, OciDistributionError>>,
+    F: std::future::Future<Output = Result<T, WireError>>,
 {
     let mut attempt = 0;
     loop {
@@ -320,7 +265,7 @@ impl OciRegistry {
     pub fn new(url: &str, options: OciOptions) -> Result<OciRegistry, RegistryError> {
         let OciUrl {
             location,
-            authority: host,
+            authority,
             host: bare_host,
             path,
             ..
@@ -333,49 +278,38 @@ impl OciRegistry {
         let credentials = match options.credentials {
             Some(c) => Some(c),
             None => match credentials::docker_config_path() {
-                Some(config) => credentials::from_docker_config(&config, &host)?,
+                Some(config) => credentials::from_docker_config(&config, &authority)?,
                 None => None,
             },
         };
-        let auth = match credentials {
-            Some(c) => RegistryAuth::Basic(c.username, c.password),
-            None => RegistryAuth::Anonymous,
-        };
-        let protocol = if options.plain_http {
-            oci_client::client::ClientProtocol::HttpsExcept(vec![host.clone()])
-        } else {
-            oci_client::client::ClientProtocol::Https
-        };
-        let mut extra_root_certificates = Vec::new();
+        let mut roots = Vec::new();
         if let Some(path) = &options.ca_file {
             let pem = std::fs::read(path).map_err(|e| RegistryError::io(path, e))?;
-            // The client drops a certificate it cannot parse without a word: parse it first.
             let parsed = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| e.to_string());
-            if !parsed.as_ref().is_ok_and(|certs| !certs.is_empty()) {
-                return Err(RegistryError::Corrupt {
-                    what: path.display().to_string(),
-                    reason: format!(
-                        "not a PEM certificate ({}); `ca-file` names the certificate of the authority that signed the registry's",
-                        parsed
-                            .err()
-                            .unwrap_or_else(|| "no certificate in it".into())
-                    ),
-                });
+            match parsed {
+                Ok(certs) if !certs.is_empty() => roots = certs,
+                other => {
+                    return Err(RegistryError::Corrupt {
+                        what: path.display().to_string(),
+                        reason: format!(
+                            "not a PEM certificate ({}); `ca-file` names the certificate of the authority that signed the registry's",
+                            other.err().unwrap_or_else(|| "no certificate in it".into())
+                        ),
+                    });
+                }
             }
-            extra_root_certificates.push(oci_client::client::Certificate {
-                encoding: oci_client::client::CertificateEncoding::Pem,
-                data: pem,
-            });
         }
-        let client = Client::new(oci_client::client::ClientConfig {
-            protocol,
-            extra_root_certificates,
-            use_monolithic_push: true,
-            read_timeout: Some(Duration::from_secs(60)),
-            connect_timeout: Some(Duration::from_secs(10)),
-            user_agent: concat!("keel/", env!("CARGO_PKG_VERSION")),
-            ..Default::default()
-        });
+        let client = Distribution::new(
+            &authority,
+            options.plain_http,
+            credentials,
+            roots,
+            concat!("keel/", env!("CARGO_PKG_VERSION")),
+        )
+        .map_err(|reason| RegistryError::Io {
+            what: format!("the client of {location}"),
+            reason,
+        })?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("keel-oci")
@@ -387,10 +321,8 @@ impl OciRegistry {
             })?;
         Ok(OciRegistry {
             location,
-            host,
             path,
-            client,
-            auth,
+            client: Arc::new(client),
             runtime: Arc::new(OwnRuntime(Some(runtime))),
             max_blob_bytes: RegistryConfig::default().max_blob_bytes,
             cache: options.cache,
@@ -415,9 +347,6 @@ impl OciRegistry {
             ));
         };
         let bounded = async {
-            self.client
-                .store_auth_if_needed(&self.host, &self.auth)
-                .await;
             match tokio::time::timeout(OPERATION_DEADLINE, work).await {
                 Ok(result) => result,
                 Err(_) => Err(RegistryError::Io {
@@ -449,36 +378,31 @@ impl OciRegistry {
         self.repository(&format!("{}/{}", name.namespace(), name.name()))
     }
 
-    fn reference(&self, repository: &str, tag: &str) -> Reference {
-        Reference::with_tag(self.host.clone(), repository.to_owned(), tag.to_owned())
-    }
-
-    fn error(&self, what: &str, e: OciDistributionError) -> RegistryError {
-        let denied = match &e {
-            OciDistributionError::UnauthorizedError { .. }
-            | OciDistributionError::AuthenticationFailure(_) => true,
-            OciDistributionError::RegistryError { envelope, .. } => {
-                envelope.errors.iter().any(|e| {
-                    matches!(
-                        e.code,
-                        oci_client::errors::OciErrorCode::Unauthorized
-                            | oci_client::errors::OciErrorCode::Denied
-                    )
-                })
+    fn error(&self, what: &str, e: WireError) -> RegistryError {
+        let what = format!("{what} at {}", self.location);
+        let denied = e
+            .status()
+            .is_some_and(|status| status == 401 || status == 403)
+            || e.has_code("UNAUTHORIZED")
+            || e.has_code("DENIED");
+        match &e {
+            WireError::Digest { .. } => {
+                return RegistryError::Corrupt {
+                    what,
+                    reason: format!(
+                        "the registry served bytes that do not hash to their digest ({e}): they were altered in the registry, and nothing from them is used"
+                    ),
+                };
             }
-            OciDistributionError::ServerError { code, .. } => *code == 401 || *code == 403,
-            _ => false,
-        };
-        if let OciDistributionError::DigestError(d) = &e {
-            return RegistryError::Corrupt {
-                what: format!("{what} at {}", self.location),
-                reason: format!(
-                    "the registry served bytes that do not hash to their digest ({d}): they were altered in the registry, and nothing from them is used"
-                ),
-            };
+            WireError::TooLarge { .. } => {
+                return RegistryError::Corrupt {
+                    what,
+                    reason: e.to_string(),
+                };
+            }
+            _ => {}
         }
-        let unreachable =
-            matches!(&e, OciDistributionError::RequestError(r) if r.is_connect() || r.is_timeout());
+        let unreachable = matches!(&e, WireError::Transport(r) if r.is_connect() || r.is_timeout());
         let hint = if denied {
             "; the registry wants credentials keel does not have or refused them: give them in config.toml (`[registries.NAME]` with `username` and `password-secret`) or `docker login` to it"
         } else if unreachable {
@@ -487,19 +411,16 @@ impl OciRegistry {
             ""
         };
         RegistryError::Io {
-            what: format!("{what} at {}", self.location),
+            what,
             reason: format!("{e}{hint}"),
         }
     }
 
     async fn push_blob(&self, repository: &str, bytes: &[u8]) -> Result<(), RegistryError> {
         let digest = format!("sha256:{}", crate::fsutil::sha256_hex(bytes));
-        let reference = self.reference(repository, "latest");
-        retrying(settling, || {
-            self.client.push_blob(&reference, bytes, &digest)
-        })
-        .await
-        .map_err(|e| self.error(&format!("uploading {digest} to {repository}"), e))?;
+        retrying(settling, || self.client.push_blob(repository, bytes))
+            .await
+            .map_err(|e| self.error(&format!("uploading {digest} to {repository}"), e))?;
         Ok(())
     }
 
@@ -509,13 +430,9 @@ impl OciRegistry {
         tag: &str,
         manifest: &[u8],
     ) -> Result<(), RegistryError> {
-        let reference = self.reference(repository, tag);
         retrying(settling, || {
-            self.client.push_manifest_raw(
-                &reference,
-                manifest.to_vec(),
-                reqwest::header::HeaderValue::from_static(layout::MANIFEST_MEDIA_TYPE),
-            )
+            self.client
+                .push_manifest(repository, tag, manifest, layout::MANIFEST_MEDIA_TYPE)
         })
         .await
         .map_err(|e| self.error(&format!("tagging {repository}:{tag}"), e))?;
@@ -524,29 +441,24 @@ impl OciRegistry {
 
     /// Every tag of `repository`; `None` when the registry does not know it.
     async fn tags(&self, repository: &str) -> Result<Option<Vec<String>>, RegistryError> {
-        let reference = self.reference(repository, "latest");
         let mut all: Vec<String> = Vec::new();
         for _ in 0..MAX_TAG_PAGES {
             let last = all.last().cloned();
             let page = match self
                 .client
-                .list_tags(&reference, &self.auth, Some(TAG_PAGE), last.as_deref())
+                .tags_page(repository, TAG_PAGE, last.as_deref(), MAX_TAG_PAGE_BYTES)
                 .await
             {
                 Ok(page) => page,
-                Err(OciDistributionError::RegistryError { envelope, .. })
-                    if all.is_empty()
-                        && envelope
-                            .errors
-                            .iter()
-                            .any(|e| e.code == oci_client::errors::OciErrorCode::NameUnknown) =>
-                {
-                    return Ok(None);
-                }
+                Err(e) if all.is_empty() && e.has_code("NAME_UNKNOWN") => return Ok(None),
                 Err(e) => return Err(self.error(&format!("listing the tags of {repository}"), e)),
             };
-            let full = page.tags.len() >= TAG_PAGE;
-            all.extend(page.tags);
+            let full = page.len() >= TAG_PAGE;
+            all.extend(page);
+            if all.len() > TAG_PAGE * MAX_TAG_PAGES {
+                // Pages longer than asked for: counted in tags, not only in pages.
+                break;
+            }
             if !full {
                 return Ok(Some(all));
             }
@@ -574,16 +486,16 @@ impl OciRegistry {
                 return Ok((seq, line, record));
             }
         }
-        let reference = self.reference(repository, tag);
         // A tag listed while its publisher is still writing it reads as unknown or as a
         // server error for a moment.
-        let (manifest, _) = retrying(
+        let manifest = retrying(
             |e| settling(e) || being_written(e),
             || {
-                self.client.pull_manifest_raw(
-                    &reference,
-                    &self.auth,
-                    &[layout::MANIFEST_MEDIA_TYPE],
+                self.client.manifest(
+                    repository,
+                    tag,
+                    layout::MANIFEST_MEDIA_TYPE,
+                    MAX_MANIFEST_BYTES,
                 )
             },
         )
@@ -593,9 +505,6 @@ impl OciRegistry {
             what: what.clone(),
             reason: reason.to_owned(),
         };
-        if manifest.len() > MAX_MANIFEST_BYTES {
-            return Err(corrupt("the manifest is larger than a record's can be"));
-        }
         let line = layout::record_line(&manifest)
             .ok_or_else(|| corrupt("the manifest carries no keel record"))?;
         if Record::hash_line(&line) != hash {
@@ -645,11 +554,24 @@ impl OciRegistry {
             .filter_map(|t| Some((layout::parse_record_tag(t)?, t.as_str())))
             .filter(|(c, _)| landed.contains(c.id))
             .collect();
-        let records: Vec<(u64, String, Record)> = futures::stream::iter(claims)
+        let mut fetched = futures::stream::iter(claims)
             .map(|(c, tag)| self.record(&repository, c.seq, c.hash, tag))
-            .buffer_unordered(FETCH_CONCURRENCY)
-            .try_collect()
-            .await?;
+            .buffer_unordered(FETCH_CONCURRENCY);
+        let mut records: Vec<(u64, String, Record)> = Vec::new();
+        let mut total = 0;
+        while let Some(record) = fetched.try_next().await? {
+            total += record.1.len();
+            if total > MAX_INDEX_BYTES {
+                return Err(RegistryError::Corrupt {
+                    what: format!("the index of {name} at {}", self.location),
+                    reason: format!(
+                        "its records add up to more than {} MiB, more than keel reads of one index; the registry is misbehaving or hostile, and nothing from this index is used",
+                        MAX_INDEX_BYTES >> 20
+                    ),
+                });
+            }
+            records.push(record);
+        }
         let mut by_seq: BTreeMap<u64, Vec<(String, Record)>> = BTreeMap::new();
         for (seq, line, record) in records {
             by_seq.entry(seq).or_default().push((line, record));
@@ -714,11 +636,30 @@ impl OciRegistry {
     /// The indexes of `names`, in order, several read at once.
     pub fn read_indexes(&self, names: &[PluginName]) -> Vec<Result<Vec<u8>, RegistryError>> {
         let read = self.run("reading the indexes", async {
-            Ok(futures::stream::iter(names)
+            let mut read = futures::stream::iter(names)
                 .map(|name| self.index(name))
-                .buffered(INDEX_CONCURRENCY)
-                .collect::<Vec<_>>()
-                .await)
+                .buffered(INDEX_CONCURRENCY);
+            let mut indexes = Vec::new();
+            let mut total = 0;
+            while let Some(index) = read.next().await {
+                if let Ok(text) = &index {
+                    total += text.len();
+                }
+                if total > MAX_INDEXES_BYTES {
+                    break;
+                }
+                indexes.push(index);
+            }
+            drop(read);
+            // What is left unread past the budget is an error of its own, per index.
+            for name in &names[indexes.len()..] {
+                indexes.push(Err(RegistryError::Refused(format!(
+                    "the index of {name} at {} was not read: the indexes read before it add up to more than {} MiB, more than keel reads in one go",
+                    self.location,
+                    MAX_INDEXES_BYTES >> 20
+                ))));
+            }
+            Ok(indexes)
         });
         match read {
             Ok(indexes) => indexes,
@@ -750,29 +691,13 @@ impl OciRegistry {
         let repository = self.plugin_repository(name);
         self.run(&format!("downloading {name}"), async {
             let digest = format!("sha256:{sha256}");
-            let mut sink = Bounded {
-                buf: Vec::new(),
-                limit: self.max_blob_bytes,
-            };
             match self
                 .client
-                .pull_blob(
-                    &self.reference(&repository, "latest"),
-                    digest.as_str(),
-                    &mut sink,
-                )
+                .blob(&repository, sha256, self.max_blob_bytes)
                 .await
             {
-                Ok(()) => Ok(sink.buf),
-                Err(OciDistributionError::RegistryError { envelope, .. })
-                    if envelope.errors.iter().any(|e| {
-                        matches!(
-                            e.code,
-                            oci_client::errors::OciErrorCode::BlobUnknown
-                                | oci_client::errors::OciErrorCode::NameUnknown
-                        )
-                    }) =>
-                {
+                Ok(blob) => Ok(blob),
+                Err(e) if e.has_code("BLOB_UNKNOWN") || e.has_code("NAME_UNKNOWN") => {
                     Err(RegistryError::MissingBlob {
                         sha256: sha256.to_owned(),
                         registry: self.location.clone(),
