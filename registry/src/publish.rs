@@ -87,7 +87,7 @@ pub fn validate(
             problems: vec![e.to_string()],
         }
     })?;
-    let mut problems = Vec::new();
+    let mut problems = control_characters(manifest_text);
     let mut report = None;
     match manifest.kind {
         PluginKind::Wasm => {
@@ -134,6 +134,49 @@ pub fn validate(
         code,
         report,
     })
+}
+
+/// A problem for every string of the manifest (keys included) that holds a control
+/// character. `keel search`, `keel info` and `keel install`'s consent print the manifest's
+/// text; a string with escape sequences could move the cursor and erase lines of the consent
+/// (keel cleans what it prints from a registry, and refuses to publish it in the first place).
+fn control_characters(manifest_text: &str) -> Vec<String> {
+    fn walk(value: &toml::Value, at: &str, problems: &mut Vec<String>) {
+        let check = |text: &str, what: &str, problems: &mut Vec<String>| {
+            if let Some(c) = text.chars().find(|c| c.is_control()) {
+                problems.push(format!(
+                    "{what} holds the control character U+{:04X}; keel refuses escape sequences and control characters in a manifest (they could rewrite what `keel install` shows): remove it",
+                    u32::from(c)
+                ));
+            }
+        };
+        match value {
+            toml::Value::String(text) => check(text, &format!("`{at}`"), problems),
+            toml::Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{at}[{i}]"), problems);
+                }
+            }
+            toml::Value::Table(table) => {
+                for (key, item) in table {
+                    let path = if at.is_empty() {
+                        key.escape_debug().to_string()
+                    } else {
+                        format!("{at}.{}", key.escape_debug())
+                    };
+                    check(key, &format!("the key `{path}`"), problems);
+                    walk(item, &path, problems);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut problems = Vec::new();
+    // A manifest that does not parse was already refused, with the parser's words.
+    if let Ok(table) = manifest_text.parse::<toml::Table>() {
+        walk(&toml::Value::Table(table), "", &mut problems);
+    }
+    problems
 }
 
 /// The manifest text with `component` pointing at the installed code file.
@@ -259,4 +302,30 @@ pub fn yank(
         .append(name, None, &mut build, &mut |_| {})?;
     session.log(name)?;
     Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::control_characters;
+
+    #[test]
+    fn control_characters_in_any_manifest_string_are_refused() {
+        let clean = "name = \"a\"\ndescription = \"plain text, « unicode » too\"\n[capabilities]\nemits = [\"a.b\"]\n";
+        assert!(control_characters(clean).is_empty());
+        for hostile in [
+            "description = \"ok\\u001b[1A\\u001b[2Khidden\"\n",
+            "description = \"two\\nlines\"\n",
+            "[capabilities]\nemits = [\"a.b\", \"x\\u009b2K\"]\n",
+            "[requires]\n\"svc\\u0007\" = \"1\"\n",
+        ] {
+            let problems = control_characters(hostile);
+            assert_eq!(problems.len(), 1, "{hostile}: {problems:?}");
+            assert!(problems[0].contains("control character U+"), "{problems:?}");
+        }
+        let problems = control_characters("[capabilities]\nemits = [\"a.b\", \"x\\u009b2K\"]\n");
+        assert!(
+            problems[0].contains("capabilities.emits[1]"),
+            "{problems:?}"
+        );
+    }
 }
