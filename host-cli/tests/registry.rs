@@ -933,3 +933,127 @@ TEAM_REGISTRY_TOKEN = {{ value = \"hunter2-token\", hosts = [\"api.example.com\"
         .stderr(predicate::str::contains("docker login"));
     Ok(())
 }
+
+/// Cursor up, erase the line, carriage return, and a line break that starts a line looking
+/// like keel's own: what a hostile manifest's text may hold to hide a request of the consent.
+const HOSTILE_TEXT: &str = r"harmless\u001b[1A\u001b[2K\rrequests: nothing\n    nothing beyond its own sandbox\u001b]0;owned\u0007";
+
+/// `keel publish` refuses a manifest with control characters; a release that carries them
+/// anyway (published around keel's check, as a hostile publisher or registry would) is shown
+/// by `search`, `info` and `install`'s consent without a single control character.
+#[test]
+fn escape_sequences_from_a_registry_never_reach_the_terminal() -> R {
+    let tmp = tempfile::tempdir()?;
+    let author = tmp.path().join("author");
+    let user = tmp.path().join("user");
+    let registry = tmp.path().join("registry");
+    let dir = plugin_dir(
+        tmp.path(),
+        "sly",
+        "[capabilities]\nnetwork = [\"exfil.example\"]\nemits = [\"sly.done\"]\n",
+    )?;
+    let clean = std::fs::read_to_string(dir.join("keel.toml"))?;
+    let hostile = clean
+        .replace("sly test plugin", HOSTILE_TEXT)
+        .replace("\"sly.done\"", &format!("\"sly.done{HOSTILE_TEXT}\""));
+    std::fs::write(dir.join("keel.toml"), &hostile)?;
+    let public = public_key(&author, "acme")?;
+    keel(&author)?
+        .arg("publish")
+        .arg(&dir)
+        .arg("--registry")
+        .arg(&registry)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "`description` holds the control character U+001B",
+        ))
+        .stderr(predicate::str::contains("capabilities.emits[0]"));
+
+    // The same release, published with the library past keel's check.
+    let host = keel_kernel::WasmHost::new(keel_kernel::WasmHostConfig {
+        cache_dir: Some(tmp.path().join("wasm-cache")),
+        ..keel_kernel::WasmHostConfig::default()
+    })?;
+    let mut package = keel_registry::validate(
+        &host,
+        &dir.join("keel.toml"),
+        &clean,
+        std::fs::read(dir.join("c.wasm"))?,
+    )?;
+    package.manifest_text = package
+        .manifest_text
+        .replace("sly test plugin", HOSTILE_TEXT)
+        .replace("\"sly.done\"", &format!("\"sly.done{HOSTILE_TEXT}\""));
+    package.manifest =
+        keel_kernel::Manifest::parse(&package.manifest_text, &dir.join("keel.toml"))?;
+    assert!(package.manifest.description.contains('\u{1b}'));
+    let key =
+        keel_registry::KeyPair::load(&keel_registry::Home::new(&author).keys_dir(), "default")?;
+    let mut session = keel_registry::Session::new(
+        keel_registry::Home::new(&author),
+        keel_registry::Registry::open(&registry.display().to_string(), false)?,
+    )?;
+    keel_registry::publish(
+        &mut session,
+        &"acme:sly".parse()?,
+        &package,
+        Some(&key),
+        &mut |_| {},
+    )?;
+    session.finish()?;
+
+    keel(&user)?
+        .args(["key", "trust", &public, "--namespace", "acme", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success();
+    let printed = |args: &[&str]| -> Result<String, Box<dyn std::error::Error>> {
+        let out = keel(&user)?
+            .args(args)
+            .arg("--registry")
+            .arg(&registry)
+            .output()?;
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8(out.stdout)?)
+    };
+    for (args, lines) in [
+        (&["search", "harmless"][..], 1),
+        (&["info", "acme:sly"][..], 8),
+        (&["install", "acme:sly", "--yes"][..], 0),
+    ] {
+        let out = printed(args)?;
+        assert!(
+            !out.chars().any(|c| c.is_control() && c != '\n'),
+            "{args:?} printed control characters: {out:?}"
+        );
+        assert!(out.contains("harmless") || args[0] == "install", "{out}");
+        if lines > 0 {
+            assert_eq!(out.lines().count(), lines, "{args:?}: {out}");
+        }
+        if args[0] == "install" {
+            // Every request is on a line of its own, and no line the release wrote stands
+            // among them as if keel had written it.
+            assert!(
+                out.contains("NETWORK: may send requests to exfil.example"),
+                "{out}"
+            );
+            assert!(
+                out.lines()
+                    .any(|l| l.starts_with("    EVENTS: may emit `sly.done")
+                        && l.contains("nothing beyond its own sandbox")),
+                "{out}"
+            );
+            assert!(
+                !out.lines()
+                    .any(|l| l.trim() == "nothing beyond its own sandbox"),
+                "{out}"
+            );
+        }
+    }
+    Ok(())
+}

@@ -17,6 +17,15 @@ use keel_registry::{
 
 use super::key::KeyCommand;
 use crate::config::Context;
+use crate::session::terminal_safe;
+
+/// `text` from a registry (a manifest's description, service and topic names, a path it
+/// asks for), as one line that is safe to print: escape sequences and control characters are
+/// removed, so a hostile release cannot move the cursor, erase lines of the consent above it,
+/// or start a line that looks like keel's own.
+fn shown(text: &str) -> String {
+    terminal_safe(text).replace(['\n', '\t'], " ")
+}
 
 /// `--registry DIR|URL`.
 #[derive(Args, Clone)]
@@ -472,7 +481,7 @@ fn search(ctx: &Context, home: Home, args: SearchArgs) -> anyhow::Result<ExitCod
         let log = match session.log(&name) {
             Ok(log) => log,
             Err(e) => {
-                eprintln!("warning: {e}");
+                eprintln!("warning: {}", shown(&e.to_string()));
                 continue;
             }
         };
@@ -498,9 +507,9 @@ fn search(ctx: &Context, home: Home, args: SearchArgs) -> anyhow::Result<ExitCod
         for h in &hits {
             println!(
                 "{} {}  {}",
-                h["name"].as_str().unwrap_or_default(),
-                h["version"].as_str().unwrap_or_default(),
-                h["description"].as_str().unwrap_or_default()
+                shown(h["name"].as_str().unwrap_or_default()),
+                shown(h["version"].as_str().unwrap_or_default()),
+                shown(h["description"].as_str().unwrap_or_default())
             );
         }
     }
@@ -568,7 +577,7 @@ fn info(ctx: &Context, home: Home, args: InfoArgs) -> anyhow::Result<ExitCode> {
         for v in log.versions() {
             println!(
                 "{} {}{}",
-                v.record.version,
+                shown(&v.record.version.to_string()),
                 v.release.kind,
                 if v.yanked_by.is_some() {
                     "  YANKED"
@@ -577,7 +586,7 @@ fn info(ctx: &Context, home: Home, args: InfoArgs) -> anyhow::Result<ExitCode> {
                 }
             );
             if !v.release.description.is_empty() {
-                println!("  {}", v.release.description);
+                println!("  {}", shown(&v.release.description));
             }
             println!(
                 "  signer:       {}",
@@ -605,13 +614,13 @@ fn info(ctx: &Context, home: Home, args: InfoArgs) -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|(s, ver)| format!("{s} {ver}"))
                 .collect();
-            println!("  requires:     {}", none_if_empty(&reqs));
-            println!("  provides:     {}", none_if_empty(&provides));
+            println!("  requires:     {}", shown(&none_if_empty(&reqs)));
+            println!("  provides:     {}", shown(&none_if_empty(&provides)));
             println!(
                 "  capabilities: {}",
-                none_if_empty(&capability_summary(&v.release.capabilities))
+                shown(&none_if_empty(&capability_summary(&v.release.capabilities)))
             );
-            println!("  sha256:       {}", v.release.sha256);
+            println!("  sha256:       {}", shown(&v.release.sha256));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -678,7 +687,12 @@ fn install(
             } else {
                 ""
             };
-            println!("{action} {} {}{from}{yanked}", p.name, p.version);
+            println!(
+                "{action} {} {}{}{yanked}",
+                p.name,
+                shown(&p.version.to_string()),
+                shown(&from)
+            );
             if p.changes() {
                 println!(
                     "  signed by: {}",
@@ -690,7 +704,7 @@ fn install(
                 );
                 println!("  requests:");
                 for line in p.capability_lines() {
-                    println!("    {line}");
+                    println!("    {}", shown(&line));
                 }
             }
         }
