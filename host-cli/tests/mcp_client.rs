@@ -7,10 +7,10 @@
 //!   called, their results in the next request, progress shown, a tool the person did not
 //!   allow refused without a terminal to ask on.
 //! - A hostile server written with the official Python SDK (`tests/fixtures/mcp_misbehaving.py`):
-//!   it never answers, crashes, floods its output, writes what is not JSON-RPC, changes its tool
-//!   list, and from inside its sandbox tries to read keel's keys, write outside its granted
-//!   folder and reach a host its entry does not list. Each is refused or bounded, and the
-//!   session goes on.
+//!   it never answers, crashes, floods its output, floods keel with requests while it stops
+//!   reading its input, writes what is not JSON-RPC, changes its tool list, and from inside its
+//!   sandbox tries to read keel's keys, write outside its granted folder and reach a host its
+//!   entry does not list. Each is refused or bounded, and the session goes on.
 //! - A project's `.mcp.json` (approval by content), the `keel mcp` commands, and Streamable HTTP
 //!   servers (the reference server's HTTP mode; one written here that checks the bearer token
 //!   and never finishes a stream).
@@ -436,6 +436,50 @@ fn a_hostile_server_is_bounded_restarted_and_confined() -> R {
             && l.contains("\"decision\":\"forbid\"")
             && l.contains("does not declare the host")),
         "the refused connection is audited: {audit}"
+    );
+    Ok(())
+}
+
+/// A server that stops reading its input and floods keel with requests of its own (each of
+/// keel's refusals then waits on a full pipe) is held to its own `timeout-ms`, not to the
+/// kernel's tool deadline; it is restarted for the next call.
+#[test]
+fn a_server_flooding_requests_it_never_reads_the_answers_to_is_held_to_its_deadline() -> R {
+    let server = hostile_server()?;
+    let home = outside_tmp()?;
+    let ws = outside_tmp()?;
+    let script = [
+        call("mcp__bad__request_flood", "{}"),
+        call("mcp__bad__echo", "{ text = \"after the request flood\" }"),
+        "[[step]]\ntext = \"Done.\"\n".to_owned(),
+    ]
+    .concat();
+    // The kernel's tool deadline is far above the server's: the call must end at the latter.
+    write_config(
+        home.path(),
+        &script,
+        &format!(
+            "[timeouts]\ntool-secs = 60\n\n\
+             [mcp.servers.bad]\ncommand = \"python3\"\nargs = [{:?}]\nallow = [\"*\"]\n\
+             timeout-ms = 2000\n{}",
+            server.display().to_string(),
+            read_grant()?
+        ),
+    )?;
+    let lines = exec(home.path(), ws.path(), &[])?;
+    let done = outcomes(&lines);
+    assert_eq!(done.len(), 2, "{done:#?}");
+    assert_eq!(done[0].1, "error", "{:?}", done[0]);
+    assert!(
+        done[0].2.contains("stopped reading its input")
+            && done[0].2.contains("did not answer within 2.0 s"),
+        "{}",
+        done[0].2
+    );
+    assert!(
+        done[1].2.contains("echo: after the request flood"),
+        "{}",
+        done[1].2
     );
     Ok(())
 }

@@ -35,6 +35,12 @@ const MAX_DESCRIPTION: usize = 2048;
 const MAX_INVALID: usize = 64;
 /// `tools/list` pages read at most.
 const MAX_PAGES: usize = 32;
+/// The longest keel waits to hand a server a message nothing waits on (a notification
+/// outside a call, an answer to its request while no call is in progress).
+const SEND_WAIT: Duration = Duration::from_secs(10);
+/// The longest keel waits to tell a server a call was cancelled: the call is over, and a
+/// server that does not take the notice at once is stopped anyway.
+const CANCEL_WAIT: Duration = Duration::from_millis(100);
 
 /// The plugin's configuration: its manifest's defaults and the person's `[mcp]` settings.
 #[derive(Deserialize)]
@@ -90,6 +96,9 @@ enum Transport {
 pub(crate) enum Failure {
     /// Nothing came within the deadline.
     Timeout(Duration),
+    /// It stopped reading its input (keel's answers to its own requests went unread) until
+    /// the call's deadline.
+    Unread(Duration),
     /// Its output ended: it exited.
     Exited(String),
     /// A line longer than [`wire::MAX_MESSAGE`].
@@ -110,6 +119,11 @@ impl std::fmt::Display for Failure {
             Failure::Timeout(d) => {
                 write!(f, "it did not answer within {:.1} s", d.as_secs_f64())
             }
+            Failure::Unread(d) => write!(
+                f,
+                "it stopped reading its input (keel's answers to its requests went unread) and did not answer within {:.1} s",
+                d.as_secs_f64()
+            ),
             Failure::Exited(how) => write!(f, "it exited ({how})"),
             Failure::Flood => write!(
                 f,
@@ -195,23 +209,30 @@ impl Server {
         }
     }
 
-    /// Send a notification or a response (nothing is awaited).
+    /// Send a notification or a response (nothing is awaited), waiting at most
+    /// [`SEND_WAIT`] for the server to take it.
     fn send(&mut self, bytes: &[u8]) -> Result<(), Failure> {
+        self.send_by(bytes, Instant::now() + SEND_WAIT)
+    }
+
+    /// Send a message, waiting for the server to take it until `deadline` at most: a
+    /// server that stops reading its input holds keel no longer than that.
+    fn send_by(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), Failure> {
+        let wait = deadline.saturating_duration_since(Instant::now());
         match &mut self.transport {
             Transport::Stdio { process, .. } => {
                 let Some(process) = *process else {
                     return Err(Failure::Kernel("the server is not running".into()));
                 };
-                processes::write(process, bytes, 10_000).map_err(|e| match e {
-                    KernelError::TimedOut(_) => Failure::Timeout(Duration::from_secs(10)),
+                // The kernel tries the write once even with no time left: a message the
+                // pipe has room for goes through.
+                let ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
+                processes::write(process, bytes, ms).map_err(|e| match e {
+                    KernelError::TimedOut(_) => Failure::Timeout(wait),
                     other => Failure::Exited(format!("its input is closed: {}", other.message())),
                 })
             }
-            Transport::Http { target, .. } => {
-                target.post(bytes, Instant::now() + Duration::from_secs(10), &mut |_| {
-                    Ok(true)
-                })
-            }
+            Transport::Http { target, .. } => target.post(bytes, deadline, &mut |_| Ok(true)),
         }
     }
 
@@ -313,13 +334,21 @@ impl Server {
             object.insert("_meta".into(), json!({"progressToken": id}));
         }
         let message = wire::request(id, method, params);
+        let budget = deadline.saturating_duration_since(Instant::now());
         let cancel = |server: &mut Server, e: &Failure| {
-            if matches!(e, Failure::Timeout(_) | Failure::Cancelled) {
-                // Tell the server to stop working on it; it may have gone, which is fine.
-                let _ = server.send(&wire::notification(
-                    "notifications/cancelled",
-                    json!({"requestId": id, "reason": e.to_string()}),
-                ));
+            if matches!(
+                e,
+                Failure::Timeout(_) | Failure::Unread(_) | Failure::Cancelled
+            ) {
+                // Tell the server to stop working on it; it may have gone, or stopped
+                // reading, which is fine: the call is over either way.
+                let _ = server.send_by(
+                    &wire::notification(
+                        "notifications/cancelled",
+                        json!({"requestId": id, "reason": e.to_string()}),
+                    ),
+                    Instant::now() + CANCEL_WAIT,
+                );
             }
         };
         if let Transport::Http { target, .. } = &mut self.transport {
@@ -350,7 +379,7 @@ impl Server {
             });
             let mut invalid = 0;
             for other in others {
-                self.handle(other, id, &mut invalid, progress)?;
+                self.handle(other, id, deadline, &mut invalid, progress)?;
             }
             if let Err(e) = &posted {
                 cancel(self, e);
@@ -359,21 +388,41 @@ impl Server {
             return answer
                 .unwrap_or_else(|| Err(Failure::Exited("it answered without a response".into())));
         }
-        self.send(&message)?;
+        self.send_by(&message, deadline)
+            .map_err(|e| match e {
+                Failure::Timeout(_) => Failure::Unread(budget),
+                other => other,
+            })
+            .inspect_err(|e| cancel(self, e))?;
         let mut invalid = 0;
         loop {
-            let line = self.next_line(deadline).inspect_err(|e| cancel(self, e))?;
-            if let Some(answer) = self.handle(wire::parse(&line), id, &mut invalid, progress)? {
-                return answer;
+            // Checked before every message, however fast the server sends them.
+            let line = self
+                .next_line(deadline)
+                .map_err(|e| match e {
+                    Failure::Timeout(_) => Failure::Timeout(budget),
+                    other => other,
+                })
+                .inspect_err(|e| cancel(self, e))?;
+            let handled = self
+                .handle(wire::parse(&line), id, deadline, &mut invalid, progress)
+                .inspect_err(|e| cancel(self, e));
+            match handled {
+                Ok(Some(answer)) => return answer,
+                Ok(None) => {}
+                Err(Failure::Timeout(_)) => return Err(Failure::Unread(budget)),
+                Err(e) => return Err(e),
             }
         }
     }
 
-    /// One message that arrived while request `id` waited: its answer (`Some`), or handled.
+    /// One message that arrived while request `id` waited (until `deadline`): its answer
+    /// (`Some`), or handled.
     fn handle(
         &mut self,
         incoming: Incoming,
         id: u64,
+        deadline: Instant,
         invalid: &mut usize,
         progress: &mut dyn FnMut(&Value),
     ) -> Result<Option<Result<Value, Failure>>, Failure> {
@@ -391,7 +440,9 @@ impl Server {
                     self.notified(&method, &params);
                 }
             }
-            Incoming::Request { id, method } => self.answer(&id, &method),
+            // A server that stops reading its input while it sends requests holds the call
+            // until its deadline, not a wait per request.
+            Incoming::Request { id, method } => self.answer(&id, &method, deadline)?,
             Incoming::Invalid(why) => {
                 *invalid += 1;
                 log::debug(&format!("server `{}`: ignored a line: {why}", self.name));
@@ -418,21 +469,30 @@ impl Server {
         }
     }
 
-    /// Answer a request of the server's: keel offers it no roots, sampling or elicitation.
-    fn answer(&mut self, id: &Value, method: &str) {
+    /// Answer a request of the server's (keel offers it no roots, sampling or elicitation),
+    /// waiting for it to take the answer until `deadline` at most.
+    fn answer(&mut self, id: &Value, method: &str, deadline: Instant) -> Result<(), Failure> {
         let outcome = match method {
             "ping" => Ok(json!({})),
             _ => Err((-32601, "keel does not offer this to MCP servers")),
         };
-        let _ = self.send(&wire::response(id, outcome));
+        match self.send_by(&wire::response(id, outcome), deadline) {
+            Err(Failure::Timeout(d)) => Err(Failure::Timeout(d)),
+            // A server gone or closed is found out by the read that follows.
+            _ => Ok(()),
+        }
     }
 
-    /// The next line of a stdio server, reading until `deadline`.
+    /// The next line of a stdio server, reading until `deadline` (which ends the wait even
+    /// while lines keep coming).
     fn next_line(&mut self, deadline: Instant) -> Result<Vec<u8>, Failure> {
         let Transport::Stdio { process, lines } = &mut self.transport else {
             return Err(Failure::Kernel("not a stdio server".into()));
         };
         loop {
+            if Instant::now() >= deadline {
+                return Err(Failure::Timeout(Duration::ZERO));
+            }
             if let Some(line) = lines.next_line() {
                 if line.len() > wire::MAX_MESSAGE {
                     return Err(Failure::Flood);
@@ -488,7 +548,16 @@ impl Server {
             for line in complete {
                 match wire::parse(&line) {
                     Incoming::Notification { method, params } => self.notified(&method, &params),
-                    Incoming::Request { id, method } => self.answer(&id, &method),
+                    Incoming::Request { id, method } => {
+                        // Not reading its input: its other requests go unanswered (the
+                        // next call finds out), and keel does not wait on each.
+                        if self
+                            .answer(&id, &method, Instant::now() + SEND_WAIT)
+                            .is_err()
+                        {
+                            return;
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -811,7 +880,7 @@ impl Plugin for Mcp {
             Err(failure) => {
                 let why = failure.to_string();
                 server.failed(&why);
-                let timed = matches!(failure, Failure::Timeout(_));
+                let timed = matches!(failure, Failure::Timeout(_) | Failure::Unread(_));
                 Err(format!(
                     "MCP server `{server_name}` failed during the call: {why}; keel {} and starts \
                      it again for the next call",
