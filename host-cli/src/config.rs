@@ -438,6 +438,7 @@ impl Context {
         crate::project_mcp::add_approved(&home, &workspace, &mut config)?;
         config.configure_mcp_plugin();
         crate::commands::skills::configure_skills_plugin(&home, &workspace, &mut config);
+        crate::commands::memory::configure_memory_plugin(&home, &workspace, &mut config);
         Ok(Context {
             home,
             workspace,

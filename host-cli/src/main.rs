@@ -2,6 +2,7 @@
 
 mod commands;
 mod config;
+mod project_approvals;
 mod project_mcp;
 mod runtime;
 mod session;
@@ -45,7 +46,8 @@ enum Command {
     /// keel and MCP: serve this session's tools to an MCP client over stdio.
     #[command(subcommand)]
     Mcp(commands::mcp::McpCommand),
-    /// Memory across sessions: `consolidate` tidies the indexes (offline, by you).
+    /// Memory across sessions: `consolidate` tidies the indexes (offline, by you), `approve`
+    /// offers a workspace's own memory to its sessions.
     #[command(subcommand)]
     Memory(commands::memory::MemoryCommand),
     /// Experience review: file the recurring failures of your sessions (loop-guard trips,
@@ -86,6 +88,10 @@ enum Command {
         /// instead of its size and the tool names.
         #[arg(long, requires = "json")]
         json_requests: bool,
+        /// Print the answer's exact bytes when stdout is a pipe or a file, escape sequences
+        /// included; by default they are removed, as on a terminal.
+        #[arg(long, conflicts_with = "json")]
+        raw: bool,
         #[command(flatten)]
         args: commands::run::SessionArgs,
     },
@@ -189,6 +195,7 @@ fn main() -> ExitCode {
                 prompt,
                 json,
                 json_requests,
+                raw,
                 args,
             } => {
                 let display = if json {
@@ -198,7 +205,7 @@ fn main() -> ExitCode {
                 } else {
                     Display::Answer
                 };
-                commands::run::exec(&ctx, args, prompt, display).await
+                commands::run::exec(&ctx, args, prompt, display, raw).await
             }
             Command::Resume { id, prompt, args } => {
                 commands::run::run(&ctx, args, prompt, Some(id)).await

@@ -15,3 +15,4 @@ mod mcp_client;
 mod registry;
 mod subagents;
 mod terminal;
+mod untrusted_text;

@@ -276,6 +276,8 @@ fn unloading_memory_or_skills_mid_session_leaves_a_working_session() -> R {
         ws.path().join(".keel/memory/deploy.md"),
         "- deploy with make ship\n",
     )?;
+    // The person approves the project's memory (a clone's is not offered before).
+    approve_memory(home.path(), ws.path())?;
     // A skill, so the `skill` tool is offered until skills is unloaded.
     let skill = home.path().join("data/skills/notes");
     std::fs::create_dir_all(&skill)?;
@@ -370,11 +372,23 @@ fn proposal_script(index: &str) -> String {
     )
 }
 
+/// `keel memory approve --yes`: the project's memory as it is goes to the model.
+fn approve_memory(home: &Path, ws: &Path) -> R {
+    let out = keel(home, ws)
+        .args(["memory", "approve", "--yes"])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()?;
+    assert!(out.status.success(), "{out:?}");
+    Ok(())
+}
+
+/// `keel memory consolidate --scope project ARGS` of an approved project memory.
 fn consolidate(
     home: &Path,
     ws: &Path,
     args: &[&str],
 ) -> Result<String, Box<dyn std::error::Error>> {
+    approve_memory(home, ws)?;
     let out = keel(home, ws)
         .args(["memory", "consolidate", "--scope", "project"])
         .args(args)
@@ -468,6 +482,7 @@ async fn consolidate_with_a_stalled_model_lands_the_tidy() -> R {
         ),
     )?;
     let dir = messy_memory(ws.path())?;
+    approve_memory(home.path(), ws.path())?;
     let (h, w) = (home.path().to_path_buf(), ws.path().to_path_buf());
     let out = tokio::task::spawn_blocking(move || {
         keel(&h, &w)

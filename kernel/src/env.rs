@@ -11,6 +11,7 @@ use semver::Version;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::gates::prompt_text;
 use crate::manifest::{Manifest, is_valid_service_name, topic_matches};
 use crate::quotas;
 use crate::types::{KernelError, ToolSpec, reads_like_kernel};
@@ -231,6 +232,7 @@ impl Env {
             }
             Effect::RegisterTool(spec) => {
                 validate_tool(&spec)?;
+                let spec = clean_tool_text(spec);
                 self.check_tool_quota(plugin, &spec)?;
                 if let Some(existing) = self.tools.get(&spec.name) {
                     return Err(KernelError::Conflict(format!(
@@ -279,6 +281,9 @@ impl Env {
                 }
             }
             Effect::AddPromptFragment { id, text } => {
+                // A fragment goes into every request: it is cleaned like tool output first
+                // (kernel-made fences kept), whoever added it.
+                let text = prompt_text::sanitize_prompt_text(&text).text;
                 if id.is_empty() || id.len() > 64 || id.chars().any(char::is_control) {
                     return Err(KernelError::Invalid(format!(
                         "prompt fragment id `{}` must be 1-64 printable characters",
@@ -520,6 +525,18 @@ impl Env {
         }
         Ok(())
     }
+}
+
+/// `spec` with the text it puts into every model request — its description and the strings
+/// of its input schema — cleaned like tool output (`keel_gates::prompt_text`), so no plugin or
+/// MCP server can put a role turn, a tool call or a fence into the prompt. The name's grammar
+/// ([`validate_tool`]) already leaves no room for one.
+fn clean_tool_text(mut spec: ToolSpec) -> ToolSpec {
+    spec.description = prompt_text::sanitize_prompt_text(&spec.description).text;
+    if let Some(schema) = prompt_text::sanitize_schema(&spec.input_schema) {
+        spec.input_schema = schema;
+    }
+    spec
 }
 
 fn validate_tool(spec: &ToolSpec) -> Result<(), KernelError> {

@@ -106,9 +106,10 @@ pub async fn exec(
     args: SessionArgs,
     prompt: String,
     display: Display,
+    raw: bool,
 ) -> anyhow::Result<ExitCode> {
     let json = !display.is_human();
-    let session = Session::start(
+    let mut session = Session::start(
         ctx,
         SessionOptions {
             approval: args.approval,
@@ -119,6 +120,7 @@ pub async fn exec(
         },
     )
     .await?;
+    session.print_exact_answer(raw);
     let sandbox = session.kernel.confinement().describe();
     if !json {
         eprintln!("{sandbox}");

@@ -1,18 +1,21 @@
 //! `keel skills`: the skills a session here offers (`list`), and the person's approval of a
 //! workspace's own skills (`approve`, `revoke`). A cloned repository's `.keel/skills/` and
 //! `.claude/skills/` are instructions someone else wrote, so the `skills` plugin offers them
-//! only in a workspace the person approved; the approvals live in keel's sealed home
+//! only in a workspace the person approved, and only as they were approved: an approval names
+//! the SHA-256 of the skill folders' content (`project_approvals`), so an edited `SKILL.md`, a
+//! new file or a new skill folder asks again. The approvals live in keel's sealed home
 //! (`skill-approvals.json`), out of every plugin's and command's reach.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use clap::Subcommand;
 use keel_agent_kit::skills;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::config::{Context, UserConfig};
+use crate::project_approvals;
 use crate::session::terminal_safe;
 
 /// Where a project keeps its skills, relative to the workspace.
@@ -36,31 +39,20 @@ pub enum SkillsCommand {
     Revoke,
 }
 
-#[derive(Default, Serialize, Deserialize)]
-struct Approvals {
-    workspaces: Vec<PathBuf>,
+/// The person's approvals of a workspace's skills, by the digest of its skill folders.
+fn store(home: &Path) -> project_approvals::Store {
+    project_approvals::Store::new(home, "skill-approvals.json")
 }
 
-fn approvals_file(home: &Path) -> PathBuf {
-    home.join("skill-approvals.json")
+/// The digest of this workspace's skill folders, `None` when it has no skills there.
+fn skills_digest(workspace: &Path) -> Option<String> {
+    project_approvals::digest(workspace, PROJECT_DIRS)
 }
 
-fn approvals(home: &Path) -> Approvals {
-    std::fs::read(approvals_file(home))
-        .ok()
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .unwrap_or_default()
-}
-
-fn save(home: &Path, all: &Approvals) -> anyhow::Result<()> {
-    let path = approvals_file(home);
-    keel_registry::atomic_write(&path, &serde_json::to_vec_pretty(all)?, true)
-        .with_context(|| format!("cannot write {}", path.display()))
-}
-
-/// Whether the person approved this workspace's own skills.
+/// Whether the person approved this workspace's skills as they are now: an edited `SKILL.md`,
+/// a file added to a skill or a new skill folder asks again.
 pub fn is_approved(home: &Path, workspace: &Path) -> bool {
-    approvals(home).workspaces.iter().any(|w| w == workspace)
+    skills_digest(workspace).is_some_and(|d| store(home).is_approved(workspace, &d))
 }
 
 /// Tell the `skills` plugin whether this workspace's skills are approved (`[config.skills]
@@ -125,9 +117,7 @@ pub fn run(ctx: &Context, cmd: SkillsCommand) -> anyhow::Result<ExitCode> {
         SkillsCommand::List { json } => list(ctx, json),
         SkillsCommand::Approve { yes } => approve(ctx, yes),
         SkillsCommand::Revoke => {
-            let mut all = approvals(&ctx.home);
-            all.workspaces.retain(|w| w != &ctx.workspace);
-            save(&ctx.home, &all)?;
+            store(&ctx.home).set(&ctx.workspace, None)?;
             println!(
                 "{}'s own skills are no longer offered",
                 ctx.workspace.display()
@@ -161,11 +151,17 @@ fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
+    let changed = !approved && store(&ctx.home).has_any(&ctx.workspace);
     println!("your skills: {}", user_dir.display());
     for f in &found {
         let state = match (&f.problem, f.offered) {
             (Some(p), _) => format!("left out: {p}"),
             (None, true) => "offered".into(),
+            (None, false) if changed => {
+                "changed since you approved this workspace's skills: waits for `keel skills \
+                 approve`"
+                    .into()
+            }
             (None, false) => "waits for `keel skills approve`".into(),
         };
         println!(
@@ -185,6 +181,7 @@ fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
+    let shown = skills_digest(&ctx.workspace).unwrap_or_default();
     let mut found = Vec::new();
     for dir in PROJECT_DIRS {
         scan(&ctx.workspace.join(dir), "project", false, &mut found);
@@ -208,11 +205,17 @@ fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
         println!("not approved");
         return Ok(ExitCode::FAILURE);
     }
-    let mut all = approvals(&ctx.home);
-    if !all.workspaces.contains(&ctx.workspace) {
-        all.workspaces.push(ctx.workspace.clone());
+    // Only what was shown is approved: a change while the person was asked approves nothing.
+    if skills_digest(&ctx.workspace).as_deref() != Some(shown.as_str()) {
+        bail!(
+            "the workspace's skills changed while you were asked; nothing approved, run it again"
+        );
     }
-    save(&ctx.home, &all)?;
-    println!("approved: sessions here offer these skills (`keel skills revoke` stops it)");
+    let digest = shown;
+    store(&ctx.home).set(&ctx.workspace, Some(&digest))?;
+    println!(
+        "approved: sessions here offer these skills as they are now; a changed or new skill \
+         asks again (`keel skills revoke` stops it)"
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -65,6 +65,8 @@ pub struct Session {
     result_lines: usize,
     overrides: Vec<(String, String, serde_json::Value)>,
     user_config: std::collections::BTreeMap<String, toml::Table>,
+    /// `keel exec --raw`: the answer's exact bytes on a stdout that is not a terminal.
+    exact_answer: bool,
 }
 
 fn now_ms() -> u64 {
@@ -113,6 +115,7 @@ impl Session {
                 .unwrap_or(output::RESULT_LINES),
             overrides,
             user_config: ctx.config.config.clone(),
+            exact_answer: false,
         };
         let sources = runtime::session_plugins(ctx, &session.loader)?;
         runtime::say_if_compiling(&session.loader, &sources);
@@ -387,12 +390,14 @@ impl Session {
             }
         }
         if display == Display::Answer && !report.text.is_empty() {
-            // A script reading stdout gets the answer exactly; a person's terminal gets it
-            // made safe to show.
-            if std::io::stdout().is_terminal() {
-                println!("{}", terminal_safe(&report.text));
-            } else {
+            // The model's words go through the display cleaner even into a pipe: `keel exec …
+            // | cat` still ends on a terminal, where an escape sequence could write the
+            // clipboard or retitle the window. `--raw` asks for the exact bytes, and only
+            // into a pipe or file.
+            if self.exact_answer && !std::io::stdout().is_terminal() {
                 println!("{}", report.text);
+            } else {
+                println!("{}", terminal_safe(&report.text));
             }
         }
     }
@@ -405,6 +410,12 @@ impl Session {
             .clone()
     }
 
+    /// Print the answer's exact bytes when stdout is not a terminal (`keel exec --raw`);
+    /// otherwise it goes through the display cleaner.
+    pub fn print_exact_answer(&mut self, exact: bool) {
+        self.exact_answer = exact;
+    }
+
     /// The workspace of the session.
     pub fn workspace(&self) -> &Path {
         &self.ctx_workspace
@@ -415,6 +426,12 @@ impl Session {
         if let Err(e) = self.kernel.shutdown().await {
             eprintln!("warning: {e}");
         }
+        // What this session's `remember` added to an offered project memory stays offered.
+        crate::commands::memory::keep_own_writes(
+            &self.home,
+            &self.ctx_workspace,
+            &self.user_config,
+        );
     }
 }
 

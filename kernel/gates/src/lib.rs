@@ -12,6 +12,7 @@ pub mod exec_policy;
 mod exec_rules;
 pub mod markers;
 pub mod net_policy;
+pub mod prompt_text;
 pub mod properties;
 pub mod redact;
 pub mod safe_path;

@@ -22,6 +22,7 @@ pub mod claims;
 pub mod compaction;
 pub mod loop_guard;
 pub mod memory;
+pub mod memory_store;
 pub mod registry;
 pub mod review;
 pub mod session_log;

@@ -88,6 +88,35 @@ pub fn is_topic_file(name: &str) -> bool {
     })
 }
 
+/// A topic's name at most, in characters.
+pub const TOPIC_MAX_CHARS: usize = 64;
+
+/// Checks a topic's name before it becomes a heading and a pointer's title: one line of at
+/// most [`TOPIC_MAX_CHARS`] characters, no control or invisible characters (a newline would
+/// write raw lines into `MEMORY.md`), no brackets or parentheses (they would break the
+/// pointer line `- [TITLE](FILE)`).
+pub fn check_topic(topic: &str) -> Result<(), String> {
+    let count = topic.trim().chars().count();
+    if count > TOPIC_MAX_CHARS {
+        return Err(format!(
+            "a topic is a word or two, at most {TOPIC_MAX_CHARS} characters; this one has {count}"
+        ));
+    }
+    let invisible = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+                | '\u{2028}'..='\u{2029}' | '\u{2060}'..='\u{206f}' | '\u{feff}')
+    };
+    if let Some(c) = topic.chars().find(|&c| invisible(c) || "[]()".contains(c)) {
+        return Err(format!(
+            "topic `{}` holds {c:?}: name it in a word or two on one line, like `testing`, \
+             without brackets or control characters",
+            topic.escape_debug()
+        ));
+    }
+    Ok(())
+}
+
 /// The topic file a topic name maps to: lowercase letters, digits and dashes, at most 48.
 pub fn topic_file(topic: &str) -> Result<String, String> {
     let mut stem = String::new();
@@ -148,6 +177,7 @@ pub fn remember(
     topic_text: &str,
     text: &str,
 ) -> Result<Remembered, String> {
+    check_topic(topic)?;
     let file = topic_file(topic)?;
     let line = entry_line(text)?;
     let topic_new = if topic_text.lines().any(|l| l.trim_end() == line) {

@@ -8,19 +8,24 @@
 //!   keeps (`AGENTS.md`, `CLAUDE.md`) become prompt fragments, each fenced as data by the
 //!   kernel (`keel.prompt` `fence`): a model or a cloned repository wrote them, so they inform
 //!   and never command. Topic files are not read here.
+//! - The project's folder is read only when keel says so (`project` in this plugin's config):
+//!   when the person approved its content, or keel's own sessions wrote it (the host keeps
+//!   that by content hash, `keel memory approve`). A clone's shipped memory is not offered.
 //! - Tool `remember` only appends: one line to a topic file (a line exactly like it already
 //!   there changes nothing) and, for a new topic, its pointer to the index. Nothing is pruned
-//!   or rewritten mid-session; `keel memory consolidate` tidies, offline.
+//!   or rewritten mid-session; `keel memory consolidate` tidies, offline. Each write holds the
+//!   folder's lock and replaces the file atomically (`keel_agent_kit::memory_store`), so two
+//!   sessions remembering at once lose nothing and double nothing. The person's own memory
+//!   reaches every workspace, so it is written only where they allowed it (`user-writes`).
 //! - Service `memory` 1.0.0, method `recall` (`RecallRequest` → `[RecalledEntry]`): the agent
 //!   loop asks at the start of each turn; the topic files whose pointers share words with the
 //!   input are read (at most three, 64 KiB each) and at most five entries (4 KiB together)
 //!   not recalled before in the session come back. The loop has the kernel fence them.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use keel_agent_kit::memory;
+use keel_agent_kit::{memory, memory_store};
 use keel_protocol::{FenceRequest, RecallRequest, RecalledEntry, services};
 use keel_sdk::{Plugin, ToolCapabilities, ToolSpec, prompt, services as kernel_services, tools};
 
@@ -32,7 +37,7 @@ const PROJECT_FILES: &[&str] = &["AGENTS.md", "CLAUDE.md"];
 /// An instruction file's bytes in the prompt at most.
 const PROJECT_FILE_MAX_BYTES: usize = 24 * 1024;
 
-const REMEMBER_SCHEMA: &str = r#"{"type":"object","properties":{"text":{"type":"string","description":"One fact worth knowing in a later session, in a sentence (at most 500 characters)."},"topic":{"type":"string","description":"A word or two naming the topic file it belongs in, like `testing` or `style`."},"scope":{"type":"string","enum":["project","user"],"description":"`project` (default): the workspace's memory, shared with the team. `user`: the person's own memory, in every project."}},"required":["text","topic"]}"#;
+const REMEMBER_SCHEMA: &str = r#"{"type":"object","properties":{"text":{"type":"string","description":"One fact worth knowing in a later session, in a sentence (at most 500 characters)."},"topic":{"type":"string","description":"A word or two naming the topic file it belongs in, like `testing` or `style`."},"scope":{"type":"string","enum":["project","user"],"description":"`project` (default): the workspace's memory, shared with the team. `user`: the person's own memory, in every project (only where the person allowed it)."}},"required":["text","topic"]}"#;
 
 /// One of the two memory folders.
 #[derive(Clone, Copy)]
@@ -69,6 +74,8 @@ impl Scope {
 struct Memory {
     indexes: Vec<(Scope, String)>,
     recalled: HashMap<String, BTreeSet<String>>,
+    /// Whether `remember` may write the person's own memory (`[config.memory] user-writes`).
+    user_writes: bool,
 }
 
 /// At most `max` bytes of `path` as text and whether it was cut; `None` when it is missing
@@ -88,27 +95,19 @@ fn fence(source: &str, text: &str) -> Result<String, String> {
         .map_err(|e| format!("the kernel did not fence {source}: {e}"))
 }
 
-/// Appends `suffix` to `path`, creating it.
-fn append(path: &Path, suffix: &str) -> Result<(), String> {
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    file.write_all(suffix.as_bytes())
-        .and_then(|()| file.flush())
-        .map_err(|e| format!("cannot append to {}: {e}", path.display()))
-}
+/// How long `remember` waits for another session writing the same folder.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(800);
 
-/// Appends to `path` what `new` adds to `old` (`remember` only ever appends).
-fn append_change(path: &Path, old: &str, new: &str) -> Result<(), String> {
-    let suffix = new.strip_prefix(old).ok_or_else(|| {
-        format!(
+/// Replaces `path`'s `old` text with `new`, which only appends to it (`remember` never
+/// rewrites mid-session), atomically.
+fn write_appended(path: &Path, old: &str, new: &str) -> Result<(), String> {
+    if !new.starts_with(old) {
+        return Err(format!(
             "{} would be rewritten, and memory only appends mid-session",
             path.display()
-        )
-    })?;
-    append(path, suffix)
+        ));
+    }
+    memory_store::write_atomic(path, new.as_bytes())
 }
 
 impl Memory {
@@ -123,6 +122,16 @@ impl Memory {
             "user" => Scope::User,
             other => return Err(format!("scope `{other}`: use `project` or `user`")),
         };
+        if matches!(scope, Scope::User) && !self.user_writes {
+            return Err(
+                "the person's own memory is theirs to write: it reaches every later session in \
+                 every workspace, so keel writes it only when they allow it (`[config.memory] \
+                 user-writes = true` in keel's config). Remember it in the project's memory \
+                 (scope `project`) instead, or tell the person what to keep."
+                    .into(),
+            );
+        }
+        memory::check_topic(topic)?;
         let dir = PathBuf::from(scope.dir());
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", scope.shown()))?;
@@ -136,6 +145,10 @@ impl Memory {
                 Err(e) => Err(format!("cannot read {}: {e}", p.display())),
             }
         };
+        // Another session may be remembering into the same folder: read, change and write
+        // under its lock, so a new topic gets one pointer and one heading.
+        let _lock = memory_store::FolderLock::acquire(&dir, LOCK_WAIT)?;
+        memory_store::remove_leftovers(&dir);
         let index = read(&index_path)?;
         let topic_text = read(&topic_path)?;
         let changed = memory::remember(&index, topic, &topic_text, text)?;
@@ -146,9 +159,9 @@ impl Memory {
                 scope.shown()
             ));
         };
-        append_change(&topic_path, &topic_text, &new_topic)?;
+        write_appended(&topic_path, &topic_text, &new_topic)?;
         if let Some(new_index) = changed.index {
-            append_change(&index_path, &index, &new_index)?;
+            write_appended(&index_path, &index, &new_index)?;
         }
         Ok(format!(
             "remembered in {} memory ({}/{file}); later sessions recall it when it matters",
@@ -231,9 +244,23 @@ fn add_fragments(indexes: &[(Scope, String)]) -> Result<(), String> {
 }
 
 impl Plugin for Memory {
-    fn activate(_config: &str) -> Result<Self, String> {
+    fn activate(config: &str) -> Result<Self, String> {
+        let config: serde_json::Value = serde_json::from_str(config).unwrap_or_default();
+        let flag = |name: &str| {
+            config
+                .get(name)
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false)
+        };
+        // A project's memory folder came with the repository unless the person approved its
+        // content (or keel wrote it): keel sets `project` only then.
+        let scopes: &[Scope] = if flag("project") {
+            &[Scope::Project, Scope::User]
+        } else {
+            &[Scope::User]
+        };
         let mut indexes = Vec::new();
-        for scope in [Scope::Project, Scope::User] {
+        for &scope in scopes {
             let path = Path::new(scope.dir()).join(memory::INDEX);
             // Twice the budget is enough to show the budget's worth and say the rest is cut.
             if let Some((text, _)) = read_bounded(&path, 2 * memory::INDEX_MAX_BYTES) {
@@ -246,7 +273,7 @@ impl Plugin for Memory {
                 "remember",
                 "Keep one fact for later sessions: a convention, a command that works, a \
                  pitfall. Appends a line to a topic file of the project's memory (or the \
-                 person's, with scope `user`); later sessions recall it when the person's words \
+                 person's, with scope `user`, where they allowed it); later sessions recall it when the person's words \
                  match. Do not store secrets.",
                 REMEMBER_SCHEMA,
             )
@@ -256,6 +283,7 @@ impl Plugin for Memory {
         Ok(Memory {
             indexes,
             recalled: HashMap::new(),
+            user_writes: flag("user-writes"),
         })
     }
 
