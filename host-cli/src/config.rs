@@ -425,8 +425,11 @@ impl Context {
             },
         };
         // Absolute, so every use of it (the sandbox's hiding of it above all) means this
-        // directory whatever the working directory is.
+        // directory whatever the working directory is; and normalised, so `--home ../h` is
+        // `<parent>/h` to every check that compares it with the workspace (`<ws>/../h` would
+        // look inside it).
         let home = std::path::absolute(&home)
+            .map(|h| keel_kernel::gates::approvals::normalize_lexically(&h))
             .with_context(|| format!("cannot resolve keel's home `{}`", home.display()))?;
         let workspace = workspace.canonicalize().with_context(|| {
             format!(
@@ -565,6 +568,21 @@ mod tests {
         )?;
         assert!(ctx.home.is_absolute(), "{}", ctx.home.display());
         assert_eq!(ctx.home, std::env::current_dir()?.join("relative-home"));
+        Ok(())
+    }
+
+    /// `--home ../h` names a sibling of the workspace; unnormalised it would start with the
+    /// workspace's path and be taken for a directory inside it.
+    #[test]
+    fn a_home_given_through_dot_dot_is_normalised() -> anyhow::Result<()> {
+        let ws = tempfile::tempdir()?;
+        let given = std::env::current_dir()?.join("..").join("h");
+        let ctx = Context::new(Some(given), ws.path().to_path_buf())?;
+        let parent = std::env::current_dir()?
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        assert_eq!(ctx.home, parent.join("h"));
         Ok(())
     }
 

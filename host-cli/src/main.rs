@@ -141,7 +141,45 @@ pub(crate) fn colour_on_stderr() -> bool {
     std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal()
 }
 
+/// The exit status of a command whose reader went away (`keel sessions list | head -1`): what
+/// a shell reports for a program ended by SIGPIPE, as other command-line tools end.
+const CLOSED_OUTPUT: u8 = 128 + 13;
+
+/// EPIPE, on Linux and macOS alike.
+const EPIPE: i32 = 32;
+
+/// Whether `message` is the standard library's panic for a `print!` to a closed pipe.
+fn is_closed_output_panic(message: &str) -> bool {
+    let broken_pipe = std::io::Error::from_raw_os_error(EPIPE).to_string();
+    (message.starts_with("failed printing to stdout")
+        || message.starts_with("failed printing to stderr"))
+        && message.ends_with(&broken_pipe)
+}
+
+/// keel ignores SIGPIPE (the Rust runtime does, and a session must survive a closed pipe to a
+/// program it runs), so a `println!` to a closed stdout panics instead of ending the process.
+/// That one panic ends keel quietly instead; every other panic is reported as before.
+fn end_quietly_on_closed_output() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.payload_as_str().is_some_and(is_closed_output_panic) {
+            std::process::exit(i32::from(CLOSED_OUTPUT));
+        }
+        report(info)
+    }));
+}
+
+/// Whether `error` came from writing to a closed pipe.
+fn is_closed_output_error(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn main() -> ExitCode {
+    end_quietly_on_closed_output();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // `--help` and `--version` print and succeed; anything else is a usage error.
@@ -226,9 +264,29 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(code) => code,
+        Err(e) if is_closed_output_error(&e) => ExitCode::from(CLOSED_OUTPUT),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(commands::run::exit::ERROR)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_closed_pipe_panic_is_quiet() {
+        let epipe = std::io::Error::from_raw_os_error(EPIPE);
+        assert_eq!(epipe.kind(), std::io::ErrorKind::BrokenPipe);
+        assert!(is_closed_output_panic(&format!(
+            "failed printing to stdout: {epipe}"
+        )));
+        let other = std::io::Error::from_raw_os_error(EPIPE - 4);
+        assert!(!is_closed_output_panic(&format!(
+            "failed printing to stdout: {other}"
+        )));
+        assert!(!is_closed_output_panic("index out of bounds"));
     }
 }

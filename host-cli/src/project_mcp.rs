@@ -157,13 +157,15 @@ pub fn is_approved(home: &Path, workspace: &Path, project: &Project) -> bool {
 /// Record the person's approval of this content of the workspace's `.mcp.json` (replacing an
 /// approval of an earlier content).
 pub fn approve(home: &Path, workspace: &Path, project: &Project) -> anyhow::Result<()> {
+    let path = approvals_file(home);
+    let _lock = keel_registry::lock_for_update(&path)
+        .with_context(|| format!("cannot lock {} for the change", path.display()))?;
     let mut all = approvals(home);
     all.approved.retain(|a| a.workspace != workspace);
     all.approved.push(Approved {
         workspace: workspace.to_path_buf(),
         sha256: project.sha256.clone(),
     });
-    let path = approvals_file(home);
     keel_registry::atomic_write(&path, &serde_json::to_vec_pretty(&all)?, true)
         .with_context(|| format!("cannot write {}", path.display()))
 }

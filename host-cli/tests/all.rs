@@ -12,6 +12,7 @@ mod learning;
 mod long_sessions;
 mod mcp;
 mod mcp_client;
+mod nothing_lost;
 mod registry;
 mod subagents;
 mod terminal;

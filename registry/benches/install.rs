@@ -1,13 +1,17 @@
 //! Install benchmark: a 5 MiB plugin from a local registry into a fresh home — read and check
 //! the signed index, resolve, read the blob, SHA-256 it, verify the signer, write the plugin
-//! and the lockfile with fsync — and the load-time re-hash against the lockfile.
+//! and the lockfile with fsync under the lockfile's lock — and the load-time re-hash against the
+//! lockfile; and the lock and the durable lockfile write on their own.
 
 use std::hint::black_box;
 use std::path::Path;
 
 use criterion::Criterion;
 use keel_kernel::{WasmHost, WasmHostConfig};
-use keel_registry::{Home, KeyPair, Registry, Session, load_installed, publish, validate};
+use keel_registry::{
+    Home, KeyPair, Registry, Session, atomic_write, load_installed, lock_for_update, publish,
+    validate,
+};
 
 #[path = "support.rs"]
 mod support;
@@ -41,6 +45,19 @@ fn benches(c: &mut Criterion) {
         &key,
         homes.path(),
     );
+
+    // What an install pays for not losing a concurrent install's update: the lock around the
+    // lockfile's read-modify-write (with its sweep for a killed install's temp files), next to
+    // the durable write of the lockfile it guards.
+    let lock_dir = tempfile::tempdir().expect("lock dir");
+    let target = lock_dir.path().join("keel.lock");
+    let text = "[[plugin]]\nname = \"acme:big\"\n".repeat(8);
+    c.bench_function("take and release the keel.lock update lock", |b| {
+        b.iter(|| drop(lock_for_update(black_box(&target)).expect("locked")))
+    });
+    c.bench_function("write a lockfile durably (temp, fsync, rename, fsync dir)", |b| {
+        b.iter(|| atomic_write(black_box(&target), text.as_bytes(), false).expect("written"))
+    });
 
     let home = Home::new(homes.path().join("loaded"));
     support::trust_for(&registry, &key)

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::RegistryError;
+use crate::fsutil::lock_for_update;
 use crate::index::{Heads, IndexLog};
 use crate::name::PluginName;
 use crate::registry::Registry;
@@ -73,6 +74,8 @@ pub struct Session {
     /// The user's trust.
     pub trust: TrustConfig,
     heads: Heads,
+    /// Heads forgotten in this session, (registry, `namespace:name`).
+    forgotten: Vec<(String, String)>,
 }
 
 impl Session {
@@ -85,6 +88,7 @@ impl Session {
             home,
             trust,
             heads,
+            forgotten: Vec::new(),
         })
     }
 
@@ -125,11 +129,17 @@ impl Session {
     /// Forget the head seen of `name` (after a deliberate restore of the registry).
     pub fn forget_head(&mut self, name: &PluginName) -> bool {
         let location = self.registry.location().to_owned();
+        self.forgotten.push((location.clone(), name.to_string()));
         self.heads.forget(&location, name)
     }
 
-    /// Save the heads seen.
+    /// Save the heads seen, merged under the heads file's lock into what other commands saved
+    /// since this one read it.
     pub fn finish(&self) -> Result<(), RegistryError> {
-        self.heads.save(&self.home.heads_path())
+        let path = self.home.heads_path();
+        let _lock = lock_for_update(&path).map_err(|e| RegistryError::io(&path, e))?;
+        let mut heads = Heads::load(&path)?;
+        heads.merge_seen(&self.heads, &self.forgotten);
+        heads.save(&path)
     }
 }

@@ -270,6 +270,25 @@ impl Heads {
         Ok(())
     }
 
+    /// Take into `self` (read from disk under the heads' lock) what `seen` observed in this
+    /// command: the later of two heads of a log wins, so two commands saving at once keep both
+    /// their observations; `forgotten` (registry, `namespace:name`) are removed.
+    pub fn merge_seen(&mut self, seen: &Heads, forgotten: &[(String, String)]) {
+        for (registry, name) in forgotten {
+            if let Some(m) = self.registries.get_mut(registry) {
+                m.remove(name);
+            }
+        }
+        for (registry, heads) in &seen.registries {
+            let kept = self.registries.entry(registry.clone()).or_default();
+            for (name, head) in heads {
+                if kept.get(name).is_none_or(|k| k.seq <= head.seq) {
+                    kept.insert(name.clone(), head.clone());
+                }
+            }
+        }
+    }
+
     /// Forget what was seen of `name` in `registry` (after a deliberate restore).
     pub fn forget(&mut self, registry: &str, name: &PluginName) -> bool {
         self.registries

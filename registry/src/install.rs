@@ -9,7 +9,7 @@ use keel_kernel::{Manifest, PluginKind};
 use semver::{Version, VersionReq};
 
 use crate::RegistryError;
-use crate::fsutil::{atomic_write, sha256_hex};
+use crate::fsutil::{atomic_write, lock_for_update, remove_stale_temps_under, sha256_hex};
 use crate::home::{Home, Session};
 use crate::index::IndexLog;
 use crate::keys::PublicKey;
@@ -329,7 +329,16 @@ pub fn installed_dir(home: &Home, name: &PluginName, version: &Version) -> PathB
 
 /// Write the plan's new and changed plugins (code, then manifest, each by temp file and
 /// rename), then the lockfile; the lockfile is the commit point.
+///
+/// All of it runs under the lock on `keel.lock`, which every writer of the lockfile and of
+/// `plugins/` holds: the lockfile is read again under it and only this plan's plugins are
+/// changed in it, so installs running at once all keep their entries; temp files a killed
+/// install left under `plugins/` are removed first.
 pub fn apply_install(home: &Home, plan: &InstallPlan) -> Result<(), RegistryError> {
+    let lock_path = home.lock_path();
+    let _lock = lock_for_update(&lock_path).map_err(|e| RegistryError::io(&lock_path, e))?;
+    remove_stale_temps_under(&home.plugins_dir());
+    let mut lock = Lockfile::load(&lock_path)?;
     for p in plan.changes() {
         let dir = installed_dir(home, &p.name, &p.version);
         let code = dir.join(installed_code_name(p.release.kind));
@@ -338,10 +347,27 @@ pub fn apply_install(home: &Home, plan: &InstallPlan) -> Result<(), RegistryErro
         atomic_write(&manifest, p.release.manifest.as_bytes(), false)
             .map_err(|e| RegistryError::io(&manifest, e))?;
     }
-    plan.lock.save(&home.lock_path())?;
+    // The plan's entries for what it changed win; an unchanged plugin keeps the entry on disk
+    // (another install may have moved it on since this plan was made), or the plan's when
+    // the lockfile lost it.
+    for entry in &plan.lock.plugins {
+        let changed = plan.changes().any(|p| p.name == entry.name);
+        match lock.plugins.iter_mut().find(|e| e.name == entry.name) {
+            Some(kept) if changed => *kept = entry.clone(),
+            Some(_) => {}
+            None => lock.plugins.push(entry.clone()),
+        }
+    }
+    lock.save(&lock_path)?;
     for p in plan.changes() {
         if let Some(old) = &p.previous {
-            let _ = std::fs::remove_dir_all(installed_dir(home, &p.name, old));
+            let still_locked = lock
+                .plugins
+                .iter()
+                .any(|e| e.name == p.name && &e.version == old);
+            if !still_locked {
+                let _ = std::fs::remove_dir_all(installed_dir(home, &p.name, old));
+            }
         }
     }
     Ok(())

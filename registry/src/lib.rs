@@ -27,7 +27,7 @@ mod serve;
 mod trust;
 
 pub use error::RegistryError;
-pub use fsutil::{atomic_write, sha256_hex};
+pub use fsutil::{UpdateLock, atomic_write, lock_for_update, lock_path_for, sha256_hex};
 pub use home::{Home, Session};
 pub use index::{Head, Heads, IndexLog, VersionInfo};
 pub use install::{

@@ -83,10 +83,21 @@ impl Setup {
         plugins: &[&str],
         configure: impl FnOnce(&mut GateConfig),
     ) -> anyhow::Result<Setup> {
+        Setup::prepared(plugins, configure, |_| Ok(())).await
+    }
+
+    /// A setup whose workspace directory `prepare` sees (e.g. mounts something on) before
+    /// any plugin is loaded.
+    async fn prepared(
+        plugins: &[&str],
+        configure: impl FnOnce(&mut GateConfig),
+        prepare: impl FnOnce(&std::path::Path) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Setup> {
         let dir = tempfile::tempdir()?;
         let ws = dir.path().join("ws");
         let data = dir.path().join("data");
         std::fs::create_dir_all(&ws)?;
+        prepare(&ws)?;
         let ws = ws.canonicalize()?;
         let approver = Arc::new(TestApprover {
             answer: Mutex::new(Answer::Once),
@@ -276,6 +287,120 @@ async fn file_tools_page_edit_and_stay_in_the_workspace() -> R {
     let o = s.call("grep", json!({"pattern": "line 29[0-9]"})).await?;
     assert_status(&o, OutcomeStatus::Ok);
     assert!(o.content.contains("long.txt"), "{}", o.content);
+    Ok(())
+}
+
+/// `write_file` and `edit_file` replace a file atomically (a temp file renamed over it) from
+/// inside the WASI guest, which cannot set a mode: the kernel's `rename-at` keeps the replaced
+/// file's permission bits, so an executable script stays executable.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replacing_a_file_keeps_its_mode() -> R {
+    use std::os::unix::fs::PermissionsExt as _;
+    let s = Setup::new(&["fs-tools"]).await?;
+    let script = s.ws.join("run.sh");
+    std::fs::write(&script, "#!/bin/sh\necho one\n")?;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o750))?;
+    let o = s
+        .call(
+            "write_file",
+            json!({"path": "run.sh", "content": "#!/bin/sh\necho two\n"}),
+        )
+        .await?;
+    assert_status(&o, OutcomeStatus::Ok);
+    let o = s
+        .call(
+            "edit_file",
+            json!({"path": "run.sh", "old_string": "two", "new_string": "three"}),
+        )
+        .await?;
+    assert_status(&o, OutcomeStatus::Ok);
+    assert_eq!(std::fs::read_to_string(&script)?, "#!/bin/sh\necho three\n");
+    let mode = std::fs::metadata(&script)?.permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o750, "mode {mode:o}");
+    // A new file gets the default mode; no temp file is left.
+    let o = s
+        .call("write_file", json!({"path": "new.txt", "content": "x"}))
+        .await?;
+    assert_status(&o, OutcomeStatus::Ok);
+    let left: Vec<String> = std::fs::read_dir(&s.ws)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("keel-tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    Ok(())
+}
+
+/// Mounts a 256 KiB tmpfs on `dir` (needs root, as CI runs; `None` elsewhere).
+fn small_tmpfs(dir: &std::path::Path) -> anyhow::Result<Option<SmallDisk>> {
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(dir)
+        .stderr(std::process::Stdio::null())
+        .status();
+    Ok(match mounted {
+        Ok(status) if status.success() => Some(SmallDisk(dir.to_path_buf())),
+        _ => None,
+    })
+}
+
+/// A mounted tmpfs, unmounted when dropped.
+struct SmallDisk(PathBuf);
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// A full workspace disk: `write_file` and `edit_file` fail saying the disk is full and that
+/// the file was not changed, the old content survives whole, and no temp file is left (they
+/// left 16,384 bytes of partial content when writing in place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_leaves_the_old_file_and_says_so() -> R {
+    let disk = std::sync::Mutex::new(None);
+    let s = Setup::prepared(
+        &["fs-tools"],
+        |_| {},
+        |ws| {
+            *disk.lock().expect("lock") = small_tmpfs(ws)?;
+            Ok(())
+        },
+    )
+    .await?;
+    let Some(_disk) = disk.lock().expect("lock").take() else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return Ok(());
+    };
+    let important = s.ws.join("important.txt");
+    let old = "the person's words\n".repeat(2000);
+    std::fs::write(&important, &old)?;
+    let big = "x".repeat(300 * 1024);
+    let o = s
+        .call("write_file", json!({"path": "important.txt", "content": big}))
+        .await?;
+    assert_status(&o, OutcomeStatus::Error);
+    assert!(o.content.contains("no space left"), "{}", o.content);
+    assert!(o.content.contains("important.txt was not changed"), "{}", o.content);
+    assert_eq!(std::fs::read_to_string(&important)?, old);
+    let o = s
+        .call(
+            "edit_file",
+            json!({"path": "important.txt", "old_string": "words", "new_string": big, "occurrence": 1}),
+        )
+        .await?;
+    assert_status(&o, OutcomeStatus::Error);
+    assert!(o.content.contains("no space left"), "{}", o.content);
+    assert_eq!(std::fs::read_to_string(&important)?, old);
+    let names: Vec<String> = std::fs::read_dir(&s.ws)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["important.txt".to_owned()]);
     Ok(())
 }
 

@@ -131,6 +131,9 @@ pub fn run(ctx: &Context, cmd: KeyCommand) -> anyhow::Result<ExitCode> {
         } => {
             let key: PublicKey = pubkey.parse()?;
             let registry = open_registry(ctx, &registry, false)?;
+            // Read, change and write trust.toml under its lock: `keel key trust` run several
+            // times at once keeps every key.
+            let _lock = lock_trust(&home)?;
             let mut trust = TrustConfig::load(&home.trust_path())?;
             let changed = trust.trust(&namespace, key, registry.location())?;
             trust
@@ -150,6 +153,7 @@ pub fn run(ctx: &Context, cmd: KeyCommand) -> anyhow::Result<ExitCode> {
         }
         KeyCommand::Untrust { pubkey, namespace } => {
             let key: PublicKey = pubkey.parse()?;
+            let _lock = lock_trust(&home)?;
             let mut trust = TrustConfig::load(&home.trust_path())?;
             if trust.untrust(&namespace, &key) {
                 trust.save(&home.trust_path())?;
@@ -164,4 +168,11 @@ pub fn run(ctx: &Context, cmd: KeyCommand) -> anyhow::Result<ExitCode> {
             }
         }
     }
+}
+
+/// The lock every change of `trust.toml` holds.
+fn lock_trust(home: &Home) -> anyhow::Result<keel_registry::UpdateLock> {
+    let path = home.trust_path();
+    keel_registry::lock_for_update(&path)
+        .with_context(|| format!("cannot lock {} for the change", path.display()))
 }

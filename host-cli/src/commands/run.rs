@@ -51,6 +51,24 @@ fn exit_for(end: TurnEnd) -> ExitCode {
     })
 }
 
+/// Refuse at once, naming the variable to set, when the configured provider needs an API key
+/// that is not held: otherwise the first turn retries the provider several times before
+/// saying the same. A configured endpoint (`base_url`, a local server) may need no key.
+fn require_model_key(ctx: &Context) -> anyhow::Result<()> {
+    let choice = crate::settings::ModelChoice::from(ctx);
+    let Some(name) = choice.secret_name() else {
+        return Ok(());
+    };
+    if choice.base_url.is_some() || crate::settings::secrets(ctx).contains(name) {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "no API key for the model provider `{}`: set {name} (`export {name}=…`, or add it under          [secrets] in {}); `keel demo` runs without one",
+        choice.provider,
+        ctx.home.join("config.toml").display()
+    )
+}
+
 /// `keel run [PROMPT]`: one turn, or an interactive session.
 pub async fn run(
     ctx: &Context,
@@ -58,6 +76,10 @@ pub async fn run(
     prompt: Option<String>,
     resume: Option<String>,
 ) -> anyhow::Result<ExitCode> {
+    // An interactive session has other things to do first (`/load`, `/sessions`).
+    if prompt.is_some() {
+        require_model_key(ctx)?;
+    }
     let session = Session::start(
         ctx,
         SessionOptions {
@@ -109,6 +131,7 @@ pub async fn exec(
     raw: bool,
 ) -> anyhow::Result<ExitCode> {
     let json = !display.is_human();
+    require_model_key(ctx)?;
     let mut session = Session::start(
         ctx,
         SessionOptions {

@@ -508,7 +508,9 @@ impl GrantStore {
         if let Ok(target) = fs::canonicalize(&resolved) {
             resolved = target;
         }
-        if resolved.starts_with(&workspace) || absolute(path)?.starts_with(&workspace) {
+        // Lexically normalised: `<ws>/../h` is a sibling of the workspace, yet `starts_with`
+        // on the unnormalised `<ws>/../h/approvals.json` would call it inside.
+        if resolved.starts_with(&workspace) || normalize_lexically(&absolute(path)?).starts_with(&workspace) {
             return Err(ApprovalError::StoreInsideWorkspace {
                 store: path.to_path_buf(),
                 workspace,
@@ -636,6 +638,8 @@ impl GrantStore {
         lock_file
             .lock()
             .map_err(io_err("locking", &self.lock_path))?;
+        // Every writer holds this lock, so a temp file of the store now is a killed writer's.
+        self.remove_stale_temps();
         let mut warnings = Vec::new();
         let result = (|| {
             let mut doc = self.read_disk(true, &mut warnings)?;
@@ -735,6 +739,25 @@ impl GrantStore {
         }
     }
 
+    /// Removes the temp files (`.<name>.tmp-<pid>-<n>`) a killed writer left. Only under the
+    /// lock.
+    fn remove_stale_temps(&self) {
+        let (Some(dir), Some(name)) = (self.path.parent(), self.path.file_name()) else {
+            return;
+        };
+        let prefix = format!(".{}.tmp-", name.to_string_lossy());
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix)
+                && entry.file_type().is_ok_and(|t| t.is_file())
+            {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+
     fn write_atomic(&self, doc: &Doc) -> Result<(), ApprovalError> {
         let text = serde_json::to_string_pretty(doc)?;
         let name = self
@@ -765,6 +788,27 @@ impl GrantStore {
 
 fn absolute(path: &Path) -> Result<PathBuf, ApprovalError> {
     std::path::absolute(path).map_err(io_err("resolving", path))
+}
+
+/// `path` with `.` and `..` components resolved by name alone (no symlinks followed); `..`
+/// at the root stays at the root.
+pub fn normalize_lexically(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => match out.components().next_back() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir | Component::Prefix(_)) => {}
+                Some(Component::ParentDir | Component::CurDir) | None => out.push(part),
+            },
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Resolves symlinks in the longest existing ancestor of `path` and appends the rest.

@@ -369,6 +369,55 @@ fn store_inside_workspace_refused() -> R {
     Ok(())
 }
 
+/// `--home ../h` from the workspace: a sibling, not inside, though its unnormalised path
+/// starts with the workspace's.
+#[test]
+fn a_store_beside_the_workspace_named_through_dot_dot_is_accepted() -> R {
+    let parent = tempfile::tempdir()?;
+    let ws = parent.path().join("ws");
+    fs::create_dir(&ws)?;
+    let ws = fs::canonicalize(&ws)?;
+    let beside = ws.join("..").join("h").join("approvals.json");
+    let (store, _) = GrantStore::open(&beside, &ws)?;
+    store.grant(&ws, "cargo build")?;
+    assert!(parent.path().join("h").join("approvals.json").is_file());
+    let inside = ws.join("sub").join("..").join(".keel").join("approvals.json");
+    assert!(matches!(
+        GrantStore::open(&inside, &ws),
+        Err(ApprovalError::StoreInsideWorkspace { .. })
+    ));
+    Ok(())
+}
+
+#[test]
+fn lexical_normalisation() {
+    for (given, want) in [
+        ("/a/b/../c", "/a/c"),
+        ("/a/./b/", "/a/b"),
+        ("/../a", "/a"),
+        ("a/../../b", "../b"),
+        ("a/..", ""),
+    ] {
+        assert_eq!(normalize_lexically(Path::new(given)), PathBuf::from(want), "{given}");
+    }
+}
+
+/// A writer killed between writing its temp file and renaming it leaves `.approvals.json.tmp-…`;
+/// the next change (under the lock) removes it.
+#[test]
+fn a_killed_writers_temp_file_is_removed_by_the_next_change() -> R {
+    let e = env()?;
+    let store = open(&e)?;
+    store.grant(e.ws.path(), "make")?;
+    let dir = e.store_path.parent().expect("parent");
+    let stale = dir.join(".approvals.json.tmp-999999-0");
+    fs::write(&stale, "{\"half")?;
+    store.grant(e.ws.path(), "cargo test")?;
+    assert!(!stale.exists(), "the stale temp file is removed");
+    assert_eq!(store.list(e.ws.path())?.len(), 2);
+    Ok(())
+}
+
 #[test]
 fn grants_are_bound_to_the_workspace() -> R {
     let e = env()?;

@@ -11,6 +11,7 @@
 mod abi;
 mod bindings;
 mod cache;
+mod keep_mode;
 pub(crate) mod limits;
 mod store;
 #[cfg(test)]
@@ -312,6 +313,7 @@ impl WasmHost {
 
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
+        keep_mode::add_to_linker(&mut linker).map_err(engine_error)?;
         KeelPlugin::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
             .map_err(engine_error)?;
         // ABI 0.3.0 adds two interfaces; the rest of a 0.3.0 component links against the above.

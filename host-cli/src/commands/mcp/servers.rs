@@ -125,9 +125,19 @@ pub async fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The user's config file as an editable document (formatting and comments kept).
-fn config_document(ctx: &Context) -> anyhow::Result<(std::path::PathBuf, toml_edit::DocumentMut)> {
+/// The user's config file as an editable document (formatting and comments kept), read under
+/// its lock: the lock is held until the returned guard is dropped, after [`save`], so
+/// `keel mcp add` run several times at once keeps every server.
+fn config_document(
+    ctx: &Context,
+) -> anyhow::Result<(
+    std::path::PathBuf,
+    toml_edit::DocumentMut,
+    keel_registry::UpdateLock,
+)> {
     let path = ctx.home.join("config.toml");
+    let lock = keel_registry::lock_for_update(&path)
+        .with_context(|| format!("cannot lock {} for the change", path.display()))?;
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -136,7 +146,7 @@ fn config_document(ctx: &Context) -> anyhow::Result<(std::path::PathBuf, toml_ed
     let doc = text
         .parse::<toml_edit::DocumentMut>()
         .with_context(|| format!("{} is not valid TOML; fix it first", path.display()))?;
-    Ok((path, doc))
+    Ok((path, doc, lock))
 }
 
 fn save(path: &std::path::Path, doc: &toml_edit::DocumentMut) -> anyhow::Result<()> {
@@ -215,7 +225,17 @@ pub fn add(ctx: &Context, name: &str, added: Added) -> anyhow::Result<ExitCode> 
         };
         server.env.insert(var.to_owned(), value);
     }
-    let (path, mut doc) = config_document(ctx)?;
+    let (path, mut doc, _lock) = config_document(ctx)?;
+    // Checked again on the file as it is under the lock: another `keel mcp add` may have
+    // added this name since the config was read.
+    if doc
+        .get("mcp")
+        .and_then(|m| m.get("servers"))
+        .and_then(|s| s.get(name))
+        .is_some()
+    {
+        bail!("a server `{name}` is configured already; `keel mcp remove {name}` first");
+    }
     let entry = toml_edit::ser::to_document(&server)
         .context("cannot write the server's entry")?
         .as_table()
@@ -247,7 +267,7 @@ pub fn add(ctx: &Context, name: &str, added: Added) -> anyhow::Result<ExitCode> 
 }
 
 pub fn remove(ctx: &Context, name: &str) -> anyhow::Result<ExitCode> {
-    let (path, mut doc) = config_document(ctx)?;
+    let (path, mut doc, _lock) = config_document(ctx)?;
     let removed = doc
         .get_mut("mcp")
         .and_then(|m| m.get_mut("servers"))

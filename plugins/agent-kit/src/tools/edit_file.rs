@@ -154,11 +154,8 @@ pub fn run(root: &Path, input: &serde_json::Value) -> Result<String, ToolError> 
         cursor = span.end;
     }
     out.push_str(&text[cursor..]);
-    write_atomic(&resolved.full, out.as_bytes()).map_err(|e| ToolError::Io {
-        op: "writing",
-        path: rel.clone(),
-        source: e,
-    })?;
+    write_atomic(&resolved.full, out.as_bytes())
+        .map_err(|e| ToolError::write_failed(&rel, true, &e))?;
 
     let lines: Vec<String> = chosen
         .iter()

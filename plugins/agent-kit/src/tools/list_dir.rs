@@ -1,5 +1,6 @@
 //! `list_dir`: a directory's entries as a small tree.
 
+use std::ffi::OsString;
 use std::fs;
 use std::path::Path;
 
@@ -53,6 +54,8 @@ pub fn spec() -> ToolSpec {
 struct Listing {
     lines: Vec<String>,
     hidden: usize,
+    /// Some name was shown as a JSON string.
+    quoted: bool,
 }
 
 /// Lists the directory named by `input.path`.
@@ -74,6 +77,7 @@ pub fn run(root: &Path, input: &serde_json::Value) -> Result<String, ToolError> 
     let mut listing = Listing {
         lines: Vec::new(),
         hidden: 0,
+        quoted: false,
     };
     walk(&resolved.full, &rel, 0, depth, &mut listing)?;
 
@@ -96,6 +100,12 @@ pub fn run(root: &Path, input: &serde_json::Value) -> Result<String, ToolError> 
             listing.hidden
         ));
     }
+    if listing.quoted {
+        out.push_str(
+            "\n[a name in double quotes is a JSON string: it holds control characters (such as a \
+             newline), shown escaped; pass it as that JSON string]",
+        );
+    }
     if requested > MAX_DEPTH {
         out.push_str(&format!("\n[depth reduced to the maximum of {MAX_DEPTH}]"));
     }
@@ -110,25 +120,27 @@ fn walk(
     listing: &mut Listing,
 ) -> Result<(), ToolError> {
     let read = fs::read_dir(dir).map_err(|e| ToolError::io("listing", rel, e))?;
-    let mut entries: Vec<(String, fs::Metadata)> = read
+    let mut entries: Vec<(OsString, fs::Metadata)> = read
         .filter_map(Result::ok)
         .filter_map(|e| {
             let meta = e.path().symlink_metadata().ok()?;
-            Some((e.file_name().to_string_lossy().into_owned(), meta))
+            Some((e.file_name(), meta))
         })
         .collect();
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     let indent = "  ".repeat(level);
-    for (name, meta) in entries {
+    for (os_name, meta) in entries {
+        let is_git = os_name == ".git";
         if listing.lines.len() >= MAX_ENTRIES {
             listing.hidden += 1;
-            if meta.is_dir() && level + 1 < depth && name != ".git" {
-                listing.hidden += count_entries(&dir.join(&name), level + 1, depth);
+            if meta.is_dir() && level + 1 < depth && !is_git {
+                listing.hidden += count_entries(&dir.join(&os_name), level + 1, depth);
             }
             continue;
         }
+        let name = shown_name(&os_name.to_string_lossy(), &mut listing.quoted);
         if meta.is_dir() {
-            let skipped = name == ".git" && level + 1 < depth;
+            let skipped = is_git && level + 1 < depth;
             let note = if skipped {
                 "  (contents not listed)"
             } else {
@@ -137,11 +149,11 @@ fn walk(
             listing.lines.push(format!("{indent}{name}/{note}"));
             if level + 1 < depth && !skipped {
                 let child_rel = format!("{rel}/{name}");
-                walk(&dir.join(&name), &child_rel, level + 1, depth, listing)?;
+                walk(&dir.join(&os_name), &child_rel, level + 1, depth, listing)?;
             }
         } else if meta.file_type().is_symlink() {
-            let target = fs::read_link(dir.join(&name))
-                .map(|t| t.to_string_lossy().into_owned())
+            let target = fs::read_link(dir.join(&os_name))
+                .map(|t| shown_name(&t.to_string_lossy(), &mut listing.quoted))
                 .unwrap_or_else(|_| "?".into());
             listing.lines.push(format!("{indent}{name}@ -> {target}"));
         } else {
@@ -151,6 +163,18 @@ fn walk(
         }
     }
     Ok(())
+}
+
+/// A name as one unambiguous line: as it is, or, when it holds a control character (a newline
+/// would make one entry look like two) or starts with `"`, as a JSON string in double quotes
+/// with those characters escaped (`quoted` is then set, so the listing explains it).
+fn shown_name(name: &str, quoted: &mut bool) -> String {
+    if name.chars().any(char::is_control) || name.starts_with('"') {
+        *quoted = true;
+        serde_json::Value::String(name.to_owned()).to_string()
+    } else {
+        name.to_owned()
+    }
 }
 
 fn count_entries(dir: &Path, level: usize, depth: usize) -> usize {
@@ -236,6 +260,24 @@ mod tests {
             out.ends_with("[7 more entries not shown; list a subdirectory or use a smaller depth]"),
             "{out}"
         );
+    }
+
+    /// A newline in a name would otherwise show one entry as two (`evil` and `b.txt  5 B`).
+    #[test]
+    fn names_with_control_characters_are_shown_escaped_on_one_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::write(dir.path().join("evil\nb.txt  5 B"), "x").expect("write");
+        fs::write(dir.path().join("tab\there"), "").expect("write");
+        fs::write(dir.path().join("plain.txt"), "").expect("write");
+        let out = run(dir.path(), &json!({})).expect("lists");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 5, "header, three entries, the note: {out}");
+        assert!(lines.contains(&r#""evil\nb.txt  5 B"  1 B"#), "{out}");
+        assert!(lines.contains(&r#""tab\there"  0 B"#), "{out}");
+        assert!(lines.contains(&"plain.txt  0 B"), "{out}");
+        assert!(out.contains("JSON string"), "{out}");
+        let plain = run(tempfile::tempdir().expect("tempdir").path(), &json!({})).expect("lists");
+        assert!(!plain.contains("JSON string"), "{plain}");
     }
 
     #[test]

@@ -96,6 +96,9 @@ pub enum ToolError {
     /// `edit_file` did not find `old_string`.
     #[error("{0}")]
     NoMatch(String),
+    /// `write_file` or `edit_file` could not write; the file was left as it was.
+    #[error("{0}")]
+    WriteFailed(String),
     /// An I/O error other than not-found.
     #[error("{op} {path} failed: {source}")]
     Io {
@@ -115,6 +118,23 @@ impl ToolError {
             tool,
             message: message.into(),
         }
+    }
+
+    /// A failed atomic write of `path`: what happened, that the file is as it was (the old
+    /// content when it `existed`, else no file), and what to do about a full disk.
+    pub(crate) fn write_failed(path: &str, existed: bool, source: &std::io::Error) -> ToolError {
+        let kept = if existed {
+            format!("{path} was not changed (it still has its old content)")
+        } else {
+            format!("{path} was not created")
+        };
+        let advice = match source.kind() {
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                "; the disk is full: ask the person to free space before writing again"
+            }
+            _ => "",
+        };
+        ToolError::WriteFailed(format!("writing {path} failed: {source}; {kept}{advice}"))
     }
 
     /// Maps an I/O error, turning not-found into [`ToolError::NotFound`].

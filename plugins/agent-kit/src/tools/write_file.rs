@@ -69,11 +69,8 @@ pub fn run(root: &Path, input: &serde_json::Value) -> Result<String, ToolError> 
         })?;
     }
     let existed = resolved.full.exists();
-    write_atomic(&resolved.full, input.content.as_bytes()).map_err(|e| ToolError::Io {
-        op: "writing",
-        path: rel.clone(),
-        source: e,
-    })?;
+    write_atomic(&resolved.full, input.content.as_bytes())
+        .map_err(|e| ToolError::write_failed(&rel, existed, &e))?;
     let bytes = input.content.len();
     let lines = count_lines(&input.content);
     let verb = if existed { "overwrote" } else { "created" };

@@ -1,0 +1,361 @@
+//! Nothing lost through the `keel` binary: several keel processes updating one home at once
+//! (`install`, `mcp add`, `key trust`) keep every update; temp files a killed run left are
+//! removed by the next; an edit of a large file killed at any moment leaves the old or the new
+//! file; a closed stdout ends a listing quietly; a missing API key is named at once.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{self, keel, keel_process};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+/// How many keel processes update the home at once.
+const WRITERS: usize = 8;
+
+/// Wait for every child; each must have exited 0.
+fn all_succeed(children: Vec<Child>) -> R {
+    for child in children {
+        let out = child.wait_with_output()?;
+        assert!(
+            out.status.success(),
+            "{:?}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// A plugin directory holding the bundled echo-tool component under the name `name`.
+fn plugin_dir(root: &Path, name: &str) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("keel.toml"),
+        format!(
+            "name = \"{name}\"\nversion = \"0.1.0\"\nkind = \"wasm\"\ndescription = \"{name} test plugin\"\ncomponent = \"c.wasm\"\n"
+        ),
+    )?;
+    let component = keel_bundled_plugins::get("echo-tool")
+        .map(|b| b.component())
+        .ok_or("echo-tool is bundled")?;
+    std::fs::write(dir.join("c.wasm"), component)?;
+    Ok(dir)
+}
+
+/// A new signing key in `home` for `namespace`; its public half.
+fn new_key(home: &Path, ws: &Path, name: &str, namespace: &str) -> Result<String, Box<dyn std::error::Error>> {
+    let out = keel(home, ws)
+        .args(["key", "new", "--name", name, "--namespace", namespace, "--json"])
+        .output()?;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    Ok(v["public"].as_str().ok_or("public key")?.to_owned())
+}
+
+/// Every temp file `atomic_write` names (`.<file>.<pid>-<n>-<hex>.tmp`) under `dir`.
+fn temp_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(temp_files(&path));
+        } else if entry.file_name().to_string_lossy().ends_with(".tmp") {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// A temp file as a writer killed between writing and renaming leaves it.
+fn plant_temp(dir: &Path, file: &str) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!(".{file}.4194304-0-0123456789abcdef.tmp"));
+    std::fs::write(&path, "half of it")?;
+    Ok(path)
+}
+
+/// `keel install` run eight times at once, each for another plugin: the lockfile keeps all
+/// eight (it kept 2 of 8 when each install wrote the lockfile it read before). Then kill -9
+/// during installs, and a planted half-written lockfile temp: the next install removes every
+/// temp file and the lockfile still parses.
+#[test]
+fn concurrent_installs_keep_every_lockfile_entry_and_leave_no_temp_files() -> R {
+    let tmp = tempfile::tempdir()?;
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws)?;
+    let author = tmp.path().join("author");
+    let user = tmp.path().join("user");
+    let registry = tmp.path().join("registry");
+    let public = new_key(&author, &ws, "default", "acme")?;
+    for n in 0..=WRITERS {
+        let dir = plugin_dir(tmp.path(), &format!("p{n}"))?;
+        keel(&author, &ws)
+            .arg("publish")
+            .arg(&dir)
+            .arg("--registry")
+            .arg(&registry)
+            .assert()
+            .success();
+    }
+    keel(&user, &ws)
+        .args(["key", "trust", &public, "--namespace", "acme", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success();
+
+    let installs = (0..WRITERS)
+        .map(|n| {
+            keel_process(&user, &ws)
+                .args(["install", &format!("acme:p{n}"), "--yes", "--registry"])
+                .arg(&registry)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    all_succeed(installs)?;
+    let lock = std::fs::read_to_string(user.join("keel.lock"))?;
+    let lock: toml::Table = lock.parse()?;
+    let names: Vec<&str> = lock["plugin"]
+        .as_array()
+        .ok_or("plugin entries")?
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), WRITERS, "{names:?}");
+
+    // kill -9 at different moments of installs of the last plugin.
+    let last = format!("acme:p{WRITERS}");
+    for delay_ms in [5u64, 20, 40, 80, 120, 200] {
+        let mut child = keel_process(&user, &ws)
+            .args(["install", &last, "--yes", "--registry"])
+            .arg(&registry)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = child.kill();
+        let _ = child.wait();
+        let text = std::fs::read_to_string(user.join("keel.lock"))?;
+        text.parse::<toml::Table>()
+            .map_err(|e| format!("the lockfile is torn after a kill at {delay_ms} ms: {e}"))?;
+    }
+    let planted = plant_temp(&user, "keel.lock")?;
+    let planted_code = plant_temp(&user.join("plugins").join("acme").join("p0"), "c.wasm")?;
+    keel(&user, &ws)
+        .args(["install", &last, "--yes", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success();
+    assert!(!planted.exists() && !planted_code.exists());
+    let left = temp_files(&user);
+    assert!(left.is_empty(), "temp files left: {left:?}");
+    let lock: toml::Table = std::fs::read_to_string(user.join("keel.lock"))?.parse()?;
+    assert_eq!(
+        lock["plugin"].as_array().map(Vec::len),
+        Some(WRITERS + 1),
+        "{lock}"
+    );
+    Ok(())
+}
+
+/// `keel mcp add` eight times at once: config.toml keeps all eight servers; a temp file of a
+/// killed `mcp add` is removed by the next one.
+#[test]
+fn concurrent_mcp_adds_keep_every_server() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(home.path().join("config.toml"), "# mine\n[model]\nprovider = \"scripted\"\n")?;
+    let planted = plant_temp(home.path(), "config.toml")?;
+    let adds = (0..WRITERS)
+        .map(|n| {
+            keel_process(home.path(), ws.path())
+                .args(["mcp", "add", &format!("server-{n}"), "--", "echo", "hi"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    all_succeed(adds)?;
+    let text = std::fs::read_to_string(home.path().join("config.toml"))?;
+    assert!(text.starts_with("# mine\n"), "{text}");
+    let config: toml::Table = text.parse()?;
+    let servers = config["mcp"]["servers"].as_table().ok_or("servers")?;
+    assert_eq!(servers.len(), WRITERS, "{text}");
+    assert!(!planted.exists(), "the killed writer's temp file is removed");
+    assert!(temp_files(home.path()).is_empty());
+    Ok(())
+}
+
+/// `keel key trust` eight times at once, each another key and namespace: trust.toml keeps all.
+#[test]
+fn concurrent_key_trusts_keep_every_key() -> R {
+    let tmp = tempfile::tempdir()?;
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws)?;
+    let author = tmp.path().join("author");
+    let user = tmp.path().join("user");
+    let registry = tmp.path().join("registry");
+    let keys = (0..WRITERS)
+        .map(|n| new_key(&author, &ws, &format!("k{n}"), &format!("ns{n}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    // A registry to bind the namespaces to.
+    keel(&author, &ws)
+        .arg("publish")
+        .arg(plugin_dir(tmp.path(), "p")?)
+        .args(["--key", "k0", "--registry"])
+        .arg(&registry)
+        .assert()
+        .success();
+    let trusts = keys
+        .iter()
+        .enumerate()
+        .map(|(n, key)| {
+            keel_process(&user, &ws)
+                .args(["key", "trust", key, "--namespace", &format!("ns{n}"), "--registry"])
+                .arg(&registry)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    all_succeed(trusts)?;
+    let trust = std::fs::read_to_string(user.join("trust.toml"))?;
+    for key in &keys {
+        assert!(trust.contains(key.as_str()), "{key} lost:\n{trust}");
+    }
+    Ok(())
+}
+
+/// `keel … | head -1`: the reader goes away; keel ends quietly (no panic, no exit 101).
+#[test]
+fn a_closed_stdout_ends_listings_quietly() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    common::use_scripted_model(home.path(), "[[step]]\ntext = \"Hello.\"\n")?;
+    keel(home.path(), ws.path()).args(["exec", "hi"]).assert().success();
+    let commands: [&[&str]; 4] = [
+        &["sessions", "list"],
+        &["plugin", "list"],
+        &["policy", "check", "ls -la"],
+        &["verify", "stats"],
+    ];
+    for args in commands {
+        let mut child = keel_process(home.path(), ws.path())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        // The reader closes its end before keel writes a line.
+        drop(child.stdout.take());
+        let out = child.wait_with_output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            matches!(out.status.code(), Some(0 | 141)),
+            "{args:?}: {:?} {stderr}",
+            out.status
+        );
+    }
+    Ok(())
+}
+
+/// Without the provider's key, `keel exec` names the variable at once (no provider retries)
+/// and points at `keel demo`.
+#[test]
+fn a_missing_api_key_is_named_before_any_request() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(home.path().join("config.toml"), "[model]\nprovider = \"openai\"\n")?;
+    let out = keel(home.path(), ws.path()).args(["exec", "hi"]).output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("set OPENAI_API_KEY"), "{stderr}");
+    assert!(stderr.contains("keel demo"), "{stderr}");
+    assert!(!stderr.contains("retry"), "{stderr}");
+    Ok(())
+}
+
+/// The content of the large file before and after the scripted edit.
+fn large_file() -> (Vec<u8>, Vec<u8>) {
+    let mut old = Vec::with_capacity(22_500_000);
+    let mut n = 0u64;
+    while old.len() < 22_400_000 {
+        old.extend_from_slice(format!("line {n:09} of a large file to edit\n").as_bytes());
+        n += 1;
+    }
+    old.extend_from_slice(b"THE LAST LINE\n");
+    let mut new = old.clone();
+    new.truncate(new.len() - b"THE LAST LINE\n".len());
+    new.extend_from_slice(b"THE EDITED LAST LINE\n");
+    (old, new)
+}
+
+const EDIT_SCRIPT: &str = r#"
+[[step]]
+text = "Editing."
+[[step.tool_calls]]
+name = "edit_file"
+arguments = { path = "big.txt", old_string = "THE LAST LINE", new_string = "THE EDITED LAST LINE" }
+[[step]]
+text = "Done."
+"#;
+
+/// `edit_file` on a 22 MB file, killed with SIGKILL at moments spread over the run: the file
+/// is always the whole old or the whole new content (it was left cut at 5 MiB when written in
+/// place), and the next run leaves no temp file.
+#[test]
+fn an_edit_of_a_large_file_killed_at_any_moment_leaves_the_old_or_the_new_file() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    common::use_scripted_model(home.path(), EDIT_SCRIPT)?;
+    let (old, new) = large_file();
+    let big = ws.path().join("big.txt");
+    let exec = || {
+        keel_process(home.path(), ws.path())
+            .args(["exec", "--approval", "auto", "edit it"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+    };
+    // One whole run, timed, to spread the kills over it.
+    std::fs::write(&big, &old)?;
+    let started = Instant::now();
+    let out = exec()?.wait_with_output()?;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let whole = started.elapsed();
+    assert!(std::fs::read(&big)? == new, "the edit did not land");
+
+    const KILLS: u32 = 16;
+    for k in 0..KILLS {
+        std::fs::write(&big, &old)?;
+        let mut child = exec()?;
+        std::thread::sleep(whole * k / KILLS);
+        let _ = child.kill();
+        let _ = child.wait();
+        let now = std::fs::read(&big)?;
+        assert!(
+            now == old || now == new,
+            "killed at {k}/{KILLS} of {whole:?}: {} bytes, neither old ({}) nor new ({})",
+            now.len(),
+            old.len(),
+            new.len()
+        );
+    }
+    std::fs::write(&big, &old)?;
+    let out = exec()?.wait_with_output()?;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let left: Vec<String> = std::fs::read_dir(ws.path())?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("keel-tmp"))
+        .collect();
+    assert!(left.is_empty(), "temp files left: {left:?}");
+    Ok(())
+}
