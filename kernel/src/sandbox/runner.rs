@@ -489,7 +489,10 @@ mod tests {
         let other = mark(".tmp1073741808", true);
         remove_stale_markers(dir.path());
         assert!(!dead_old.exists(), "a dead keel's old marker is removed");
-        assert!(dead_new.exists(), "a recent one may belong to another PID namespace");
+        assert!(
+            dead_new.exists(),
+            "a recent one may belong to another PID namespace"
+        );
         assert!(alive_old.exists(), "a running keel's marker is kept");
         assert!(other.exists(), "files that are not keel's are left alone");
     }

@@ -517,7 +517,10 @@ pub fn read_log(dir: &Path, id: &str) -> Result<LogRead, LogError> {
 
 /// Rebuilds the conversation of session `id` in `dir` as the log is read, without keeping
 /// its entries; the warnings of lines skipped.
-pub fn read_conversation(dir: &Path, id: &str) -> Result<(Conversation, Vec<LogWarning>), LogError> {
+pub fn read_conversation(
+    dir: &Path,
+    id: &str,
+) -> Result<(Conversation, Vec<LogWarning>), LogError> {
     let path = log_path(dir, id)?;
     let file = File::open(&path).map_err(io_err("reading", &path))?;
     let mut rebuild = Rebuild::default();
@@ -694,8 +697,12 @@ impl Rebuild {
                     message.clone()
                 };
                 if message.role == Role::Assistant {
-                    self.pending = message.tool_calls().map(|(id, _, _)| id.to_owned()).collect();
-                    self.pending_cut_off = *stop_reason == Some(keel_protocol::StopReason::MaxTokens);
+                    self.pending = message
+                        .tool_calls()
+                        .map(|(id, _, _)| id.to_owned())
+                        .collect();
+                    self.pending_cut_off =
+                        *stop_reason == Some(keel_protocol::StopReason::MaxTokens);
                 }
                 self.conversation.messages.push(message);
             }
@@ -779,9 +786,10 @@ impl Rebuild {
                 .any(|b| matches!(b, Block::ToolResult { call_id, .. } if call_id == id))
         };
         let missing: Vec<String> = pending.iter().filter(|id| !answered(id)).cloned().collect();
-        let orphans = message.content.iter().any(
-            |b| matches!(b, Block::ToolResult { call_id, .. } if !pending.contains(call_id)),
-        );
+        let orphans = message
+            .content
+            .iter()
+            .any(|b| matches!(b, Block::ToolResult { call_id, .. } if !pending.contains(call_id)));
         let in_order = message
             .content
             .iter()
@@ -879,7 +887,9 @@ impl Rebuild {
 /// A tool result whose call is lost, as text.
 fn orphan_text(call_id: &str, content: &str) -> Block {
     Block::Text {
-        text: format!("[keel] the result of tool call {call_id}, whose request is lost from the log:\n{content}"),
+        text: format!(
+            "[keel] the result of tool call {call_id}, whose request is lost from the log:\n{content}"
+        ),
     }
 }
 

@@ -326,7 +326,9 @@ fn well_formed(messages: &[Message]) -> Result<(), String> {
     }
     // The next request adds the person's words: calls left open now would never be answered.
     if !pending.is_empty() {
-        return Err(format!("the conversation ends with calls not answered: {pending:?}"));
+        return Err(format!(
+            "the conversation ends with calls not answered: {pending:?}"
+        ));
     }
     Ok(())
 }
@@ -403,14 +405,21 @@ fn calls_left_without_results_are_answered_where_they_stand() {
         msg(Role::Assistant, vec![call("a")]),
         msg(
             Role::User,
-            vec![Block::Text { text: "next".into() }, result("zz")],
+            vec![
+                Block::Text {
+                    text: "next".into(),
+                },
+                result("zz"),
+            ],
         ),
         msg(Role::Assistant, vec![call("b")]),
         msg(Role::Assistant, vec![Block::Text { text: "x".into() }]),
     ]));
     well_formed(&c.messages).expect("valid");
     assert_eq!(c.messages.len(), 5, "{:#?}", c.messages);
-    assert!(matches!(&c.messages[1].content[0], Block::ToolResult { call_id, .. } if call_id == "a"));
+    assert!(
+        matches!(&c.messages[1].content[0], Block::ToolResult { call_id, .. } if call_id == "a")
+    );
     assert!(c.messages[1].text().contains("ran zz"));
     assert!(c.tail_repair.is_none());
     // A whole log is left as it is.
@@ -433,7 +442,9 @@ fn calls_left_without_results_are_answered_where_they_stand() {
         stop_reason: Some(StopReason::MaxTokens),
         usage: None,
     }]));
-    assert!(matches!(&c.messages[1].content[0], Block::ToolResult { content, .. } if content == CUT_OFF_CALL));
+    assert!(
+        matches!(&c.messages[1].content[0], Block::ToolResult { content, .. } if content == CUT_OFF_CALL)
+    );
 }
 
 #[test]
@@ -446,14 +457,30 @@ fn an_over_long_line_is_skipped_without_being_held() {
         })
         .expect("serializes")
     };
-    let text = format!("{}\n{}\n{}\n{}", good(0), "x".repeat(100), good(1), "y".repeat(300));
+    let text = format!(
+        "{}\n{}\n{}\n{}",
+        good(0),
+        "x".repeat(100),
+        good(1),
+        "y".repeat(300)
+    );
     let mut read = LogRead::default();
     scan_entries_bounded(text.as_bytes(), 90, |item| read.add(item)).expect("reads");
     assert_eq!(read.lines.len(), 2, "{:?}", read.warnings);
     assert_eq!(read.warnings.len(), 2);
-    assert!(read.warnings[0].message.contains("100 bytes"), "{:?}", read.warnings);
+    assert!(
+        read.warnings[0].message.contains("100 bytes"),
+        "{:?}",
+        read.warnings
+    );
     assert_eq!(read.warnings[0].line, 2);
-    assert!(read.warnings[1].message.contains("torn last line (300 bytes"), "{:?}", read.warnings);
+    assert!(
+        read.warnings[1]
+            .message
+            .contains("torn last line (300 bytes"),
+        "{:?}",
+        read.warnings
+    );
 }
 
 #[test]
@@ -468,7 +495,10 @@ fn one_unreadable_log_does_not_hide_the_others() {
     let a = sessions.iter().find(|s| s.id == "a").expect("a");
     assert_eq!((a.entries, a.error.is_none()), (1, true));
     let b = sessions.iter().find(|s| s.id == "b").expect("b");
-    assert!(b.error.as_deref().is_some_and(|e| e.contains("b.jsonl")), "{b:?}");
+    assert!(
+        b.error.as_deref().is_some_and(|e| e.contains("b.jsonl")),
+        "{b:?}"
+    );
 }
 
 mod properties {
