@@ -6,6 +6,7 @@ mod common;
 mod agent;
 mod agent_wire;
 mod cli;
+mod crash_safety;
 mod exit_codes;
 mod interactive;
 mod learning;

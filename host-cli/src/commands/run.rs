@@ -80,6 +80,7 @@ pub async fn run(
     if prompt.is_some() {
         require_model_key(ctx)?;
     }
+    crate::session::handle_stop_signals();
     let session = Session::start(
         ctx,
         SessionOptions {
@@ -93,15 +94,24 @@ pub async fn run(
     .await?;
     say_session(&session);
     let code = match prompt {
-        Some(p) => exit_for(session.turn(&p).await?.end),
-        None => {
-            interactive(ctx, &session, &|| "› ".to_owned()).await?;
-            ExitCode::SUCCESS
-        }
+        Some(p) => session.turn(&p).await.map(|report| exit_for(report.end)),
+        None => interactive(ctx, &session, &|| "› ".to_owned())
+            .await
+            .map(|()| ExitCode::SUCCESS),
     };
     session.close().await;
     say_resume(&session);
-    Ok(code)
+    leave_if_signalled();
+    code
+}
+
+/// After SIGTERM or SIGHUP, once the session is closed (its turn ended and recorded): leave
+/// now with 128 + the signal's number, without waiting for a terminal read still pending.
+pub(crate) fn leave_if_signalled() {
+    if let Some(status) = crate::session::signal_exit_status() {
+        let _ = std::io::stdout().flush();
+        std::process::exit(i32::from(status));
+    }
 }
 
 /// The session's header: its id, workspace and the confinement of its commands.
@@ -132,6 +142,7 @@ pub async fn exec(
 ) -> anyhow::Result<ExitCode> {
     let json = !display.is_human();
     require_model_key(ctx)?;
+    crate::session::handle_stop_signals();
     let mut session = Session::start(
         ctx,
         SessionOptions {
@@ -148,7 +159,14 @@ pub async fn exec(
     if !json {
         eprintln!("{sandbox}");
     }
-    let report = session.turn(&prompt).await?;
+    let report = match session.turn(&prompt).await {
+        Ok(report) => report,
+        Err(e) => {
+            session.close().await;
+            leave_if_signalled();
+            return Err(e);
+        }
+    };
     if json {
         println!(
             "{}",
@@ -162,6 +180,7 @@ pub async fn exec(
         );
     }
     session.close().await;
+    leave_if_signalled();
     Ok(exit_for(report.end))
 }
 
@@ -282,6 +301,8 @@ pub(crate) async fn interactive(
             // A plain terminal or pipe: Ctrl-C is a signal. (The line editor reads raw and
             // answers `Interrupted` instead.)
             _ = tokio::signal::ctrl_c() => Reply::Interrupted,
+            // SIGTERM or SIGHUP: leave, as after `/exit`.
+            () = crate::session::terminated() => Reply::End,
         };
         let line = match reply {
             Reply::Line(line) => line,

@@ -8,6 +8,7 @@ mod input;
 mod loading;
 mod output;
 mod preview;
+mod signals;
 mod syntax;
 
 use std::io::IsTerminal as _;
@@ -29,6 +30,9 @@ pub(crate) use input::{Reply, prompt, use_line_editor};
 use output::Printer;
 pub(crate) use output::terminal_safe;
 pub use output::{Display, JSON_VERSION};
+pub(crate) use signals::{
+    exit_status as signal_exit_status, install as handle_stop_signals, terminated,
+};
 
 /// Settings of one session.
 pub struct SessionOptions {
@@ -193,12 +197,16 @@ impl Session {
     }
 
     /// Give the agent plugin the conversation of session `id`, read back from its log; the
-    /// number of messages.
+    /// number of messages. The log's `resume` repairs what an interrupted session left (a
+    /// call without its result is answered as interrupted) and records that repair in the
+    /// log, so the conversation is always one the provider accepts.
     async fn seed_conversation(&self, id: &str) -> anyhow::Result<usize> {
         #[derive(serde::Deserialize)]
         struct Conversation {
             messages: Vec<keel_protocol::Message>,
             warnings: Vec<Warning>,
+            #[serde(default)]
+            repairs: Vec<String>,
         }
         #[derive(serde::Deserialize)]
         struct Warning {
@@ -210,12 +218,19 @@ impl Session {
         let request = serde_json::json!({ "session": id });
         let answer = self
             .kernel
-            .call_service(services::SESSION_LOG, "conversation", &request.to_string())
+            .call_service(services::SESSION_LOG, "resume", &request.to_string())
             .await?;
         let conversation: Conversation = serde_json::from_str(&answer)
-            .context("the session log answered `conversation` with malformed JSON")?;
+            .context("the session log answered `resume` with malformed JSON")?;
         for w in &conversation.warnings {
-            eprintln!("warning: session `{id}` line {}: {}", w.line, w.message);
+            eprintln!(
+                "warning: session `{id}` line {}: {}",
+                w.line,
+                terminal_safe(&w.message)
+            );
+        }
+        for repair in &conversation.repairs {
+            eprintln!("note: session `{id}`: {}", terminal_safe(repair));
         }
         let payload = serde_json::json!({"session": id, "messages": conversation.messages});
         self.kernel
@@ -223,6 +238,35 @@ impl Session {
             .await
             .map_err(|e| anyhow::anyhow!("the agent plugin could not load session `{id}`: {e}"))?;
         Ok(conversation.messages.len())
+    }
+
+    /// Whether the session log wrote everything since it was last asked: an error naming
+    /// what failed (a full disk) when it did not. A session without a log plugin, or with
+    /// one that does not answer `health`, is taken at its word.
+    async fn check_log(&self) -> anyhow::Result<()> {
+        self.kernel.settle_events().await;
+        let Ok(answer) = self
+            .kernel
+            .call_service(services::SESSION_LOG, "health", "{}")
+            .await
+        else {
+            return Ok(());
+        };
+        let health: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
+        let failed = health["failed"].as_u64().unwrap_or(0);
+        if failed == 0 {
+            return Ok(());
+        }
+        anyhow::bail!(
+            "the session log could not record {failed} entr{} of this turn ({}); the record of \
+             session `{}` is incomplete. Free space in keel's home ({}), then `keel resume {}` \
+             continues from what was recorded",
+            if failed == 1 { "y" } else { "ies" },
+            terminal_safe(health["error"].as_str().unwrap_or("no reason given")),
+            self.id(),
+            self.home.display(),
+            self.id()
+        )
     }
 
     fn emit(&self, event: &SessionEvent) {
@@ -233,8 +277,15 @@ impl Session {
         }
     }
 
-    /// Run one turn, showing what happens; Ctrl-C cancels it.
+    /// Run one turn, showing what happens; Ctrl-C, SIGTERM and SIGHUP cancel it. An error
+    /// when the session log could not record it.
     pub async fn turn(&self, input: &str) -> anyhow::Result<TurnReport> {
+        if let Some(status) = signals::exit_status() {
+            anyhow::bail!(
+                "keel was asked to stop (signal {}) before the turn began",
+                i32::from(status) - 128
+            );
+        }
         let request = TurnRequest {
             session: self.id(),
             input: input.to_owned(),
@@ -246,6 +297,7 @@ impl Session {
         let report: TurnReport = serde_json::from_str(&answer)
             .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
         self.show_report(&report);
+        self.check_log().await?;
         Ok(report)
     }
 
@@ -339,9 +391,17 @@ impl Session {
         let call = kernel.call_service(services::AGENT, method, &payload);
         tokio::pin!(call);
         let mut interrupts = 0;
+        let mut terminating = false;
         let answer = loop {
             tokio::select! {
                 answer = &mut call => break answer,
+                // SIGTERM or SIGHUP: the turn ends as for Ctrl-C; a second signal leaves at
+                // once (`signals`).
+                () = signals::terminated(), if !terminating => {
+                    terminating = true;
+                    self.kernel.cancel_turn();
+                    input::interrupt();
+                }
                 // Ctrl-C: a signal, or the line editor's key at an approval question.
                 () = async {
                     tokio::select! {

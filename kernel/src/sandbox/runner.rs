@@ -257,6 +257,53 @@ pub(crate) fn start(launch: Launch<'_>, containment: &Containment) -> Result<Sta
     })
 }
 
+/// The name the file a command's final directory is written to begins with, in the system's
+/// temporary directory, followed by the pid of the keel that made it.
+const MARKER_PREFIX: &str = "keel-cwd-";
+
+/// A new marker file; the first time in a process, after removing the markers that killed
+/// keel processes left behind (a marker is removed when its command ends, which a process
+/// killed with SIGKILL never reaches).
+fn marker_file() -> std::io::Result<tempfile::NamedTempFile> {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(|| remove_stale_markers(&std::env::temp_dir()));
+    tempfile::Builder::new()
+        .prefix(&format!("{MARKER_PREFIX}{}-", std::process::id()))
+        .tempfile()
+}
+
+/// Remove the markers in `dir` whose keel no longer runs and that are older than the longest
+/// a command may run (so a keel in another PID namespace sharing the directory keeps its own).
+fn remove_stale_markers(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(MARKER_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let gone = pid > 0
+            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                == Err(nix::errno::Errno::ESRCH);
+        let old = entry
+            .metadata()
+            .ok()
+            .filter(std::fs::Metadata::is_file)
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > MAX_TIMEOUT);
+        if gone && old {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// Run `cmd` in `workspace` (canonical), confined as `containment` says. Environment variables
 /// named in `hidden` (the kernel-held secrets) are removed from the child's environment. With
 /// `network` (the command may use the network) a sandboxed command reaches it only through
@@ -275,7 +322,7 @@ pub(crate) async fn run(
         Duration::ZERO => DEFAULT_TIMEOUT,
         t => t.min(MAX_TIMEOUT),
     };
-    let marker = tempfile::NamedTempFile::new().map_err(|e| ExecError::Spawn(e.to_string()))?;
+    let marker = marker_file().map_err(|e| ExecError::Spawn(e.to_string()))?;
     // stderr joins stdout for the whole script, so the model sees both in the order they
     // happened; the final directory goes to a private file, not into the output.
     let script = format!(
@@ -422,6 +469,33 @@ async fn kill_group(child: &mut tokio::process::Child) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn markers_of_keel_processes_gone_for_long_are_removed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let old = std::time::SystemTime::now() - MAX_TIMEOUT - Duration::from_secs(60);
+        let mark = |name: &str, aged: bool| {
+            let path = dir.path().join(name);
+            let file = std::fs::File::create(&path).expect("create");
+            if aged {
+                file.set_modified(old).expect("age");
+            }
+            path
+        };
+        // No process has pid 0x3fff_fff0 (above Linux's pid_max).
+        let dead_old = mark("keel-cwd-1073741808-abc", true);
+        let dead_new = mark("keel-cwd-1073741808-def", false);
+        let alive_old = mark(&format!("keel-cwd-{}-ghi", std::process::id()), true);
+        let other = mark(".tmp1073741808", true);
+        remove_stale_markers(dir.path());
+        assert!(!dead_old.exists(), "a dead keel's old marker is removed");
+        assert!(
+            dead_new.exists(),
+            "a recent one may belong to another PID namespace"
+        );
+        assert!(alive_old.exists(), "a running keel's marker is kept");
+        assert!(other.exists(), "files that are not keel's are left alone");
+    }
 
     fn ws() -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");

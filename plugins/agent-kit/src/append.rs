@@ -27,6 +27,18 @@ impl Appender {
     pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.inner.append(bytes)
     }
+
+    /// Asks the operating system to put what was appended on the disk (a power loss then
+    /// loses nothing before this point; a killed process never loses a finished append).
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.inner.sync()
+    }
+
+    /// Cuts the file to `len` bytes (a torn last record), so the next append follows the
+    /// last whole one.
+    pub fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.inner.truncate(len)
+    }
 }
 
 #[cfg(not(all(target_os = "wasi", target_env = "p2")))]
@@ -51,6 +63,14 @@ mod imp {
             self.0.write_all(bytes)?;
             self.0.flush()
         }
+
+        pub(super) fn truncate(&mut self, len: u64) -> io::Result<()> {
+            self.0.set_len(len)
+        }
+
+        pub(super) fn sync(&mut self) -> io::Result<()> {
+            self.0.sync_data()
+        }
     }
 }
 
@@ -69,7 +89,7 @@ mod imp {
     pub(super) struct Appender {
         // Declared first so it is dropped first: a stream must not outlive its descriptor.
         stream: OutputStream,
-        _file: Descriptor,
+        file: Descriptor,
     }
 
     impl std::fmt::Debug for Appender {
@@ -125,10 +145,7 @@ mod imp {
             let stream = file
                 .append_via_stream()
                 .map_err(|e| other("opening an append stream", e))?;
-            Ok(Appender {
-                stream,
-                _file: file,
-            })
+            Ok(Appender { stream, file })
         }
 
         pub(super) fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
@@ -143,6 +160,19 @@ mod imp {
                     })?;
             }
             Ok(())
+        }
+
+        pub(super) fn sync(&mut self) -> io::Result<()> {
+            self.file
+                .sync_data()
+                .map_err(|e| other("syncing", format!("{e:?}")))
+        }
+
+        pub(super) fn truncate(&mut self, len: u64) -> io::Result<()> {
+            // The append stream writes at the end of the file, wherever that now is.
+            self.file
+                .set_size(len)
+                .map_err(|e| other("truncating", format!("{e:?}")))
         }
     }
 }
@@ -162,5 +192,16 @@ mod tests {
         let text = std::fs::read(&path).expect("read");
         assert!(text.starts_with(b"first\nsecond\n"));
         assert_eq!(text.len(), 13 + 10_000);
+    }
+
+    #[test]
+    fn a_truncated_file_is_appended_to_at_its_new_end() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("log.jsonl");
+        std::fs::write(&path, b"whole\ntorn-li").expect("seed");
+        let mut a = Appender::open(&path).expect("open");
+        a.truncate(6).expect("truncate");
+        a.append(b"next\n").expect("append");
+        assert_eq!(std::fs::read(&path).expect("read"), b"whole\nnext\n");
     }
 }

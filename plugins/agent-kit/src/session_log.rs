@@ -1,14 +1,17 @@
 //! The session log's file logic: one append-only JSONL file per session,
 //! `<dir>/<session-id>.jsonl`, one [`LogLine`] per line.
 //!
-//! Reading is never fatal over content: a torn last line (no trailing newline, or unparsable)
-//! and malformed lines in the middle are skipped and reported as [`LogWarning`]s.
+//! Reading is never fatal over content: a torn last line (no trailing newline, or unparsable),
+//! malformed lines in the middle and lines over [`MAX_LINE_BYTES`] are skipped and reported as
+//! [`LogWarning`]s, and a log is read a buffer at a time. Appending first repairs a torn last
+//! line ([`LogWriter::open`]); rebuilding a conversation repairs what an interrupted writer
+//! left ([`Rebuild`]).
 
 use std::fs::{self, File};
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, BufRead, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use keel_protocol::{LogLine, Message, Role, SessionEvent, ToolDef};
+use keel_protocol::{Block, LogLine, Message, Role, SessionEvent, ToolDef};
 
 use crate::append::Appender;
 use serde::Serialize;
@@ -125,8 +128,10 @@ pub struct LogWriter {
 
 impl LogWriter {
     /// Opens (creating `dir` and the file as needed) the log of session `id` for appending.
-    /// Sequence numbers continue after the last complete entry. A torn last line is completed
-    /// with a newline: kept as an entry when it parses, otherwise left as a skipped line.
+    /// Sequence numbers continue after the last complete entry. A torn last line (an
+    /// interrupted writer, a full disk) is repaired before anything is appended: completed
+    /// with a newline when it parses as a whole entry, cut off otherwise, so every line
+    /// before the end of the file is whole and nothing is ever written after a torn line.
     pub fn open(dir: &Path, id: &str) -> Result<LogWriter, LogError> {
         let path = log_path(dir, id)?;
         fs::create_dir_all(dir).map_err(io_err("creating the directory of", dir))?;
@@ -135,22 +140,34 @@ impl LogWriter {
         // nothing inside a WASI guest.
         let mut reader = File::open(&path).map_err(io_err("opening", &path))?;
         let tail = scan_tail(&mut reader).map_err(io_err("reading", &path))?;
-        let next_seq = match (&tail.torn, tail.last_seq) {
-            (Some(line), _) => line.seq + 1,
-            (None, Some(seq)) => seq + 1,
-            (None, None) if tail.size > 0 && !tail.whole_file => {
-                // Nothing parsable in the tail window: count the whole file.
-                read_log_file(&path)?.lines.last().map_or(0, |l| l.seq + 1)
-            }
-            (None, None) => 0,
+        let mut next_seq = match (&tail.torn, tail.last_seq) {
+            (Some(Torn::Whole(line)), _) => Some(line.seq + 1),
+            (_, Some(seq)) => Some(seq + 1),
+            (_, None) => None,
         };
-        if tail.needs_newline {
-            file.append(b"\n").map_err(io_err("repairing", &path))?;
+        match &tail.torn {
+            None => {}
+            Some(Torn::Whole(_)) => file.append(b"\n").map_err(io_err("repairing", &path))?,
+            Some(Torn::Partial { keep }) => file
+                .truncate(*keep)
+                .map_err(io_err("cutting the torn last line of", &path))?,
+        }
+        if next_seq.is_none() && tail.size > 0 && !tail.whole_file {
+            // Nothing parsable in the tail window: count through the whole file.
+            let mut last = None;
+            let file = File::open(&path).map_err(io_err("opening", &path))?;
+            scan_entries(file, |item| {
+                if let Item::Entry(line) = item {
+                    last = Some(line.seq);
+                }
+            })
+            .map_err(io_err("reading", &path))?;
+            next_seq = last.map(|seq| seq + 1);
         }
         Ok(LogWriter {
             file,
             path,
-            next_seq,
+            next_seq: next_seq.unwrap_or(0),
             buf: Vec::with_capacity(1024),
         })
     }
@@ -175,6 +192,12 @@ impl LogWriter {
             .map_err(io_err("appending to", &self.path))?;
         self.next_seq += 1;
         Ok(seq)
+    }
+
+    /// Puts what was appended on the disk (`fdatasync`): called where a turn ends, so a power
+    /// loss costs at most the turn in flight.
+    pub fn sync(&mut self) -> Result<(), LogError> {
+        self.file.sync().map_err(io_err("syncing", &self.path))
     }
 
     /// Appends several events with one write; returns the first one's sequence number.
@@ -215,13 +238,19 @@ impl LogWriter {
     }
 }
 
+/// What follows the file's last newline.
+enum Torn {
+    /// A whole entry that only lacks its newline.
+    Whole(LogLine),
+    /// Part of a line: the file is cut back to `keep` bytes (just after the last newline).
+    Partial { keep: u64 },
+}
+
 struct Tail {
     size: u64,
     /// The last complete line's seq within the scanned window.
     last_seq: Option<u64>,
-    /// A final line without newline that still parses.
-    torn: Option<LogLine>,
-    needs_newline: bool,
+    torn: Option<Torn>,
     whole_file: bool,
 }
 
@@ -233,12 +262,22 @@ fn scan_tail(file: &mut File) -> io::Result<Tail> {
     file.seek(SeekFrom::Start(start))?;
     let mut bytes = Vec::with_capacity((size - start) as usize);
     file.read_to_end(&mut bytes)?;
-    let needs_newline = bytes.last().is_some_and(|&b| b != b'\n');
     let mut complete: &[u8] = &bytes;
     let mut torn = None;
-    if needs_newline {
-        let cut = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        torn = serde_json::from_slice::<LogLine>(&bytes[cut..]).ok();
+    if bytes.last().is_some_and(|&b| b != b'\n') {
+        let keep = match bytes.iter().rposition(|&b| b == b'\n') {
+            Some(i) => Some(start + i as u64 + 1),
+            None if start == 0 => Some(0),
+            // A torn line longer than the window: find where it began.
+            None => last_newline_before(file, start)?.map(|i| i + 1).or(Some(0)),
+        };
+        let cut = keep.map_or(0, |k| k.saturating_sub(start) as usize);
+        torn = Some(match serde_json::from_slice::<LogLine>(&bytes[cut..]) {
+            Ok(line) if keep.is_some_and(|k| k >= start) => Torn::Whole(line),
+            _ => Torn::Partial {
+                keep: keep.unwrap_or(0),
+            },
+        });
         complete = &bytes[..cut];
     }
     // The first line of a window that starts mid-file may be partial: it just fails to parse.
@@ -252,9 +291,24 @@ fn scan_tail(file: &mut File) -> io::Result<Tail> {
         size,
         last_seq,
         torn,
-        needs_newline,
         whole_file: start == 0,
     })
+}
+
+/// The offset of the last newline before `end`, reading backwards a window at a time.
+fn last_newline_before(file: &mut File, mut end: u64) -> io::Result<Option<u64>> {
+    let mut buf = vec![0u8; TAIL_WINDOW as usize];
+    while end > 0 {
+        let start = end.saturating_sub(TAIL_WINDOW);
+        let len = (end - start) as usize;
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut buf[..len])?;
+        if let Some(i) = buf[..len].iter().rposition(|&b| b == b'\n') {
+            return Ok(Some(start + i as u64));
+        }
+        end = start;
+    }
+    Ok(None)
 }
 
 /// A problem found while reading a log; the line was skipped.
@@ -275,67 +329,208 @@ pub struct LogRead {
     pub warnings: Vec<LogWarning>,
 }
 
-/// Parses the content of a log file.
-pub fn parse_log(bytes: &[u8]) -> LogRead {
-    let mut read = LogRead::default();
-    let mut rest = bytes;
-    let mut number = 0;
-    while !rest.is_empty() {
-        number += 1;
-        let (line, terminated) = match rest.iter().position(|&b| b == b'\n') {
-            Some(i) => {
-                let line = &rest[..i];
-                rest = &rest[i + 1..];
-                (line, true)
-            }
-            None => {
-                let line = rest;
-                rest = &[];
-                (line, false)
-            }
+/// The longest line read back. A longer one is skipped with a warning and never held in
+/// memory whole, so one huge line (a runaway tool output, a corrupted file) cannot make a
+/// log, or the listing of every log, unreadable.
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
+/// One line of a log as a scan meets it.
+#[derive(Debug)]
+pub(crate) enum Item {
+    /// An entry that parsed.
+    Entry(LogLine),
+    /// A line that was skipped, and why.
+    Skipped(LogWarning),
+}
+
+/// Reads a log from `reader` a buffer at a time, handing each entry or skipped line to
+/// `each`; memory stays within [`MAX_LINE_BYTES`] and a buffer whatever the file holds.
+pub(crate) fn scan_entries(reader: impl Read, each: impl FnMut(Item)) -> io::Result<()> {
+    scan_entries_bounded(reader, MAX_LINE_BYTES, each)
+}
+
+fn scan_entries_bounded(
+    reader: impl Read,
+    max_line: usize,
+    mut each: impl FnMut(Item),
+) -> io::Result<()> {
+    let mut scan = Scan {
+        line: Vec::new(),
+        oversized: None,
+        number: 0,
+        unparsed: None,
+        max_line,
+    };
+    let mut reader = io::BufReader::with_capacity(64 * 1024, reader);
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
         };
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        if !terminated {
-            read.warnings.push(LogWarning {
-                line: number,
-                message: format!(
-                    "torn last line ({} bytes without a trailing newline) skipped; the writer was probably interrupted",
-                    line.len()
-                ),
-            });
+        if buf.is_empty() {
             break;
         }
-        match serde_json::from_slice::<LogLine>(line) {
-            Ok(entry) => read.lines.push(entry),
-            Err(e) => {
-                let last = rest.iter().all(u8::is_ascii_whitespace);
-                let what = if last {
-                    "torn last line"
-                } else {
-                    "malformed line"
-                };
-                read.warnings.push(LogWarning {
-                    line: number,
-                    message: format!("{what} skipped: {e}"),
-                });
+        let (piece, used, ends) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], i + 1, true),
+            None => (buf, buf.len(), false),
+        };
+        scan.take(piece);
+        reader.consume(used);
+        if ends {
+            scan.end_line(&mut each);
+        }
+    }
+    scan.finish(&mut each);
+    Ok(())
+}
+
+/// The state of [`scan_entries`] between buffers.
+struct Scan {
+    /// The current line so far (empty once it is known to be over the bound).
+    line: Vec<u8>,
+    /// The current line's length, once it passed the bound.
+    oversized: Option<u64>,
+    /// 1-based number of the current line.
+    number: usize,
+    /// A line that did not parse: malformed if anything follows it, torn if it was the last.
+    unparsed: Option<(usize, String)>,
+    max_line: usize,
+}
+
+impl Scan {
+    fn take(&mut self, piece: &[u8]) {
+        if let Some(len) = &mut self.oversized {
+            *len += piece.len() as u64;
+        } else if self.line.len() + piece.len() > self.max_line {
+            self.oversized = Some((self.line.len() + piece.len()) as u64);
+            self.line = Vec::new();
+        } else {
+            self.line.extend_from_slice(piece);
+        }
+    }
+
+    /// The previous unparsable line was not the last one.
+    fn flush_unparsed(&mut self, each: &mut impl FnMut(Item)) {
+        if let Some((line, error)) = self.unparsed.take() {
+            each(Item::Skipped(LogWarning {
+                line,
+                message: format!("malformed line skipped: {error}"),
+            }));
+        }
+    }
+
+    fn end_line(&mut self, each: &mut impl FnMut(Item)) {
+        self.number += 1;
+        let line = std::mem::take(&mut self.line);
+        if let Some(len) = self.oversized.take() {
+            self.flush_unparsed(each);
+            each(Item::Skipped(LogWarning {
+                line: self.number,
+                message: format!(
+                    "line of {len} bytes skipped: it is longer than the {} bytes a log line \
+                     may be",
+                    self.max_line
+                ),
+            }));
+            return;
+        }
+        let text = line.strip_suffix(b"\r").unwrap_or(&line);
+        if text.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        self.flush_unparsed(each);
+        match serde_json::from_slice::<LogLine>(text) {
+            Ok(entry) => each(Item::Entry(entry)),
+            Err(e) => self.unparsed = Some((self.number, e.to_string())),
+        }
+        self.line = line;
+        self.line.clear();
+    }
+
+    fn finish(mut self, each: &mut impl FnMut(Item)) {
+        let len = match self.oversized {
+            Some(len) => Some(len),
+            None if self.line.iter().all(u8::is_ascii_whitespace) => None,
+            // A whole entry that only lacks its newline is kept, as the writer keeps it.
+            None => match serde_json::from_slice::<LogLine>(&self.line) {
+                Ok(entry) => {
+                    self.flush_unparsed(each);
+                    each(Item::Entry(entry));
+                    None
+                }
+                Err(_) => Some(self.line.len() as u64),
+            },
+        };
+        match len {
+            Some(len) => {
+                self.flush_unparsed(each);
+                each(Item::Skipped(LogWarning {
+                    line: self.number + 1,
+                    message: format!(
+                        "torn last line ({len} bytes without a trailing newline) skipped; the \
+                         writer was probably interrupted"
+                    ),
+                }));
+            }
+            None => {
+                if let Some((line, error)) = self.unparsed.take() {
+                    each(Item::Skipped(LogWarning {
+                        line,
+                        message: format!("torn last line skipped: {error}"),
+                    }));
+                }
             }
         }
     }
+}
+
+/// Parses the content of a log file.
+pub fn parse_log(bytes: &[u8]) -> LogRead {
+    let mut read = LogRead::default();
+    // Reading from a slice cannot fail.
+    let _ = scan_entries(bytes, |item| read.add(item));
     read
 }
 
-/// Reads and parses the log file at `path`.
+impl LogRead {
+    fn add(&mut self, item: Item) {
+        match item {
+            Item::Entry(line) => self.lines.push(line),
+            Item::Skipped(warning) => self.warnings.push(warning),
+        }
+    }
+}
+
+/// Reads and parses the log file at `path`, a line at a time.
 pub fn read_log_file(path: &Path) -> Result<LogRead, LogError> {
-    let bytes = fs::read(path).map_err(io_err("reading", path))?;
-    Ok(parse_log(&bytes))
+    let file = File::open(path).map_err(io_err("reading", path))?;
+    let mut read = LogRead::default();
+    scan_entries(file, |item| read.add(item)).map_err(io_err("reading", path))?;
+    Ok(read)
 }
 
 /// Reads and parses the log of session `id` in `dir`.
 pub fn read_log(dir: &Path, id: &str) -> Result<LogRead, LogError> {
     read_log_file(&log_path(dir, id)?)
+}
+
+/// Rebuilds the conversation of session `id` in `dir` as the log is read, without keeping
+/// its entries; the warnings of lines skipped.
+pub fn read_conversation(
+    dir: &Path,
+    id: &str,
+) -> Result<(Conversation, Vec<LogWarning>), LogError> {
+    let path = log_path(dir, id)?;
+    let file = File::open(&path).map_err(io_err("reading", &path))?;
+    let mut rebuild = Rebuild::default();
+    let mut warnings = Vec::new();
+    scan_entries(file, |item| match item {
+        Item::Entry(line) => rebuild.push(&line),
+        Item::Skipped(warning) => warnings.push(warning),
+    })
+    .map_err(io_err("reading", &path))?;
+    Ok((rebuild.finish(), warnings))
 }
 
 /// One session as `list` shows it.
@@ -353,10 +548,45 @@ pub struct SessionSummary {
     pub preview: Option<String>,
     /// Lines skipped while reading.
     pub warnings: usize,
+    /// Why the log could not be read (the others are still listed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The summary of the log at `path`, read a line at a time.
+fn summarize(id: &str, path: &Path) -> SessionSummary {
+    let mut summary = SessionSummary {
+        id: id.to_owned(),
+        first_time_ms: None,
+        last_time_ms: None,
+        entries: 0,
+        preview: None,
+        warnings: 0,
+        error: None,
+    };
+    let scanned = File::open(path).and_then(|file| {
+        scan_entries(file, |item| match item {
+            Item::Entry(line) => {
+                summary.entries += 1;
+                summary.first_time_ms.get_or_insert(line.time_ms);
+                summary.last_time_ms = summary.last_time_ms.max(Some(line.time_ms));
+                if summary.preview.is_none() {
+                    summary.preview = first_user_text(std::slice::from_ref(&line))
+                        .map(|t| crate::text::preview(&t, PREVIEW_CHARS));
+                }
+            }
+            Item::Skipped(_) => summary.warnings += 1,
+        })
+    });
+    if let Err(e) = scanned {
+        summary.error = Some(io_err("reading", path)(e).to_string());
+    }
+    summary
 }
 
 /// The sessions logged in `dir`, most recently active first. Files whose name is not a valid
-/// session id are ignored; a missing directory is an empty list.
+/// session id are ignored; a missing directory is an empty list; a log that cannot be read is
+/// listed with its error, never hiding the others.
 pub fn list(dir: &Path) -> Result<Vec<SessionSummary>, LogError> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -365,7 +595,7 @@ pub fn list(dir: &Path) -> Result<Vec<SessionSummary>, LogError> {
     };
     let mut sessions = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(io_err("listing", dir))?;
+        let Ok(entry) = entry else { continue };
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(id) = name.strip_suffix(&format!(".{LOG_EXTENSION}")) else {
             continue;
@@ -373,15 +603,7 @@ pub fn list(dir: &Path) -> Result<Vec<SessionSummary>, LogError> {
         if validate_session_id(id).is_err() {
             continue;
         }
-        let read = read_log_file(&entry.path())?;
-        sessions.push(SessionSummary {
-            id: id.to_string(),
-            first_time_ms: read.lines.first().map(|l| l.time_ms),
-            last_time_ms: read.lines.iter().map(|l| l.time_ms).max(),
-            entries: read.lines.len(),
-            preview: first_user_text(&read.lines).map(|t| crate::text::preview(&t, PREVIEW_CHARS)),
-            warnings: read.warnings.len(),
-        });
+        sessions.push(summarize(id, &entry.path()));
     }
     sessions.sort_by(|a, b| {
         b.last_time_ms
@@ -413,28 +635,92 @@ pub struct ContextSnapshot {
 /// What the next model request would carry, rebuilt from a log.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Conversation {
-    /// The messages, oldest first.
+    /// The messages, oldest first; every tool call is followed by its result in the next
+    /// message, and every result follows its call (see [`Rebuild`]).
     pub messages: Vec<Message>,
     /// The latest context, if any was logged.
     pub context: Option<ContextSnapshot>,
+    /// What the rebuild had to mend, in words (empty for a log written whole).
+    pub repairs: Vec<String>,
+    /// The results made up for calls at the log's end that have none (keel stopped between a
+    /// model's answer and its results): already the last message of `messages`. A resume
+    /// appends it to the log, so the log itself then holds a valid conversation.
+    pub tail_repair: Option<Message>,
 }
 
-/// Rebuilds the conversation from `Message` entries (and `Compacted` ones, where they stand),
-/// and takes the latest `Context`.
-pub fn conversation(lines: &[LogLine]) -> Conversation {
-    let mut conversation = Conversation::default();
-    for line in lines {
+/// The result of a tool call that keel stopped before it could record.
+pub const INTERRUPTED_CALL: &str = "[keel] interrupted: keel stopped (it was killed, crashed or \
+    could not write its log) after the model asked for this call and before its result was \
+    recorded. It may have run, in whole or in part: check its effects before running it again.";
+
+/// The result of a call from an answer cut at the output limit, which the kernel never runs.
+pub const CUT_OFF_CALL: &str = "[keel] not executed: the answer asking for this call was cut \
+    at the output limit, and keel stopped before recording a result; the call did not run.";
+
+/// Rebuilds a conversation entry by entry, repairing what an interrupted writer left so the
+/// result is always a request both wire formats accept:
+/// - a tool call whose result is missing (keel was killed between the model's answer and the
+///   results, or the results' line was torn) gets one: the outcome the log recorded for it if
+///   there is one, otherwise [`INTERRUPTED_CALL`] (or [`CUT_OFF_CALL`] when the kernel cannot
+///   have run it), in the message right after the call, before any text there;
+/// - a tool result whose call is not in the message before it (that message was lost) becomes
+///   text, since providers refuse a result without its call.
+///
+/// Repairs happen where the entry stands, before a later `Compacted` entry is applied, so the
+/// counts that entry carries still line up.
+#[derive(Debug, Default)]
+pub struct Rebuild {
+    conversation: Conversation,
+    /// The calls of the last message, when it is the model's and has calls, in order.
+    pending: Vec<String>,
+    /// Whether that message was cut at the output limit.
+    pending_cut_off: bool,
+    /// Outcomes the log recorded for pending calls.
+    outcomes: Vec<keel_protocol::ToolOutcome>,
+}
+
+impl Rebuild {
+    /// Takes in one entry.
+    pub fn push(&mut self, line: &LogLine) {
         match &line.event {
-            SessionEvent::Message { message, .. } => conversation.messages.push(message.clone()),
+            SessionEvent::Message {
+                message,
+                stop_reason,
+                ..
+            } => {
+                let message = if self.pending.is_empty() {
+                    self.without_orphans(message.clone(), line.seq)
+                } else if message.role == Role::User {
+                    self.answer_pending(message.clone(), line.seq)
+                } else {
+                    self.close_pending(line.seq);
+                    message.clone()
+                };
+                if message.role == Role::Assistant {
+                    self.pending = message
+                        .tool_calls()
+                        .map(|(id, _, _)| id.to_owned())
+                        .collect();
+                    self.pending_cut_off =
+                        *stop_reason == Some(keel_protocol::StopReason::MaxTokens);
+                }
+                self.conversation.messages.push(message);
+            }
+            SessionEvent::ToolOutcome { outcome, .. } => {
+                if self.pending.contains(&outcome.call_id) {
+                    self.outcomes.push(outcome.clone());
+                }
+            }
             // Where the agent loop compacted, the conversation it went on with.
             SessionEvent::Compacted {
                 replaced, summary, ..
             } => {
-                conversation.messages =
-                    crate::compaction::apply(&conversation.messages, *replaced, summary);
+                self.close_pending(line.seq);
+                self.conversation.messages =
+                    crate::compaction::apply(&self.conversation.messages, *replaced, summary);
             }
             SessionEvent::Context { system, tools, .. } => {
-                conversation.context = Some(ContextSnapshot {
+                self.conversation.context = Some(ContextSnapshot {
                     system: system.clone(),
                     tools: tools.clone(),
                 });
@@ -442,7 +728,179 @@ pub fn conversation(lines: &[LogLine]) -> Conversation {
             _ => {}
         }
     }
-    conversation
+
+    /// The conversation, its last calls answered.
+    pub fn finish(mut self) -> Conversation {
+        if !self.pending.is_empty() {
+            self.close_pending(u64::MAX);
+            self.conversation.tail_repair = self.conversation.messages.last().cloned();
+        }
+        self.conversation
+    }
+
+    /// The result block for pending call `id`, which has none in the log's messages.
+    fn made_up_result(&mut self, id: &str) -> Block {
+        if let Some(outcome) = self.outcomes.iter().find(|o| o.call_id == id) {
+            return Block::ToolResult {
+                call_id: id.to_owned(),
+                content: outcome.content.clone(),
+                is_error: outcome.is_error(),
+            };
+        }
+        Block::ToolResult {
+            call_id: id.to_owned(),
+            content: if self.pending_cut_off {
+                CUT_OFF_CALL
+            } else {
+                INTERRUPTED_CALL
+            }
+            .to_owned(),
+            is_error: true,
+        }
+    }
+
+    /// The pending calls get their results in a message of their own (the next message is
+    /// the model's, or there is none).
+    fn close_pending(&mut self, seq: u64) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let content: Vec<Block> = pending.iter().map(|id| self.made_up_result(id)).collect();
+        self.note(seq, &pending, &content);
+        self.outcomes.clear();
+        self.conversation.messages.push(Message {
+            role: Role::User,
+            content,
+        });
+    }
+
+    /// `message` (the person's side, after the model's calls) with a result for each call:
+    /// its own where it has one, made up otherwise, all before its other blocks.
+    fn answer_pending(&mut self, message: Message, seq: u64) -> Message {
+        let pending = std::mem::take(&mut self.pending);
+        let answered = |id: &str| {
+            message
+                .content
+                .iter()
+                .any(|b| matches!(b, Block::ToolResult { call_id, .. } if call_id == id))
+        };
+        let missing: Vec<String> = pending.iter().filter(|id| !answered(id)).cloned().collect();
+        let orphans = message
+            .content
+            .iter()
+            .any(|b| matches!(b, Block::ToolResult { call_id, .. } if !pending.contains(call_id)));
+        let in_order = message
+            .content
+            .iter()
+            .take_while(|b| matches!(b, Block::ToolResult { .. }))
+            .count()
+            == message
+                .content
+                .iter()
+                .filter(|b| matches!(b, Block::ToolResult { .. }))
+                .count();
+        if missing.is_empty() && !orphans && in_order {
+            self.outcomes.clear();
+            return message;
+        }
+        let mut results = Vec::new();
+        let mut rest = Vec::new();
+        let mut seen: Vec<String> = Vec::new();
+        for block in message.content {
+            match block {
+                Block::ToolResult { ref call_id, .. }
+                    if pending.contains(call_id) && !seen.contains(call_id) =>
+                {
+                    seen.push(call_id.clone());
+                    results.push(block);
+                }
+                Block::ToolResult {
+                    call_id, content, ..
+                } => rest.push(orphan_text(&call_id, &content)),
+                other => rest.push(other),
+            }
+        }
+        let made: Vec<Block> = missing.iter().map(|id| self.made_up_result(id)).collect();
+        self.note(seq, &missing, &made);
+        self.outcomes.clear();
+        results.extend(made);
+        results.extend(rest);
+        Message {
+            role: message.role,
+            content: results,
+        }
+    }
+
+    /// `message` with any tool result (no call precedes it here) turned into text.
+    fn without_orphans(&mut self, message: Message, seq: u64) -> Message {
+        if !message
+            .content
+            .iter()
+            .any(|b| matches!(b, Block::ToolResult { .. }))
+        {
+            return message;
+        }
+        self.conversation.repairs.push(format!(
+            "entry {seq}: tool results without their call (its entry was lost) kept as text"
+        ));
+        Message {
+            role: message.role,
+            content: message
+                .content
+                .into_iter()
+                .map(|b| match b {
+                    Block::ToolResult {
+                        call_id, content, ..
+                    } => orphan_text(&call_id, &content),
+                    other => other,
+                })
+                .collect(),
+        }
+    }
+
+    fn note(&mut self, seq: u64, ids: &[String], made: &[Block]) {
+        if ids.is_empty() {
+            return;
+        }
+        let recorded = made
+            .iter()
+            .filter(|b| {
+                matches!(b, Block::ToolResult { content, .. }
+                    if content != INTERRUPTED_CALL && content != CUT_OFF_CALL)
+            })
+            .count();
+        let at = if seq == u64::MAX {
+            "at the end of the log".to_owned()
+        } else {
+            format!("before entry {seq}")
+        };
+        self.conversation.repairs.push(format!(
+            "{at}: {} tool call(s) without a result in the conversation ({}); {recorded} \
+             answered with the outcome the log recorded, the others marked interrupted",
+            ids.len(),
+            ids.join(", ")
+        ));
+    }
+}
+
+/// A tool result whose call is lost, as text.
+fn orphan_text(call_id: &str, content: &str) -> Block {
+    Block::Text {
+        text: format!(
+            "[keel] the result of tool call {call_id}, whose request is lost from the log:\n{content}"
+        ),
+    }
+}
+
+/// Rebuilds the conversation from `Message` entries (and `Compacted` ones, where they stand),
+/// and takes the latest `Context`; repaired as [`Rebuild`] says.
+pub fn conversation(lines: &[LogLine]) -> Conversation {
+    let mut rebuild = Rebuild::default();
+    for line in lines {
+        rebuild.push(line);
+    }
+    rebuild.finish()
 }
 
 #[cfg(test)]

@@ -9,14 +9,25 @@
 //! - `list` (payload ignored) → `[SessionSummary]`, most recently active first.
 //! - `read` (`{"session": id}`) → `{"lines": [LogLine], "warnings": [{"line", "message"}]}`.
 //! - `conversation` (`{"session": id}`) → `{"messages": [Message], "context": {"system",
-//!   "tools"} | null, "warnings": [...]}`.
+//!   "tools"} | null, "warnings": [...], "repairs": [text]}`: the conversation as the next
+//!   request would carry it, repaired so every tool call has its result
+//!   (`keel_agent_kit::session_log::Rebuild`).
+//! - `resume` (`{"session": id}`) → the same as `conversation`, and when calls at the log's
+//!   end had no result, the results made up for them are appended to the log (with a
+//!   `turn_ended` entry saying the turn was interrupted), so the log itself is whole again.
+//! - `health` (payload ignored) → `{"failed": n, "error": text | null}`: how many entries
+//!   could not be written since the last `health` (a full disk), and the last error; the host
+//!   asks after each turn, so a turn whose record is incomplete does not pass for a good one.
 //!
 //! A child agent's entries arrive on `subagent.event` (the kernel lets only the plugin serving
 //! that child's tool call emit them, naming that call); each is filed, as a `subagent` entry,
 //! in the log of the session whose model made that call, which resume never replays.
 //!
-//! A torn last line (an interrupted writer) is skipped with a warning, never fatal; the next
-//! append closes it off and continues the sequence.
+//! A torn last line (an interrupted writer, a full disk) is skipped with a warning, never
+//! fatal; before the next append the writer cuts it off (or completes it, when it is a whole
+//! entry without its newline), so the log never holds a torn line before a whole one. Lines
+//! are read a buffer at a time and any over 16 MiB is skipped with a warning, so one bad log
+//! never stops `list` from showing the others.
 //!
 //! Who may write and read: only the host (`keel`) and the plugin that provides `agent` (the
 //! agent loop), as the kernel attests them (`keel.caller`); the kernel refuses a
@@ -53,6 +64,9 @@ struct SessionLog {
     writers: BTreeMap<String, LogWriter>,
     /// (tool call id, session), the newest last.
     calls: VecDeque<(String, String)>,
+    /// Entries that could not be written since `health` was last asked, and the last error.
+    failed: u64,
+    last_error: Option<String>,
 }
 
 fn now_ms() -> u64 {
@@ -130,24 +144,83 @@ impl SessionLog {
         let Some(writer) = self.writers.get_mut(&id) else {
             return Err(format!("no writer for session {id}"));
         };
-        match writer.append(now_ms(), event) {
+        // A turn's end is put on the disk, so a power loss costs at most the turn in flight
+        // (a killed keel loses nothing written: the data is the kernel's once appended).
+        let appended = writer.append(now_ms(), event).and_then(|seq| {
+            if matches!(event, SessionEvent::TurnEnded { .. }) {
+                writer.sync()?;
+            }
+            Ok(seq)
+        });
+        match appended {
             Ok(seq) => Ok(seq),
             Err(e) => {
-                // The file may have been moved or truncated under us: drop the writer so
-                // the next event reopens (and re-scans) it.
+                // The file may have been moved or truncated under us, or a write may have
+                // stopped halfway (a full disk): drop the writer so the next event reopens it,
+                // which cuts a torn last line off before appending.
                 self.writers.remove(&id);
                 Err(e.to_string())
             }
         }
     }
 
+    /// An append that failed, counted for `health`.
+    fn failed(&mut self, error: String) {
+        self.failed += 1;
+        self.last_error = Some(error);
+    }
+
     fn read(payload: &str) -> Result<(String, LogRead), String> {
-        let request: SessionRequest = serde_json::from_str(payload)
-            .map_err(|e| format!("the payload must be {{\"session\": \"<id>\"}} ({e})"))?;
+        let request = session_request(payload)?;
         let read =
             session_log::read_log(Path::new(DIR), &request.session).map_err(|e| e.to_string())?;
         Ok((request.session, read))
     }
+
+    /// `conversation`, and for `resume` (`record`) the repair of the log's end appended.
+    fn conversation(&mut self, payload: &str, record: bool) -> Result<String, String> {
+        let request = session_request(payload)?;
+        let (conversation, warnings) =
+            session_log::read_conversation(Path::new(DIR), &request.session)
+                .map_err(|e| e.to_string())?;
+        if record && let Some(results) = &conversation.tail_repair {
+            let session = request.session.clone();
+            self.append(&SessionEvent::Message {
+                session: session.clone(),
+                message: results.clone(),
+                stop_reason: None,
+                usage: None,
+            })
+            .and_then(|_| {
+                self.append(&SessionEvent::TurnEnded {
+                    session,
+                    end: keel_protocol::TurnEnd::Interrupted,
+                    detail: "keel stopped before the turn ended; the calls it left without a \
+                             result were answered as interrupted when the session was resumed"
+                        .into(),
+                })
+            })
+            .map_err(|e| format!("cannot record the repair of the log's end: {e}"))?;
+        }
+        let context = conversation
+            .context
+            .map(|c| json!({"system": c.system, "tools": c.tools}));
+        let warnings: Vec<serde_json::Value> = warnings
+            .iter()
+            .map(|w| json!({"line": w.line, "message": w.message}))
+            .collect();
+        to_json(&json!({
+            "messages": conversation.messages,
+            "context": context,
+            "warnings": warnings,
+            "repairs": conversation.repairs,
+        }))
+    }
+}
+
+fn session_request(payload: &str) -> Result<SessionRequest, String> {
+    serde_json::from_str(payload)
+        .map_err(|e| format!("the payload must be {{\"session\": \"<id>\"}} ({e})"))
 }
 
 impl Plugin for SessionLog {
@@ -161,6 +234,8 @@ impl Plugin for SessionLog {
         Ok(SessionLog {
             writers: BTreeMap::new(),
             calls: VecDeque::new(),
+            failed: 0,
+            last_error: None,
         })
     }
 
@@ -195,6 +270,7 @@ impl Plugin for SessionLog {
         };
         if let Err(e) = self.append(&parsed) {
             log::error(&format!("session event not logged: {e}"));
+            self.failed(e);
         }
     }
 
@@ -228,20 +304,17 @@ impl Plugin for SessionLog {
                 let (_, read) = Self::read(payload)?;
                 to_json(&json!({"lines": read.lines, "warnings": warnings_json(&read)}))
             }
-            "conversation" => {
-                let (_, read) = Self::read(payload)?;
-                let conversation = session_log::conversation(&read.lines);
-                let context = conversation
-                    .context
-                    .map(|c| json!({"system": c.system, "tools": c.tools}));
-                to_json(&json!({
-                    "messages": conversation.messages,
-                    "context": context,
-                    "warnings": warnings_json(&read),
-                }))
+            "conversation" => self.conversation(payload, false),
+            "resume" => self.conversation(payload, true),
+            "health" => {
+                let answer = json!({"failed": self.failed, "error": self.last_error});
+                self.failed = 0;
+                self.last_error = None;
+                to_json(&answer)
             }
             other => Err(format!(
-                "session-log has no method `{other}`; the methods are append, list, read and conversation"
+                "session-log has no method `{other}`; the methods are append, list, read, \
+                 conversation, resume and health"
             )),
         }
     }
