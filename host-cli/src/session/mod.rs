@@ -441,6 +441,7 @@ pub async fn ask_model(
     max_tokens: u32,
 ) -> Result<String, String> {
     let request = keel_protocol::ModelRequest {
+        compacts_on_overflow: false,
         model: String::new(),
         system,
         messages: vec![keel_protocol::Message::user_text(question)],
