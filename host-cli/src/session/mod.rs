@@ -4,6 +4,7 @@
 //! plugins come in through `loading`, and what the plugins emit is shown by `output`.
 
 pub(crate) mod gates;
+mod failure;
 mod input;
 mod loading;
 mod output;
@@ -239,7 +240,9 @@ impl Session {
         let answer = self
             .agent_call("turn", serde_json::to_string(&request)?)
             .await
-            .map_err(|e| anyhow::anyhow!("the turn failed: {e}"))?;
+            .map_err(|e| {
+                anyhow::anyhow!("the turn failed: {}", failure::turn_failure(&e, &self.id()))
+            })?;
         let report: TurnReport = serde_json::from_str(&answer)
             .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
         self.show_report(&report);
