@@ -154,6 +154,9 @@ pub struct AgentLoop<D> {
     /// the window the loop compacts against from then on when it is smaller than the
     /// configured one (or none was configured), so no request is refused twice for length.
     refused_at: HashMap<String, u64>,
+    /// The tools offered, which are parallel-safe, and the system prompt, as of the
+    /// environment generation the kernel named: fetched again only when it changes.
+    environment: Option<(String, Vec<ToolDef>, HashMap<String, bool>, String)>,
 }
 
 /// `{session, messages}`: seed a session's conversation (resume).
@@ -183,6 +186,7 @@ impl<D: AgentDoors> AgentLoop<D> {
             last_context: HashMap::new(),
             compaction_failures: HashMap::new(),
             refused_at: HashMap::new(),
+            environment: None,
         })
     }
 
@@ -296,6 +300,25 @@ impl<D: AgentDoors> AgentLoop<D> {
                 .collect()
         });
         (defs, parallel)
+    }
+
+    /// The tools, which of them are parallel-safe, and the system prompt, for the next step:
+    /// kept from the last step while the kernel's environment generation is the same (no
+    /// plugin loaded, unloaded or reloaded, no tool or fragment changed since), so a step
+    /// does not list and rebuild every tool's schema through the registry twice over.
+    fn environment(&mut self) -> (Vec<ToolDef>, HashMap<String, bool>, String) {
+        let generation = self.doors.call(services::PROMPT, "generation", "").ok();
+        if let (Some(now), Some((cached, tools, parallel, system))) =
+            (&generation, &self.environment)
+            && now == cached
+        {
+            return (tools.clone(), parallel.clone(), system.clone());
+        }
+        let (tools, parallel) = self.tools();
+        let system = self.system_prompt();
+        // A kernel without generations: nothing is kept, everything is fetched every step.
+        self.environment = generation.map(|g| (g, tools.clone(), parallel.clone(), system.clone()));
+        (tools, parallel, system)
     }
 
     /// The configured system prompt, then the fragments loaded plugins added (sorted by
@@ -649,8 +672,7 @@ impl<D: AgentDoors> AgentLoop<D> {
                 report.detail = CANCELLED.into();
                 break;
             }
-            let (tools, parallel) = self.tools();
-            let system = self.system_prompt();
+            let (tools, parallel, system) = self.environment();
             self.fit_context(&session, &system, &tools, "threshold");
             if self.doors.cancelled() {
                 report.end = TurnEnd::Cancelled;

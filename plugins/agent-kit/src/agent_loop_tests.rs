@@ -29,6 +29,8 @@ struct FakeKernel {
     /// The model call fails once the person cancelled (a stream cut by Ctrl-C).
     fail_when_cancelled: bool,
     services: BTreeMap<(String, String), Result<String, DoorError>>,
+    /// Every service call, (service, method).
+    service_calls: Vec<(String, String)>,
     events: Vec<SessionEvent>,
     /// `compaction.status` payloads.
     statuses_shown: Vec<String>,
@@ -82,6 +84,8 @@ impl AgentDoors for FakeKernel {
     }
 
     fn call(&mut self, service: &str, method: &str, _payload: &str) -> Result<String, DoorError> {
+        self.service_calls
+            .push((service.to_owned(), method.to_owned()));
         self.services
             .get(&(service.to_owned(), method.to_owned()))
             .cloned()
@@ -656,4 +660,51 @@ fn a_turn_that_outgrows_the_window_is_compacted_between_its_steps() {
     }
     let events = k.events.clone();
     assert_eq!(replayed(&events), agent.conversation("s1"));
+}
+
+#[test]
+fn the_tools_and_prompt_are_fetched_again_only_when_the_environment_changes() {
+    let mut kernel = FakeKernel::default();
+    kernel.tools = vec![tool("read", false)];
+    kernel.services.insert(
+        (services::PROMPT.into(), "generation".into()),
+        Ok("7".into()),
+    );
+    kernel.services.insert(
+        (services::PROMPT.into(), "fragments".into()),
+        Ok(r#"[{"plugin":"p","id":"f","text":"FRAGMENT"}]"#.into()),
+    );
+    kernel.responses = VecDeque::from([
+        calls(&[("c1", "read", r#"{"n":1}"#)]),
+        calls(&[("c2", "read", r#"{"n":2}"#)]),
+        answer("done"),
+    ]);
+    let mut agent = agent(kernel, "{}");
+    turn(&mut agent, "go");
+    let fetched = |k: &FakeKernel, method: &str| {
+        k.service_calls
+            .iter()
+            .filter(|(s, m)| s == services::PROMPT && m == method)
+            .count()
+    };
+    let k = agent.doors_mut();
+    assert_eq!(k.requests.len(), 3);
+    assert_eq!(fetched(k, "generation"), 3, "asked every step");
+    assert_eq!(fetched(k, "fragments"), 1, "fetched once");
+    assert!(k.requests.iter().all(|r| r.system.contains("FRAGMENT")));
+    assert!(k.requests.iter().all(|r| r.tools.len() == 1));
+    // A plugin loaded: the generation moves, and the next step fetches again.
+    k.services.insert(
+        (services::PROMPT.into(), "generation".into()),
+        Ok("8".into()),
+    );
+    k.services.insert(
+        (services::PROMPT.into(), "fragments".into()),
+        Ok(r#"[{"plugin":"p","id":"f","text":"CHANGED"}]"#.into()),
+    );
+    k.responses.push_back(answer("again"));
+    turn(&mut agent, "more");
+    let k = agent.doors_mut();
+    assert_eq!(fetched(k, "fragments"), 2);
+    assert!(k.requests.last().is_some_and(|r| r.system.contains("CHANGED")));
 }
