@@ -247,6 +247,9 @@ pub struct Timeouts {
     pub service_secs: Option<f64>,
     /// One event handled by one plugin (default 30).
     pub event_secs: Option<f64>,
+    /// A whole turn (default none: a turn runs until the model is done, its step limit or
+    /// Ctrl-C).
+    pub turn_secs: Option<f64>,
 }
 
 impl Timeouts {
@@ -270,6 +273,10 @@ impl Timeouts {
             model: pick("model-secs", self.model_secs, defaults.model)?,
             service: pick("service-secs", self.service_secs, defaults.service)?,
             event: pick("event-secs", self.event_secs, defaults.event)?,
+            turn: match self.turn_secs {
+                None => None,
+                Some(secs) => Some(pick("turn-secs", Some(secs), std::time::Duration::ZERO)?),
+            },
         })
     }
 }

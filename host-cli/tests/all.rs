@@ -11,6 +11,7 @@ mod exit_codes;
 mod interactive;
 mod learning;
 mod long_sessions;
+mod long_turns;
 mod mcp;
 mod mcp_client;
 mod nothing_lost;

@@ -11,6 +11,20 @@
 //! (a turn, a tool call, a model call, a guard, an event delivery, an activation); a service
 //! call from one plugin to another is charged to the budget of the call it is part of, and its
 //! deadline is never later than its caller's.
+//!
+//! # Why an agent's account is renewed per step
+//!
+//! A turn (host → agent) and a child agent's run are one call each, but they last as long as
+//! the task: hundreds of model requests and tool calls. Those each open their own account, so
+//! what is left on the turn's account is the agent's own work between them and the service
+//! calls it makes itself (the tool registry, the session log, compaction's bookkeeping). Held
+//! to one limit for the whole turn, that ran out after about 250 tool calls of ordinary work.
+//! So the account opened at a turn or child door is *per step*: it is renewed each time the
+//! agent that owns it asks the model for the next step (`agent.complete`, see
+//! [`CallChain::renew_step`]). An agent spinning without calling out, or burning CPU through
+//! the services it calls, is still stopped within one step's allowance; one that keeps asking
+//! the model is bounded by its step limit, the person's turn deadline (`[timeouts]
+//! turn-secs`, none by default) and Ctrl-C, as the person's own turn should be.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,8 +39,8 @@ use crate::agents::AgentScope;
 /// CPU account of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallKind {
-    /// The host asks the agent for a turn. No deadline (the person ends it with Ctrl-C); at
-    /// Ctrl-C the agent sees its inner calls stopped and ends the turn itself, and is stopped
+    /// The host asks the agent for a turn. No deadline unless the person set one (the person
+    /// ends it with Ctrl-C); its CPU account is renewed at every step; at Ctrl-C the agent sees its inner calls stopped and ends the turn itself, and is stopped
     /// only if it has not within a longer grace.
     Turn,
     /// A tool call, through the gate pipeline or from the host.
@@ -50,7 +64,7 @@ impl CallKind {
     /// How the deadline of this kind is named in messages and in the user's config.
     pub fn deadline_name(self) -> (&'static str, &'static str) {
         match self {
-            CallKind::Turn => ("turn", ""),
+            CallKind::Turn => ("turn", "turn-secs"),
             CallKind::Tool => ("tool-call", "tool-secs"),
             CallKind::Child => ("subagent", "subagent-secs"),
             CallKind::Model => ("model-call", "model-secs"),
@@ -77,6 +91,9 @@ pub struct Deadlines {
     pub service: Duration,
     /// One event handled by one subscriber (default 30 s).
     pub event: Duration,
+    /// A whole turn, when the person set one (`[timeouts] turn-secs`; none by default: a turn
+    /// is bounded by its step limit and Ctrl-C).
+    pub turn: Option<Duration>,
 }
 
 impl Default for Deadlines {
@@ -87,15 +104,16 @@ impl Default for Deadlines {
             model: Duration::from_secs(600),
             service: Duration::from_secs(120),
             event: Duration::from_secs(30),
+            turn: None,
         }
     }
 }
 
 impl Deadlines {
-    /// The deadline of `kind`; `None` for a turn.
+    /// The deadline of `kind`; `None` for a turn unless the person set one.
     pub fn of(&self, kind: CallKind) -> Option<Duration> {
         match kind {
-            CallKind::Turn => None,
+            CallKind::Turn => self.turn,
             CallKind::Tool => Some(self.tool),
             CallKind::Child => Some(self.subagent),
             CallKind::Model => Some(self.model),
@@ -107,14 +125,35 @@ impl Deadlines {
 
 /// Guest CPU spent on behalf of one root call, by every plugin the call passed through, and
 /// the limit it is held to: the per-call limit of the first plugin that ran guest code for it.
+/// An agent's account (a turn's, a child's run) is held to it per step instead: see the
+/// module documentation.
 #[derive(Debug, Default)]
 pub struct CpuAccount {
     spent_ns: AtomicU64,
     /// 0 until the first metered plugin enters.
     limit_ns: AtomicU64,
+    /// Whether [`renew`](Self::renew) starts it afresh (an account opened at a turn or child
+    /// door).
+    per_step: bool,
 }
 
 impl CpuAccount {
+    /// An account renewed at every step of the agent that owns it.
+    pub(crate) fn per_step() -> Self {
+        CpuAccount {
+            per_step: true,
+            ..CpuAccount::default()
+        }
+    }
+
+    /// Start a per-step account afresh; whether it was one (others are never renewed).
+    pub(crate) fn renew(&self) -> bool {
+        if self.per_step {
+            self.spent_ns.store(0, Ordering::Relaxed);
+        }
+        self.per_step
+    }
+
     /// Add guest time.
     pub(crate) fn charge(&self, time: Duration) {
         let ns = u64::try_from(time.as_nanos()).unwrap_or(u64::MAX);
@@ -172,6 +211,9 @@ struct Budget {
     interruptible: bool,
     /// Calls made under it are part of the person's turn.
     in_turn: bool,
+    /// The length of the chain at the door that opened `cpu` when it is per step: only the
+    /// agent in that frame renews it.
+    step_owner: Option<usize>,
 }
 
 /// The plugins a call has passed through, outermost first, and the budget the calls on it
@@ -268,7 +310,13 @@ impl CallChain {
         let mut next = self.then(plugin);
         let shares_account = kind == CallKind::Service && !self.is_root();
         if !shares_account {
-            next.budget.cpu = Arc::default();
+            if matches!(kind, CallKind::Turn | CallKind::Child) {
+                next.budget.cpu = Arc::new(CpuAccount::per_step());
+                next.budget.step_owner = Some(next.plugins.len());
+            } else {
+                next.budget.cpu = Arc::default();
+                next.budget.step_owner = None;
+            }
         }
         if let Some(length) = deadlines.of(kind) {
             let own = Deadline {
@@ -325,6 +373,13 @@ impl CallChain {
     pub fn interruptible(&self) -> bool {
         self.budget.interruptible
     }
+
+    /// The agent in this frame asks the model for its next step: if it owns a per-step
+    /// account (it serves a turn or a child's run, and is the frame the door opened), that
+    /// account starts afresh; whether it did. A plugin further in on the chain renews nothing.
+    pub(crate) fn renew_step(&self) -> bool {
+        self.budget.step_owner == Some(self.plugins.len()) && self.budget.cpu.renew()
+    }
 }
 
 impl fmt::Display for CallChain {
@@ -373,6 +428,46 @@ mod tests {
         // Events are nobody's turn.
         let event = host.enter("log", CallKind::Event, &deadlines, now);
         assert!(!event.interruptible());
+    }
+
+    #[tokio::test]
+    async fn only_the_agent_that_opened_a_turn_or_child_renews_its_account_per_step() {
+        let deadlines = Deadlines::default();
+        let now = Instant::now();
+        let host = CallChain::starting_at("keel");
+        let turn = host.enter("agent", CallKind::Turn, &deadlines, now);
+        turn.cpu().charge(Duration::from_millis(900));
+        // A service the agent calls shares the account but cannot renew it.
+        let log = turn.enter("log", CallKind::Service, &deadlines, now);
+        log.cpu().charge(Duration::from_millis(100));
+        assert!(!log.renew_step());
+        assert_eq!(turn.cpu().spent(), Duration::from_secs(1));
+        // The agent asking for its next step does.
+        assert!(turn.renew_step());
+        assert_eq!(log.cpu().spent(), Duration::ZERO);
+        // A child's run (a tool call into a plugin that drives agents) is per step too; a
+        // plain tool call, a model call or a service call from the host never is.
+        let child = turn.enter("subagents", CallKind::Child, &deadlines, now);
+        child.cpu().charge(Duration::from_millis(5));
+        assert!(child.renew_step() && child.cpu().spent() == Duration::ZERO);
+        for kind in [CallKind::Tool, CallKind::Model, CallKind::Guard] {
+            let call = turn.enter("p", kind, &deadlines, now);
+            call.cpu().charge(Duration::from_millis(5));
+            assert!(!call.renew_step(), "{kind:?}");
+            assert_eq!(call.cpu().spent(), Duration::from_millis(5));
+        }
+        let direct = host.enter("agent", CallKind::Service, &deadlines, now);
+        assert!(!direct.renew_step());
+        // A turn has no deadline unless the person set one.
+        assert!(turn.deadline().is_none());
+        let bounded = Deadlines {
+            turn: Some(Duration::from_secs(5)),
+            ..Deadlines::default()
+        };
+        let turn = host.enter("agent", CallKind::Turn, &bounded, now);
+        assert_eq!(turn.deadline().map(|d| d.at), Some(now + Duration::from_secs(5)));
+        let model = turn.enter("model", CallKind::Model, &bounded, now);
+        assert_eq!(model.deadline().map(|d| d.kind), Some(CallKind::Turn));
     }
 
     #[test]

@@ -101,7 +101,24 @@ pub struct Env {
     guards: BTreeMap<String, String>,
     /// process handle → the process
     processes: BTreeMap<u32, ProcessRecord>,
+    /// How many changes were applied or reverted (not part of the environment's value).
+    #[serde(skip)]
+    changes: Changes,
 }
+
+/// A count of the changes made to an [`Env`]: what a plugin caches from the environment
+/// (the tool list, the prompt fragments) stays valid while it is unchanged. Equal for every
+/// two environments, so it never makes equal environments differ.
+#[derive(Debug, Clone, Copy, Default)]
+struct Changes(u64);
+
+impl PartialEq for Changes {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Changes {}
 
 /// Largest prompt fragment a plugin may add.
 const MAX_FRAGMENT_BYTES: usize = 64 * 1024;
@@ -150,6 +167,12 @@ impl Env {
             && self.processes.is_empty()
     }
 
+    /// A number that changes whenever anything in the environment may have (a plugin
+    /// loaded, unloaded, reloaded or replaced, a tool registered or withdrawn, …).
+    pub fn generation(&self) -> u64 {
+        self.changes.0
+    }
+
     /// Processes plugins started, by handle.
     pub fn processes(&self) -> &BTreeMap<u32, ProcessRecord> {
         &self.processes
@@ -191,6 +214,7 @@ impl Env {
         manifest: &Manifest,
         effect: Effect,
     ) -> Result<Option<Inverse>, KernelError> {
+        self.changes.0 = self.changes.0.wrapping_add(1);
         match effect {
             Effect::ProvideService { name, version } => {
                 if reads_like_kernel(&name) {
@@ -392,6 +416,7 @@ impl Env {
     /// Undo one effect of `plugin`. Fails (changing nothing) when the entry is gone or now
     /// belongs to someone else, which only a kernel bug or a test's tampering can cause.
     pub(crate) fn revert(&mut self, plugin: &str, inverse: &Inverse) -> Result<(), String> {
+        self.changes.0 = self.changes.0.wrapping_add(1);
         match inverse {
             Inverse::WithdrawService { name } => match self.services.get(name) {
                 Some(e) if e.provider == plugin => {

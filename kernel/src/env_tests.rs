@@ -243,3 +243,23 @@ fn tool_text_and_fragments_are_neutralized_on_the_way_in() {
     );
     assert_eq!(text.matches("</external_content>").count(), 1, "{text}");
 }
+
+/// The generation moves with every change and its undoing, without making an environment
+/// differ from an equal one.
+#[test]
+fn the_generation_moves_with_every_change_but_is_not_part_of_the_value() {
+    let m = manifest();
+    let mut env = Env::default();
+    let empty = env.clone();
+    let g0 = env.generation();
+    let inverse = env
+        .apply("p", &m, Effect::RegisterTool(tool("t", "x")))
+        .expect("registered")
+        .expect("an inverse");
+    let g1 = env.generation();
+    assert_ne!(g0, g1);
+    env.revert("p", &inverse).expect("undone");
+    assert_ne!(env.generation(), g1, "undoing is a change too");
+    assert_eq!(env, empty, "equal environments stay equal");
+    assert_eq!(env.fingerprint(), empty.fingerprint());
+}

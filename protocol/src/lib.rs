@@ -284,7 +284,17 @@ pub struct ModelRequest {
     pub tools: Vec<ToolDef>,
     /// The most output tokens the model may produce.
     pub max_tokens: u32,
+    /// The caller compacts the conversation itself when the provider refuses it as too long:
+    /// the adapter then answers such a refusal at once with an error beginning with
+    /// [`CONTEXT_OVERFLOW`] instead of shrinking this one request (which the next request
+    /// would repeat).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub compacts_on_overflow: bool,
 }
+
+/// How a model adapter's error begins when the provider refused a request that asked for it
+/// (`compacts_on_overflow`) as longer than the model's context window.
+pub const CONTEXT_OVERFLOW: &str = "the request is longer than the model's context window";
 
 /// Why the model stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

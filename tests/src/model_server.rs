@@ -67,6 +67,22 @@ impl ModelServer {
     pub async fn start(
         respond: impl Fn(usize, &Received) -> Vec<Step> + Send + Sync + 'static,
     ) -> std::io::Result<ModelServer> {
+        ModelServer::start_keeping(true, respond).await
+    }
+
+    /// [`start`](Self::start), but [`received`](Self::received) keeps each request without
+    /// its body: for a test of a thousand requests of hundreds of kilobytes each, whose
+    /// responder looks at each body as it arrives.
+    pub async fn start_forgetting_bodies(
+        respond: impl Fn(usize, &Received) -> Vec<Step> + Send + Sync + 'static,
+    ) -> std::io::Result<ModelServer> {
+        ModelServer::start_keeping(false, respond).await
+    }
+
+    async fn start_keeping(
+        bodies: bool,
+        respond: impl Fn(usize, &Received) -> Vec<Step> + Send + Sync + 'static,
+    ) -> std::io::Result<ModelServer> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let received: Arc<Mutex<Vec<Received>>> = Arc::new(Mutex::new(Vec::new()));
@@ -75,7 +91,7 @@ impl ModelServer {
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let (log, respond) = (log.clone(), respond.clone());
-                tokio::spawn(serve(stream, log, respond));
+                tokio::spawn(serve(stream, log, respond, bodies));
             }
         });
         Ok(ModelServer { port, received })
@@ -105,13 +121,25 @@ impl ModelServer {
     }
 }
 
-async fn serve(mut stream: TcpStream, log: Arc<Mutex<Vec<Received>>>, respond: Responder) {
+async fn serve(
+    mut stream: TcpStream,
+    log: Arc<Mutex<Vec<Received>>>,
+    respond: Responder,
+    bodies: bool,
+) {
     let Some(request) = read_request(&mut stream).await else {
         return;
     };
     let n = {
         let mut log = log.lock().unwrap_or_else(PoisonError::into_inner);
-        log.push(request.clone());
+        log.push(Received {
+            body: if bodies {
+                request.body.clone()
+            } else {
+                String::new()
+            },
+            ..request.clone()
+        });
         log.len() - 1
     };
     for step in respond(n, &request) {

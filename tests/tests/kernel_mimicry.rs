@@ -79,6 +79,7 @@ async fn tool_output_shaped_like_conversation_structure_is_neutralized() -> R {
     h.load_fixture("kernel-mimic").await?;
     let calls = json!({ "calls": [{ "id": "call-1", "name": "mimic", "arguments": "{}" }] });
     let request = ModelRequest {
+        compacts_on_overflow: false,
         model: String::new(),
         system: String::new(),
         messages: vec![Message::user_text(calls.to_string())],

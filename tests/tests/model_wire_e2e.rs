@@ -127,6 +127,7 @@ fn anthropic_config(server: &ModelServer) -> Value {
 
 fn request(text: &str) -> ModelRequest {
     ModelRequest {
+        compacts_on_overflow: false,
         model: String::new(),
         system: "Be brief.".into(),
         messages: vec![Message::user_text(text)],

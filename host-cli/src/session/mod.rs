@@ -4,6 +4,7 @@
 //! plugins come in through `loading`, and what the plugins emit is shown by `output`.
 
 pub(crate) mod gates;
+mod failure;
 mod input;
 mod loading;
 mod output;
@@ -293,7 +294,9 @@ impl Session {
         let answer = self
             .agent_call("turn", serde_json::to_string(&request)?)
             .await
-            .map_err(|e| anyhow::anyhow!("the turn failed: {e}"))?;
+            .map_err(|e| {
+                anyhow::anyhow!("the turn failed: {}", failure::turn_failure(&e, &self.id()))
+            })?;
         let report: TurnReport = serde_json::from_str(&answer)
             .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
         self.show_report(&report);
@@ -518,6 +521,7 @@ pub async fn ask_model(
     max_tokens: u32,
 ) -> Result<String, String> {
     let request = keel_protocol::ModelRequest {
+        compacts_on_overflow: false,
         model: String::new(),
         system,
         messages: vec![keel_protocol::Message::user_text(question)],

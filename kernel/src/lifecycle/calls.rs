@@ -205,7 +205,14 @@ impl Shared {
                     }
                 }
             }
-            tokio::time::sleep_until(d.at).await;
+            // At a turn's own deadline its inner calls are stopped first; the agent then gets
+            // the grace of a cancelled turn to end the turn itself and record it.
+            let at = if kind == CallKind::Turn && d.kind == CallKind::Turn {
+                d.at + TURN_CANCEL_GRACE
+            } else {
+                d.at
+            };
+            tokio::time::sleep_until(at).await;
             d
         };
         let bounded = async {

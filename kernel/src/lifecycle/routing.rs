@@ -212,6 +212,10 @@ impl Shared {
                     KernelError::Failed(format!("cannot encode the prompt fragments: {e}"))
                 })
             }
+            // What the agent caches its tool list and system prompt by.
+            (keel_protocol::services::PROMPT, "generation") => {
+                Ok(self.lock().env.generation().to_string())
+            }
             (keel_protocol::services::PROMPT, "fence") => {
                 let request: keel_protocol::FenceRequest =
                     serde_json::from_str(payload).map_err(|e| {
@@ -222,8 +226,8 @@ impl Shared {
                 Ok(fence_data(&request.source, &request.text))
             }
             (keel_protocol::services::PROMPT, other) => Err(KernelError::Invalid(format!(
-                "the kernel's `{service}` service has no method `{other}`; it has `fragments` \
-                 and `fence`"
+                "the kernel's `{service}` service has no method `{other}`; it has `fragments`, \
+                 `fence` and `generation`"
             ))),
             (keel_protocol::services::AGENTS, "open") => self.open_child(chain, payload),
             (keel_protocol::services::AGENTS, other) => Err(KernelError::Invalid(format!(

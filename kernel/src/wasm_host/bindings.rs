@@ -241,6 +241,11 @@ impl keel::plugin::exec::Host for StoreState {
 impl keel::plugin::agent::Host for StoreState {
     async fn complete(&mut self, request: String) -> Result<String, KernelError> {
         let _host = self.meter.host_call();
+        // A new step of the agent: its own CPU bound starts afresh, with the account its
+        // turn (or child run) shares with the services it calls.
+        if self.host.chain().renew_step() {
+            self.meter.renew_step();
+        }
         self.host.agent_complete(&request).await.map_err(Into::into)
     }
 

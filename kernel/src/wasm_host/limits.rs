@@ -203,6 +203,19 @@ impl CpuMeter {
         s.spent
     }
 
+    /// Start the running call's own count afresh: the agent it runs asks the model for its next
+    /// step, and its bound is per step (see [`crate::call_chain`]).
+    pub(crate) fn renew_step(&self) {
+        let mut s = self.lock();
+        let now = Instant::now();
+        let next = s.phase;
+        s.stop_clock(now, next);
+        if let Phase::Guest(_) = next {
+            s.phase = Phase::Guest(now);
+        }
+        s.spent = Duration::ZERO;
+    }
+
     /// The bound found exceeded in the current (or last) call.
     pub(crate) fn exceeded(&self) -> Option<Overrun> {
         self.lock().exceeded

@@ -150,6 +150,13 @@ pub struct AgentLoop<D> {
     last_context: HashMap<String, String>,
     /// Failed compactions per session (the circuit breaker).
     compaction_failures: HashMap<String, u32>,
+    /// Per session, the estimate of the smallest request the provider refused as too long:
+    /// the window the loop compacts against from then on when it is smaller than the
+    /// configured one (or none was configured), so no request is refused twice for length.
+    refused_at: HashMap<String, u64>,
+    /// The tools offered, which are parallel-safe, and the system prompt, as of the
+    /// environment generation the kernel named: fetched again only when it changes.
+    environment: Option<(String, Vec<ToolDef>, HashMap<String, bool>, String)>,
 }
 
 /// `{session, messages}`: seed a session's conversation (resume).
@@ -178,6 +185,8 @@ impl<D: AgentDoors> AgentLoop<D> {
             conversations,
             last_context: HashMap::new(),
             compaction_failures: HashMap::new(),
+            refused_at: HashMap::new(),
+            environment: None,
         })
     }
 
@@ -293,6 +302,25 @@ impl<D: AgentDoors> AgentLoop<D> {
         (defs, parallel)
     }
 
+    /// The tools, which of them are parallel-safe, and the system prompt, for the next step:
+    /// kept from the last step while the kernel's environment generation is the same (no
+    /// plugin loaded, unloaded or reloaded, no tool or fragment changed since), so a step
+    /// does not list and rebuild every tool's schema through the registry twice over.
+    fn environment(&mut self) -> (Vec<ToolDef>, HashMap<String, bool>, String) {
+        let generation = self.doors.call(services::PROMPT, "generation", "").ok();
+        if let (Some(now), Some((cached, tools, parallel, system))) =
+            (&generation, &self.environment)
+            && now == cached
+        {
+            return (tools.clone(), parallel.clone(), system.clone());
+        }
+        let (tools, parallel) = self.tools();
+        let system = self.system_prompt();
+        // A kernel without generations: nothing is kept, everything is fetched every step.
+        self.environment = generation.map(|g| (g, tools.clone(), parallel.clone(), system.clone()));
+        (tools, parallel, system)
+    }
+
     /// The configured system prompt, then the fragments loaded plugins added (sorted by
     /// plugin and id, so the prefix stays stable), read anew each step so a plugin loaded or
     /// unloaded mid-session changes the next request.
@@ -361,18 +389,28 @@ impl<D: AgentDoors> AgentLoop<D> {
         reason: &str,
     ) -> Result<Option<(u64, u64, usize)>, DoorError> {
         let conversation = self.conversation(session).to_vec();
+        let window = self.window(session);
         // The turns kept: `keep-turns`, fewer when they alone would fill half the threshold
         // (so the next request does not compact again at once), the current one always.
-        let target = (self.config.context_window as f64 * self.config.compact_at / 2.0) as u64;
+        let target = (window as f64 * self.compact_at() / 2.0) as u64;
+        let fits = |cut: usize| {
+            let kept = compaction::apply(&conversation, cut, compaction::SUMMARY_HEADER);
+            window == 0 || compaction::estimate_tokens(system, &kept, tools) <= target
+        };
         let mut cut = None;
         for keep in (1..=self.config.keep_turns.max(1)).rev() {
             cut = compaction::cut_point(&conversation, keep);
-            let Some(at) = cut else { continue };
-            let kept = compaction::apply(&conversation, at, compaction::SUMMARY_HEADER);
-            if self.config.context_window == 0
-                || compaction::estimate_tokens(system, &kept, tools) <= target
-            {
+            if cut.is_some_and(fits) {
                 break;
+            }
+        }
+        // The current turn alone is too big (one prompt, many steps): its earlier steps are
+        // summarized too, the person's request and the latest steps kept as they are. Only
+        // when asked by size: `/compact` between turns keeps turns whole.
+        if reason != "manual" && !cut.is_some_and(fits) {
+            let inside = compaction::step_cut_point(system, &conversation, tools, target);
+            if let Some(step) = inside.filter(|&s| cut.is_none_or(|c| s > c)) {
+                cut = Some(step);
             }
         }
         let Some(cut) = cut else {
@@ -396,7 +434,7 @@ impl<D: AgentDoors> AgentLoop<D> {
             &format!("the {cut} oldest messages, about {before} tokens in all"),
         );
         // Half the window for the transcript, so the summary request itself fits.
-        let budget_chars = match self.config.context_window {
+        let budget_chars = match window {
             0 => 400_000,
             window => usize::try_from(window)
                 .unwrap_or(usize::MAX)
@@ -449,19 +487,19 @@ impl<D: AgentDoors> AgentLoop<D> {
     /// compact the conversation; after [`MAX_COMPACTION_FAILURES`] failures in the session,
     /// drop its oldest turns instead, saying so. Without a `compaction` provider (unloaded),
     /// nothing happens here and the model adapter's own recovery is what remains.
-    fn fit_context(&mut self, session: &str, system: &str, tools: &[ToolDef]) {
-        let window = self.config.context_window;
+    fn fit_context(&mut self, session: &str, system: &str, tools: &[ToolDef], reason: &str) {
+        let window = self.window(session);
         if window == 0 {
             return;
         }
-        let threshold = (window as f64 * self.config.compact_at.clamp(0.1, 1.0)) as u64;
+        let threshold = (window as f64 * self.compact_at()) as u64;
         let estimate = compaction::estimate_tokens(system, self.conversation(session), tools);
         if estimate <= threshold {
             return;
         }
         let failures = self.compaction_failures.get(session).copied().unwrap_or(0);
         if failures < MAX_COMPACTION_FAILURES {
-            match self.compact(session, system, tools, "", "threshold") {
+            match self.compact(session, system, tools, "", reason) {
                 Ok(_) => return,
                 Err(e) if e.kind == "unavailable" => return,
                 Err(_) if self.doors.cancelled() => return,
@@ -511,6 +549,21 @@ impl<D: AgentDoors> AgentLoop<D> {
                 tokens_after: after,
             });
         }
+    }
+
+    /// The context window the session's requests are held to: the configured one, or the
+    /// size of a request the provider refused as too long when that is smaller; 0: unknown.
+    fn window(&self, session: &str) -> u64 {
+        let configured = self.config.context_window;
+        match self.refused_at.get(session).copied() {
+            Some(refused) if configured == 0 || refused < configured => refused,
+            _ => configured,
+        }
+    }
+
+    /// The share of the window a request may fill, within sane bounds.
+    fn compact_at(&self) -> f64 {
+        self.config.compact_at.clamp(0.1, 1.0)
     }
 
     /// `/compact [focus]`: compacts the session now, whatever its size; `{replaced,
@@ -619,33 +672,16 @@ impl<D: AgentDoors> AgentLoop<D> {
                 report.detail = CANCELLED.into();
                 break;
             }
-            let (tools, parallel) = self.tools();
-            let system = self.system_prompt();
-            self.fit_context(&session, &system, &tools);
+            let (tools, parallel, system) = self.environment();
+            self.fit_context(&session, &system, &tools, "threshold");
             if self.doors.cancelled() {
                 report.end = TurnEnd::Cancelled;
                 report.detail = CANCELLED.into();
                 break;
             }
             self.log_context(&session, &system, &tools);
-            let request = ModelRequest {
-                model: String::new(),
-                system,
-                messages: self
-                    .conversations
-                    .get(&session)
-                    .cloned()
-                    .unwrap_or_default(),
-                tools,
-                max_tokens: self.config.max_tokens,
-            };
             report.steps += 1;
-            let answer = serde_json::to_string(&request)
-                .map_err(|e| e.to_string())
-                .and_then(|json| self.doors.complete(&json).map_err(|e| model_failure(&e)))
-                .and_then(|json| {
-                    serde_json::from_str::<ModelResponse>(&json).map_err(|e| e.to_string())
-                });
+            let answer = self.ask(&session, system, tools);
             let response = match answer {
                 Ok(r) => r,
                 // Ctrl-C ends a waiting model stream at once; that is a cancel, not a failure.
@@ -813,6 +849,61 @@ impl<D: AgentDoors> AgentLoop<D> {
         report
     }
 
+    /// One model request for the next step. When the provider refuses it as too long (the
+    /// model adapter says so at once, as asked), the loop learns the window from it, compacts
+    /// the conversation for good (kept, logged: the next step starts from it) and asks once
+    /// more; that second request may be shrunk by the adapter if compaction could not help.
+    fn ask(
+        &mut self,
+        session: &str,
+        system: String,
+        tools: Vec<ToolDef>,
+    ) -> Result<ModelResponse, String> {
+        let mut request = ModelRequest {
+            model: String::new(),
+            system,
+            messages: Vec::new(),
+            tools,
+            max_tokens: self.config.max_tokens,
+            compacts_on_overflow: true,
+        };
+        loop {
+            request.messages = self.conversation(session).to_vec();
+            let json = serde_json::to_string(&request).map_err(|e| e.to_string())?;
+            let answer = match self.doors.complete(&json) {
+                Ok(answer) => answer,
+                Err(e) if request.compacts_on_overflow && is_overflow(&e) => {
+                    request.compacts_on_overflow = false;
+                    let estimate = compaction::estimate_tokens(
+                        &request.system,
+                        &request.messages,
+                        &request.tools,
+                    );
+                    let known = self.window(session);
+                    if known == 0 || estimate < known {
+                        self.refused_at.insert(session.to_owned(), estimate);
+                    }
+                    self.compaction_status(
+                        session,
+                        "overflow",
+                        &format!(
+                            "the provider refused the request as longer than the model's \
+                             context window (about {estimate} tokens); compacting"
+                        ),
+                    );
+                    if self.doors.cancelled() {
+                        return Err(CANCELLED.into());
+                    }
+                    let (system, tools) = (request.system.clone(), request.tools.clone());
+                    self.fit_context(session, &system, &tools, "overflow");
+                    continue;
+                }
+                Err(e) => return Err(model_failure(&e)),
+            };
+            return serde_json::from_str::<ModelResponse>(&answer).map_err(|e| e.to_string());
+        }
+    }
+
     /// Let the verifier (if one is loaded) check the turn's claims; its verdict goes to the
     /// tail of the conversation, where the model reads it next turn.
     fn verify(&mut self, session: &str, final_text: &str, calls: Vec<TurnCall>) {
@@ -850,6 +941,13 @@ impl<D: AgentDoors> AgentLoop<D> {
 /// `model`, method `complete`): ``), which names plumbing, not the problem.
 fn model_failure(e: &DoorError) -> String {
     keel_protocol::call_failure::failure_message(&e.message).to_owned()
+}
+
+/// Whether a failed model call is the provider refusing the request as too long, in the words
+/// a model adapter uses when asked to say so ([`keel_protocol::CONTEXT_OVERFLOW`]).
+fn is_overflow(e: &DoorError) -> bool {
+    keel_protocol::call_failure::failure_message(&e.message)
+        .starts_with(keel_protocol::CONTEXT_OVERFLOW)
 }
 
 /// Why a final answer may be incomplete, for the person: it is kept as it arrived (an

@@ -29,7 +29,13 @@ struct FakeKernel {
     /// The model call fails once the person cancelled (a stream cut by Ctrl-C).
     fail_when_cancelled: bool,
     services: BTreeMap<(String, String), Result<String, DoorError>>,
+    /// Every service call, (service, method).
+    service_calls: Vec<(String, String)>,
     events: Vec<SessionEvent>,
+    /// `compaction.status` payloads.
+    statuses_shown: Vec<String>,
+    /// Characters each tool result is padded with.
+    result_pad: usize,
     state: BTreeMap<String, Vec<u8>>,
     warnings: Vec<String>,
 }
@@ -63,7 +69,7 @@ impl AgentDoors for FakeKernel {
                     call_id: id.clone(),
                     tool: String::from("tool"),
                     status: self.statuses.get(id).copied().unwrap_or(OutcomeStatus::Ok),
-                    content: format!("result of {id}"),
+                    content: format!("result of {id}{}", "r".repeat(self.result_pad)),
                     exec: Vec::new(),
                     spill: None,
                 };
@@ -78,6 +84,8 @@ impl AgentDoors for FakeKernel {
     }
 
     fn call(&mut self, service: &str, method: &str, _payload: &str) -> Result<String, DoorError> {
+        self.service_calls
+            .push((service.to_owned(), method.to_owned()));
         self.services
             .get(&(service.to_owned(), method.to_owned()))
             .cloned()
@@ -92,6 +100,10 @@ impl AgentDoors for FakeKernel {
     }
 
     fn emit(&mut self, topic: &str, payload: &str) -> Result<(), DoorError> {
+        if topic == topics::COMPACTION_STATUS {
+            self.statuses_shown.push(payload.to_owned());
+            return Ok(());
+        }
         assert_eq!(topic, topics::SESSION_EVENT);
         self.events
             .push(serde_json::from_str(payload).expect("a session event"));
@@ -492,4 +504,207 @@ fn a_cut_short_answer_ends_the_turn_interrupted_and_says_so_in_one_readable_line
     assert_eq!(r.text, "partial", "what arrived is kept");
     assert!(r.detail.contains("connection reset"), "{}", r.detail);
     assert!(!r.detail.contains("  "), "stray spaces in {:?}", r.detail);
+}
+
+/// The fake kernel with a `compaction` provider answering `summary`.
+fn with_compaction(summary: &str) -> FakeKernel {
+    let mut kernel = FakeKernel::default();
+    kernel.services.insert(
+        ("keel.caller".into(), "provider".into()),
+        Ok("compaction".into()),
+    );
+    kernel.services.insert(
+        (services::COMPACTION.into(), "summarize".into()),
+        Ok(serde_json::to_string(summary).expect("encodable")),
+    );
+    kernel.tools = vec![tool("read", false)];
+    kernel.result_pad = 4000;
+    kernel
+}
+
+/// Every tool result answers a call made before it, and every call is answered right after.
+fn paired(messages: &[Message]) -> Result<(), String> {
+    let mut open: Vec<String> = Vec::new();
+    for m in messages {
+        if m.role == Role::Assistant && !open.is_empty() {
+            return Err(format!("calls left unanswered: {open:?}"));
+        }
+        for b in &m.content {
+            match b {
+                Block::ToolCall { id, .. } => open.push(id.clone()),
+                Block::ToolResult { call_id, .. } => {
+                    let Some(at) = open.iter().position(|c| c == call_id) else {
+                        return Err(format!("a result without its call: {call_id}"));
+                    };
+                    open.remove(at);
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The conversation the session log's rebuild would give from these events.
+fn replayed(events: &[SessionEvent]) -> Vec<Message> {
+    let mut messages = Vec::new();
+    for e in events {
+        match e {
+            SessionEvent::Message { message, .. } => messages.push(message.clone()),
+            SessionEvent::Compacted {
+                replaced, summary, ..
+            } => messages = crate::compaction::apply(&messages, *replaced, summary),
+            _ => {}
+        }
+    }
+    messages
+}
+
+#[test]
+fn a_provider_overflow_mid_turn_compacts_the_turn_for_good_and_asks_once_more() -> Result<(), String> {
+    let mut kernel = with_compaction("the task: read five files; three read so far");
+    kernel.responses = VecDeque::from([
+        calls(&[("c1", "read", r#"{"n":1}"#)]),
+        calls(&[("c2", "read", r#"{"n":2}"#)]),
+        calls(&[("c3", "read", r#"{"n":3}"#)]),
+        Err(DoorError {
+            kind: "failed",
+            message: format!(
+                "plugin `model-openai` (service `model`, method `complete`): {} (the provider \
+                 said, HTTP 400: This model's maximum context length is 128000 tokens.)",
+                keel_protocol::CONTEXT_OVERFLOW
+            ),
+        }),
+        calls(&[("c4", "read", r#"{"n":4}"#)]),
+        calls(&[("c5", "read", r#"{"n":5}"#)]),
+        answer("all read"),
+    ]);
+    // No window configured: only the provider's refusal says how big is too big.
+    let mut agent = agent(kernel, r#"{"max-steps": 20}"#);
+    let report = turn(&mut agent, "read the five files");
+    assert_eq!(report.end, TurnEnd::Completed, "{report:?}");
+    assert_eq!(report.tool_calls, 5);
+    let k = agent.doors_mut();
+    assert!(
+        k.requests.iter().all(|r| r.compacts_on_overflow || r == &k.requests[4]),
+        "every request asks to hear of an overflow but the one sent again after it"
+    );
+    let refused = &k.requests[3];
+    let after = &k.requests[4];
+    assert!(!after.compacts_on_overflow);
+    // The request sent again is the compacted conversation: the person's request verbatim,
+    // then the summary, then the latest steps as they were.
+    assert!(after.messages.len() < refused.messages.len(), "{after:?}");
+    let first = &after.messages[0];
+    assert_eq!(first.role, Role::User);
+    assert_eq!(first.text().lines().next(), Some("read the five files"));
+    assert!(first.text().contains("three read so far"), "{first:?}");
+    assert!(
+        first.text().contains(crate::compaction::SUMMARY_HEADER),
+        "{first:?}"
+    );
+    assert_eq!(after.messages[1].role, Role::Assistant);
+    for r in &k.requests {
+        paired(&r.messages)?;
+    }
+    // Kept: the next step starts from the compacted conversation, which only grew since, and
+    // was never refused again.
+    let next = &k.requests[5];
+    assert!(next.compacts_on_overflow);
+    assert_eq!(&next.messages[..after.messages.len()], &after.messages[..]);
+    let compacted: Vec<&SessionEvent> = k
+        .events
+        .iter()
+        .filter(|e| matches!(e, SessionEvent::Compacted { reason, .. } if reason == "overflow"))
+        .collect();
+    assert_eq!(compacted.len(), 1, "{:?}", k.events);
+    assert!(k.statuses_shown.iter().any(|s| s.contains("\"overflow\"")));
+    // The log's rebuild (what `keel resume` continues from) is the loop's conversation.
+    let events = k.events.clone();
+    assert_eq!(replayed(&events), agent.conversation("s1"));
+    Ok(())
+}
+
+#[test]
+fn a_turn_that_outgrows_the_window_is_compacted_between_its_steps() {
+    let mut kernel = with_compaction("the task: read files; read some so far");
+    let mut script: VecDeque<_> = (0..12)
+        .map(|i| calls(&[(&*format!("c{i}"), "read", &*format!(r#"{{"n":{i}}}"#))]))
+        .collect();
+    script.push_back(answer("finished"));
+    kernel.responses = script;
+    // About 1,000 tokens a step against a 6,000-token window: compacted inside the turn, never
+    // refused (the fake provider has no limit, the loop keeps under its own).
+    let mut agent = agent(
+        kernel,
+        r#"{"max-steps": 40, "context-window": 6000, "keep-turns": 2}"#,
+    );
+    let report = turn(&mut agent, "read them all");
+    assert_eq!(report.end, TurnEnd::Completed, "{report:?}");
+    let k = agent.doors_mut();
+    let compactions = k
+        .events
+        .iter()
+        .filter(|e| matches!(e, SessionEvent::Compacted { reason, .. } if reason == "threshold"))
+        .count();
+    assert!(compactions >= 1, "{:?}", k.statuses_shown);
+    for r in &k.requests {
+        paired(&r.messages).expect("well-formed");
+        let tokens = crate::compaction::estimate_tokens(&r.system, &r.messages, &r.tools);
+        assert!(tokens <= 6000, "a request of {tokens} tokens");
+        assert_eq!(
+            r.messages[0].text().lines().next(),
+            Some("read them all"),
+            "the person's request leads every request"
+        );
+    }
+    let events = k.events.clone();
+    assert_eq!(replayed(&events), agent.conversation("s1"));
+}
+
+#[test]
+fn the_tools_and_prompt_are_fetched_again_only_when_the_environment_changes() {
+    let mut kernel = FakeKernel::default();
+    kernel.tools = vec![tool("read", false)];
+    kernel.services.insert(
+        (services::PROMPT.into(), "generation".into()),
+        Ok("7".into()),
+    );
+    kernel.services.insert(
+        (services::PROMPT.into(), "fragments".into()),
+        Ok(r#"[{"plugin":"p","id":"f","text":"FRAGMENT"}]"#.into()),
+    );
+    kernel.responses = VecDeque::from([
+        calls(&[("c1", "read", r#"{"n":1}"#)]),
+        calls(&[("c2", "read", r#"{"n":2}"#)]),
+        answer("done"),
+    ]);
+    let mut agent = agent(kernel, "{}");
+    turn(&mut agent, "go");
+    let fetched = |k: &FakeKernel, method: &str| {
+        k.service_calls
+            .iter()
+            .filter(|(s, m)| s == services::PROMPT && m == method)
+            .count()
+    };
+    let k = agent.doors_mut();
+    assert_eq!(k.requests.len(), 3);
+    assert_eq!(fetched(k, "generation"), 3, "asked every step");
+    assert_eq!(fetched(k, "fragments"), 1, "fetched once");
+    assert!(k.requests.iter().all(|r| r.system.contains("FRAGMENT")));
+    assert!(k.requests.iter().all(|r| r.tools.len() == 1));
+    // A plugin loaded: the generation moves, and the next step fetches again.
+    k.services.insert(
+        (services::PROMPT.into(), "generation".into()),
+        Ok("8".into()),
+    );
+    k.services.insert(
+        (services::PROMPT.into(), "fragments".into()),
+        Ok(r#"[{"plugin":"p","id":"f","text":"CHANGED"}]"#.into()),
+    );
+    k.responses.push_back(answer("again"));
+    turn(&mut agent, "more");
+    let k = agent.doors_mut();
+    assert_eq!(fetched(k, "fragments"), 2);
+    assert!(k.requests.last().is_some_and(|r| r.system.contains("CHANGED")));
 }

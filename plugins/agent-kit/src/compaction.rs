@@ -3,9 +3,13 @@
 //! and the session log's rebuild share [`apply`], so a resumed session continues from exactly
 //! the compacted conversation.
 //!
-//! A cut is only ever made just before a message in which the person spoke (a user message
-//! holding no tool result): every tool call and its result are on the same side of it, so no
-//! request after a compaction carries a result without its call, in either wire format.
+//! A cut is made just before a message in which the person spoke (a user message holding no
+//! tool result), keeping whole turns, or — when the current turn alone outgrows the window (one
+//! prompt, hundreds of tool calls) — inside it, just before one of the model's messages that
+//! follows a tool result ([`step_cut_point`]). Either way every tool call and its result are on
+//! the same side of the cut, so no request after a compaction carries a result without its call,
+//! or a call without its result, in either wire format. A cut inside a turn keeps the person's
+//! request of that turn verbatim, the summary of its earlier steps after it ([`apply`]).
 
 use keel_protocol::{Block, Message, Role, ToolDef};
 
@@ -41,6 +45,33 @@ pub fn estimate_tokens(system: &str, messages: &[Message], tools: &[ToolDef]) ->
     (chars.div_ceil(CHARS_PER_TOKEN)) as u64
 }
 
+/// The characters of one message, as [`estimate_tokens`] counts them.
+fn message_chars(m: &Message) -> usize {
+    m.content
+        .iter()
+        .map(|b| match b {
+            Block::Text { text } | Block::Thinking { text } => text.len(),
+            Block::ToolCall {
+                name, arguments, ..
+            } => name.len() + arguments.len(),
+            Block::ToolResult { content, .. } => content.len(),
+        })
+        .sum()
+}
+
+/// Whether `m` holds tool results (a user message answering the model's calls).
+fn is_results(m: &Message) -> bool {
+    m.role == Role::User
+        && m.content
+            .iter()
+            .any(|b| matches!(b, Block::ToolResult { .. }))
+}
+
+/// Whether `b` is a summary or trim note an earlier compaction put in.
+fn is_compaction_note(b: &Block) -> bool {
+    matches!(b, Block::Text { text } if text.starts_with(SUMMARY_HEADER) || text.starts_with(TRIM_HEADER))
+}
+
 /// Whether `m` is a message in which the person spoke (not tool results).
 fn is_person(m: &Message) -> bool {
     m.role == Role::User
@@ -64,9 +95,47 @@ pub fn cut_point(messages: &[Message], keep_turns: usize) -> Option<usize> {
     (cut > 0).then_some(cut)
 }
 
+/// Where to cut inside the current turn (after the person's last message): just before one of
+/// the model's messages that follows a tool result, the earliest such point whose kept part
+/// (the person's request, the steps from the cut on) is estimated at `target` tokens or less,
+/// else the latest one (the last step is always kept). `None` when the turn has no step to
+/// cut before.
+pub fn step_cut_point(
+    system: &str,
+    messages: &[Message],
+    tools: &[ToolDef],
+    target: u64,
+) -> Option<usize> {
+    let person = messages.iter().rposition(is_person)?;
+    let candidates: Vec<usize> = (person + 2..messages.len())
+        .filter(|&i| messages[i].role == Role::Assistant && is_results(&messages[i - 1]))
+        .collect();
+    let last = *candidates.last()?;
+    // What every choice keeps besides its steps: the request, the tools, the system prompt.
+    let fixed = estimate_tokens(system, &messages[person..=person], tools);
+    // suffix[k]: the characters of the messages from candidates[k] on.
+    let mut suffix = vec![0usize; candidates.len()];
+    let mut chars = 0;
+    let mut from = messages.len();
+    for (k, &cut) in candidates.iter().enumerate().rev() {
+        chars += messages[cut..from].iter().map(message_chars).sum::<usize>();
+        from = cut;
+        suffix[k] = chars;
+    }
+    let fitting = candidates
+        .iter()
+        .zip(&suffix)
+        .find(|(_, chars)| fixed + (chars.div_ceil(CHARS_PER_TOKEN)) as u64 <= target)
+        .map(|(&cut, _)| cut);
+    Some(fitting.unwrap_or(last))
+}
+
 /// The conversation after replacing its first `replaced` messages by `summary`: the messages
 /// from `replaced` on, with the summary as the first text of the first one (a message in which
-/// the person spoke). `replaced` past the end keeps nothing but the summary.
+/// the person spoke). When the cut was made inside a turn (the first kept message is the
+/// model's), a user message leads instead: the person's request of that turn, verbatim (less
+/// an earlier compaction's note, which the new summary covers), then the summary.
+/// `replaced` past the end keeps nothing but the summary.
 pub fn apply(messages: &[Message], replaced: usize, summary: &str) -> Vec<Message> {
     let mut kept: Vec<Message> = messages.get(replaced..).unwrap_or_default().to_vec();
     let block = Block::Text {
@@ -74,7 +143,30 @@ pub fn apply(messages: &[Message], replaced: usize, summary: &str) -> Vec<Messag
     };
     match kept.first_mut() {
         Some(first) if first.role == Role::User => first.content.insert(0, block),
-        _ => kept.insert(
+        Some(_) => {
+            let before = messages.get(..replaced).unwrap_or(messages);
+            let mut content: Vec<Block> = before
+                .iter()
+                .rposition(is_person)
+                .map(|i| {
+                    before[i]
+                        .content
+                        .iter()
+                        .filter(|b| !is_compaction_note(b))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            content.push(block);
+            kept.insert(
+                0,
+                Message {
+                    role: Role::User,
+                    content,
+                },
+            );
+        }
+        None => kept.insert(
             0,
             Message {
                 role: Role::User,
@@ -136,8 +228,9 @@ pub fn transcript(messages: &[Message], budget_chars: usize) -> String {
 }
 
 /// Trimming, for when compaction is off: the fewest oldest turns to drop (keeping the last
-/// turn whole) so the estimate falls to `target` tokens or below; the index to cut at, or
-/// `None` when dropping every turn but the last is not enough or there is nothing to drop.
+/// turn whole) so the estimate falls to `target` tokens or below, else the oldest steps of the
+/// last turn too (see [`step_cut_point`]); the index to cut at, or `None` when there is
+/// nothing to drop.
 pub fn trim_point(
     system: &str,
     messages: &[Message],
@@ -158,7 +251,10 @@ pub fn trim_point(
             return Some(cut);
         }
     }
-    last
+    // Every earlier turn dropped is not enough: drop the current turn's oldest steps too.
+    step_cut_point(system, messages, tools, target)
+        .filter(|&cut| last.is_none_or(|l| cut > l))
+        .or(last)
 }
 
 /// The context window of a model, in tokens, when keel knows it (by name prefix).

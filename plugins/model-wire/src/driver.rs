@@ -266,6 +266,15 @@ pub enum ModelError {
         /// The last failure.
         last: String,
     },
+    /// The provider refused the request as too long, and the caller compacts
+    /// (`compacts_on_overflow`): its message begins with [`keel_protocol::CONTEXT_OVERFLOW`].
+    #[error("{} (the provider said, {}: {message})", keel_protocol::CONTEXT_OVERFLOW, origin(*.status))]
+    ContextOverflow {
+        /// The HTTP status (0 for an error inside the stream).
+        status: u16,
+        /// The API's own message.
+        message: String,
+    },
     /// The conversation could not be shrunk enough.
     #[error(transparent)]
     ContextLength(#[from] RecoveryError),
@@ -324,6 +333,14 @@ pub fn complete<T: Transport + ?Sized>(
                 return Err(ModelError::Authentication {
                     status: f.status,
                     hint: config.credential_hint.clone(),
+                });
+            }
+            // The caller keeps the conversation and compacts it for good; shrinking this one
+            // request here would only have the next one refused again.
+            Failure::Api(f) if f.class == ErrorClass::ContextLength && req.compacts_on_overflow => {
+                return Err(ModelError::ContextOverflow {
+                    status: f.status,
+                    message: f.message,
                 });
             }
             Failure::Api(f) if f.class == ErrorClass::ContextLength => {

@@ -243,6 +243,7 @@ mod tests {
             messages.push(result(&format!("c{i}")));
         }
         ModelRequest {
+            compacts_on_overflow: false,
             model: String::new(),
             system: "sys".into(),
             messages,

@@ -108,6 +108,7 @@ const ANTHROPIC_TOOL: &[u8] = include_bytes!("fixtures/anthropic_tool_use.sse");
 
 fn request() -> ModelRequest {
     ModelRequest {
+        compacts_on_overflow: false,
         model: String::new(),
         system: "sys".into(),
         messages: vec![Message::user_text("hi")],
@@ -486,4 +487,37 @@ fn a_client_error_inside_the_stream_is_reported_not_retried() {
         "the model provider rejected the request (in the stream): tools.0.name: String should match pattern"
     );
     assert_eq!(fake.sent.len(), 1);
+}
+
+#[test]
+fn a_caller_that_compacts_hears_of_an_overflow_at_once_in_both_wordings() {
+    // OpenAI's `context_length_exceeded` and Anthropic's "prompt is too long": the request is
+    // not shrunk and sent again here, the caller is told, in words it recognises.
+    let refusals = [
+        (
+            AdapterConfig::openai("gpt-4o"),
+            r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+        ),
+        (
+            AdapterConfig::anthropic("claude"),
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 215000 tokens > 200000 maximum"}}"#,
+        ),
+    ];
+    for (config, body) in refusals {
+        let mut fake = Fake::new(vec![status(400, &[], body), ok_stream(OPENAI_TEXT, 1000)]);
+        let req = ModelRequest {
+            compacts_on_overflow: true,
+            ..request()
+        };
+        let err = complete(&mut fake, &config, &req, &mut |_| {}).expect_err("told at once");
+        assert!(
+            matches!(err, ModelError::ContextOverflow { status: 400, .. }),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().starts_with(keel_protocol::CONTEXT_OVERFLOW),
+            "{err}"
+        );
+        assert_eq!(fake.sent.len(), 1, "not sent again");
+    }
 }

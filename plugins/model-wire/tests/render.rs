@@ -8,6 +8,7 @@ use serde_json::json;
 
 fn conversation() -> ModelRequest {
     ModelRequest {
+        compacts_on_overflow: false,
         model: String::new(),
         system: "You are keel.".into(),
         messages: vec![
@@ -156,6 +157,7 @@ fn anthropic_request_body_merges_roles_and_puts_results_first() {
 #[test]
 fn anthropic_drops_messages_left_empty_and_merges_around_them() {
     let req = ModelRequest {
+        compacts_on_overflow: false,
         model: "claude-x".into(),
         system: String::new(),
         messages: vec![

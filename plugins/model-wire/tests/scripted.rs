@@ -45,6 +45,7 @@ fn request(assistants: usize, last_result: Option<&str>) -> ModelRequest {
         });
     }
     ModelRequest {
+        compacts_on_overflow: false,
         model: String::new(),
         system: String::new(),
         messages,
