@@ -206,11 +206,22 @@ async fn a_thousand_tool_calls_in_one_turn(wire: Wire) -> R {
         home.path(),
         ws.path(),
         wire,
-        &["exec", "read every file f0000.txt to f0999.txt, one at a time"],
+        &[
+            "exec",
+            "read every file f0000.txt to f0999.txt, one at a time",
+        ],
     )
     .await?;
     let took = started.elapsed();
-    let tail = |s: &str| s.chars().rev().take(3000).collect::<String>().chars().rev().collect::<String>();
+    let tail = |s: &str| {
+        s.chars()
+            .rev()
+            .take(3000)
+            .collect::<String>()
+            .chars()
+            .rev()
+            .collect::<String>()
+    };
     {
         let seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
         eprintln!(
@@ -221,8 +232,19 @@ async fn a_thousand_tool_calls_in_one_turn(wire: Wire) -> R {
             seen.compactions,
             seen.largest
         );
-        assert_eq!(code, Some(0), "stdout:\n{}\nstderr:\n{}", tail(&stdout), tail(&stderr));
-        assert!(stdout.contains("ALL-READ"), "{}\n{}", tail(&stdout), tail(&stderr));
+        assert_eq!(
+            code,
+            Some(0),
+            "stdout:\n{}\nstderr:\n{}",
+            tail(&stdout),
+            tail(&stderr)
+        );
+        assert!(
+            stdout.contains("ALL-READ"),
+            "{}\n{}",
+            tail(&stdout),
+            tail(&stderr)
+        );
         assert_eq!(seen.issued, CALLS);
         assert!(
             seen.refused <= 1,
@@ -239,9 +261,15 @@ async fn a_thousand_tool_calls_in_one_turn(wire: Wire) -> R {
         .and_then(|e| e["session"].as_str())
         .ok_or("no session id")?
         .to_owned();
-    let outcomes = entries.iter().filter(|e| e["kind"] == "tool_outcome").count();
+    let outcomes = entries
+        .iter()
+        .filter(|e| e["kind"] == "tool_outcome")
+        .count();
     assert_eq!(outcomes, CALLS);
-    let compacted: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "compacted").collect();
+    let compacted: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["kind"] == "compacted")
+        .collect();
     assert!(!compacted.is_empty(), "no compaction in the log");
     let end = entries
         .iter()
@@ -257,9 +285,19 @@ async fn a_thousand_tool_calls_in_one_turn(wire: Wire) -> R {
     assert!(stdout.contains("ALL-READ"), "{stdout}");
     let seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
     assert!(seen.refused <= 1, "resume was refused for length");
-    let last = seen.last.as_ref().ok_or("no request after the turn")?.to_string();
-    assert!(last.contains("SUMMARY-OF-THE-TASK"), "the summary is carried on");
-    assert!(last.contains("read every file f0000.txt"), "the request is kept");
+    let last = seen
+        .last
+        .as_ref()
+        .ok_or("no request after the turn")?
+        .to_string();
+    assert!(
+        last.contains("SUMMARY-OF-THE-TASK"),
+        "the summary is carried on"
+    );
+    assert!(
+        last.contains("read every file f0000.txt"),
+        "the request is kept"
+    );
     assert!(last.contains("and now?"));
     assert!(!last.contains("call_5\""), "early steps are compacted away");
     assert!(last.len() <= LIMIT);

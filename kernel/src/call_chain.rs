@@ -465,7 +465,10 @@ mod tests {
             ..Deadlines::default()
         };
         let turn = host.enter("agent", CallKind::Turn, &bounded, now);
-        assert_eq!(turn.deadline().map(|d| d.at), Some(now + Duration::from_secs(5)));
+        assert_eq!(
+            turn.deadline().map(|d| d.at),
+            Some(now + Duration::from_secs(5))
+        );
         let model = turn.enter("model", CallKind::Model, &bounded, now);
         assert_eq!(model.deadline().map(|d| d.kind), Some(CallKind::Turn));
     }

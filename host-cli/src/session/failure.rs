@@ -34,21 +34,25 @@ pub(crate) fn turn_failure(error: &KernelError, session: &str) -> String {
              plugin, not something your task did); {resume}. If `{agent}` is a plugin you are \
              developing and the work is expected, raise [limits.{agent}] cpu-ms in keel's \
              config",
-            limit_of(text).map(|l| format!(" ({l})")).unwrap_or_default()
+            limit_of(text)
+                .map(|l| format!(" ({l})"))
+                .unwrap_or_default()
         );
     }
     if text.contains("exceeded its memory limit") {
         return format!(
             "the agent plugin `{agent}` needed more memory than it is allowed{} and was \
              stopped; {resume}, or raise [limits.{agent}] memory-mib in keel's config",
-            limit_of(text).map(|l| format!(" ({l})")).unwrap_or_default()
+            limit_of(text)
+                .map(|l| format!(" ({l})"))
+                .unwrap_or_default()
         );
     }
     let own = without_routing(call_failure::failure_message(text));
     match error {
-        KernelError::Unavailable(_) => format!(
-            "no agent is running: {own}; `keel doctor` shows the plugins a session loads"
-        ),
+        KernelError::Unavailable(_) => {
+            format!("no agent is running: {own}; `keel doctor` shows the plugins a session loads")
+        }
         KernelError::TimedOut(_) => format!("it took too long: {own}; {resume}"),
         _ => format!("the agent plugin `{agent}` stopped with an error: {own}; {resume}"),
     }
@@ -161,6 +165,9 @@ mod tests {
             ),
             "s",
         );
-        assert!(m.contains("`my-agent`") && m.contains("the model said no"), "{m}");
+        assert!(
+            m.contains("`my-agent`") && m.contains("the model said no"),
+            "{m}"
+        );
     }
 }

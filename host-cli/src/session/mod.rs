@@ -3,8 +3,8 @@
 //! the log and the verifier are plugins. The gates are wired from the settings in `gates`,
 //! plugins come in through `loading`, and what the plugins emit is shown by `output`.
 
-pub(crate) mod gates;
 mod failure;
+pub(crate) mod gates;
 mod input;
 mod loading;
 mod output;

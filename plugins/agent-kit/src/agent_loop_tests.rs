@@ -561,7 +561,8 @@ fn replayed(events: &[SessionEvent]) -> Vec<Message> {
 }
 
 #[test]
-fn a_provider_overflow_mid_turn_compacts_the_turn_for_good_and_asks_once_more() -> Result<(), String> {
+fn a_provider_overflow_mid_turn_compacts_the_turn_for_good_and_asks_once_more() -> Result<(), String>
+{
     let mut kernel = with_compaction("the task: read five files; three read so far");
     kernel.responses = VecDeque::from([
         calls(&[("c1", "read", r#"{"n":1}"#)]),
@@ -586,7 +587,9 @@ fn a_provider_overflow_mid_turn_compacts_the_turn_for_good_and_asks_once_more() 
     assert_eq!(report.tool_calls, 5);
     let k = agent.doors_mut();
     assert!(
-        k.requests.iter().all(|r| r.compacts_on_overflow || r == &k.requests[4]),
+        k.requests
+            .iter()
+            .all(|r| r.compacts_on_overflow || r == &k.requests[4]),
         "every request asks to hear of an overflow but the one sent again after it"
     );
     let refused = &k.requests[3];
@@ -706,5 +709,9 @@ fn the_tools_and_prompt_are_fetched_again_only_when_the_environment_changes() {
     turn(&mut agent, "more");
     let k = agent.doors_mut();
     assert_eq!(fetched(k, "fragments"), 2);
-    assert!(k.requests.last().is_some_and(|r| r.system.contains("CHANGED")));
+    assert!(
+        k.requests
+            .last()
+            .is_some_and(|r| r.system.contains("CHANGED"))
+    );
 }

@@ -166,7 +166,10 @@ fn a_turn_too_big_alone_is_cut_between_a_result_and_the_next_call() {
     let second = step_cut_point("", &longer, &[], fixed + 350).expect("a cut");
     let again = apply(&longer, second, &format!("{SUMMARY_HEADER}\nSECOND"));
     assert_eq!(again[0].content.len(), 2, "{:?}", again[0]);
-    assert_eq!(again[0].text(), format!("read everything\n{SUMMARY_HEADER}\nSECOND"));
+    assert_eq!(
+        again[0].text(),
+        format!("read everything\n{SUMMARY_HEADER}\nSECOND")
+    );
     assert!(well_formed(&again));
 }
 
