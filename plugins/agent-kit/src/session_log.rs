@@ -733,10 +733,10 @@ impl Rebuild {
                 }
                 self.conversation.messages.push(message);
             }
-            SessionEvent::ToolOutcome { outcome, .. } => {
-                if self.pending.contains(&outcome.call_id) {
-                    self.outcomes.push(outcome.clone());
-                }
+            SessionEvent::ToolOutcome { outcome, .. }
+                if self.pending.contains(&outcome.call_id) =>
+            {
+                self.outcomes.push(outcome.clone());
             }
             // Where the agent loop compacted, the conversation it went on with.
             SessionEvent::Compacted {
