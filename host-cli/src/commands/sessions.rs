@@ -22,17 +22,24 @@ struct Listed {
     last_time_ms: Option<u64>,
     entries: usize,
     preview: Option<String>,
+    /// Why the log could not be read whole (the others are listed all the same).
+    #[serde(default)]
+    error: Option<String>,
 }
 
 impl Listed {
-    /// The session in one line: id, size, how it began.
+    /// The session in one line: id, size, how it began (and why its log was not read whole).
     fn line(&self) -> String {
-        format!(
+        let mut line = format!(
             "{}  {:>5} entries  {}",
             self.id,
             self.entries,
             self.preview.as_deref().unwrap_or("")
-        )
+        );
+        if let Some(error) = &self.error {
+            line.push_str(&format!("  [{}]", terminal_safe(error)));
+        }
+        line
     }
 }
 
@@ -142,7 +149,7 @@ pub async fn run(ctx: &Context, cmd: SessionsCommand) -> anyhow::Result<ExitCode
                         serde_json::json!({
                             "id": s.id, "first_time_ms": s.first_time_ms,
                             "last_time_ms": s.last_time_ms, "entries": s.entries,
-                            "preview": s.preview,
+                            "preview": s.preview, "error": s.error,
                         })
                     );
                 } else {

@@ -553,7 +553,12 @@ pub struct SessionSummary {
     pub error: Option<String>,
 }
 
-/// The summary of the log at `path`, read a line at a time.
+/// The most of one log `list` reads from its start; past it, only the last [`TAIL_WINDOW`]
+/// is read too (for the latest activity), so one huge log costs the listing little.
+pub const LIST_SCAN_BYTES: u64 = 32 << 20;
+
+/// The summary of the log at `path`, read a line at a time: its first [`LIST_SCAN_BYTES`]
+/// and, for a longer log, its tail.
 fn summarize(id: &str, path: &Path) -> SessionSummary {
     let mut summary = SessionSummary {
         id: id.to_owned(),
@@ -564,19 +569,41 @@ fn summarize(id: &str, path: &Path) -> SessionSummary {
         warnings: 0,
         error: None,
     };
-    let scanned = File::open(path).and_then(|file| {
-        scan_entries(file, |item| match item {
-            Item::Entry(line) => {
-                summary.entries += 1;
-                summary.first_time_ms.get_or_insert(line.time_ms);
-                summary.last_time_ms = summary.last_time_ms.max(Some(line.time_ms));
-                if summary.preview.is_none() {
-                    summary.preview = first_user_text(std::slice::from_ref(&line))
-                        .map(|t| crate::text::preview(&t, PREVIEW_CHARS));
-                }
+    let take = |item: Item, summary: &mut SessionSummary| match item {
+        Item::Entry(line) => {
+            summary.entries += 1;
+            summary.first_time_ms.get_or_insert(line.time_ms);
+            summary.last_time_ms = summary.last_time_ms.max(Some(line.time_ms));
+            if summary.preview.is_none() {
+                summary.preview = first_user_text(std::slice::from_ref(&line))
+                    .map(|t| crate::text::preview(&t, PREVIEW_CHARS));
             }
-            Item::Skipped(_) => summary.warnings += 1,
-        })
+        }
+        Item::Skipped(_) => summary.warnings += 1,
+    };
+    let scanned = File::open(path).and_then(|mut file| {
+        let size = file.metadata()?.len();
+        scan_entries((&mut file).take(LIST_SCAN_BYTES), |item| {
+            take(item, &mut summary)
+        })?;
+        if size > LIST_SCAN_BYTES {
+            // The window's first line is likely partial: only whole entries count.
+            let start = size.saturating_sub(TAIL_WINDOW).max(LIST_SCAN_BYTES);
+            file.seek(SeekFrom::Start(start))?;
+            scan_entries(file, |item| {
+                if let Item::Entry(_) = item {
+                    take(item, &mut summary);
+                }
+            })?;
+            summary.error = Some(format!(
+                "only the first {} MiB and the last {} KiB of this {} MiB log were read for \
+                 the listing",
+                LIST_SCAN_BYTES >> 20,
+                TAIL_WINDOW >> 10,
+                size >> 20
+            ));
+        }
+        Ok(())
     });
     if let Err(e) = scanned {
         summary.error = Some(io_err("reading", path)(e).to_string());
@@ -706,10 +733,10 @@ impl Rebuild {
                 }
                 self.conversation.messages.push(message);
             }
-            SessionEvent::ToolOutcome { outcome, .. } => {
-                if self.pending.contains(&outcome.call_id) {
-                    self.outcomes.push(outcome.clone());
-                }
+            SessionEvent::ToolOutcome { outcome, .. }
+                if self.pending.contains(&outcome.call_id) =>
+            {
+                self.outcomes.push(outcome.clone());
             }
             // Where the agent loop compacted, the conversation it went on with.
             SessionEvent::Compacted {

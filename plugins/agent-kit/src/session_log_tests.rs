@@ -501,6 +501,36 @@ fn one_unreadable_log_does_not_hide_the_others() {
     );
 }
 
+#[test]
+fn a_huge_log_is_listed_from_its_head_and_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut w = LogWriter::open(dir.path(), "h").expect("opens");
+    w.append(100, &user("h", "first words")).expect("appends");
+    drop(w);
+    // One line far longer than the listing reads, then a last entry.
+    let path = log_path(dir.path(), "h").expect("path");
+    let mut f = OpenOptions::new().append(true).open(&path).expect("opens");
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..(LIST_SCAN_BYTES >> 20) + 2 {
+        f.write_all(&chunk).expect("writes");
+    }
+    f.write_all(b"\n").expect("writes");
+    drop(f);
+    let mut w = LogWriter::open(dir.path(), "h").expect("reopens");
+    w.append(900, &ended("h")).expect("appends");
+    let sessions = list(dir.path()).expect("lists");
+    let h = &sessions[0];
+    assert_eq!(h.first_time_ms, Some(100));
+    assert_eq!(h.last_time_ms, Some(900), "{h:?}");
+    assert_eq!(h.preview.as_deref(), Some("first words"));
+    assert!(
+        h.error
+            .as_deref()
+            .is_some_and(|e| e.contains("only the first")),
+        "{h:?}"
+    );
+}
+
 mod properties {
     use super::*;
     use proptest::prelude::*;
