@@ -344,9 +344,7 @@ pub fn redact_log(text: &str, secrets: &[&str]) -> String {
         }
         let name = text.get(i..end).unwrap_or("");
         let upper = !name.bytes().any(|c| c.is_ascii_lowercase());
-        if upper
-            && b.get(end) == Some(&b'=')
-            && SECRET_NAME_WORDS.iter().any(|w| name.contains(w))
+        if upper && b.get(end) == Some(&b'=') && SECRET_NAME_WORDS.iter().any(|w| name.contains(w))
         {
             let start = end + 1;
             let mut stop = start;

@@ -181,13 +181,23 @@ fn auto_never_approves_changes_to_a_repositorys_control_files() {
     ] {
         let auto = p.check(line).under(ApprovalMode::Auto);
         assert_eq!(auto.decision, Decision::Forbid, "{line}: {auto:?}");
-        assert!(auto.reason.contains("never approves"), "{line}: {}", auto.reason);
         assert!(
-            auto.suggestion.as_deref().is_some_and(|s| s.contains("ask the person")),
+            auto.reason.contains("never approves"),
+            "{line}: {}",
+            auto.reason
+        );
+        assert!(
+            auto.suggestion
+                .as_deref()
+                .is_some_and(|s| s.contains("ask the person")),
             "{line}: {auto:?}"
         );
         // Asked about under `ask`, even when the person's rules allow git as a whole.
-        assert_eq!(p.check(line).under(ApprovalMode::Ask).decision, Decision::Prompt, "{line}");
+        assert_eq!(
+            p.check(line).under(ApprovalMode::Ask).decision,
+            Decision::Prompt,
+            "{line}"
+        );
         assert!(user.check(line).decision >= Decision::Prompt, "{line}");
     }
     // The common paths are untouched: reading config and the repository, running tests.
