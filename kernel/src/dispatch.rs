@@ -4,7 +4,8 @@
 //!
 //! Pipeline for one call, in order: known call id → truncation gate (a cut-off call is not
 //! run and not counted) → strict parse, or the repair ladder for complete turns → tool-name
-//! resolution (the tool registry) → schema check → plugin guards (tighten only) → the
+//! resolution (the tool registry) → schema check → control directories (a file tool never
+//! writes `.git`, `.keel`, …) → plugin guards (tighten only) → the
 //! kernel's own verdict (exec policy for commands, capability baseline otherwise), combined
 //! by maximum → approval → the tool → sanitization, head + tail with the full output spilled.
 
@@ -159,6 +160,9 @@ pub(crate) async fn dispatch_one(
             ),
         );
     }
+    if let Some(refusal) = control_write_refusal(gates, &tool, &spec, &input) {
+        return outcome(id, &tool, OutcomeStatus::Refused, refusal);
+    }
     let command = command_of(&spec, &input);
     let requester = child.as_ref().map(|c| c.name());
     let decision = judge(
@@ -279,6 +283,30 @@ async fn resolve(
             format!("[keel] the tool registry answered malformed JSON ({e})"),
         )),
     }
+}
+
+/// A file-writing tool aimed at one of the workspace's control directories (`.git`, `.keel`,
+/// …) is refused here, before guards or approval, under every approval policy: what is
+/// written there runs later outside the sandbox (a hook, `core.fsmonitor`) or becomes keel's
+/// own configuration. Commands are kept out of them by the sandbox's read-only binds.
+fn control_write_refusal(
+    gates: &SessionGates,
+    tool: &str,
+    spec: &ToolSpec,
+    input: &Value,
+) -> Option<String> {
+    if !spec.capabilities.writes_files {
+        return None;
+    }
+    let workspace = gates.workspace.as_deref()?;
+    let (path, dir) = crate::sandbox::control::control_path_in(workspace, input)?;
+    Some(format!(
+        "[keel] `{tool}` did not run: `{}` is inside the workspace's `{dir}`, a control \
+         directory keel never lets a tool write (what is there runs later outside the sandbox, \
+         or configures keel). Do not retry; if the change is needed, tell the person what to \
+         write there and why, and let them do it",
+        sanitize::sanitize_for_display(&path)
+    ))
 }
 
 /// The command a command tool would run: the string `command` of a tool that executes code.

@@ -515,7 +515,7 @@ pub(crate) fn start(
                     Ok(0) | Err(_) => break,
                     Ok(_) => {
                         let text = String::from_utf8_lossy(&line);
-                        let text = gates.redact(text.trim_end());
+                        let text = gates.redact_log(text.trim_end());
                         tracing::info!(plugin = %plugin, server = %server, "{text}");
                         if text.trim().is_empty() {
                             continue;

@@ -356,6 +356,12 @@ impl SessionGates {
         redact::redact(text, &self.net.secret_values())
     }
 
+    /// [`SessionGates::redact`] for a process's words copied into keel's log: secret-looking
+    /// `NAME=value` pairs lose their values too.
+    pub(crate) fn redact_log(&self, text: &str) -> String {
+        redact::redact_log(text, &self.net.secret_values())
+    }
+
     /// Record the tool calls of a model response and clean its text. Returns the response as
     /// the agent will see it.
     /// A new child agent's number.

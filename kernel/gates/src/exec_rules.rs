@@ -1436,7 +1436,7 @@ fn refine_git_tag(inv: &Inv<'_>) -> Option<(Decision, &'static str)> {
     (!positionals(inv.rest).is_empty() && !listing).then_some((Decision::Prompt, "creates a tag"))
 }
 
-fn refine_git_config(inv: &Inv<'_>) -> Option<(Decision, &'static str)> {
+pub(crate) fn refine_git_config(inv: &Inv<'_>) -> Option<(Decision, &'static str)> {
     let write = has_opt(
         inv.rest,
         &[

@@ -18,6 +18,9 @@
 //!   alphanumerics) and `github_pat_`, AWS access key ids `AKIA`/`ASIA` + 16 of `A-Z0-9`, Google
 //!   `AIza` + 35, Slack `xoxb-`/`xoxp-`/`xoxa-`/`xoxr-`/`xoxs-` + 10.
 //!
+//! [`redact_log`] also hides the value of an upper-case `NAME=value` whose name looks secret
+//! (`GITHUB_TOKEN=…`, `AWS_SECRET_ACCESS_KEY=…`), for what a process writes that keel logs.
+//!
 //! The scanning is hand-written (no regular expressions) and linear per pattern. It never
 //! panics, and it is idempotent: `redact(redact(t)) == redact(t)`. Existing `[REDACTED]`
 //! markers are opaque (nothing matches across or inside one), and the passes repeat until
@@ -302,6 +305,73 @@ fn key_value_at(b: &[u8], i: usize) -> Option<(usize, usize)> {
         }
         None => None,
     }
+}
+
+/// Words that make an environment variable's name secret-looking (`GITHUB_TOKEN`,
+/// `AWS_SECRET_ACCESS_KEY`, `PGPASSWORD`, `NPM_AUTH`, …).
+const SECRET_NAME_WORDS: &[&str] = &[
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PRIVATE_KEY",
+    "ACCESS_KEY",
+    "API_KEY",
+    "APIKEY",
+    "CREDENTIAL",
+    "AUTH",
+    "SESSION_KEY",
+];
+
+/// [`redact`], and besides the value of every `NAME=value` whose name is an upper-case
+/// environment variable name that looks secret ([`SECRET_NAME_WORDS`]): for text a process
+/// wrote that keel copies into its log (a failing server dumping its environment). Only
+/// upper-case names count, so source code (`let token = …`) read through a tool is not
+/// mangled; that goes through [`redact`] alone.
+pub fn redact_log(text: &str, secrets: &[&str]) -> String {
+    let b = text.as_bytes();
+    let mut ranges = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let word_start = i == 0 || b.get(i - 1).is_some_and(|p| !is_env_name_byte(*p));
+        if !word_start || !b.get(i).is_some_and(u8::is_ascii_uppercase) {
+            i += 1;
+            continue;
+        }
+        let mut end = i;
+        while b.get(end).is_some_and(|c| is_env_name_byte(*c)) {
+            end += 1;
+        }
+        let name = text.get(i..end).unwrap_or("");
+        let upper = !name.bytes().any(|c| c.is_ascii_lowercase());
+        if upper && b.get(end) == Some(&b'=') && SECRET_NAME_WORDS.iter().any(|w| name.contains(w))
+        {
+            let start = end + 1;
+            let mut stop = start;
+            while b.get(stop).is_some_and(|c| !c.is_ascii_whitespace()) {
+                stop += 1;
+            }
+            if stop > start {
+                ranges.push((start, stop));
+            }
+            i = stop.max(end + 1);
+            continue;
+        }
+        i = end.max(i + 1);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (start, end) in merged(ranges) {
+        out.push_str(text.get(at..start).unwrap_or(""));
+        out.push_str(REDACTED);
+        at = end;
+    }
+    out.push_str(text.get(at..).unwrap_or(""));
+    redact(&out, secrets)
+}
+
+fn is_env_name_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
 }
 
 /// A well-known key shape starting at `i`: the whole token.

@@ -202,3 +202,38 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_dumped_environment_loses_its_secret_looking_values_in_the_log() {
+    let dump = "PATH=/usr/bin HOME=/home/me\nGITHUB_TOKEN=abc123notashape\n\
+                AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\n\
+                PGPASSWORD=hunter22 NPM_AUTH_TOKEN=x LANG=C.UTF-8 MY_KEY_NAME=visible";
+    let logged = redact_log(dump, &[]);
+    for secret in [
+        "abc123notashape",
+        "wJalrXUtnFEMI",
+        "hunter22",
+        "NPM_AUTH_TOKEN=x",
+    ] {
+        assert!(!logged.contains(secret), "{secret} kept in {logged}");
+    }
+    for kept in [
+        "PATH=/usr/bin",
+        "HOME=/home/me",
+        "LANG=C.UTF-8",
+        "MY_KEY_NAME=visible",
+    ] {
+        assert!(logged.contains(kept), "{kept} lost in {logged}");
+    }
+    assert!(logged.contains("GITHUB_TOKEN=[REDACTED]"), "{logged}");
+    // Lower-case code is not an environment: only `redact`'s own patterns apply to it.
+    assert_eq!(
+        redact_log("let token = next();", &[]),
+        "let token = next();"
+    );
+    assert_eq!(
+        redact_log("held: s3cr3t-value-123", &["s3cr3t-value-123"]),
+        "held: [REDACTED]"
+    );
+    assert_eq!(redact_log(&logged, &[]), logged, "idempotent");
+}

@@ -2,12 +2,19 @@
 //! what to ask about; this is what contains a command once it runs.
 //!
 //! `workspace-write` (the default): the root file system read-only; the workspace read-write
-//! except `.keel/` and `.git/hooks`, which stay read-only (a command must not plant a hook that
-//! runs outside the sandbox later, nor rewrite keel's project config); a private `/tmp`; keel's
-//! home replaced by an empty directory; every path of the deny-read list hidden (an empty
-//! directory over a directory, `/dev/null` over a file); new user, PID, IPC, UTS, cgroup and
-//! network namespaces; the sandbox dies with keel and runs in a new session (no terminal
-//! injection). `read-only` is the same with the workspace read-only too.
+//! except its control directories ([`PROTECTED_IN_WORKSPACE`]: `.git`, `.hg`, `.jj`, `.svn`,
+//! `.keel`, `.claude/skills`), which stay read-only (a command must not plant a hook or a
+//! `core.fsmonitor` that git runs outside the sandbox later, a skill keel offers the model, nor
+//! rewrite keel's project config); a private `/tmp`; keel's home replaced by an empty
+//! directory; every path of the deny-read list hidden (an empty directory over a directory,
+//! `/dev/null` over a file); new user, PID, IPC, UTS, cgroup and network namespaces; the
+//! sandbox dies with keel and runs in a new session (no terminal injection). `read-only` is the
+//! same with the workspace read-only too.
+//!
+//! The environment a sandboxed process starts with is not keel's: only the variables of
+//! [`PASSED_ENV`] (and `LC_*`), those the person names in `[sandbox] env`, and those the kernel
+//! sets (a server entry's `env`, the proxy variables). Tokens keel was started with
+//! (`GITHUB_TOKEN`, `AWS_SECRET_ACCESS_KEY`, …) stay with keel.
 //! `off` runs commands unconfined; it must be named in the user's config and is shown as
 //! dangerous wherever the mode is shown.
 //!
@@ -31,6 +38,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+pub(crate) mod control;
 pub(crate) mod netns;
 pub(crate) mod proxy;
 pub(crate) mod runner;
@@ -40,7 +48,7 @@ pub(crate) mod runner;
 pub enum SandboxMode {
     /// Nothing may be written (except the private `/tmp`).
     ReadOnly,
-    /// The workspace may be written (not `.keel/` or `.git/hooks`).
+    /// The workspace may be written (not its control directories, [`PROTECTED_IN_WORKSPACE`]).
     #[default]
     WorkspaceWrite,
     /// No confinement at all: the person chose it explicitly.
@@ -142,6 +150,87 @@ pub struct SandboxConfig {
     pub keel_home: Option<PathBuf>,
     /// Resource limits.
     pub limits: ProcessLimits,
+    /// Environment variables passed to commands and servers besides [`PASSED_ENV`] (the
+    /// person's `[sandbox] env`).
+    pub pass_env: Vec<String>,
+}
+
+/// The workspace's control directories, relative to its root: read-only to every sandboxed
+/// command and server whatever the mode or a grant says, and refused to the file tools by the
+/// dispatch gate ([`crate::dispatch`]). Each holds files that make a program run later outside
+/// the sandbox (`.git/config`'s `core.fsmonitor`, `core.hooksPath` and hooks; Mercurial's
+/// `.hg/hgrc` hooks; `jj`'s repo config; Subversion's hooks) or that keel itself reads as
+/// configuration and instructions (`.keel/`, with its memory and skills; `.claude/skills`).
+pub const PROTECTED_IN_WORKSPACE: &[&str] =
+    &[".git", ".hg", ".jj", ".svn", ".keel", ".claude/skills"];
+
+/// Environment variables a sandboxed command or server inherits from keel (with every `LC_*`):
+/// where things are and how to print, never credentials. Anything else, tokens included,
+/// reaches it only when the person names it (`[sandbox] env`, a server's `env`).
+pub const PASSED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "CLICOLOR",
+    "TZ",
+    "TMPDIR",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "LD_LIBRARY_PATH",
+    "PKG_CONFIG_PATH",
+    "CC",
+    "CXX",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "CARGO_TARGET_DIR",
+    "RUST_BACKTRACE",
+    "GOPATH",
+    "GOROOT",
+    "GOCACHE",
+    "GOMODCACHE",
+    "JAVA_HOME",
+    "NVM_DIR",
+    "PNPM_HOME",
+    "PYENV_ROOT",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "GEM_HOME",
+    "GEM_PATH",
+    "NODE_PATH",
+    "DENO_DIR",
+    "BUN_INSTALL",
+    // Where trusted certificates are (a TLS connection through keel's proxy is the command's
+    // own, end to end).
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "CURL_CA_BUNDLE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+];
+
+/// The variables of keel's own environment a sandboxed process inherits: [`PASSED_ENV`],
+/// `LC_*`, and the names in `extra`.
+pub(crate) fn passed_env(extra: &[String]) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    std::env::vars_os()
+        .filter(|(name, _)| {
+            name.to_str().is_some_and(|name| {
+                PASSED_ENV.contains(&name)
+                    || name.starts_with("LC_")
+                    || extra.iter().any(|e| e == name)
+            })
+        })
+        .collect()
 }
 
 /// The deny-read list every session starts with, relative to the user's home.
@@ -149,10 +238,32 @@ pub const DEFAULT_DENY_READ: &[&str] = &[
     ".ssh",
     ".gnupg",
     ".aws",
+    ".azure",
     ".config/gcloud",
     ".kube",
-    ".docker/config.json",
+    ".docker",
     ".netrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".config/gh",
+    ".config/hub",
+    ".config/glab-cli",
+    ".npmrc",
+    ".yarnrc.yml",
+    ".cargo/credentials.toml",
+    ".cargo/credentials",
+    ".pypirc",
+    ".config/pip/pip.conf",
+    ".gem/credentials",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
+    ".terraform.d/credentials.tfrc.json",
+    ".vault-token",
+    ".password-store",
+    ".local/share/keyrings",
+    ".config/op",
+    ".pgpass",
+    ".my.cnf",
 ];
 
 /// Which confinement is in force.
@@ -227,7 +338,11 @@ pub fn refusal_hint(mode: SandboxMode, output: &str, proxied: bool) -> Option<St
     .any(|sign| output.contains(sign));
     let writable = match mode {
         SandboxMode::ReadOnly => "nothing but /tmp is writable",
-        _ => "only the workspace (not .keel/ or .git/hooks) and /tmp are writable",
+        _ => {
+            "only the workspace and /tmp are writable, not the workspace's control directories \
+             (.git, .hg, .jj, .svn, .keel, .claude/skills: so no commit, staging, checkout or \
+             config change from inside it; ask the person to run those)"
+        }
     };
     if proxied && network {
         return Some(format!(
@@ -357,6 +472,83 @@ pub async fn run_command(
     .map_err(|e| e.to_string())
 }
 
+/// A build keel runs itself (`keel dev`'s rebuild of a plugin crate, whose `build.rs`, proc
+/// macros and `.cargo/config.toml` the model may have written): the program and arguments
+/// that run `argv` in `dir` confined as a command is, with only `dir` and the build's `target`
+/// directory writable (`dir`'s control directories not; a `target` that is or holds the
+/// person's home or keel's home is refused), no network, keel's home and the deny-read list hidden; and the
+/// environment to give it ([`PASSED_ENV`] and the person's `[sandbox] env` only). The caller
+/// starts it with that environment alone. An error says why the sandbox cannot start here (or
+/// that the person turned it off); the caller then decides (refuses, or runs it as the person
+/// chose).
+pub fn confined_build(
+    config: &SandboxConfig,
+    dir: &Path,
+    target: &Path,
+    argv: &[String],
+) -> Result<ConfinedBuild, String> {
+    match probe(config) {
+        Confinement::Bubblewrap(..) => {}
+        Confinement::Off => {
+            return Err("the sandbox is off in your config ([sandbox] mode = \"off\")".into());
+        }
+        Confinement::Unavailable(why) => return Err(why),
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let keel_home = config.keel_home.as_deref();
+    let reserved = home
+        .as_deref()
+        .filter(|home| home.starts_with(target))
+        .or(keel_home.filter(|k| k.starts_with(target) || target.starts_with(k)));
+    if let Some(reserved) = reserved {
+        return Err(format!(
+            "the build's target directory {} is or holds {} (or lies in keel's home), which a \
+             build may not write; set CARGO_TARGET_DIR to a directory of its own",
+            target.display(),
+            reserved.display()
+        ));
+    }
+    let config = SandboxConfig {
+        mode: SandboxMode::ReadOnly,
+        ..config.clone()
+    };
+    let launch = runner::Launch {
+        workspace: dir,
+        dir,
+        program: Program::Argv(argv),
+        writable: &[dir, target],
+        readable: &[],
+        shared: &[],
+        env: &[],
+        hidden: &[],
+        network: false,
+        stdio: [
+            std::process::Stdio::null(),
+            std::process::Stdio::null(),
+            std::process::Stdio::null(),
+        ],
+    };
+    let (program, args) = command_line(&config, &launch, false)
+        .ok_or_else(|| "bubblewrap (`bwrap`) is not installed".to_owned())?;
+    Ok(ConfinedBuild {
+        program,
+        args,
+        env: passed_env(&config.pass_env),
+    })
+}
+
+/// What [`confined_build`] gives: the program (bubblewrap) and its arguments, and the whole
+/// environment to start it with.
+#[derive(Debug, Clone)]
+pub struct ConfinedBuild {
+    /// bubblewrap.
+    pub program: PathBuf,
+    /// Its arguments, the build's program and arguments last.
+    pub args: Vec<String>,
+    /// The environment (start from an empty one).
+    pub env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+}
+
 /// keel's proxy for sandboxed commands, serving `listener` under `network` (a host the policy
 /// would ask about is refused; nobody is asked) until the future is dropped. For the
 /// benchmarks; commands get it only through the exec gate, inside their own namespace.
@@ -399,7 +591,7 @@ pub(crate) fn command_line(
         SandboxMode::ReadOnly | SandboxMode::Off => push(&["--ro-bind", &ws, &ws]),
     }
     // Directories a long-lived process was granted, before the protections below so a grant
-    // of the workspace itself cannot reopen `.keel` or `.git/hooks`.
+    // of the workspace itself cannot reopen a control directory.
     for dir in writable {
         let d = path(dir);
         push(&["--bind", &d, &d]);
@@ -410,7 +602,11 @@ pub(crate) fn command_line(
         let d = path(dir);
         push(&["--ro-bind", &d, &d]);
     }
-    for protected in [".keel", ".git/hooks"] {
+    // Over the workspace and every grant: a control directory (or a `.git` file naming the
+    // repository elsewhere, as in a worktree) is bound read-only onto itself; a symlink as
+    // what it points to (bubblewrap resolves it), a dangling one not at all (it would stop
+    // every command from starting).
+    for protected in PROTECTED_IN_WORKSPACE {
         let p = workspace.join(protected);
         if p.exists() {
             let p = path(&p);

