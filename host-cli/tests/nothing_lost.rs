@@ -93,7 +93,7 @@ fn concurrent_installs_keep_every_lockfile_entry_and_leave_no_temp_files() -> R 
     let user = tmp.path().join("user");
     let registry = tmp.path().join("registry");
     let public = new_key(&author, &ws, "default", "acme")?;
-    for n in 0..=WRITERS {
+    for n in 0..WRITERS + 2 {
         let dir = plugin_dir(tmp.path(), &format!("p{n}"))?;
         keel(&author, &ws)
             .arg("publish")
@@ -148,8 +148,10 @@ fn concurrent_installs_keep_every_lockfile_entry_and_leave_no_temp_files() -> R 
     }
     let planted = plant_temp(&user, "keel.lock")?;
     let planted_code = plant_temp(&user.join("plugins").join("acme").join("p0"), "c.wasm")?;
+    // The next install that writes (a plugin not installed yet).
+    let next = format!("acme:p{}", WRITERS + 1);
     keel(&user, &ws)
-        .args(["install", &last, "--yes", "--registry"])
+        .args(["install", &next, "--yes", "--registry"])
         .arg(&registry)
         .assert()
         .success();
@@ -157,11 +159,13 @@ fn concurrent_installs_keep_every_lockfile_entry_and_leave_no_temp_files() -> R 
     let left = temp_files(&user);
     assert!(left.is_empty(), "temp files left: {left:?}");
     let lock: toml::Table = std::fs::read_to_string(user.join("keel.lock"))?.parse()?;
-    assert_eq!(
-        lock["plugin"].as_array().map(Vec::len),
-        Some(WRITERS + 1),
-        "{lock}"
+    let entries = lock["plugin"].as_array().map_or(0, Vec::len);
+    // The killed installs of `last` may or may not have reached their commit point.
+    assert!(
+        entries == WRITERS + 1 || entries == WRITERS + 2,
+        "{entries} entries: {lock}"
     );
+    assert!(lock.to_string().contains(&next), "{lock}");
     Ok(())
 }
 
