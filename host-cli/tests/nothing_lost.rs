@@ -46,11 +46,28 @@ fn plugin_dir(root: &Path, name: &str) -> Result<PathBuf, Box<dyn std::error::Er
 }
 
 /// A new signing key in `home` for `namespace`; its public half.
-fn new_key(home: &Path, ws: &Path, name: &str, namespace: &str) -> Result<String, Box<dyn std::error::Error>> {
+fn new_key(
+    home: &Path,
+    ws: &Path,
+    name: &str,
+    namespace: &str,
+) -> Result<String, Box<dyn std::error::Error>> {
     let out = keel(home, ws)
-        .args(["key", "new", "--name", name, "--namespace", namespace, "--json"])
+        .args([
+            "key",
+            "new",
+            "--name",
+            name,
+            "--namespace",
+            namespace,
+            "--json",
+        ])
         .output()?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     Ok(v["public"].as_str().ok_or("public key")?.to_owned())
 }
@@ -93,7 +110,7 @@ fn concurrent_installs_keep_every_lockfile_entry_and_leave_no_temp_files() -> R 
     let user = tmp.path().join("user");
     let registry = tmp.path().join("registry");
     let public = new_key(&author, &ws, "default", "acme")?;
-    for n in 0..=WRITERS {
+    for n in 0..WRITERS + 2 {
         let dir = plugin_dir(tmp.path(), &format!("p{n}"))?;
         keel(&author, &ws)
             .arg("publish")
@@ -148,8 +165,10 @@ fn concurrent_installs_keep_every_lockfile_entry_and_leave_no_temp_files() -> R 
     }
     let planted = plant_temp(&user, "keel.lock")?;
     let planted_code = plant_temp(&user.join("plugins").join("acme").join("p0"), "c.wasm")?;
+    // The next install that writes (a plugin not installed yet).
+    let next = format!("acme:p{}", WRITERS + 1);
     keel(&user, &ws)
-        .args(["install", &last, "--yes", "--registry"])
+        .args(["install", &next, "--yes", "--registry"])
         .arg(&registry)
         .assert()
         .success();
@@ -157,11 +176,13 @@ fn concurrent_installs_keep_every_lockfile_entry_and_leave_no_temp_files() -> R 
     let left = temp_files(&user);
     assert!(left.is_empty(), "temp files left: {left:?}");
     let lock: toml::Table = std::fs::read_to_string(user.join("keel.lock"))?.parse()?;
-    assert_eq!(
-        lock["plugin"].as_array().map(Vec::len),
-        Some(WRITERS + 1),
-        "{lock}"
+    let entries = lock["plugin"].as_array().map_or(0, Vec::len);
+    // The killed installs of `last` may or may not have reached their commit point.
+    assert!(
+        entries == WRITERS + 1 || entries == WRITERS + 2,
+        "{entries} entries: {lock}"
     );
+    assert!(lock.to_string().contains(&next), "{lock}");
     Ok(())
 }
 
@@ -171,7 +192,10 @@ fn concurrent_installs_keep_every_lockfile_entry_and_leave_no_temp_files() -> R 
 fn concurrent_mcp_adds_keep_every_server() -> R {
     let home = tempfile::tempdir()?;
     let ws = tempfile::tempdir()?;
-    std::fs::write(home.path().join("config.toml"), "# mine\n[model]\nprovider = \"scripted\"\n")?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        "# mine\n[model]\nprovider = \"scripted\"\n",
+    )?;
     let planted = plant_temp(home.path(), "config.toml")?;
     let adds = (0..WRITERS)
         .map(|n| {
@@ -188,7 +212,10 @@ fn concurrent_mcp_adds_keep_every_server() -> R {
     let config: toml::Table = text.parse()?;
     let servers = config["mcp"]["servers"].as_table().ok_or("servers")?;
     assert_eq!(servers.len(), WRITERS, "{text}");
-    assert!(!planted.exists(), "the killed writer's temp file is removed");
+    assert!(
+        !planted.exists(),
+        "the killed writer's temp file is removed"
+    );
     assert!(temp_files(home.path()).is_empty());
     Ok(())
 }
@@ -218,7 +245,14 @@ fn concurrent_key_trusts_keep_every_key() -> R {
         .enumerate()
         .map(|(n, key)| {
             keel_process(&user, &ws)
-                .args(["key", "trust", key, "--namespace", &format!("ns{n}"), "--registry"])
+                .args([
+                    "key",
+                    "trust",
+                    key,
+                    "--namespace",
+                    &format!("ns{n}"),
+                    "--registry",
+                ])
                 .arg(&registry)
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -239,7 +273,10 @@ fn a_closed_stdout_ends_listings_quietly() -> R {
     let home = tempfile::tempdir()?;
     let ws = tempfile::tempdir()?;
     common::use_scripted_model(home.path(), "[[step]]\ntext = \"Hello.\"\n")?;
-    keel(home.path(), ws.path()).args(["exec", "hi"]).assert().success();
+    keel(home.path(), ws.path())
+        .args(["exec", "hi"])
+        .assert()
+        .success();
     let commands: [&[&str]; 4] = [
         &["sessions", "list"],
         &["plugin", "list"],
@@ -272,7 +309,10 @@ fn a_closed_stdout_ends_listings_quietly() -> R {
 fn a_missing_api_key_is_named_before_any_request() -> R {
     let home = tempfile::tempdir()?;
     let ws = tempfile::tempdir()?;
-    std::fs::write(home.path().join("config.toml"), "[model]\nprovider = \"openai\"\n")?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[model]\nprovider = \"openai\"\n",
+    )?;
     let out = keel(home.path(), ws.path()).args(["exec", "hi"]).output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -328,7 +368,11 @@ fn an_edit_of_a_large_file_killed_at_any_moment_leaves_the_old_or_the_new_file()
     std::fs::write(&big, &old)?;
     let started = Instant::now();
     let out = exec()?.wait_with_output()?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let whole = started.elapsed();
     assert!(std::fs::read(&big)? == new, "the edit did not land");
 
@@ -350,7 +394,11 @@ fn an_edit_of_a_large_file_killed_at_any_moment_leaves_the_old_or_the_new_file()
     }
     std::fs::write(&big, &old)?;
     let out = exec()?.wait_with_output()?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let left: Vec<String> = std::fs::read_dir(ws.path())?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())

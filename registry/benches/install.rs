@@ -55,9 +55,10 @@ fn benches(c: &mut Criterion) {
     c.bench_function("take and release the keel.lock update lock", |b| {
         b.iter(|| drop(lock_for_update(black_box(&target)).expect("locked")))
     });
-    c.bench_function("write a lockfile durably (temp, fsync, rename, fsync dir)", |b| {
-        b.iter(|| atomic_write(black_box(&target), text.as_bytes(), false).expect("written"))
-    });
+    c.bench_function(
+        "write a lockfile durably (temp, fsync, rename, fsync dir)",
+        |b| b.iter(|| atomic_write(black_box(&target), text.as_bytes(), false).expect("written")),
+    );
 
     let home = Home::new(homes.path().join("loaded"));
     support::trust_for(&registry, &key)

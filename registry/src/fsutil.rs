@@ -220,8 +220,12 @@ mod tests {
     fn a_locked_update_removes_a_killed_writers_temp_files_only() {
         let dir = tempfile::tempdir().expect("tempdir");
         let target = dir.path().join("config.toml");
-        let stale = dir.path().join(format!(".config.toml.{}.tmp", unique_suffix()));
-        let other = dir.path().join(format!(".other.toml.{}.tmp", unique_suffix()));
+        let stale = dir
+            .path()
+            .join(format!(".config.toml.{}.tmp", unique_suffix()));
+        let other = dir
+            .path()
+            .join(format!(".other.toml.{}.tmp", unique_suffix()));
         fs::write(&stale, "half").expect("stale");
         fs::write(&other, "someone else's").expect("other");
         let lock = lock_for_update(&target).expect("locks");
@@ -243,6 +247,8 @@ mod tests {
             .expect("opens the lock file");
         assert!(matches!(second.try_lock(), Err(TryLockError::WouldBlock)));
         drop(first);
-        second.try_lock().expect("free once the first holder is gone");
+        second
+            .try_lock()
+            .expect("free once the first holder is gone");
     }
 }

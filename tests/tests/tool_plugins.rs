@@ -382,11 +382,18 @@ async fn a_full_disk_leaves_the_old_file_and_says_so() -> R {
     std::fs::write(&important, &old)?;
     let big = "x".repeat(300 * 1024);
     let o = s
-        .call("write_file", json!({"path": "important.txt", "content": big}))
+        .call(
+            "write_file",
+            json!({"path": "important.txt", "content": big}),
+        )
         .await?;
     assert_status(&o, OutcomeStatus::Error);
     assert!(o.content.contains("no space left"), "{}", o.content);
-    assert!(o.content.contains("important.txt was not changed"), "{}", o.content);
+    assert!(
+        o.content.contains("important.txt was not changed"),
+        "{}",
+        o.content
+    );
     assert_eq!(std::fs::read_to_string(&important)?, old);
     let o = s
         .call(

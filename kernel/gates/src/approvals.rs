@@ -510,7 +510,9 @@ impl GrantStore {
         }
         // Lexically normalised: `<ws>/../h` is a sibling of the workspace, yet `starts_with`
         // on the unnormalised `<ws>/../h/approvals.json` would call it inside.
-        if resolved.starts_with(&workspace) || normalize_lexically(&absolute(path)?).starts_with(&workspace) {
+        if resolved.starts_with(&workspace)
+            || normalize_lexically(&absolute(path)?).starts_with(&workspace)
+        {
             return Err(ApprovalError::StoreInsideWorkspace {
                 store: path.to_path_buf(),
                 workspace,

@@ -381,7 +381,11 @@ fn a_store_beside_the_workspace_named_through_dot_dot_is_accepted() -> R {
     let (store, _) = GrantStore::open(&beside, &ws)?;
     store.grant(&ws, "cargo build")?;
     assert!(parent.path().join("h").join("approvals.json").is_file());
-    let inside = ws.join("sub").join("..").join(".keel").join("approvals.json");
+    let inside = ws
+        .join("sub")
+        .join("..")
+        .join(".keel")
+        .join("approvals.json");
     assert!(matches!(
         GrantStore::open(&inside, &ws),
         Err(ApprovalError::StoreInsideWorkspace { .. })
@@ -398,7 +402,11 @@ fn lexical_normalisation() {
         ("a/../../b", "../b"),
         ("a/..", ""),
     ] {
-        assert_eq!(normalize_lexically(Path::new(given)), PathBuf::from(want), "{given}");
+        assert_eq!(
+            normalize_lexically(Path::new(given)),
+            PathBuf::from(want),
+            "{given}"
+        );
     }
 }
 

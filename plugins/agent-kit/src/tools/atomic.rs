@@ -194,7 +194,10 @@ mod imp {
         {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{} must be a plain path below its directory", path.display()),
+                format!(
+                    "{} must be a plain path below its directory",
+                    path.display()
+                ),
             ));
         }
         let rest = rest
@@ -326,6 +329,9 @@ mod tests {
         fs::write(target.join("inside"), "kept").expect("writes");
         assert!(write_atomic(&target, b"new").is_err());
         assert_eq!(names(dir.path()), vec!["d"]);
-        assert_eq!(fs::read_to_string(target.join("inside")).expect("reads"), "kept");
+        assert_eq!(
+            fs::read_to_string(target.join("inside")).expect("reads"),
+            "kept"
+        );
     }
 }
