@@ -222,8 +222,10 @@ fn bad_usage_exits_2_and_an_error_exits_1() -> R {
         let out = keel(home.path(), ws.path()).args(args).output()?;
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", dump(&out));
     }
-    // A plugin directory that does not exist: keel cannot start the session.
+    // A plugin directory that does not exist: keel cannot start the session (with a key, so
+    // the missing key is not what stops it first).
     let out = keel(home.path(), ws.path())
+        .env("OPENAI_API_KEY", "sk-test")
         .args(["exec", "--plugin", "/no/such/plugin", "hi"])
         .output()?;
     assert_eq!(out.status.code(), Some(1), "{}", dump(&out));

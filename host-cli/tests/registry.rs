@@ -992,7 +992,7 @@ fn escape_sequences_from_a_registry_never_reach_the_terminal() -> R {
         keel_registry::KeyPair::load(&keel_registry::Home::new(&author).keys_dir(), "default")?;
     let mut session = keel_registry::Session::new(
         keel_registry::Home::new(&author),
-        keel_registry::Registry::open(&registry.display().to_string(), false)?,
+        keel_registry::Registry::open(&registry.display().to_string(), true)?,
     )?;
     keel_registry::publish(
         &mut session,

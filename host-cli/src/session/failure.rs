@@ -83,7 +83,7 @@ fn without_routing(text: &str) -> String {
     while let Some(at) = out.find("on chain ") {
         let tail = &out[at + "on chain ".len()..];
         let end = tail
-            .find(|c: char| c == ' ' || c == ',')
+            .find([' ', ','])
             .map(|i| {
                 // The chain's names are joined by " → ": skip across them.
                 let mut end = i;

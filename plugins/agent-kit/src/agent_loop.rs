@@ -156,7 +156,16 @@ pub struct AgentLoop<D> {
     refused_at: HashMap<String, u64>,
     /// The tools offered, which are parallel-safe, and the system prompt, as of the
     /// environment generation the kernel named: fetched again only when it changes.
-    environment: Option<(String, Vec<ToolDef>, HashMap<String, bool>, String)>,
+    environment: Option<StepEnvironment>,
+}
+
+/// What a step offers the model, kept as of one environment generation of the kernel.
+#[derive(Debug)]
+struct StepEnvironment {
+    generation: String,
+    tools: Vec<ToolDef>,
+    parallel: HashMap<String, bool>,
+    system: String,
 }
 
 /// `{session, messages}`: seed a session's conversation (resume).
@@ -308,16 +317,24 @@ impl<D: AgentDoors> AgentLoop<D> {
     /// does not list and rebuild every tool's schema through the registry twice over.
     fn environment(&mut self) -> (Vec<ToolDef>, HashMap<String, bool>, String) {
         let generation = self.doors.call(services::PROMPT, "generation", "").ok();
-        if let (Some(now), Some((cached, tools, parallel, system))) =
-            (&generation, &self.environment)
-            && now == cached
+        if let (Some(now), Some(kept)) = (&generation, &self.environment)
+            && *now == kept.generation
         {
-            return (tools.clone(), parallel.clone(), system.clone());
+            return (
+                kept.tools.clone(),
+                kept.parallel.clone(),
+                kept.system.clone(),
+            );
         }
         let (tools, parallel) = self.tools();
         let system = self.system_prompt();
         // A kernel without generations: nothing is kept, everything is fetched every step.
-        self.environment = generation.map(|g| (g, tools.clone(), parallel.clone(), system.clone()));
+        self.environment = generation.map(|generation| StepEnvironment {
+            generation,
+            tools: tools.clone(),
+            parallel: parallel.clone(),
+            system: system.clone(),
+        });
         (tools, parallel, system)
     }
 

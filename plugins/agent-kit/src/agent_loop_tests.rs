@@ -667,8 +667,10 @@ fn a_turn_that_outgrows_the_window_is_compacted_between_its_steps() {
 
 #[test]
 fn the_tools_and_prompt_are_fetched_again_only_when_the_environment_changes() {
-    let mut kernel = FakeKernel::default();
-    kernel.tools = vec![tool("read", false)];
+    let mut kernel = FakeKernel {
+        tools: vec![tool("read", false)],
+        ..FakeKernel::default()
+    };
     kernel.services.insert(
         (services::PROMPT.into(), "generation".into()),
         Ok("7".into()),

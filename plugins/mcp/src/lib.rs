@@ -548,15 +548,14 @@ impl Server {
             for line in complete {
                 match wire::parse(&line) {
                     Incoming::Notification { method, params } => self.notified(&method, &params),
-                    Incoming::Request { id, method } => {
-                        // Not reading its input: its other requests go unanswered (the
-                        // next call finds out), and keel does not wait on each.
+                    // Not reading its input: its other requests go unanswered (the next
+                    // call finds out), and keel does not wait on each.
+                    Incoming::Request { id, method }
                         if self
                             .answer(&id, &method, Instant::now() + SEND_WAIT)
-                            .is_err()
-                        {
-                            return;
-                        }
+                            .is_err() =>
+                    {
+                        return;
                     }
                     _ => {}
                 }

@@ -401,7 +401,7 @@ impl Distribution {
             ))
         })?;
         // Credentials go to a token service over TLS, or to one on this machine.
-        let loopback = url.host_str().is_some_and(|h| super::is_loopback(h));
+        let loopback = url.host_str().is_some_and(super::is_loopback);
         if url.scheme() != "https" && !(url.scheme() == "http" && loopback) {
             return Err(WireError::Malformed(format!(
                 "the registry names a token service over plain HTTP off this machine (`{}`); keel sends credentials over TLS only",
