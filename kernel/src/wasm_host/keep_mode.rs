@@ -134,3 +134,64 @@ mod sys {
         Ok(())
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::fs::{self, File, Permissions};
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    use super::sys::copy_mode;
+
+    fn mode(path: &std::path::Path) -> u32 {
+        fs::symlink_metadata(path)
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o7777
+    }
+
+    /// A guest's rename names paths under its own directories only: a link or `..` leading out
+    /// of them neither lends a mode nor receives one, and set-id bits are never copied.
+    #[test]
+    fn only_regular_files_beneath_the_guests_directory_lend_or_take_a_mode() {
+        let outside = tempfile::tempdir().expect("tempdir");
+        let secret = outside.path().join("secret");
+        fs::write(&secret, "key").expect("write");
+        fs::set_permissions(&secret, Permissions::from_mode(0o600)).expect("chmod");
+        let setuid = outside.path().join("setuid");
+        fs::write(&setuid, "x").expect("write");
+        fs::set_permissions(&setuid, Permissions::from_mode(0o4755)).expect("chmod");
+
+        let ws = tempfile::tempdir().expect("tempdir");
+        let dir = File::open(ws.path()).expect("open dir");
+        let new = ws.path().join("new");
+        fs::write(&new, "new").expect("write");
+        fs::set_permissions(&new, Permissions::from_mode(0o644)).expect("chmod");
+
+        // The renamed name is a link out: it is not followed, the outside file keeps its mode.
+        let exec = ws.path().join("exec");
+        fs::write(&exec, "#!/bin/sh").expect("write");
+        fs::set_permissions(&exec, Permissions::from_mode(0o755)).expect("chmod");
+        symlink(&secret, ws.path().join("link-out")).expect("symlink");
+        assert!(copy_mode(&dir, "link-out", &dir, "exec").is_err());
+        assert_eq!(mode(&secret), 0o600);
+
+        // The replaced name is a link out, or `..` out: nothing is lent.
+        symlink(&setuid, ws.path().join("replaced-link")).expect("symlink");
+        copy_mode(&dir, "new", &dir, "replaced-link").expect("a link is not a regular file");
+        assert_eq!(mode(&new), 0o644);
+        let up = format!(
+            "../{}/setuid",
+            outside.path().file_name().expect("name").to_string_lossy()
+        );
+        assert!(copy_mode(&dir, "new", &dir, &up).is_err());
+        assert_eq!(mode(&new), 0o644);
+
+        // A regular file beneath: its rwx bits are kept, never a set-id bit.
+        let suid_inside = ws.path().join("suid-inside");
+        fs::write(&suid_inside, "x").expect("write");
+        fs::set_permissions(&suid_inside, Permissions::from_mode(0o4755)).expect("chmod");
+        copy_mode(&dir, "new", &dir, "suid-inside").expect("kept");
+        assert_eq!(mode(&new), 0o755);
+    }
+}
