@@ -302,6 +302,11 @@ pub struct SandboxSettings {
     /// Which commands may reach the network through keel's gate: `approved` (the default),
     /// `none` or `all`.
     pub network: Option<String>,
+    /// Environment variables commands and servers inherit besides keel's short list of
+    /// harmless ones (`PATH`, `HOME`, `LANG`, toolchain locations, …); anything else keel was
+    /// started with, tokens above all, stays with keel.
+    #[serde(default)]
+    pub env: Vec<String>,
 }
 
 /// One `[secrets]` entry: `NAME = "value"`, or `NAME = { value = "...", hosts = [...] }` to

@@ -185,3 +185,45 @@ pub fn add_approved(home: &Path, workspace: &Path, config: &mut UserConfig) -> a
     }
     Ok(())
 }
+
+/// One line for each project file keel found in the workspace and is not using because the
+/// person has not approved it (a `.mcp.json`, new or changed since its approval; the project's
+/// skill folders), saying how to approve it: `keel run` and `keel exec` say these once, at the
+/// start, instead of ignoring the files silently.
+pub fn ignored_notices(ctx: &crate::config::Context) -> Vec<String> {
+    let mut notices = Vec::new();
+    match read(&ctx.workspace) {
+        Ok(Some(project)) if !is_approved(&ctx.home, &ctx.workspace, &project) => {
+            notices.push(format!(
+                "ignored {FILE} ({} server(s)): this content is not approved for this workspace \
+                 (a repository's file starts nothing until you approve it); read it, then run \
+                 `keel mcp approve` to use it",
+                project.servers.len()
+            ));
+        }
+        Err(e) => notices.push(format!(
+            "ignored {FILE}: {e:#}; `keel mcp list` shows what keel reads"
+        )),
+        Ok(_) => {}
+    }
+    let skills_offered = ctx
+        .config
+        .config
+        .get("skills")
+        .and_then(|table| table.get("project"))
+        .and_then(toml::Value::as_bool)
+        .unwrap_or(false);
+    if !skills_offered {
+        for dir in crate::commands::skills::PROJECT_DIRS {
+            let has_entries = std::fs::read_dir(ctx.workspace.join(dir))
+                .is_ok_and(|mut entries| entries.next().is_some());
+            if has_entries {
+                notices.push(format!(
+                    "ignored the project's skills in {dir}: this workspace's skills are not \
+                     approved; read them, then run `keel skills approve` to offer them"
+                ));
+            }
+        }
+    }
+    notices
+}

@@ -289,6 +289,7 @@ pub fn sandbox_config(ctx: &Context) -> anyhow::Result<SandboxConfig> {
         network,
         deny_read,
         keel_home: Some(ctx.home.clone()),
+        pass_env: settings.env.clone(),
         ..SandboxConfig::default()
     })
 }

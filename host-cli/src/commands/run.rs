@@ -93,6 +93,7 @@ pub async fn run(
     )
     .await?;
     say_session(&session);
+    say_ignored(ctx);
     let code = match prompt {
         Some(p) => session.turn(&p).await.map(|report| exit_for(report.end)),
         None => interactive(ctx, &session, &|| "› ".to_owned())
@@ -122,6 +123,16 @@ pub(crate) fn say_session(session: &Session) {
         session.workspace().display(),
         session.kernel.confinement().describe()
     );
+}
+
+/// The project files keel is not using until the person approves them, once, on stderr.
+pub(crate) fn say_ignored(ctx: &Context) {
+    for notice in crate::project_mcp::ignored_notices(ctx) {
+        eprintln!(
+            "[keel] {}",
+            keel_kernel::gates::sanitize::sanitize_for_display(&notice)
+        );
+    }
 }
 
 /// On the way out: how to come back.
@@ -159,6 +170,7 @@ pub async fn exec(
     if !json {
         eprintln!("{sandbox}");
     }
+    say_ignored(ctx);
     let report = match session.turn(&prompt).await {
         Ok(report) => report,
         Err(e) => {
