@@ -854,3 +854,47 @@ fn an_http_servers_token_comes_from_the_kernel_and_a_silent_stream_ends_at_the_d
     assert!(!stdout.contains("tok-held-by-keel"));
     Ok(())
 }
+
+/// An unapproved `.mcp.json` and a project's unapproved skills are not ignored silently: `keel
+/// exec` says once what it left out and how to approve it, and stops saying it once approved.
+#[test]
+fn ignored_project_files_are_named_once_with_how_to_approve_them() -> R {
+    let home = outside_tmp()?;
+    let ws = outside_tmp()?;
+    let ws_path = ws.path().canonicalize()?;
+    crate::common::use_scripted_model(home.path(), "[[step]]\ntext = \"Done.\"\n")?;
+    std::fs::write(
+        ws_path.join(".mcp.json"),
+        "{\"mcpServers\": {\"repo\": {\"command\": \"python3\", \"args\": [\"server.py\"]}}}",
+    )?;
+    std::fs::create_dir_all(ws_path.join(".claude/skills/deploy"))?;
+    std::fs::write(
+        ws_path.join(".claude/skills/deploy/SKILL.md"),
+        "---\nname: deploy\ndescription: d\n---\n",
+    )?;
+    let run = || -> Result<String, Box<dyn std::error::Error>> {
+        let out = keel_in(home.path(), &ws_path, &["exec", "go"])?;
+        assert!(out.status.success(), "{out:?}");
+        Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let stderr = run()?;
+    let mcp: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("ignored .mcp.json"))
+        .collect();
+    assert_eq!(mcp.len(), 1, "{stderr}");
+    assert!(mcp[0].contains("`keel mcp approve`"), "{stderr}");
+    assert!(
+        stderr.contains("ignored the project's skills in .claude/skills")
+            && stderr.contains("`keel skills approve`"),
+        "{stderr}"
+    );
+    assert!(
+        keel_in(home.path(), &ws_path, &["mcp", "approve", "--yes"])?
+            .status
+            .success()
+    );
+    let stderr = run()?;
+    assert!(!stderr.contains("ignored .mcp.json"), "{stderr}");
+    Ok(())
+}

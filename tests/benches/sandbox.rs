@@ -1,7 +1,8 @@
 //! What the OS sandbox costs a command: `true` run the way the kernel runs a plugin's command,
 //! unconfined, under bubblewrap (workspace-write), and under bubblewrap with network through
 //! keel's proxy (its own network namespace and the handed-over listener), whole process start
-//! to exit; and what keel's proxy adds to a small HTTP request on loopback.
+//! to exit (and under bubblewrap as a session configures it: a repository's control
+//! directories read-only, the default deny-read list hidden); and what keel's proxy adds to a small HTTP request on loopback.
 
 use criterion::Criterion;
 use keel_kernel::gates::net_policy::{NetDecision, NetPolicy};
@@ -46,6 +47,30 @@ fn commands(c: &mut Criterion, rt: &tokio::runtime::Runtime) {
             })
         });
     }
+    // A session's sandbox as the CLI configures it: a repository workspace (its control
+    // directories bound read-only) and the default deny-read list under the real home.
+    let repo_dir = tempfile::tempdir().expect("tempdir");
+    let repo = repo_dir.path().canonicalize().expect("canonical");
+    for control in [".git/hooks", ".keel", ".hg"] {
+        std::fs::create_dir_all(repo.join(control)).expect("mkdir");
+    }
+    let home = std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME"));
+    let config = SandboxConfig {
+        mode: SandboxMode::WorkspaceWrite,
+        deny_read: keel_kernel::sandbox::DEFAULT_DENY_READ
+            .iter()
+            .map(|p| home.join(p))
+            .collect(),
+        ..SandboxConfig::default()
+    };
+    group.bench_function("true_workspace_write_repository_session_defaults", |b| {
+        b.iter(|| {
+            let out = rt
+                .block_on(run_command(&repo, "true", &config, None))
+                .expect("runs");
+            assert_eq!(out.exit_code, Some(0));
+        })
+    });
     group.finish();
 }
 
