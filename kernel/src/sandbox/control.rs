@@ -133,7 +133,8 @@ fn strip_dir<'a>(path: &'a str, dir: &str) -> Option<&'a str> {
     }
 }
 
-/// The control directory a workspace-relative path names by its words.
+/// The control directory a workspace-relative path names by its words, at the root or below
+/// it (`vendor/lib/.git/config`: a nested repository's hooks run as surely as the root's).
 fn named_control_dir(relative: &Path) -> Option<&'static str> {
     let words: Vec<String> = relative
         .components()
@@ -141,8 +142,87 @@ fn named_control_dir(relative: &Path) -> Option<&'static str> {
         .collect();
     PROTECTED_IN_WORKSPACE.iter().copied().find(|dir| {
         let dir_words: Vec<&str> = dir.split('/').collect();
-        words.len() >= dir_words.len() && words.iter().zip(&dir_words).all(|(w, d)| w == d)
+        (0..words.len()).any(|start| {
+            let rest = &words[start..];
+            rest.len() >= dir_words.len() && rest.iter().zip(&dir_words).all(|(w, d)| w == d)
+        })
     })
+}
+
+/// How deep below the workspace's root a nested repository's control directory is looked for
+/// (`a/b/c/.git` is at depth 3), and how many directories the walk may open: a workspace
+/// holding several clones, or a vendored repository, is covered; a tree built to exhaust the
+/// walk is not, which `docs/ARCHITECTURE.md`'s threat model states.
+const NESTED_DEPTH: usize = 3;
+const NESTED_BUDGET: usize = 2048;
+
+/// Directories the walk does not enter: build output and dependency trees, large and never
+/// where a person keeps a repository they run git in.
+const NOT_ENTERED: &[&str] = &["target", "node_modules"];
+
+/// The control directories of repositories nested in `root` (not `root`'s own, which the caller
+/// protects by name): found by a breadth-first walk to [`NESTED_DEPTH`] that opens at most
+/// [`NESTED_BUDGET`] directories, never follows a link and never enters hidden directories
+/// (whose names it still checks), `target` or `node_modules`.
+pub(crate) fn nested_control_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut level = vec![root.to_path_buf()];
+    let mut opened = 0;
+    for depth in 0..=NESTED_DEPTH {
+        let mut next = Vec::new();
+        for dir in &level {
+            if opened == NESTED_BUDGET {
+                return found;
+            }
+            opened += 1;
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                // `file_type` does not follow links: a link to a directory is neither
+                // entered nor bound.
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                let path = entry.path();
+                if let Some(protected) = protected_entry(&name, &path) {
+                    // The root's own are the caller's (bound by name, existing or not).
+                    if depth > 0 {
+                        found.push(protected);
+                    }
+                } else if kind.is_dir()
+                    && !name.starts_with('.')
+                    && !NOT_ENTERED.contains(&name.as_ref())
+                {
+                    next.push(path);
+                }
+            }
+        }
+        level = next;
+    }
+    found
+}
+
+/// What to protect for an entry named `name` at `path`: itself when it is a control directory
+/// ([`PROTECTED_IN_WORKSPACE`]) or a `.git` file naming a repository elsewhere (a worktree or
+/// submodule, as much a control file); `.claude/skills` for a `.claude` that holds one.
+fn protected_entry(name: &str, path: &Path) -> Option<PathBuf> {
+    let name = name.to_ascii_lowercase();
+    for dir in PROTECTED_IN_WORKSPACE {
+        match dir.split_once('/') {
+            None if *dir == name => return Some(path.to_path_buf()),
+            Some((first, rest)) if first == name => {
+                let inner = path.join(rest);
+                if std::fs::symlink_metadata(&inner).is_ok() {
+                    return Some(inner);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Where the longest existing prefix of `workspace/relative` really is (symlinks followed),
@@ -182,6 +262,52 @@ fn resolve_existing(workspace: &Path, relative: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nested_repositories_are_found_within_the_walks_bounds() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let ws = dir.path().canonicalize()?;
+        for d in [
+            ".git/hooks",
+            "app/.git",
+            "libs/vendored/.hg",
+            "a/b/deep/.jj",
+            "a/b/c/too-deep/.git",
+            "app/.claude/skills",
+            "target/debug/x/.git",
+            "node_modules/pkg/.git",
+            ".cache/repo/.git",
+        ] {
+            std::fs::create_dir_all(ws.join(d))?;
+        }
+        std::fs::create_dir_all(ws.join("elsewhere/.git"))?;
+        std::os::unix::fs::symlink(ws.join("elsewhere"), ws.join("linked"))?;
+        let mut found: Vec<String> = nested_control_dirs(&ws)
+            .iter()
+            .map(|p| p.strip_prefix(&ws).unwrap_or(p).display().to_string())
+            .collect();
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                "a/b/deep/.jj",
+                "app/.claude/skills",
+                "app/.git",
+                "elsewhere/.git",
+                "libs/vendored/.hg"
+            ]
+        );
+        // The dispatch gate names nested ones by their words wherever they are.
+        for path in [
+            "app/.git/config",
+            "x/y/z/w/.HG/hgrc",
+            "p/.claude/skills/s/SKILL.md",
+        ] {
+            assert!(control_dir_of(&ws, path).is_some(), "{path}");
+        }
+        assert_eq!(control_dir_of(&ws, "app/git/config"), None);
+        Ok(())
+    }
 
     #[test]
     fn control_paths_are_found_by_name_and_through_links() -> std::io::Result<()> {

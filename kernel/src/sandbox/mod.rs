@@ -613,6 +613,18 @@ pub(crate) fn command_line(
             push(&["--ro-bind", &p, &p]);
         }
     }
+    // And those of repositories nested in a writable workspace (several clones side by side, a
+    // vendored repository), as far as a bounded walk finds them.
+    let workspace_writable =
+        config.mode == SandboxMode::WorkspaceWrite || writable.iter().any(|w| w == workspace);
+    if workspace_writable {
+        for nested in control::nested_control_dirs(workspace) {
+            if nested.exists() {
+                let p = path(&nested);
+                push(&["--ro-bind", &p, &p]);
+            }
+        }
+    }
     if let Some(home) = &config.keel_home
         && home.exists()
         && !workspace.starts_with(home)

