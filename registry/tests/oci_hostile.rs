@@ -1,6 +1,7 @@
 //! A hostile OCI registry on loopback: every answer it can make bigger than keel needs (a
 //! manifest of gigabytes, a tags page that never ends, a token or error body of any size) is
 //! refused with a clear error while it streams, after keel has read a bounded number of bytes.
+//! The same for a hostile server in place of `keel registry serve` (an `http://` registry).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +26,12 @@ enum Attack {
     TokenFlood,
     /// A server error whose body never ends.
     ErrorFlood,
+    /// In place of `keel registry serve`: an index (or the list of plugins) without end.
+    ServeIndexFlood,
+    /// In place of `keel registry serve`: a blob declaring 2 GiB.
+    ServeBlobDeclared,
+    /// In place of `keel registry serve`: a server error whose body never ends.
+    ServeErrorFlood,
 }
 
 /// What a flood stops at, so that a client without bounds ends too (and the test with it).
@@ -56,6 +63,7 @@ fn flood(head: &'static str, unit: &'static str, served: Arc<AtomicU64>) -> Body
 
 /// A registry committing `attack` on loopback, served by its own runtime until dropped.
 struct Hostile {
+    attack: Attack,
     port: u16,
     served: Arc<AtomicU64>,
     _runtime: tokio::runtime::Runtime,
@@ -79,6 +87,7 @@ impl Hostile {
             let _ = axum::serve(listener, app).await;
         });
         Ok(Hostile {
+            attack,
             port,
             served,
             _runtime: runtime,
@@ -86,6 +95,12 @@ impl Hostile {
     }
 
     fn registry(&self) -> Result<Registry, RegistryError> {
+        if matches!(
+            self.attack,
+            Attack::ServeIndexFlood | Attack::ServeBlobDeclared | Attack::ServeErrorFlood
+        ) {
+            return Registry::open(&format!("http://127.0.0.1:{}", self.port), false);
+        }
         Registry::open_oci(
             &format!("oci://127.0.0.1:{}/keel", self.port),
             OciOptions {
@@ -153,7 +168,16 @@ fn answer(attack: Attack, port: u16, path: &str, served: Arc<AtomicU64>) -> Resp
                 response
             }
         }
-        Attack::ErrorFlood => {
+        Attack::ServeIndexFlood => ok(flood("[\"a", "aaaa", served)),
+        Attack::ServeBlobDeclared => {
+            let mut response = ok(flood("", "b", served));
+            response.headers_mut().insert(
+                header::CONTENT_LENGTH,
+                HeaderValue::from_static("2147483648"),
+            );
+            response
+        }
+        Attack::ErrorFlood | Attack::ServeErrorFlood => {
             let mut response = ok(flood(
                 r#"{"errors":[{"code":"UNKNOWN","message":""#,
                 "\u{1b}[2K",
@@ -235,6 +259,34 @@ fn an_error_body_without_end_is_cut_short_and_cleaned() -> R {
     assert!(
         err.len() < 2000,
         "the registry's message is shown whole: {} bytes",
+        err.len()
+    );
+    Ok(())
+}
+
+fn blob(registry: &Registry) -> Result<(), RegistryError> {
+    let name: PluginName = "acme:echo"
+        .parse()
+        .map_err(|e| RegistryError::Internal(format!("{e}")))?;
+    registry.read_blob(&name, HASH).map(drop)
+}
+
+#[test]
+fn a_registry_servers_endless_or_oversized_answers_are_refused_as_they_stream() -> R {
+    for read in [names, index] {
+        let err = refused(Attack::ServeIndexFlood, read)?;
+        assert!(err.contains("larger than the 16777216 bytes"), "{err}");
+    }
+    let err = refused(Attack::ServeBlobDeclared, blob)?;
+    assert!(
+        err.contains("a blob from") && err.contains("larger than"),
+        "{err}"
+    );
+    let err = refused(Attack::ServeErrorFlood, names)?;
+    assert!(err.contains("500"), "{err}");
+    assert!(
+        err.len() < 2000,
+        "the server's message is shown whole: {} bytes",
         err.len()
     );
     Ok(())

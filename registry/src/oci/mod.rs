@@ -18,6 +18,7 @@
 
 pub mod credentials;
 mod distribution;
+pub(crate) use distribution::display_clean;
 pub mod layout;
 
 use std::collections::{BTreeMap, HashSet};
