@@ -556,12 +556,44 @@ impl Context {
     /// The project-local config, `<workspace>/.keel/config.toml`, if there is one. It may only
     /// tighten what the user's config allows.
     pub fn project_config(&self) -> anyhow::Result<Option<(PathBuf, String)>> {
+        use std::io::Read as _;
+        /// A config is a few hundred lines; a larger file is not one.
+        const MAX_BYTES: u64 = 1024 * 1024;
         let path = self.workspace.join(".keel").join("config.toml");
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Ok(Some((path, text))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => bail!("{}: cannot read the project config: {e}", path.display()),
+        // A cloned repository's file: neither it nor `.keel` may lead out of the workspace
+        // (a link to the person's secrets would be read, and a parse error would print it).
+        let file = match crate::project_approvals::open_no_follow(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => bail!(
+                "{}: cannot read the project config ({e}); keel reads it only as a regular file \
+                 inside the workspace, not through a link",
+                path.display()
+            ),
+        };
+        let inside = match (path.canonicalize(), self.workspace.canonicalize()) {
+            (Ok(real), Ok(workspace)) => real.starts_with(workspace),
+            _ => false,
+        };
+        if !inside || !file.metadata().is_ok_and(|m| m.is_file()) {
+            bail!(
+                "{}: the project config is not a regular file inside the workspace (`.keel` \
+                 leads elsewhere); keel does not read it. Remove the link or move the file",
+                path.display()
+            );
         }
+        let mut text = String::new();
+        file.take(MAX_BYTES + 1)
+            .read_to_string(&mut text)
+            .with_context(|| format!("{}: cannot read the project config", path.display()))?;
+        if text.len() as u64 > MAX_BYTES {
+            bail!(
+                "{}: the project config is larger than {} KiB; keel does not read it",
+                path.display(),
+                MAX_BYTES >> 10
+            );
+        }
+        Ok(Some((path, text)))
     }
 }
 
@@ -580,6 +612,47 @@ mod tests {
         )?;
         assert!(ctx.home.is_absolute(), "{}", ctx.home.display());
         assert_eq!(ctx.home, std::env::current_dir()?.join("relative-home"));
+        Ok(())
+    }
+
+    /// A cloned repository's `.keel/config.toml` (or `.keel` itself) linked to a file of the
+    /// person's is not read: a parse error would print it.
+    #[test]
+    fn a_project_config_leading_out_of_the_workspace_is_not_read() -> anyhow::Result<()> {
+        let home = tempfile::tempdir()?;
+        let outside = tempfile::tempdir()?;
+        let secret = outside.path().join("id_rsa");
+        std::fs::write(&secret, "-----BEGIN OPENSSH PRIVATE KEY-----\n")?;
+        std::fs::create_dir_all(outside.path().join("dotkeel"))?;
+        std::fs::write(outside.path().join("dotkeel/config.toml"), "SECRET = \n")?;
+        let linked_file = tempfile::tempdir()?;
+        std::fs::create_dir_all(linked_file.path().join(".keel"))?;
+        std::os::unix::fs::symlink(&secret, linked_file.path().join(".keel/config.toml"))?;
+        let linked_dir = tempfile::tempdir()?;
+        std::os::unix::fs::symlink(
+            outside.path().join("dotkeel"),
+            linked_dir.path().join(".keel"),
+        )?;
+        for ws in [&linked_file, &linked_dir] {
+            let ctx = Context::new(Some(home.path().to_path_buf()), ws.path().to_path_buf())?;
+            let err = match ctx.project_config() {
+                Ok(found) => anyhow::bail!("read through a link: {found:?}"),
+                Err(e) => format!("{e:#}"),
+            };
+            assert!(
+                err.contains("not through a link") || err.contains("leads elsewhere"),
+                "{err}"
+            );
+            assert!(!err.contains("BEGIN") && !err.contains("SECRET"), "{err}");
+        }
+        let plain = tempfile::tempdir()?;
+        std::fs::create_dir_all(plain.path().join(".keel"))?;
+        std::fs::write(plain.path().join(".keel/config.toml"), "[sandbox]\n")?;
+        let ctx = Context::new(Some(home.path().to_path_buf()), plain.path().to_path_buf())?;
+        assert_eq!(
+            ctx.project_config()?.map(|(_, t)| t).as_deref(),
+            Some("[sandbox]\n")
+        );
         Ok(())
     }
 
