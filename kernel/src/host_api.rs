@@ -487,7 +487,7 @@ impl HostHandle {
     /// Ask the model for the next assistant message (the kernel records its tool calls).
     pub async fn agent_complete(&self, request: &str) -> Result<String, KernelError> {
         self.driver_shared()?
-            .agent_complete(&self.chain, request)
+            .agent_complete(&self.chain, Some(&self.plugin), request)
             .await
     }
 

@@ -36,6 +36,7 @@ use crate::types::{
 use crate::undo::UndoLog;
 
 mod calls;
+mod conversation;
 mod events;
 mod routing;
 mod settle;
@@ -398,7 +399,7 @@ impl Kernel {
     /// response's tool calls).
     pub async fn complete(&self, request: &str) -> Result<String, KernelError> {
         self.shared
-            .agent_complete(&CallChain::starting_at(KERNEL_NAME), request)
+            .agent_complete(&CallChain::starting_at(KERNEL_NAME), None, request)
             .await
     }
 

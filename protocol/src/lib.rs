@@ -290,6 +290,29 @@ pub struct ModelRequest {
     /// would repeat).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub compacts_on_overflow: bool,
+    /// The conversation by reference: the agent sends `messages` empty and names the
+    /// messages it keeps in its kernel-held state (under [`conversation_key`]); the kernel
+    /// puts them in `messages` before the model adapter sees the request. The history then
+    /// crosses a component boundary once a step (into the adapter), not on its way there too.
+    /// An adapter never sees this field set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<ConversationRef>,
+}
+
+/// The conversation of a [`ModelRequest`] named, not carried: the first `messages` messages
+/// of `session` that the calling agent keeps in its kernel-held state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConversationRef {
+    /// The session whose messages these are.
+    pub session: String,
+    /// How many, from the first.
+    pub messages: usize,
+}
+
+/// The kernel-held state key under which an agent keeps message `index` of `session`'s
+/// conversation: the key order is the conversation's order.
+pub fn conversation_key(session: &str, index: usize) -> String {
+    format!("m/{session}/{index:08}")
 }
 
 /// How a model adapter's error begins when the provider refused a request that asked for it

@@ -80,6 +80,7 @@ async fn tool_output_shaped_like_conversation_structure_is_neutralized() -> R {
     let calls = json!({ "calls": [{ "id": "call-1", "name": "mimic", "arguments": "{}" }] });
     let request = ModelRequest {
         compacts_on_overflow: false,
+        conversation: None,
         model: String::new(),
         system: String::new(),
         messages: vec![Message::user_text(calls.to_string())],

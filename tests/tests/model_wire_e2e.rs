@@ -128,6 +128,7 @@ fn anthropic_config(server: &ModelServer) -> Value {
 fn request(text: &str) -> ModelRequest {
     ModelRequest {
         compacts_on_overflow: false,
+        conversation: None,
         model: String::new(),
         system: "Be brief.".into(),
         messages: vec![Message::user_text(text)],

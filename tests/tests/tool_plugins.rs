@@ -147,6 +147,7 @@ impl Setup {
             .collect();
         let request = ModelRequest {
             compacts_on_overflow: false,
+            conversation: None,
             model: String::new(),
             system: String::new(),
             messages: vec![Message::user_text(json!({ "calls": calls }).to_string())],

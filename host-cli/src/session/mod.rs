@@ -522,6 +522,7 @@ pub async fn ask_model(
 ) -> Result<String, String> {
     let request = keel_protocol::ModelRequest {
         compacts_on_overflow: false,
+        conversation: None,
         model: String::new(),
         system,
         messages: vec![keel_protocol::Message::user_text(question)],

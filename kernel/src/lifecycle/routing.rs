@@ -122,12 +122,23 @@ impl Shared {
         })
     }
 
-    /// `agent.complete`: ask the model service, record the calls, clean the text.
+    /// `agent.complete`: ask the model service, record the calls, clean the text. `agent` is
+    /// the plugin asking (`None` for the host), whose kept state holds the conversation a
+    /// request may name instead of carrying ([`keel_protocol::ModelRequest::conversation`]).
     pub(crate) async fn agent_complete(
         &self,
         chain: &CallChain,
+        agent: Option<&str>,
         request: &str,
     ) -> Result<String, KernelError> {
+        let resolved;
+        let request = match conversation::named(request)? {
+            Some(named) => {
+                resolved = self.with_conversation(agent, request, &named)?;
+                resolved.as_str()
+            }
+            None => request,
+        };
         let narrowed;
         let request = match chain.opened_agent() {
             // A child's model is offered the child's tools and no others, whatever the
@@ -158,6 +169,23 @@ impl Shared {
         let response = self.gates.record_response(response, scope);
         serde_json::to_string(&response)
             .map_err(|e| KernelError::Failed(format!("cannot encode the response: {e}")))
+    }
+
+    /// `request` with the conversation it names put in: `agent`'s kept messages, in order.
+    fn with_conversation(
+        &self,
+        agent: Option<&str>,
+        request: &str,
+        named: &keel_protocol::ConversationRef,
+    ) -> Result<String, KernelError> {
+        let Some(agent) = agent else {
+            return Err(KernelError::Invalid(
+                "a request from the host carries its conversation; it keeps none".into(),
+            ));
+        };
+        let inner = self.lock();
+        let kept = inner.state.get(agent);
+        conversation::resolve(request, named, |key| kept.and_then(|state| state.get(key)))
     }
 
     /// The plugin that provides `service` now.

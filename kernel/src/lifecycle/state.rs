@@ -26,6 +26,10 @@ impl KeptState {
         Ok(())
     }
 
+    pub(super) fn get(&self, key: &str) -> Option<&[u8]> {
+        self.entries.get(key).map(Vec::as_slice)
+    }
+
     pub(super) fn remove(&mut self, key: &str) {
         if let Some(v) = self.entries.remove(key) {
             self.bytes -= key.len() + v.len();

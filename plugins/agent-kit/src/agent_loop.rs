@@ -21,10 +21,10 @@ use std::collections::HashMap;
 use std::fmt;
 
 use keel_protocol::{
-    Block, FenceRequest, Message, ModelRequest, ModelResponse, OutcomeStatus, PromptFragment,
-    RecallRequest, RecalledEntry, Role, SessionEvent, StopReason, SummarizeRequest, ToolDef,
-    ToolOutcome, TurnCall, TurnEnd, TurnReport, TurnRequest, Usage, Verdict, VerifyRequest,
-    services, topics,
+    Block, ConversationRef, FenceRequest, Message, ModelRequest, ModelResponse, OutcomeStatus,
+    PromptFragment, RecallRequest, RecalledEntry, Role, SessionEvent, StopReason, SummarizeRequest,
+    ToolDef, ToolOutcome, TurnCall, TurnEnd, TurnReport, TurnRequest, Usage, Verdict,
+    VerifyRequest, services, topics,
 };
 use serde::Deserialize;
 
@@ -67,6 +67,12 @@ pub struct OfferedTool {
 pub trait AgentDoors {
     /// `agent.complete`: one model request (JSON `ModelRequest`) to its response (JSON).
     fn complete(&mut self, request: &str) -> Result<String, DoorError>;
+    /// Whether [`state_set`](Self::state_set) really keeps messages in the kernel, so a
+    /// request may name the conversation instead of carrying it
+    /// ([`ModelRequest::conversation`]). Doors that keep nothing (a child agent's) say no.
+    fn keeps_conversation(&self) -> bool {
+        false
+    }
     /// `agent.dispatch`: runs the calls with these ids through the gate pipeline; one JSON
     /// `ToolOutcome` per id, in order.
     fn dispatch(&mut self, call_ids: &[String]) -> Vec<String>;
@@ -154,6 +160,9 @@ pub struct AgentLoop<D> {
     /// the window the loop compacts against from then on when it is smaller than the
     /// configured one (or none was configured), so no request is refused twice for length.
     refused_at: HashMap<String, u64>,
+    /// Sessions some of whose messages the kernel does not hold (a `state_set` failed): their
+    /// requests carry the conversation instead of naming it.
+    unkept: std::collections::HashSet<String>,
     /// The tools offered, which are parallel-safe, and the system prompt, as of the
     /// environment generation the kernel named: fetched again only when it changes.
     environment: Option<StepEnvironment>,
@@ -178,7 +187,7 @@ pub struct LoadRequest {
 }
 
 fn state_key(session: &str, index: usize) -> String {
-    format!("m/{session}/{index:08}")
+    keel_protocol::conversation_key(session, index)
 }
 
 impl<D: AgentDoors> AgentLoop<D> {
@@ -195,6 +204,7 @@ impl<D: AgentDoors> AgentLoop<D> {
             last_context: HashMap::new(),
             compaction_failures: HashMap::new(),
             refused_at: HashMap::new(),
+            unkept: std::collections::HashSet::new(),
             environment: None,
         })
     }
@@ -212,19 +222,27 @@ impl<D: AgentDoors> AgentLoop<D> {
     /// Seeds a session's conversation (resume) and keeps it in kernel-held state; returns the
     /// number of messages.
     pub fn load(&mut self, req: LoadRequest) -> usize {
-        for (i, m) in req.messages.iter().enumerate() {
-            if let Ok(bytes) = serde_json::to_vec(m)
-                && let Err(e) = self.doors.state_set(&state_key(&req.session, i), &bytes)
-            {
-                self.doors.warn(&format!(
-                    "conversation of `{}` not kept across a reload: {e}",
-                    req.session
-                ));
-            }
-        }
         let n = req.messages.len();
-        self.conversations.insert(req.session, req.messages);
+        self.replace_conversation(&req.session, req.messages);
         n
+    }
+
+    /// Keep message `index` of `session` in kernel-held state; a failure is warned about and
+    /// remembered (the session's requests then carry their conversation).
+    fn keep(&mut self, session: &str, index: usize, message: &Message) {
+        let kept = serde_json::to_vec(message)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| {
+                self.doors
+                    .state_set(&state_key(session, index), &bytes)
+                    .map_err(|e| e.to_string())
+            });
+        if let Err(e) = kept {
+            self.unkept.insert(session.to_owned());
+            self.doors.warn(&format!(
+                "conversation of `{session}` not kept across a reload: {e}"
+            ));
+        }
     }
 
     fn emit(&mut self, event: &SessionEvent) {
@@ -244,13 +262,7 @@ impl<D: AgentDoors> AgentLoop<D> {
     /// Append `message` to the session's conversation: memory, kernel-held state, log.
     fn push(&mut self, session: &str, message: Message, stop: Option<ModelResponse>) {
         let index = self.conversations.get(session).map_or(0, Vec::len);
-        if let Ok(bytes) = serde_json::to_vec(&message)
-            && let Err(e) = self.doors.state_set(&state_key(session, index), &bytes)
-        {
-            self.doors.warn(&format!(
-                "conversation of `{session}` not kept across a reload: {e}"
-            ));
-        }
+        self.keep(session, index, &message);
         self.conversations
             .entry(session.to_owned())
             .or_default()
@@ -369,14 +381,9 @@ impl<D: AgentDoors> AgentLoop<D> {
     /// Replaces a session's conversation: in memory, in kept state, the surplus keys removed.
     fn replace_conversation(&mut self, session: &str, messages: Vec<Message>) {
         let old_len = self.conversations.get(session).map_or(0, Vec::len);
+        self.unkept.remove(session);
         for (i, m) in messages.iter().enumerate() {
-            if let Ok(bytes) = serde_json::to_vec(m)
-                && let Err(e) = self.doors.state_set(&state_key(session, i), &bytes)
-            {
-                self.doors.warn(&format!(
-                    "conversation of `{session}` not kept across a reload: {e}"
-                ));
-            }
+            self.keep(session, i, m);
         }
         for i in messages.len()..old_len {
             self.doors.state_remove(&state_key(session, i));
@@ -883,9 +890,19 @@ impl<D: AgentDoors> AgentLoop<D> {
             tools,
             max_tokens: self.config.max_tokens,
             compacts_on_overflow: true,
+            conversation: None,
         };
         loop {
-            request.messages = self.conversation(session).to_vec();
+            // The kernel holds every message: name them, and the history crosses into the
+            // model adapter only (once), not through this door first.
+            if self.doors.keeps_conversation() && !self.unkept.contains(session) {
+                request.conversation = Some(ConversationRef {
+                    session: session.to_owned(),
+                    messages: self.conversation(session).len(),
+                });
+            } else {
+                request.messages = self.conversation(session).to_vec();
+            }
             let json = serde_json::to_string(&request).map_err(|e| e.to_string())?;
             let answer = match self.doors.complete(&json) {
                 Ok(answer) => answer,
@@ -893,7 +910,7 @@ impl<D: AgentDoors> AgentLoop<D> {
                     request.compacts_on_overflow = false;
                     let estimate = compaction::estimate_tokens(
                         &request.system,
-                        &request.messages,
+                        self.conversation(session),
                         &request.tools,
                     );
                     let known = self.window(session);

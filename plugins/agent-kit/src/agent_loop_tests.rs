@@ -38,12 +38,44 @@ struct FakeKernel {
     result_pad: usize,
     state: BTreeMap<String, Vec<u8>>,
     warnings: Vec<String>,
+    /// The kernel keeps nothing (a child agent's doors): requests must carry their messages.
+    keeps_nothing: bool,
+    /// `state_set` of a message key fails from this index on (a full state quota).
+    state_full_from: Option<usize>,
+    /// Requests that named their conversation rather than carried it.
+    by_reference: usize,
+}
+
+impl FakeKernel {
+    /// What the kernel does with a request that names its conversation: the named messages
+    /// from the agent's kept state, in order, put into `messages`; a missing one is refused.
+    fn resolve(&mut self, mut request: ModelRequest) -> Result<ModelRequest, DoorError> {
+        let Some(named) = request.conversation.take() else {
+            return Ok(request);
+        };
+        assert!(
+            request.messages.is_empty(),
+            "a named conversation is carried too"
+        );
+        self.by_reference += 1;
+        for index in 0..named.messages {
+            let key = keel_protocol::conversation_key(&named.session, index);
+            let bytes = self.state.get(&key).ok_or_else(|| DoorError {
+                kind: "invalid",
+                message: format!("the kernel holds no `{key}`"),
+            })?;
+            request
+                .messages
+                .push(serde_json::from_slice(bytes).expect("a kept message"));
+        }
+        Ok(request)
+    }
 }
 
 impl AgentDoors for FakeKernel {
     fn complete(&mut self, request: &str) -> Result<String, DoorError> {
-        self.requests
-            .push(serde_json::from_str(request).expect("the loop sends a ModelRequest"));
+        let request = self.resolve(serde_json::from_str(request).expect("a ModelRequest"))?;
+        self.requests.push(request);
         if self.fail_when_cancelled && self.cancelled() {
             return Err(DoorError {
                 kind: "failed",
@@ -114,7 +146,22 @@ impl AgentDoors for FakeKernel {
         self.state.get(key).cloned()
     }
 
+    fn keeps_conversation(&self) -> bool {
+        !self.keeps_nothing
+    }
+
     fn state_set(&mut self, key: &str, value: &[u8]) -> Result<(), DoorError> {
+        let index = key
+            .rsplit_once('/')
+            .and_then(|(_, i)| i.parse::<usize>().ok());
+        if let (Some(full), Some(index)) = (self.state_full_from, index)
+            && index >= full
+        {
+            return Err(DoorError {
+                kind: "invalid",
+                message: "more than 16777216 bytes of state".into(),
+            });
+        }
         self.state.insert(key.to_owned(), value.to_vec());
         Ok(())
     }
@@ -716,4 +763,41 @@ fn the_tools_and_prompt_are_fetched_again_only_when_the_environment_changes() {
             .last()
             .is_some_and(|r| r.system.contains("CHANGED"))
     );
+}
+
+/// Every request names its conversation (the history does not cross the agent's door) while
+/// the kernel holds it all; the model still sees the whole conversation. A kernel that keeps
+/// nothing, or a message it could not keep, and the requests carry their messages again.
+#[test]
+fn requests_name_the_kept_conversation_and_carry_it_only_when_it_is_not_kept() {
+    let script = |kernel: &mut FakeKernel| {
+        kernel.tools = vec![tool("read", false)];
+        kernel.responses.extend([
+            calls(&[("c1", "read", "{}")]),
+            calls(&[("c2", "read", r#"{"p":1}"#)]),
+            answer("done"),
+        ]);
+    };
+    for (keeps_nothing, full_from, named) in
+        [(false, None, 3), (true, None, 0), (false, Some(2), 1)]
+    {
+        let mut kernel = FakeKernel {
+            keeps_nothing,
+            state_full_from: full_from,
+            ..FakeKernel::default()
+        };
+        script(&mut kernel);
+        let mut a = agent(kernel, "{}");
+        let report = turn(&mut a, "read two files");
+        assert_eq!(report.end, TurnEnd::Completed, "{report:?}");
+        let kernel = a.doors_mut();
+        assert_eq!(
+            kernel.by_reference, named,
+            "keeps_nothing={keeps_nothing} full={full_from:?}"
+        );
+        // What the model saw grows by call and result each step, whichever way it came.
+        let seen: Vec<usize> = kernel.requests.iter().map(|r| r.messages.len()).collect();
+        assert_eq!(seen, [1, 3, 5]);
+        assert!(kernel.requests.iter().all(|r| r.conversation.is_none()));
+    }
 }

@@ -51,6 +51,10 @@ impl AgentDoors for KernelDoors {
         events::emit(topic, payload).map_err(door_error)
     }
 
+    fn keeps_conversation(&self) -> bool {
+        true
+    }
+
     fn state_get(&mut self, key: &str) -> Option<Vec<u8>> {
         state::get(key)
     }

@@ -42,6 +42,7 @@ impl Compaction {
         }
         let model_request = ModelRequest {
             compacts_on_overflow: false,
+            conversation: None,
             model: String::new(),
             system: INSTRUCTIONS.to_owned(),
             messages: vec![Message::user_text(ask)],

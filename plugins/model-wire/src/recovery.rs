@@ -244,6 +244,7 @@ mod tests {
         }
         ModelRequest {
             compacts_on_overflow: false,
+            conversation: None,
             model: String::new(),
             system: "sys".into(),
             messages,

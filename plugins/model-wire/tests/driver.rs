@@ -109,6 +109,7 @@ const ANTHROPIC_TOOL: &[u8] = include_bytes!("fixtures/anthropic_tool_use.sse");
 fn request() -> ModelRequest {
     ModelRequest {
         compacts_on_overflow: false,
+        conversation: None,
         model: String::new(),
         system: "sys".into(),
         messages: vec![Message::user_text("hi")],
@@ -507,6 +508,7 @@ fn a_caller_that_compacts_hears_of_an_overflow_at_once_in_both_wordings() {
         let mut fake = Fake::new(vec![status(400, &[], body), ok_stream(OPENAI_TEXT, 1000)]);
         let req = ModelRequest {
             compacts_on_overflow: true,
+            conversation: None,
             ..request()
         };
         let err = complete(&mut fake, &config, &req, &mut |_| {}).expect_err("told at once");

@@ -9,6 +9,7 @@ use serde_json::json;
 fn conversation() -> ModelRequest {
     ModelRequest {
         compacts_on_overflow: false,
+        conversation: None,
         model: String::new(),
         system: "You are keel.".into(),
         messages: vec![
@@ -158,6 +159,7 @@ fn anthropic_request_body_merges_roles_and_puts_results_first() {
 fn anthropic_drops_messages_left_empty_and_merges_around_them() {
     let req = ModelRequest {
         compacts_on_overflow: false,
+        conversation: None,
         model: "claude-x".into(),
         system: String::new(),
         messages: vec![

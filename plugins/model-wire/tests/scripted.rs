@@ -46,6 +46,7 @@ fn request(assistants: usize, last_result: Option<&str>) -> ModelRequest {
     }
     ModelRequest {
         compacts_on_overflow: false,
+        conversation: None,
         model: String::new(),
         system: String::new(),
         messages,

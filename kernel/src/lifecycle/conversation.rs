@@ -1,0 +1,173 @@
+//! A model request that names its conversation instead of carrying it
+//! ([`keel_protocol::ModelRequest::conversation`]): the agent keeps each message in its
+//! kernel-held state as it is added, so the request that crosses the agent's door is small,
+//! and the history crosses a component boundary once a step, into the model adapter.
+//!
+//! The messages are spliced in as the agent kept them (JSON text, not parsed again here): they
+//! are the agent's own data, as the messages it could have sent inline are, and the request is
+//! parsed as a whole by whatever reads it next (the child-agent narrowing, the adapter).
+
+use keel_protocol::ConversationRef;
+
+use crate::types::KernelError;
+
+/// The conversation `request` names, if it names one. A request that does not mention the
+/// field is passed over without being parsed (the inline case, whose size is the history's).
+pub(super) fn named(request: &str) -> Result<Option<ConversationRef>, KernelError> {
+    if !request.contains("\"conversation\"") {
+        return Ok(None);
+    }
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        conversation: Option<ConversationRef>,
+    }
+    serde_json::from_str::<Head>(request)
+        .map(|head| head.conversation)
+        .map_err(|e| KernelError::Invalid(format!("`agent.complete` takes a ModelRequest: {e}")))
+}
+
+/// `request` with `named`'s messages put into `messages`, each looked up by its
+/// [`keel_protocol::conversation_key`] in the agent's kept state. A message the kernel does not
+/// hold is refused (the agent then sends its messages inline).
+pub(super) fn resolve<'a>(
+    request: &str,
+    named: &ConversationRef,
+    lookup: impl Fn(&str) -> Option<&'a [u8]>,
+) -> Result<String, KernelError> {
+    let mut head: serde_json::Map<String, serde_json::Value> = serde_json::from_str(request)
+        .map_err(|e| KernelError::Invalid(format!("`agent.complete` takes a ModelRequest: {e}")))?;
+    head.remove("conversation");
+    match head.remove("messages") {
+        None => {}
+        Some(serde_json::Value::Array(carried)) if carried.is_empty() => {}
+        Some(_) => {
+            return Err(KernelError::Invalid(
+                "a request that names its conversation carries no messages of its own".into(),
+            ));
+        }
+    }
+    let head = serde_json::to_string(&head)
+        .map_err(|e| KernelError::Failed(format!("cannot encode the request: {e}")))?;
+    let mut messages = Vec::with_capacity(named.messages.min(1 << 16));
+    let mut bytes = 0;
+    for index in 0..named.messages {
+        let key = keel_protocol::conversation_key(&named.session, index);
+        let kept = lookup(&key).ok_or_else(|| {
+            KernelError::Invalid(format!(
+                "the request names {} messages of session `{}`, but the kernel holds no message \
+                 {index} of it; send the messages in the request",
+                named.messages, named.session
+            ))
+        })?;
+        let text = std::str::from_utf8(kept).map_err(|_| {
+            KernelError::Invalid(format!("the kept message `{key}` is not UTF-8 text"))
+        })?;
+        bytes += text.len() + 1;
+        messages.push(text);
+    }
+    let mut out = String::with_capacity(head.len() + bytes + 16);
+    out.push_str("{\"messages\":[");
+    out.push_str(&messages.join(","));
+    out.push(']');
+    match head.strip_prefix('{') {
+        Some("}") | None => out.push('}'),
+        Some(rest) => {
+            out.push(',');
+            out.push_str(rest);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use keel_protocol::{Block, Message, ModelRequest, Role};
+
+    use super::*;
+
+    fn message(text: &str) -> Message {
+        Message {
+            role: Role::User,
+            content: vec![Block::Text { text: text.into() }],
+        }
+    }
+
+    fn request(named: Option<ConversationRef>, messages: Vec<Message>) -> String {
+        serde_json::to_string(&ModelRequest {
+            model: String::new(),
+            system: "sys".into(),
+            messages,
+            tools: Vec::new(),
+            max_tokens: 100,
+            compacts_on_overflow: true,
+            conversation: named,
+        })
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_named_conversation_is_spliced_in_whole_and_in_order() -> Result<(), KernelError> {
+        let mut kept = BTreeMap::new();
+        // A text with the field's own name, quotes and brackets in it changes nothing.
+        let texts = ["first", "\"conversation\": ], {\"messages\":[", "third"];
+        for (i, text) in texts.iter().enumerate() {
+            let json = serde_json::to_vec(&message(text)).unwrap_or_default();
+            kept.insert(keel_protocol::conversation_key("s1", i), json);
+        }
+        kept.insert(
+            keel_protocol::conversation_key("other", 0),
+            serde_json::to_vec(&message("not mine")).unwrap_or_default(),
+        );
+        let named = ConversationRef {
+            session: "s1".into(),
+            messages: 3,
+        };
+        let sent = request(Some(named.clone()), Vec::new());
+        assert_eq!(super::named(&sent)?, Some(named.clone()));
+        let lookup = |key: &str| kept.get(key).map(Vec::as_slice);
+        let resolved = resolve(&sent, &named, lookup)?;
+        let parsed: ModelRequest =
+            serde_json::from_str(&resolved).map_err(|e| KernelError::Failed(e.to_string()))?;
+        let inline = texts.iter().map(|t| message(t)).collect();
+        let expected: ModelRequest = serde_json::from_str(&request(None, inline))
+            .map_err(|e| KernelError::Failed(e.to_string()))?;
+        assert_eq!(parsed, expected);
+        // Fewer named than kept: only those.
+        let two = ConversationRef {
+            messages: 2,
+            ..named.clone()
+        };
+        let resolved = resolve(&request(Some(two.clone()), Vec::new()), &two, lookup)?;
+        let parsed: ModelRequest =
+            serde_json::from_str(&resolved).map_err(|e| KernelError::Failed(e.to_string()))?;
+        assert_eq!(parsed.messages.len(), 2);
+        Ok(())
+    }
+
+    #[test]
+    fn a_missing_message_or_a_carried_one_is_refused() -> Result<(), KernelError> {
+        let kept: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        let named = ConversationRef {
+            session: "s1".into(),
+            messages: usize::MAX,
+        };
+        let lookup = |key: &str| kept.get(key).map(Vec::as_slice);
+        let err = resolve(&request(Some(named.clone()), Vec::new()), &named, lookup);
+        assert!(
+            matches!(&err, Err(KernelError::Invalid(m)) if m.contains("holds no message 0")),
+            "{err:?}"
+        );
+        let both = request(Some(named.clone()), vec![message("smuggled")]);
+        let err = resolve(&both, &named, lookup);
+        assert!(
+            matches!(&err, Err(KernelError::Invalid(m)) if m.contains("carries no messages")),
+            "{err:?}"
+        );
+        // A request that does not name one is not parsed.
+        assert_eq!(super::named("not json at all")?, None);
+        Ok(())
+    }
+}
