@@ -458,15 +458,6 @@ fn pathological_escapes_stay_linear() {
     assert!(start.elapsed() < std::time::Duration::from_secs(5));
 }
 
-#[test]
-fn fuzz_seed_corpus_replays() {
-    let seeds = crate::fuzz_seeds("sanitize");
-    for (_, text) in &seeds {
-        crate::properties::sanitize(text.as_bytes());
-    }
-    assert!(seeds.len() >= 16, "expected seeds, found {}", seeds.len());
-}
-
 mod props {
     use super::*;
     use proptest::prelude::*;
