@@ -601,3 +601,29 @@ fn display_text_keeps_its_characters_and_loses_what_drives_a_terminal() {
     let shown = sanitize_for_display("\x1b\u{200B}[31mred");
     assert!(!shown.chars().any(forbidden), "{shown:?}");
 }
+
+#[test]
+fn is_removed_names_exactly_what_sanitizing_removes() {
+    for c in [
+        '\u{fe0f}',
+        '\u{e000}',
+        '\u{f0000}',
+        '\u{e0041}',
+        '\u{200b}',
+        '\u{202e}',
+        '\r',
+        '\u{1b}',
+        '\u{2028}',
+        '\u{3164}',
+    ] {
+        assert!(is_removed(c), "{c:?}");
+        assert_ne!(
+            sanitize_text(&format!("a{c}b")).text,
+            format!("a{c}b"),
+            "{c:?}"
+        );
+    }
+    for c in ['a', ' ', '\t', '\n', '\u{e9}', '\u{4e2d}', '\u{1F600}'] {
+        assert!(!is_removed(c), "{c:?}");
+    }
+}
