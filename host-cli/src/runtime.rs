@@ -2,8 +2,7 @@
 
 use anyhow::Context as _;
 use keel_kernel::{
-    Kernel, KernelConfig, LoaderConfig, PluginLoader, PluginPackage, PluginStatus, WasmHost,
-    WasmHostConfig,
+    Kernel, LoaderConfig, PluginLoader, PluginPackage, PluginStatus, WasmHost, WasmHostConfig,
 };
 
 use crate::config::Context;
@@ -309,12 +308,10 @@ pub fn say_if_compiling(loader: &PluginLoader, sources: &[PluginSource]) {
 }
 
 impl Runtime {
-    /// A kernel with no plugins yet.
+    /// A kernel with no plugins yet, with the person's gates, sandbox, timeouts and limits
+    /// (`session::KernelBuilder`, as every command's).
     pub fn new(ctx: &Context) -> anyhow::Result<Runtime> {
-        Ok(Runtime {
-            kernel: Kernel::new(KernelConfig::default()),
-            loader: loader(ctx)?,
-        })
+        crate::session::KernelBuilder::new(ctx).build()
     }
 
     /// A kernel holding the bundled plugins, the user's configured ones and `extra`.

@@ -16,6 +16,7 @@ mod mcp;
 mod mcp_client;
 mod nothing_lost;
 mod registry;
+mod session_builder;
 mod subagents;
 mod terminal;
 mod untrusted_text;

@@ -3,6 +3,7 @@
 //! the log and the verifier are plugins. The gates are wired from the settings in `gates`,
 //! plugins come in through `loading`, and what the plugins emit is shown by `output`.
 
+mod builder;
 mod failure;
 pub(crate) mod gates;
 mod input;
@@ -19,7 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use keel_kernel::gates::exec_policy::ApprovalMode;
-use keel_kernel::{Kernel, KernelConfig, PluginLoader};
+use keel_kernel::{Kernel, PluginLoader};
 use keel_protocol::{SessionEvent, TurnEnd, TurnReport, TurnRequest, services, topics};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
@@ -27,6 +28,7 @@ use crate::config::Context;
 use crate::runtime;
 use crate::runtime::Origin;
 use crate::settings::{ModelChoice, model_overrides};
+pub use builder::KernelBuilder;
 pub(crate) use input::{Reply, prompt, use_line_editor};
 use output::Printer;
 pub(crate) use output::terminal_safe;
@@ -84,15 +86,8 @@ impl Session {
     /// Start (or resume) a session in `ctx.workspace`.
     pub async fn start(ctx: &Context, opts: SessionOptions) -> anyhow::Result<Session> {
         let choice = ModelChoice::from(ctx);
-        let gates = gates::gate_config(ctx, &choice, opts.approval)?;
-        let kernel = Kernel::with_gates(
-            KernelConfig {
-                deadlines: ctx.config.timeouts.deadlines()?,
-                ..KernelConfig::default()
-            },
-            gates,
-        );
-        let loader = runtime::loader(ctx)?;
+        let runtime::Runtime { kernel, loader } =
+            KernelBuilder::new(ctx).approval(opts.approval).build()?;
         let id = match &opts.resume {
             Some(id) => id.clone(),
             None => keel_agent_kit::session_log::new_session_id(now_ms(), rand_u32()),
@@ -543,15 +538,9 @@ pub async fn ask_model(
 /// only the bundled plugins `names`, configured as a session would configure them.
 pub async fn offline_kernel(ctx: &Context, names: &[&str]) -> anyhow::Result<Kernel> {
     let choice = ModelChoice::from(ctx);
-    let gates = gates::gate_config(ctx, &choice, Some(ApprovalMode::Never))?;
-    let kernel = Kernel::with_gates(
-        KernelConfig {
-            deadlines: ctx.config.timeouts.deadlines()?,
-            ..KernelConfig::default()
-        },
-        gates,
-    );
-    let loader = runtime::loader(ctx)?;
+    let runtime::Runtime { kernel, loader } = KernelBuilder::new(ctx)
+        .approval(Some(ApprovalMode::Never))
+        .build()?;
     let overrides = model_overrides(ctx, &choice)?;
     for name in names {
         let bundled = keel_bundled_plugins::get(name)

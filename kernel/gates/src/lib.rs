@@ -10,15 +10,16 @@ mod decision;
 mod exec_danger;
 pub mod exec_policy;
 mod exec_rules;
-pub mod markers;
 pub mod net_policy;
-pub mod prompt_text;
 pub mod properties;
 pub mod redact;
 pub mod safe_path;
-pub mod sanitize;
 pub mod shell_split;
 mod tool_capabilities;
+
+// The output gate's text cleaning lives in the pure `keel-sanitize` crate so guest plugins can
+// clean exactly as the kernel does; these paths stay the gates' public API.
+pub use keel_sanitize::{markers, prompt_text, sanitize};
 
 pub use decision::Decision;
 pub use tool_capabilities::ToolCapabilities;
@@ -41,4 +42,16 @@ pub(crate) fn fuzz_seeds(target: &str) -> Vec<(std::path::PathBuf, String)> {
         .collect();
     seeds.sort();
     seeds
+}
+
+#[cfg(test)]
+mod sanitize_seeds {
+    #[test]
+    fn fuzz_seed_corpus_replays() {
+        let seeds = crate::fuzz_seeds("sanitize");
+        for (_, text) in &seeds {
+            crate::properties::sanitize(text.as_bytes());
+        }
+        assert!(seeds.len() >= 16, "expected seeds, found {}", seeds.len());
+    }
 }

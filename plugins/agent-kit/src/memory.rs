@@ -102,11 +102,10 @@ pub fn check_topic(topic: &str) -> Result<(), String> {
             "a topic is a word or two, at most {TOPIC_MAX_CHARS} characters; this one has {count}"
         ));
     }
-    let invisible = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
-                | '\u{2028}'..='\u{2029}' | '\u{2060}'..='\u{206f}' | '\u{feff}')
-    };
+    // The output gate's own classes (keel-sanitize): controls, line breaks, and every
+    // character it removes as invisible (format, private-use, unassigned, variation
+    // selectors, tag characters, fillers).
+    let invisible = |c: char| c.is_control() || keel_sanitize::sanitize::is_removed(c);
     if let Some(c) = topic.chars().find(|&c| invisible(c) || "[]()".contains(c)) {
         return Err(format!(
             "topic `{}` holds {c:?}: name it in a word or two on one line, like `testing`, \

@@ -46,6 +46,9 @@ fn a_topic_with_newlines_brackets_or_hidden_characters_is_refused() {
         "a(b.md)",
         "zero\u{200b}width",
         "\u{202e}rtl",
+        "hidden\u{fe0f}selector",
+        "private\u{e000}use",
+        "tag\u{e0041}char",
         long.as_str(),
     ] {
         let e = remember("", bad, "", "a fact").expect_err(bad);

@@ -6,62 +6,11 @@
 
 use std::time::Instant;
 
+use keel_model_wire::sse::SseParser;
 use keel_sdk::KernelError;
 use keel_sdk::http::{self, Header, Request, SecretHeader};
 
 use crate::Failure;
-
-/// Server-sent events, cut into the `data` of each event.
-#[derive(Default)]
-pub struct Events {
-    buf: Vec<u8>,
-}
-
-impl Events {
-    /// Append what was read.
-    pub fn push(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
-    }
-
-    /// Bytes held that are not yet a whole event.
-    pub fn pending(&self) -> usize {
-        self.buf.len()
-    }
-
-    /// The data of the next complete event (its `data:` lines joined), if one is complete;
-    /// events without data (comments, keep-alives) are skipped. Events are cut on bytes, so a
-    /// character split across chunks is whole by the time its event is.
-    pub fn next_data(&mut self) -> Option<String> {
-        loop {
-            // An event ends at an empty line (`\n\n` or `\r\n\r\n`).
-            let mut start = 0;
-            let mut end = None;
-            for (i, &b) in self.buf.iter().enumerate() {
-                if b != b'\n' {
-                    continue;
-                }
-                let line = &self.buf[start..i];
-                if line.is_empty() || line == b"\r" {
-                    end = Some((start, i + 1));
-                    break;
-                }
-                start = i + 1;
-            }
-            let (event_end, consumed) = end?;
-            let event = String::from_utf8_lossy(&self.buf[..event_end]).into_owned();
-            self.buf.drain(..consumed);
-            let data: Vec<&str> = event
-                .lines()
-                .map(|l| l.strip_suffix('\r').unwrap_or(l))
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(|d| d.strip_prefix(' ').unwrap_or(d))
-                .collect();
-            if !data.is_empty() {
-                return Some(data.join("\n"));
-            }
-        }
-    }
-}
 
 /// A Streamable HTTP server, as this plugin talks to it.
 pub struct Target {
@@ -208,23 +157,25 @@ impl Target {
             on_message(&body)?;
             return Ok(());
         }
-        let mut events = Events::default();
+        // The same event-stream parser the model adapters use: any chunking, CRLF or CR line
+        // ends, a split character; an event over the message bound is a flood.
+        let mut events = SseParser::with_max_event_bytes(crate::wire::MAX_MESSAGE);
         loop {
-            while let Some(data) = events.next_data() {
-                if on_message(data.as_bytes())? {
+            let chunk = http::next_chunk(body_id, left(deadline).max(1)).map_err(kernel_failure)?;
+            let done = chunk.is_none();
+            let complete = match &chunk {
+                Some(chunk) => events.feed(chunk).map_err(|_| Failure::Flood)?,
+                None => events.finish().into_iter().collect(),
+            };
+            for event in complete {
+                if on_message(event.data.as_bytes())? {
                     return Ok(());
                 }
             }
-            if events.pending() > crate::wire::MAX_MESSAGE {
-                return Err(Failure::Flood);
-            }
-            match http::next_chunk(body_id, left(deadline).max(1)).map_err(kernel_failure)? {
-                Some(chunk) => events.push(&chunk),
-                None => {
-                    return Err(Failure::Exited(
-                        "it closed the event stream without the answer".into(),
-                    ));
-                }
+            if done {
+                return Err(Failure::Exited(
+                    "it closed the event stream without the answer".into(),
+                ));
             }
         }
     }
@@ -255,49 +206,5 @@ impl Target {
         }) {
             http::close(body);
         }
-    }
-}
-
-/// The `data` of `value` for tests.
-#[cfg(test)]
-fn all_data(events: &mut Events) -> Vec<String> {
-    std::iter::from_fn(|| events.next_data()).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn events_are_cut_at_blank_lines_and_keep_partial_tails() {
-        let mut events = Events::default();
-        events.push(b": keep-alive\n\nevent: message\r\ndata: {\"a\":1}\r\n\r\ndata: {\"b\"");
-        assert_eq!(all_data(&mut events), vec!["{\"a\":1}".to_owned()]);
-        events.push(b":2}\ndata: more\n\n");
-        assert_eq!(all_data(&mut events), vec!["{\"b\":2}\nmore".to_owned()]);
-        assert_eq!(events.pending(), 0);
-    }
-
-    #[test]
-    fn a_character_split_across_chunks_arrives_whole() {
-        let mut events = Events::default();
-        let text = "data: caf\u{e9}\n\n".as_bytes();
-        let split = text.iter().position(|&b| b == 0xc3).expect("the é") + 1;
-        events.push(&text[..split]);
-        assert_eq!(events.next_data(), None);
-        events.push(&text[split..]);
-        assert_eq!(events.next_data().as_deref(), Some("caf\u{e9}"));
-    }
-
-    #[test]
-    fn a_value_round_trips_through_an_event() {
-        let mut events = Events::default();
-        let value: serde_json::Value = serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": {}});
-        events.push(format!("id: 7\ndata: {value}\n\n").as_bytes());
-        let data = events.next_data().expect("one event");
-        assert_eq!(
-            serde_json::from_str::<serde_json::Value>(&data).ok(),
-            Some(value)
-        );
     }
 }

@@ -4,75 +4,41 @@
 
 use serde_json::{Value, json};
 
-/// The protocol revisions keel speaks, newest first; it asks for the first and accepts any.
-pub const PROTOCOLS: &[&str] = &["2025-11-25", "2025-06-18"];
+use keel_mcp_wire::{Frame, Message, codes, encode};
+pub use keel_mcp_wire::{LineFramer as Lines, MAX_MESSAGE, PROTOCOL_VERSIONS as PROTOCOLS};
 
-/// Longest message keel takes from a server; a longer line is a flood.
-pub const MAX_MESSAGE: usize = 4 << 20;
-
-/// Bytes read from a server, cut into lines.
-#[derive(Default)]
-pub struct Lines {
-    buf: Vec<u8>,
-}
-
-impl Lines {
-    /// Append what was read.
-    pub fn push(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
-    }
-
-    /// The next complete line, without its end; empty lines are skipped.
-    pub fn next_line(&mut self) -> Option<Vec<u8>> {
-        loop {
-            let end = self.buf.iter().position(|&b| b == b'\n')?;
-            let mut line: Vec<u8> = self.buf.drain(..=end).collect();
-            line.pop();
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            if !line.iter().all(u8::is_ascii_whitespace) {
-                return Some(line);
-            }
-        }
-    }
-
-    /// Bytes held that are not yet a whole line.
-    pub fn pending(&self) -> usize {
-        self.buf.len()
-    }
-
-    /// Forget everything held (the server is being restarted).
-    pub fn clear(&mut self) {
-        self.buf.clear();
+/// The next line a stdio server sent, or `Err` when it sent a line longer than
+/// [`MAX_MESSAGE`] (a flood).
+pub fn next_line(lines: &mut Lines) -> Option<Result<Vec<u8>, ()>> {
+    match lines.next_frame()? {
+        Frame::Line(line) => Some(Ok(line)),
+        Frame::Oversized => Some(Err(())),
     }
 }
 
 /// A request, as one line.
 pub fn request(id: u64, method: &str, params: Value) -> Vec<u8> {
-    line(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+    encode(&keel_mcp_wire::request(id, method, params))
 }
 
 /// A notification, as one line.
 pub fn notification(method: &str, params: Value) -> Vec<u8> {
-    line(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+    encode(&keel_mcp_wire::notification(method, params))
 }
 
 /// A response to a server's request, as one line.
 pub fn response(id: &Value, outcome: Result<Value, (i64, &str)>) -> Vec<u8> {
-    line(&match outcome {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err((code, message)) => {
-            json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-        }
+    encode(&match outcome {
+        Ok(result) => keel_mcp_wire::response(id.clone(), result),
+        Err((code, message)) => keel_mcp_wire::error_response(id.clone(), code, message),
     })
 }
 
-fn line(value: &Value) -> Vec<u8> {
-    let mut bytes = value.to_string().into_bytes();
-    bytes.push(b'\n');
-    bytes
-}
+/// The answer to a server request keel does not serve.
+pub const NOT_OFFERED: (i64, &str) = (
+    codes::METHOD_NOT_FOUND,
+    "keel does not offer this to MCP servers",
+);
 
 /// The `initialize` request's parameters.
 pub fn initialize_params(client_version: &str) -> Value {
@@ -100,51 +66,19 @@ pub enum Incoming {
     Invalid(String),
 }
 
-/// Read one line.
+/// Read one message (a line, an HTTP body, an event's data).
 pub fn parse(line: &[u8]) -> Incoming {
-    let value: Value = match serde_json::from_slice(line) {
-        Ok(v) => v,
-        Err(e) => return Incoming::Invalid(format!("not JSON ({e})")),
-    };
-    let Some(object) = value.as_object() else {
-        return Incoming::Invalid("not a JSON-RPC object".into());
-    };
-    let method = object.get("method").and_then(Value::as_str);
-    let id = object.get("id").filter(|id| !id.is_null());
-    match (method, id) {
-        (Some(method), Some(id)) => Incoming::Request {
-            id: id.clone(),
-            method: method.to_owned(),
+    match keel_mcp_wire::parse(line) {
+        Err(invalid) => Incoming::Invalid(invalid.message),
+        Ok(Message::Request { id, method, .. }) => Incoming::Request { id, method },
+        Ok(Message::Notification { method, params }) => Incoming::Notification { method, params },
+        Ok(Message::Response { id, outcome }) => match id.as_u64() {
+            Some(id) => Incoming::Response {
+                id,
+                outcome: outcome.map_err(|e| e.to_string()),
+            },
+            None => Incoming::Invalid(format!("a response to an id keel never sent: {id}")),
         },
-        (Some(method), None) => Incoming::Notification {
-            method: method.to_owned(),
-            params: object.get("params").cloned().unwrap_or(Value::Null),
-        },
-        (None, Some(id)) => {
-            let Some(id) = id.as_u64() else {
-                return Incoming::Invalid(format!("a response to an id keel never sent: {id}"));
-            };
-            let outcome = match (object.get("result"), object.get("error")) {
-                (Some(result), None) => Ok(result.clone()),
-                (None, Some(error)) => Err(error_words(error)),
-                _ => Err("the response has neither a result nor an error".into()),
-            };
-            Incoming::Response { id, outcome }
-        }
-        (None, None) => {
-            Incoming::Invalid("neither a request, a response nor a notification".into())
-        }
-    }
-}
-
-fn error_words(error: &Value) -> String {
-    let message = error
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or("no message");
-    match error.get("code").and_then(Value::as_i64) {
-        Some(code) => format!("{message} (JSON-RPC error {code})"),
-        None => message.to_owned(),
     }
 }
 
@@ -261,17 +195,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lines_are_cut_at_newlines_and_keep_partial_tails() {
-        let mut lines = Lines::default();
-        lines.push(b"{\"a\":1}\r\n\n  \n{\"b\"");
-        assert_eq!(lines.next_line(), Some(b"{\"a\":1}".to_vec()));
-        assert_eq!(lines.next_line(), None);
-        assert_eq!(lines.pending(), 4);
-        lines.push(b":2}\n");
-        assert_eq!(lines.next_line(), Some(b"{\"b\":2}".to_vec()));
-    }
-
-    #[test]
     fn messages_are_told_apart() {
         assert_eq!(
             parse(br#"{"jsonrpc":"2.0","id":3,"result":{"x":1}}"#),
@@ -297,9 +220,12 @@ mod tests {
         ));
         assert!(matches!(parse(b"hello"), Incoming::Invalid(_)));
         assert!(matches!(parse(b"[1,2]"), Incoming::Invalid(_)));
-        assert!(matches!(parse(br#"{"id":"s"}"#), Incoming::Invalid(_)));
         assert!(matches!(
-            parse(br#"{"id":4}"#),
+            parse(br#"{"jsonrpc":"2.0","id":"s"}"#),
+            Incoming::Invalid(_)
+        ));
+        assert!(matches!(
+            parse(br#"{"jsonrpc":"2.0","id":4}"#),
             Incoming::Response {
                 id: 4,
                 outcome: Err(_)

@@ -5,30 +5,24 @@
 //! like any other.
 //!
 //! The transport is the MCP stdio transport: one JSON-RPC message per line on stdin and
-//! stdout, logs on stderr. Messages are bounded ([`MAX_MESSAGE`]); requests are answered one
-//! at a time, in order.
+//! stdout, logs on stderr. Framing, parsing, error codes, the message bound and the protocol
+//! revisions are `keel-mcp-wire`'s, shared with the mcp plugin (keel as a client); requests are
+//! answered one at a time, in order.
 
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use keel_kernel::gates::exec_policy::ApprovalMode;
+use keel_mcp_wire::codes::{INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND};
+use keel_mcp_wire::{
+    Frame, LineFramer, MAX_MESSAGE, Message, PROTOCOL_VERSIONS, error_response as error,
+    response as result,
+};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use crate::config::Context;
 use crate::session::{Display, Session, SessionOptions};
-
-/// The protocol revisions keel speaks, newest first.
-const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
-
-/// The longest message read; a longer line is answered with an error and skipped.
-pub const MAX_MESSAGE: usize = 4 << 20;
-
-/// JSON-RPC error codes.
-const PARSE_ERROR: i64 = -32700;
-const INVALID_REQUEST: i64 = -32600;
-const METHOD_NOT_FOUND: i64 = -32601;
-const INVALID_PARAMS: i64 = -32602;
 
 /// Serve the session's tools on stdin and stdout until stdin ends.
 pub async fn run(ctx: &Context, approval: Option<ApprovalMode>) -> anyhow::Result<ExitCode> {
@@ -54,47 +48,33 @@ pub async fn run(ctx: &Context, approval: Option<ApprovalMode>) -> anyhow::Resul
         session: &session,
         initialized: false,
     };
-    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    let mut stdin = tokio::io::stdin();
     let mut stdout = tokio::io::stdout();
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let read = (&mut stdin)
-            .take(MAX_MESSAGE as u64 + 1)
-            .read_until(b'\n', &mut line)
-            .await
-            .context("cannot read stdin")?;
-        if read == 0 {
-            break;
-        }
-        let reply = if line.len() > MAX_MESSAGE && !line.ends_with(b"\n") {
-            // Skip the rest of the oversized line.
-            let mut rest = Vec::new();
-            while !rest.ends_with(b"\n") {
-                rest.clear();
-                let n = (&mut stdin)
-                    .take(MAX_MESSAGE as u64)
-                    .read_until(b'\n', &mut rest)
-                    .await?;
-                if n == 0 {
-                    break;
-                }
-            }
-            Some(error(
-                Value::Null,
-                INVALID_REQUEST,
-                &format!("the message is longer than {MAX_MESSAGE} bytes"),
-            ))
-        } else if line.iter().all(u8::is_ascii_whitespace) {
-            None
+    let mut framer = LineFramer::new(MAX_MESSAGE);
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut ended = false;
+    while !ended {
+        let n = stdin.read(&mut chunk).await.context("cannot read stdin")?;
+        if n == 0 {
+            // A last message without its line end still counts.
+            framer.push(b"\n");
+            ended = true;
         } else {
-            server.handle(&line).await
-        };
-        if let Some(reply) = reply {
-            let mut text = reply.to_string();
-            text.push('\n');
-            stdout.write_all(text.as_bytes()).await?;
-            stdout.flush().await?;
+            framer.push(&chunk[..n]);
+        }
+        while let Some(frame) = framer.next_frame() {
+            let reply = match frame {
+                Frame::Oversized => Some(error(
+                    Value::Null,
+                    INVALID_REQUEST,
+                    &format!("the message is longer than {MAX_MESSAGE} bytes"),
+                )),
+                Frame::Line(line) => server.handle(&line).await,
+            };
+            if let Some(reply) = reply {
+                stdout.write_all(&keel_mcp_wire::encode(&reply)).await?;
+                stdout.flush().await?;
+            }
         }
     }
     session.close().await;
@@ -106,38 +86,25 @@ struct Server<'a> {
     initialized: bool,
 }
 
-fn error(id: Value, code: i64, message: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
-}
-
-fn result(id: Value, result: Value) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
-}
-
 impl Server<'_> {
     /// The reply to one message; none for a notification or a response.
     async fn handle(&mut self, line: &[u8]) -> Option<Value> {
-        let message: Value = match serde_json::from_slice(line) {
-            Ok(message) => message,
-            Err(e) => return Some(error(Value::Null, PARSE_ERROR, &format!("not JSON: {e}"))),
-        };
-        let Some(method) = message.get("method").and_then(Value::as_str) else {
-            // A response to something keel never asks, or not JSON-RPC at all.
-            return message.get("id").map(|id| {
-                error(
-                    id.clone(),
+        let (id, method, params) = match keel_mcp_wire::parse(line) {
+            Ok(Message::Request { id, method, params }) => (id, method, params),
+            // A notification is never answered.
+            Ok(Message::Notification { .. }) => return None,
+            // A response to something keel never asks.
+            Ok(Message::Response { id, .. }) => {
+                return Some(error(
+                    id,
                     INVALID_REQUEST,
                     "expected a JSON-RPC request with a `method`",
-                )
-            });
+                ));
+            }
+            Err(invalid) => return Some(error(invalid.id, invalid.code, &invalid.message)),
         };
-        // A notification (no id) is never answered.
-        let id = message.get("id").cloned()?;
-        if message.get("jsonrpc") != Some(&json!("2.0")) {
-            return Some(error(id, INVALID_REQUEST, "`jsonrpc` must be \"2.0\""));
-        }
-        let params = message.get("params").cloned().unwrap_or(json!({}));
-        Some(match method {
+        let params = if params.is_null() { json!({}) } else { params };
+        Some(match method.as_str() {
             "initialize" => {
                 self.initialized = true;
                 let asked = params["protocolVersion"].as_str().unwrap_or_default();

@@ -5,13 +5,11 @@
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use keel_kernel::{Kernel, KernelConfig};
 use serde_json::{Value, json};
 
 use crate::config::{Context, EnvValue, McpServer};
 use crate::runtime;
 use crate::session::terminal_safe;
-use crate::settings::ModelChoice;
 
 /// Start the configured servers through the `mcp` plugin, as a session would, and return its
 /// `status` (`{"servers": [...]}`); `None` when no server is configured.
@@ -19,13 +17,9 @@ pub async fn server_status(ctx: &Context) -> anyhow::Result<Option<Value>> {
     if ctx.config.mcp.servers.is_empty() {
         return Ok(None);
     }
-    let gates = crate::session::gates::gate_config(
-        ctx,
-        &ModelChoice::from(ctx),
-        Some(keel_kernel::gates::exec_policy::ApprovalMode::Never),
-    )?;
-    let kernel = Kernel::with_gates(KernelConfig::default(), gates);
-    let loader = runtime::loader(ctx)?;
+    let runtime::Runtime { kernel, loader } = crate::session::KernelBuilder::new(ctx)
+        .approval(Some(keel_kernel::gates::exec_policy::ApprovalMode::Never))
+        .build()?;
     let bundled = keel_bundled_plugins::get("mcp").context("this keel has no `mcp` plugin")?;
     let mut package = runtime::bundled_package(&loader, bundled)?;
     runtime::apply_user_config(&ctx.config.config, &mut package)?;

@@ -248,6 +248,14 @@ pub fn sanitize_text(s: &str) -> Sanitized {
     }
 }
 
+/// Whether [`sanitize_text`] removes or rewrites `c`: an invisible, private-use, unassigned or
+/// control character, a variation selector or a line break other than `\n` (`\t` and `\n`
+/// are kept). For callers that refuse such text outright instead of cleaning it, with the
+/// same classes.
+pub fn is_removed(c: char) -> bool {
+    classify(c) != Class::Keep
+}
+
 /// Text made safe to show a person on a terminal (not for the model): the removals of
 /// [`sanitize_text`] without its NFKC step, so what the person reads keeps its characters
 /// (`…`, `x²`, `ﬁ`) while no escape sequence, control, bidi or invisible character gets
