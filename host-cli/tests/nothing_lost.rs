@@ -1,7 +1,8 @@
 //! Nothing lost through the `keel` binary: several keel processes updating one home at once
 //! (`install`, `mcp add`, `key trust`) keep every update; temp files a killed run left are
 //! removed by the next; an edit of a large file killed at any moment leaves the old or the new
-//! file; a closed stdout ends a listing quietly; a missing API key is named at once.
+//! file; a closed stdout ends a listing quietly; a missing API key is named at once; keel run
+//! in the person's home directory keeps its own home out of the workspace grant.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -405,5 +406,131 @@ fn an_edit_of_a_large_file_killed_at_any_moment_leaves_the_old_or_the_new_file()
         .filter(|n| n.contains("keel-tmp"))
         .collect();
     assert!(left.is_empty(), "temp files left: {left:?}");
+    Ok(())
+}
+
+/// keel run in the person's home directory: the workspace holds keel's home. The session runs
+/// (it was refused: the workspace grant "contains" the sealed files), and keel's home is carved
+/// out of the grant: `read_file`, `list_dir`, `write_file` and `edit_file` into it are refused,
+/// by its name, through a link to it and through `..`; a command sees an empty directory there.
+/// Both a home named `.keel` (a control directory, so writes are refused twice over) and one
+/// under another name (only the carve-out stands between the tools and it).
+#[test]
+fn keel_runs_in_the_home_directory_with_its_own_home_carved_out() -> R {
+    const SECRET: &str = "sk-home-secret-0123456789";
+    for name in [".keel", "state/keel"] {
+        let person = tempfile::tempdir()?;
+        let person = person.path();
+        let home = person.join(name);
+        std::fs::create_dir_all(&home)?;
+        std::fs::create_dir_all(person.join("sub"))?;
+        let secret = format!("token = \"{SECRET}\"\n");
+        std::fs::write(home.join("secret.toml"), &secret)?;
+        std::fs::write(person.join("notes.txt"), "my notes\n")?;
+        std::os::unix::fs::symlink(&home, person.join("k"))?;
+        let path = |p: &str| format!("{{ path = {p:?} }}");
+        let write = |p: &str| format!("{{ path = {p:?}, content = \"planted\" }}");
+        let into_home = [
+            ("read_file", path(&format!("{name}/secret.toml"))),
+            ("read_file", path("k/secret.toml")),
+            ("read_file", path(&format!("sub/../{name}/secret.toml"))),
+            ("list_dir", path(name)),
+            ("write_file", write(&format!("{name}/planted.txt"))),
+            ("write_file", write("k/planted-through-link.txt")),
+            (
+                "write_file",
+                write(&format!("sub/../{name}/planted-up.txt")),
+            ),
+            (
+                "edit_file",
+                format!(
+                    "{{ path = \"{name}/secret.toml\", old_string = {SECRET:?}, new_string = \"x\" }}"
+                ),
+            ),
+        ];
+        // A working call between the refused ones: eight failures in a row end the turn.
+        let mut calls = into_home[..4].to_vec();
+        calls.push((
+            "exec_shell",
+            format!(
+                "{{ command = \"cat {name}/secret.toml k/secret.toml; ls -A {name}; echo listed\" }}"
+            ),
+        ));
+        calls.push((
+            "write_file",
+            "{ path = \"mine.txt\", content = \"kept\" }".into(),
+        ));
+        calls.extend(into_home[4..].iter().cloned());
+        calls.push(("read_file", path("notes.txt")));
+        let refused_at = [1, 2, 3, 4, 7, 8, 9, 10];
+        let script = format!(
+            "{}[[step]]\ntext = \"done\"\n",
+            common::scripted_tool_step(&calls)
+        );
+        common::use_scripted_model(&home, &script)?;
+        let out = keel(&home, person)
+            .env("HOME", person)
+            .args(["exec", "--json", "--approval", "auto", "tidy up"])
+            .timeout(Duration::from_secs(120))
+            .output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{name}: {:?}\n{stderr}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // "always" answers are still kept: keel's home is out of the workspace's reach.
+        assert!(
+            !stderr.contains("will not be remembered"),
+            "{name}: {stderr}"
+        );
+        let outcomes = common::tool_outcomes(&out.stdout);
+        assert_eq!(
+            outcomes.len(),
+            calls.len(),
+            "{name}: {outcomes:?}\n{stderr}"
+        );
+        let outcome = |n: usize| {
+            outcomes
+                .get(&format!("call_1_{n}"))
+                .cloned()
+                .unwrap_or_default()
+        };
+        for n in refused_at {
+            let (tool, arguments) = &calls[n - 1];
+            let (_, status, content) = outcome(n);
+            assert_ne!(
+                status, "ok",
+                "{name}: {tool} {arguments} reached keel's home: {content}"
+            );
+            assert!(
+                !content.contains(SECRET),
+                "{name}: {tool} {arguments}: {content}"
+            );
+        }
+        let (_, status, shown) = outcome(5);
+        assert_eq!(status, "ok", "{name}: the command did not run: {shown}");
+        assert!(
+            shown.contains("listed") && !shown.contains(SECRET) && !shown.contains("script.toml"),
+            "{name}: a command saw keel's home: {shown}"
+        );
+        let (_, status, written) = outcome(6);
+        assert_eq!(status, "ok", "{name}: {written}");
+        assert_eq!(std::fs::read_to_string(person.join("mine.txt"))?, "kept");
+        let (_, status, notes) = outcome(11);
+        assert!(
+            status == "ok" && notes.contains("my notes"),
+            "{name}: {notes}"
+        );
+        // Nothing was planted in keel's home, and its files are as they were.
+        assert_eq!(std::fs::read_to_string(home.join("secret.toml"))?, secret);
+        for planted in ["planted.txt", "planted-through-link.txt", "planted-up.txt"] {
+            assert!(
+                !home.join(planted).exists(),
+                "{name}: {planted} was written"
+            );
+        }
+    }
     Ok(())
 }

@@ -81,3 +81,35 @@ pub fn only_session_log(home: &Path) -> Result<Vec<serde_json::Value>, Box<dyn s
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect())
 }
+
+/// One `[[step]]` of a scripted model's TOML script asking for `calls` (tool name, arguments
+/// as an inline TOML table) at once; the scripted model names them `call_<step>_<n>`, counting
+/// from 1.
+pub fn scripted_tool_step(calls: &[(&str, String)]) -> String {
+    let mut step = String::from("[[step]]\n");
+    for (tool, arguments) in calls {
+        step.push_str(&format!(
+            "[[step.tool_calls]]\nname = {tool:?}\narguments = {arguments}\n"
+        ));
+    }
+    step.push('\n');
+    step
+}
+
+/// The tool outcomes a `keel … --json` run printed, by call id: (tool, status, content).
+pub fn tool_outcomes(
+    stdout: &[u8],
+) -> std::collections::BTreeMap<String, (String, String, String)> {
+    json_lines(stdout)
+        .iter()
+        .filter(|l| l["topic"] == "session.event" && l["event"]["kind"] == "tool_outcome")
+        .map(|l| {
+            let o = &l["event"]["outcome"];
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+            (
+                s(&o["call_id"]),
+                (s(&o["tool"]), s(&o["status"]), s(&o["content"])),
+            )
+        })
+        .collect()
+}
