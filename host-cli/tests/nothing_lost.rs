@@ -534,3 +534,130 @@ fn keel_runs_in_the_home_directory_with_its_own_home_carved_out() -> R {
     }
     Ok(())
 }
+
+/// Every `.part` file (a blob being stored) under `registry/blobs/tmp`.
+fn blob_parts(registry: &Path) -> Vec<String> {
+    std::fs::read_dir(registry.join("blobs/tmp"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".part"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The registry after a killed publish: every index holds whole records only (each line JSON
+/// ending in a newline), and every blob is named by the hash of its bytes.
+fn registry_is_whole(registry: &Path, what: &str) -> R {
+    let mut stack = vec![registry.join("index")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "jsonl") {
+                let text = std::fs::read_to_string(&path)?;
+                assert!(
+                    text.is_empty() || text.ends_with('\n'),
+                    "{what}: {} ends in a torn record",
+                    path.display()
+                );
+                for line in text.lines() {
+                    serde_json::from_str::<serde_json::Value>(line)
+                        .map_err(|e| format!("{what}: {}: {e}: {line}", path.display()))?;
+                }
+            }
+        }
+    }
+    let mut stack = vec![registry.join("blobs/sha256")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let hash = keel_registry::sha256_hex(&std::fs::read(&path)?);
+            assert_eq!(hash, name, "{what}: blob {} is partial", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// `keel publish` to a directory registry, killed with SIGKILL at moments spread over a
+/// publish: every index keeps whole records and every blob its full bytes. A blob a killed
+/// publisher left half-stored (`blobs/tmp/*.part`, its process gone) is removed by the next
+/// publish — they stayed forever — while a part whose writer still runs is left alone.
+#[test]
+fn a_publish_killed_at_any_moment_leaves_whole_files_and_the_next_removes_its_parts() -> R {
+    let tmp = tempfile::tempdir()?;
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws)?;
+    let author = tmp.path().join("author");
+    let registry = tmp.path().join("registry");
+    new_key(&author, &ws, "default", "acme")?;
+    let publish = |name: &str| -> Result<Child, Box<dyn std::error::Error>> {
+        let dir = plugin_dir(tmp.path(), name)?;
+        Ok(keel_process(&author, &ws)
+            .arg("publish")
+            .arg(&dir)
+            .arg("--registry")
+            .arg(&registry)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?)
+    };
+    let started = Instant::now();
+    all_succeed(vec![publish("whole")?])?;
+    let whole = started.elapsed();
+
+    const KILLS: u32 = 12;
+    for k in 0..KILLS {
+        let mut child = publish(&format!("killed{k}"))?;
+        std::thread::sleep(whole * k / KILLS);
+        let _ = child.kill();
+        let _ = child.wait();
+        registry_is_whole(&registry, &format!("killed at {k}/{KILLS} of {whole:?}"))?;
+    }
+
+    // A part as a publisher killed mid-blob leaves it, and one a live writer is storing.
+    let mut gone = std::process::Command::new("true").spawn()?;
+    let gone_pid = gone.id();
+    gone.wait()?;
+    let parts = registry.join("blobs/tmp");
+    std::fs::create_dir_all(&parts)?;
+    let dead = format!("{}.{gone_pid}-0-0123456789abcdef.part", "ab".repeat(32));
+    let live = format!(
+        "{}.{}-0-0123456789abcdef.part",
+        "cd".repeat(32),
+        std::process::id()
+    );
+    std::fs::write(parts.join(&dead), "half a blob")?;
+    std::fs::write(parts.join(&live), "a blob on its way")?;
+    all_succeed(vec![publish("after")?])?;
+    registry_is_whole(&registry, "after the kills")?;
+    let left = blob_parts(&registry);
+    assert!(
+        !left.contains(&dead),
+        "a dead publisher's part stayed: {left:?}"
+    );
+    assert!(
+        left.contains(&live),
+        "a live writer's part was removed: {left:?}"
+    );
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(
+        temp_files(&registry).is_empty(),
+        "{:?}",
+        temp_files(&registry)
+    );
+    Ok(())
+}
