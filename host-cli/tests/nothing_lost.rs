@@ -661,3 +661,174 @@ fn a_publish_killed_at_any_moment_leaves_whole_files_and_the_next_removes_its_pa
     );
     Ok(())
 }
+
+/// `keel memory consolidate --scope project --apply`, killed with SIGKILL at moments spread
+/// over a run: the index is always the old one or the proposal, topic files are untouched,
+/// every backup is the whole old index; a temp file a killed writer left is removed by the
+/// next run, which leaves none of its own (nor its lock).
+#[test]
+fn a_consolidate_killed_at_any_moment_leaves_the_old_or_the_new_index() -> R {
+    const BEFORE: &str =
+        "# Memory\n- [a](a.md) — alpha\n- [gone](gone.md) — missing\n- [a again](a.md) — dup\n";
+    const PROPOSED: &str =
+        "# Memory\n## Facts\n- [a](a.md) — alpha things\n- [b](b.md) — beta things\n";
+    const TOPIC_A: &str = "# a\n- alpha fact\n";
+    const TOPIC_B: &str = "# b\n- beta fact\n";
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    let dir = ws.path().join(".keel/memory");
+    std::fs::create_dir_all(&dir)?;
+    let reset = || -> std::io::Result<()> {
+        for entry in std::fs::read_dir(&dir)?.flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".bak") {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        std::fs::write(dir.join("MEMORY.md"), BEFORE)?;
+        std::fs::write(dir.join("a.md"), TOPIC_A)?;
+        std::fs::write(dir.join("b.md"), TOPIC_B)
+    };
+    reset()?;
+    common::use_scripted_model(
+        home.path(),
+        &format!(
+            "[[step]]\ntext = {:?}\n",
+            format!("```markdown\n{PROPOSED}```")
+        ),
+    )?;
+    // The project's memory goes to the model only once approved (by content: the reset
+    // restores the approved content).
+    keel(home.path(), ws.path())
+        .args(["memory", "approve", "--yes"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    let consolidate = || {
+        keel_process(home.path(), ws.path())
+            .args(["memory", "consolidate", "--scope", "project", "--apply"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+    };
+    let started = Instant::now();
+    all_succeed(vec![consolidate()?])?;
+    let whole = started.elapsed();
+    assert_eq!(std::fs::read_to_string(dir.join("MEMORY.md"))?, PROPOSED);
+
+    const KILLS: u32 = 16;
+    for k in 0..KILLS {
+        reset()?;
+        let mut child = consolidate()?;
+        std::thread::sleep(whole * k / KILLS);
+        let _ = child.kill();
+        let _ = child.wait();
+        let what = format!("killed at {k}/{KILLS} of {whole:?}");
+        let index = std::fs::read_to_string(dir.join("MEMORY.md"))?;
+        assert!(index == BEFORE || index == PROPOSED, "{what}: {index:?}");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("a.md"))?,
+            TOPIC_A,
+            "{what}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("b.md"))?,
+            TOPIC_B,
+            "{what}"
+        );
+        for entry in std::fs::read_dir(&dir)?.flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".bak") {
+                assert_eq!(std::fs::read_to_string(entry.path())?, BEFORE, "{what}");
+            }
+        }
+    }
+
+    // A killed writer's temp file; and should a kill have landed while the folder's lock was
+    // held, the lock is taken over once it is stale (10 s), as the next run would.
+    let planted = dir.join(".MEMORY.md.4194304-0-0123456789abcdef.keeltmp");
+    std::fs::write(&planted, "half an index")?;
+    let lock = dir.join(".memory.lock");
+    if let Ok(modified) = std::fs::metadata(&lock).and_then(|m| m.modified()) {
+        let stale_at = modified + Duration::from_secs(11);
+        while std::time::SystemTime::now() < stale_at {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    reset()?;
+    all_succeed(vec![consolidate()?])?;
+    // The planted file changes the folder, so the approval of its content no longer holds and
+    // the model is not asked: the deterministic tidy is written instead.
+    const TIDIED: &str = "# Memory\n- [a](a.md) — alpha\n- [b](b.md) — beta fact\n";
+    let index = std::fs::read_to_string(dir.join("MEMORY.md"))?;
+    assert!(index == PROPOSED || index == TIDIED, "{index:?}");
+    let left: Vec<String> = std::fs::read_dir(&dir)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".keeltmp") || n == ".memory.lock")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    Ok(())
+}
+
+/// Names the store, the workspace and the writer number for [`approvals_writer_process`].
+const APPROVALS_WRITER: &str = "KEEL_TEST_APPROVALS_WRITER";
+/// How many "always" answers each writer process records.
+const APPROVALS_EACH: usize = 20;
+
+/// The writer side of [`concurrent_always_approvals_from_several_processes_are_all_kept`]:
+/// this test binary run again as a child process records "always" answers in one store. Run
+/// on its own (no variable set) it does nothing.
+#[test]
+fn approvals_writer_process() -> R {
+    let Ok(spec) = std::env::var(APPROVALS_WRITER) else {
+        return Ok(());
+    };
+    let mut parts = spec.split('\n');
+    let (Some(store), Some(ws), Some(n)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(format!("{APPROVALS_WRITER}: {spec:?}").into());
+    };
+    let (store, _) =
+        keel_kernel::gates::approvals::GrantStore::open(Path::new(store), Path::new(ws))?;
+    for i in 0..APPROVALS_EACH {
+        store.grant(Path::new(ws), &format!("make target{i} (writer {n})"))?;
+    }
+    Ok(())
+}
+
+/// "always" answers recorded by eight processes at once into one approvals file: none is lost
+/// (each process reads, merges and renames under the store's lock).
+#[test]
+fn concurrent_always_approvals_from_several_processes_are_all_kept() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    let store = home.path().join("approvals.json");
+    let writers = (0..WRITERS)
+        .map(|n| {
+            std::process::Command::new(std::env::current_exe()?)
+                .args([
+                    "--exact",
+                    "nothing_lost::approvals_writer_process",
+                    "--test-threads=1",
+                ])
+                .env(
+                    APPROVALS_WRITER,
+                    format!("{}\n{}\n{n}", store.display(), ws.path().display()),
+                )
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for child in writers {
+        let out = child.wait_with_output()?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (store, _) = keel_kernel::gates::approvals::GrantStore::open(&store, ws.path())?;
+    let kept = store.list(ws.path())?;
+    assert_eq!(kept.len(), WRITERS * APPROVALS_EACH, "{kept:?}");
+    Ok(())
+}
