@@ -502,3 +502,115 @@ cp "$S/$ID.jsonl" "$O/log.jsonl"
     }
     Ok(())
 }
+
+/// keel's whole home and the workspace each on a small full disk (tmpfs in a mount namespace
+/// of their own; the home warmed by one session first, so the session starts): `write_file`
+/// and `edit_file` of the person's file fail saying the disk is full and leave it whole; the
+/// turn, whose log cannot be written, ends non-zero; once space is back the log has no torn
+/// line in its middle and the session resumes. Needs root (CI runs as root).
+#[test]
+fn a_full_home_and_workspace_keep_every_file_whole() -> R {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return Ok(());
+    }
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    let out_dir = tempfile::tempdir()?;
+    let big = "x".repeat(300 * 1024);
+    let tools = crate::common::scripted_tool_step(&[
+        (
+            "write_file",
+            format!("{{ path = \"important.txt\", content = {big:?} }}"),
+        ),
+        (
+            "edit_file",
+            format!(
+                "{{ path = \"important.txt\", old_string = \"words\", new_string = {big:?}, occurrence = 1 }}"
+            ),
+        ),
+    ]);
+    std::fs::write(
+        out_dir.path().join("tools.toml"),
+        format!("{tools}[[step]]\ntext = \"done\"\n"),
+    )?;
+    std::fs::write(
+        out_dir.path().join("done.toml"),
+        "[[step]]\ntext = \"done\"\n",
+    )?;
+    let old = "the person's words\n".repeat(2000);
+    std::fs::write(out_dir.path().join("old.txt"), &old)?;
+    let keel_bin: PathBuf = assert_cmd::cargo::cargo_bin("keel");
+    let script = r#"
+set -u
+mount -t tmpfs -o size=8m tmpfs "$H" || exit 90
+mount -t tmpfs -o size=256k tmpfs "$W" || exit 90
+printf '[model]\nprovider = "scripted"\nscript = "%s"\n' "$O/done.toml" > "$H/config.toml"
+"$KEEL" --home "$H" --workspace "$W" exec warm >/dev/null 2>"$O/warm.err" || exit 91
+rm -rf "$H/data/sessions"/*
+printf '[model]\nprovider = "scripted"\nscript = "%s"\n' "$O/tools.toml" > "$H/config.toml"
+cp "$O/old.txt" "$W/important.txt"
+cat /dev/zero > "$W/filler" 2>/dev/null
+cat /dev/zero > "$H/filler" 2>/dev/null
+truncate -s -6k "$H/filler"
+"$KEEL" --home "$H" --workspace "$W" exec --json --approval auto work >"$O/first.out" 2>"$O/first.err"
+echo $? > "$O/first.code"
+cp "$W/important.txt" "$O/important.after"
+ls -A "$W" > "$O/ws.names"
+rm -f "$H/filler" "$W/filler"
+printf '[model]\nprovider = "scripted"\nscript = "%s"\n' "$O/done.toml" > "$H/config.toml"
+ID=$(ls "$H/data/sessions" | sed -n 's/\.jsonl$//p' | head -1)
+"$KEEL" --home "$H" --workspace "$W" resume "$ID" "go on" >/dev/null 2>"$O/second.err"
+echo $? > "$O/second.code"
+cp "$H/data/sessions/$ID.jsonl" "$O/log.jsonl"
+"#;
+    let status = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", script])
+        .env("H", home.path())
+        .env("W", ws.path())
+        .env("O", out_dir.path())
+        .env("KEEL", &keel_bin)
+        .env_remove("KEEL_PROVIDER")
+        .env_remove("KEEL_MODEL")
+        .env_remove("KEEL_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("NO_COLOR", "1")
+        .status()?;
+    let read = |name: &str| std::fs::read_to_string(out_dir.path().join(name)).unwrap_or_default();
+    assert!(
+        status.success(),
+        "the namespace script failed: {status}\n{}",
+        read("warm.err")
+    );
+    let first_err = read("first.err");
+    assert_ne!(
+        read("first.code").trim(),
+        "0",
+        "a turn whose log failed passed:\n{first_err}"
+    );
+    assert!(
+        first_err.contains("the session log could not record"),
+        "{first_err}"
+    );
+    let outcomes = crate::common::tool_outcomes(read("first.out").as_bytes());
+    for call in ["call_1_1", "call_1_2"] {
+        let (tool, _, content) = outcomes
+            .get(call)
+            .ok_or_else(|| format!("{call} has no outcome:\n{first_err}"))?;
+        assert!(content.contains("no space left"), "{tool}: {content}");
+    }
+    assert_eq!(read("important.after"), old, "the person's file changed");
+    // No temp file left beside it (the project's memory folder `.keel` is made at start).
+    let names = read("ws.names");
+    let names: Vec<&str> = names.lines().filter(|n| *n != ".keel").collect();
+    assert_eq!(names, ["filler", "important.txt"]);
+    let log = keel_agent_kit::session_log::read_log_file(&out_dir.path().join("log.jsonl"))?;
+    assert!(
+        log.warnings.is_empty(),
+        "a corrupt line is left in the log: {:?}",
+        log.warnings
+    );
+    assert_eq!(read("second.code").trim(), "0", "{}", read("second.err"));
+    Ok(())
+}
