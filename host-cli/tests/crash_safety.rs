@@ -614,3 +614,91 @@ cp "$H/data/sessions/$ID.jsonl" "$O/log.jsonl"
     assert_eq!(read("second.code").trim(), "0", "{}", read("second.err"));
     Ok(())
 }
+
+/// A session log holding a 1 GiB line (written sparse: no 1 GiB in memory or on disk) among
+/// whole entries: `keel sessions list` still lists every session (one bad log hid them all),
+/// and `keel resume` of that session skips the line with a note and makes requests the
+/// provider accepts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_gib_line_hides_no_session_and_is_skipped_on_resume() -> R {
+    use std::io::{Seek as _, Write as _};
+    let wire = Wire::OpenAi;
+    let server = strict_model(wire, 1).await?;
+    let (home, ws) = setup(&server, wire)?;
+    let run = |prompt: &'static str| {
+        let (h, w) = (home.path().to_path_buf(), ws.path().to_path_buf());
+        tokio::task::spawn_blocking(move || {
+            keel(&h, &w)
+                .env(wire.key_var(), KEY)
+                .args(["exec", "--approval", "auto", prompt])
+                .timeout(Duration::from_secs(120))
+                .output()
+        })
+    };
+    let out = run("first").await??;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let big_id = logged_session(home.path()).ok_or("no session log")?;
+    let out = run("second").await??;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sessions = home.path().join("data/sessions");
+    let ids: Vec<String> = std::fs::read_dir(&sessions)?
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_suffix(".jsonl")
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+
+    // The first session's log: its entries, then a 1 GiB line (a hole reads as NUL bytes),
+    // then the entries again after it, so whole entries follow the giant.
+    let log = sessions.join(format!("{big_id}.jsonl"));
+    let entries = std::fs::read(&log)?;
+    let mut file = std::fs::OpenOptions::new().write(true).open(&log)?;
+    let giant_end = entries.len() as u64 + (1 << 30);
+    file.set_len(giant_end)?;
+    file.seek(std::io::SeekFrom::Start(giant_end))?;
+    file.write_all(b"\n")?;
+    drop(file);
+
+    let (h, w) = (home.path().to_path_buf(), ws.path().to_path_buf());
+    let listed = tokio::task::spawn_blocking(move || {
+        keel(&h, &w)
+            .args(["sessions", "list"])
+            .timeout(Duration::from_secs(120))
+            .output()
+    })
+    .await??;
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    let stderr = String::from_utf8_lossy(&listed.stderr);
+    assert!(listed.status.success(), "{stdout}\n{stderr}");
+    for id in &ids {
+        assert!(
+            stdout.contains(id.as_str()),
+            "{id} is not listed:\n{stdout}\n{stderr}"
+        );
+    }
+
+    let before = server.received().len();
+    let (code, stderr) = resume(home.path(), ws.path(), wire, &big_id).await?;
+    assert!(
+        server.received().len() > before,
+        "resumed without asking the model\n{stderr}"
+    );
+    assert_resumed(&server, wire, code, &stderr, "a 1 GiB line");
+    assert!(
+        stderr.contains("line of 1073741824 bytes skipped"),
+        "no note of the skipped line:\n{stderr}"
+    );
+    Ok(())
+}

@@ -334,6 +334,9 @@ pub struct LogRead {
 /// log, or the listing of every log, unreadable.
 pub const MAX_LINE_BYTES: usize = 16 << 20;
 
+/// How much of a log a scan reads at a time.
+const SCAN_BUFFER: usize = 1 << 20;
+
 /// One line of a log as a scan meets it.
 #[derive(Debug)]
 pub(crate) enum Item {
@@ -361,7 +364,9 @@ fn scan_entries_bounded(
         unparsed: None,
         max_line,
     };
-    let mut reader = io::BufReader::with_capacity(64 * 1024, reader);
+    // A large buffer and `memchr`: a giant line (1 GiB of a runaway output) is skipped in a
+    // few thousand reads, a word at a time, within a guest's CPU bound.
+    let mut reader = io::BufReader::with_capacity(SCAN_BUFFER, reader);
     loop {
         let buf = match reader.fill_buf() {
             Ok(buf) => buf,
@@ -371,7 +376,7 @@ fn scan_entries_bounded(
         if buf.is_empty() {
             break;
         }
-        let (piece, used, ends) = match buf.iter().position(|&b| b == b'\n') {
+        let (piece, used, ends) = match memchr::memchr(b'\n', buf) {
             Some(i) => (&buf[..i], i + 1, true),
             None => (buf, buf.len(), false),
         };
