@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use keel_tests::model_server::{ModelServer, Received, json_response};
-use keel_tests::wire::{an_answer, an_tool_call, oa_answer, oa_tool_call};
+use keel_tests::wire::{an_answer, an_tool_call, oa_answer, oa_tool_call, oa_tool_calls};
 use serde_json::Value;
 
 use crate::common::{keel, keel_process};
@@ -700,5 +700,76 @@ async fn a_one_gib_line_hides_no_session_and_is_skipped_on_resume() -> R {
         stderr.contains("line of 1073741824 bytes skipped"),
         "no note of the skipped line:\n{stderr}"
     );
+    Ok(())
+}
+
+/// Killed while the first of two serial calls runs: the resumed request answers the first as
+/// started with its outcome unknown ("it may have run") and the second as never started ("it
+/// did not run"), told apart by the start the loop records before a call runs; the second
+/// call's effect indeed never happened.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resume_tells_a_call_that_started_from_one_that_never_did() -> R {
+    use keel_agent_kit::session_log::{INTERRUPTED_CALL, NOT_STARTED_CALL};
+    let wire = Wire::OpenAi;
+    let server = ModelServer::start(move |n, r: &Received| {
+        if let Err(problem) = strictly_valid(wire, &r.json()) {
+            let error = serde_json::json!({"error": {"message": problem}});
+            return vec![json_response("400 Bad Request", &[], &error.to_string())];
+        }
+        if n > 0 {
+            return oa_answer("done");
+        }
+        oa_tool_calls(&[
+            (
+                "call_first",
+                "exec_shell",
+                r#"{"command": "touch started; sleep 60"}"#,
+            ),
+            (
+                "call_second",
+                "exec_shell",
+                r#"{"command": "touch second"}"#,
+            ),
+        ])
+    })
+    .await?;
+    let (home, ws) = setup(&server, wire)?;
+    let mut child = keel_process(home.path(), ws.path())
+        .env(wire.key_var(), KEY)
+        .args(["exec", "--approval", "auto", "two things"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let started = ws.path().join("started");
+    until(|| started.exists()).await?;
+    let _ = child.kill();
+    let _ = child.wait();
+    let id = logged_session(home.path()).ok_or("no session log")?;
+    let before = server.received().len();
+    let (code, stderr) = resume(home.path(), ws.path(), wire, &id).await?;
+    assert_resumed(&server, wire, code, &stderr, "killed during the first call");
+    let resumed = server
+        .received()
+        .get(before)
+        .map(Received::json)
+        .ok_or("the resume asked nothing")?;
+    let result = |call: &str| {
+        resumed["messages"]
+            .as_array()
+            .and_then(|ms| ms.iter().find(|m| m["tool_call_id"] == call))
+            .and_then(|m| m["content"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    // (The OpenAI wire marks an error result with "Error: ".)
+    assert!(
+        result("call_first").ends_with(INTERRUPTED_CALL),
+        "{resumed}"
+    );
+    assert!(
+        result("call_second").ends_with(NOT_STARTED_CALL),
+        "{resumed}"
+    );
+    assert!(!ws.path().join("second").exists(), "the second call ran");
     Ok(())
 }
