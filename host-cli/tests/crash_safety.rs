@@ -12,26 +12,11 @@ use keel_tests::model_server::{ModelServer, Received, json_response};
 use keel_tests::wire::{an_answer, an_tool_call, oa_answer, oa_tool_call, oa_tool_calls};
 use serde_json::Value;
 
-use crate::common::{keel, keel_process};
+use crate::common::{Wire, homes_for_server, keel, keel_process, session_ids};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const KEY: &str = "sk-crash-0123456789abcdefghijklmnop";
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Wire {
-    OpenAi,
-    Anthropic,
-}
-
-impl Wire {
-    fn key_var(self) -> &'static str {
-        match self {
-            Wire::OpenAi => "OPENAI_API_KEY",
-            Wire::Anthropic => "ANTHROPIC_API_KEY",
-        }
-    }
-}
 
 /// The calls of a message and the results it carries, in one wire's shape.
 fn calls_and_results(wire: Wire, m: &Value) -> (Vec<String>, Vec<String>) {
@@ -171,36 +156,6 @@ async fn strict_model(wire: Wire, calls: usize) -> std::io::Result<ModelServer> 
     .await
 }
 
-fn setup(
-    server: &ModelServer,
-    wire: Wire,
-) -> std::io::Result<(tempfile::TempDir, tempfile::TempDir)> {
-    let home = tempfile::tempdir()?;
-    let ws = tempfile::tempdir()?;
-    let (provider, model, base) = match wire {
-        Wire::OpenAi => ("openai", "gpt-test", server.url("/v1")),
-        Wire::Anthropic => ("anthropic", "claude-test", server.url("")),
-    };
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!("[model]\nprovider = \"{provider}\"\nmodel = \"{model}\"\nbase-url = \"{base}\"\n"),
-    )?;
-    Ok((home, ws))
-}
-
-/// The id of the only session logged in `home`, if one is.
-fn logged_session(home: &Path) -> Option<String> {
-    std::fs::read_dir(home.join("data/sessions"))
-        .ok()?
-        .filter_map(Result::ok)
-        .find_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_suffix(".jsonl")
-                .map(str::to_owned)
-        })
-}
-
 /// `keel resume ID PROMPT`: (exit code, stderr).
 async fn resume(
     home: &Path,
@@ -277,7 +232,7 @@ async fn killed_at_random_points(wire: Wire, seed: u64, runs: usize) -> R {
     let mut resumed = 0;
     for run in 0..runs {
         let server = strict_model(wire, 3).await?;
-        let (home, ws) = setup(&server, wire)?;
+        let (home, ws) = homes_for_server(&server, wire)?;
         let mut child = keel_process(home.path(), ws.path())
             .env(wire.key_var(), KEY)
             .args(["exec", "--approval", "auto", "work"])
@@ -293,7 +248,7 @@ async fn killed_at_random_points(wire: Wire, seed: u64, runs: usize) -> R {
         let _ = child.kill();
         let _ = child.wait();
         let what = format!("{wire:?} run {run}: killed after request {k} + {pause} ms");
-        let Some(id) = logged_session(home.path()) else {
+        let Some(id) = session_ids(home.path()).into_iter().next() else {
             // Killed before the session log had anything: nothing to resume.
             continue;
         };
@@ -327,7 +282,7 @@ async fn killed_anthropic_sessions_resume_into_valid_requests() -> R {
 async fn a_torn_last_line_neither_breaks_the_resume_nor_stays_in_the_log() -> R {
     let wire = Wire::Anthropic;
     let server = strict_model(wire, 2).await?;
-    let (home, ws) = setup(&server, wire)?;
+    let (home, ws) = homes_for_server(&server, wire)?;
     let mut child = keel_process(home.path(), ws.path())
         .env(wire.key_var(), KEY)
         .args(["exec", "--approval", "auto", "work"])
@@ -338,7 +293,10 @@ async fn a_torn_last_line_neither_breaks_the_resume_nor_stays_in_the_log() -> R 
     until(|| server.received().len() >= 2).await?;
     let _ = child.kill();
     let _ = child.wait();
-    let id = logged_session(home.path()).ok_or("no session log")?;
+    let id = session_ids(home.path())
+        .into_iter()
+        .next()
+        .ok_or("no session log")?;
     let log = home.path().join(format!("data/sessions/{id}.jsonl"));
     let text = std::fs::read_to_string(&log)?;
     // Cut the last line in the middle.
@@ -369,7 +327,7 @@ async fn stopped_by(signal: &str, status: i32) -> R {
         oa_tool_call("call_1", "exec_shell", args)
     })
     .await?;
-    let (home, ws) = setup(&server, wire)?;
+    let (home, ws) = homes_for_server(&server, wire)?;
     let child = keel_process(home.path(), ws.path())
         .env(wire.key_var(), KEY)
         .args(["exec", "--approval", "auto", "wait"])
@@ -389,7 +347,10 @@ async fn stopped_by(signal: &str, status: i32) -> R {
         took < Duration::from_secs(8),
         "took {took:?} to leave\n{stderr}"
     );
-    let id = logged_session(home.path()).ok_or("no session log")?;
+    let id = session_ids(home.path())
+        .into_iter()
+        .next()
+        .ok_or("no session log")?;
     let entries = crate::common::only_session_log(home.path())?;
     let ended = entries
         .iter()
@@ -430,7 +391,7 @@ async fn a_full_home_disk_fails_the_turn_and_leaves_a_resumable_log() -> R {
     }
     let wire = Wire::OpenAi;
     let server = strict_model(wire, 2).await?;
-    let (home, ws) = setup(&server, wire)?;
+    let (home, ws) = homes_for_server(&server, wire)?;
     let out_dir = tempfile::tempdir()?;
     let sessions = home.path().join("data/sessions");
     std::fs::create_dir_all(&sessions)?;
@@ -624,7 +585,7 @@ async fn a_one_gib_line_hides_no_session_and_is_skipped_on_resume() -> R {
     use std::io::{Seek as _, Write as _};
     let wire = Wire::OpenAi;
     let server = strict_model(wire, 1).await?;
-    let (home, ws) = setup(&server, wire)?;
+    let (home, ws) = homes_for_server(&server, wire)?;
     let run = |prompt: &'static str| {
         let (h, w) = (home.path().to_path_buf(), ws.path().to_path_buf());
         tokio::task::spawn_blocking(move || {
@@ -641,7 +602,10 @@ async fn a_one_gib_line_hides_no_session_and_is_skipped_on_resume() -> R {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let big_id = logged_session(home.path()).ok_or("no session log")?;
+    let big_id = session_ids(home.path())
+        .into_iter()
+        .next()
+        .ok_or("no session log")?;
     let out = run("second").await??;
     assert!(
         out.status.success(),
@@ -649,15 +613,7 @@ async fn a_one_gib_line_hides_no_session_and_is_skipped_on_resume() -> R {
         String::from_utf8_lossy(&out.stderr)
     );
     let sessions = home.path().join("data/sessions");
-    let ids: Vec<String> = std::fs::read_dir(&sessions)?
-        .flatten()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_suffix(".jsonl")
-                .map(str::to_owned)
-        })
-        .collect();
+    let ids = crate::common::session_ids(home.path());
     assert_eq!(ids.len(), 2, "{ids:?}");
 
     // The first session's log: its entries, then a 1 GiB line (a hole reads as NUL bytes),
@@ -733,7 +689,7 @@ async fn a_resume_tells_a_call_that_started_from_one_that_never_did() -> R {
         ])
     })
     .await?;
-    let (home, ws) = setup(&server, wire)?;
+    let (home, ws) = homes_for_server(&server, wire)?;
     let mut child = keel_process(home.path(), ws.path())
         .env(wire.key_var(), KEY)
         .args(["exec", "--approval", "auto", "two things"])
@@ -745,7 +701,10 @@ async fn a_resume_tells_a_call_that_started_from_one_that_never_did() -> R {
     until(|| started.exists()).await?;
     let _ = child.kill();
     let _ = child.wait();
-    let id = logged_session(home.path()).ok_or("no session log")?;
+    let id = session_ids(home.path())
+        .into_iter()
+        .next()
+        .ok_or("no session log")?;
     let before = server.received().len();
     let (code, stderr) = resume(home.path(), ws.path(), wire, &id).await?;
     assert_resumed(&server, wire, code, &stderr, "killed during the first call");

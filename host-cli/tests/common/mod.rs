@@ -113,3 +113,59 @@ pub fn tool_outcomes(
         })
         .collect()
 }
+
+/// The wire format a loopback model server speaks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Wire {
+    OpenAi,
+    Anthropic,
+}
+
+impl Wire {
+    /// The variable holding the provider's API key.
+    pub fn key_var(self) -> &'static str {
+        match self {
+            Wire::OpenAi => "OPENAI_API_KEY",
+            Wire::Anthropic => "ANTHROPIC_API_KEY",
+        }
+    }
+
+    /// The `[model]` table of a home whose sessions ask `server` in this format (its lines,
+    /// so a caller may add settings).
+    pub fn model_table(self, server: &keel_tests::model_server::ModelServer) -> String {
+        let (provider, model, base) = match self {
+            Wire::OpenAi => ("openai", "gpt-test", server.url("/v1")),
+            Wire::Anthropic => ("anthropic", "claude-test", server.url("")),
+        };
+        format!("[model]\nprovider = \"{provider}\"\nmodel = \"{model}\"\nbase-url = \"{base}\"\n")
+    }
+}
+
+/// A fresh home and workspace whose sessions ask the loopback `server` speaking `wire`.
+pub fn homes_for_server(
+    server: &keel_tests::model_server::ModelServer,
+    wire: Wire,
+) -> std::io::Result<(tempfile::TempDir, tempfile::TempDir)> {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(home.path().join("config.toml"), wire.model_table(server))?;
+    Ok((home, ws))
+}
+
+/// The ids of the sessions logged in `home`, sorted.
+pub fn session_ids(home: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(home.join("data/sessions"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()?
+                        .strip_suffix(".jsonl")
+                        .map(str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
