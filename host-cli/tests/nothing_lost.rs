@@ -427,7 +427,8 @@ fn keel_runs_in_the_home_directory_with_its_own_home_carved_out() -> R {
         let secret = format!("token = \"{SECRET}\"\n");
         std::fs::write(home.join("secret.toml"), &secret)?;
         std::fs::write(person.join("notes.txt"), "my notes\n")?;
-        std::os::unix::fs::symlink(&home, person.join("k"))?;
+        // A relative link (an absolute one is refused by any lookup beneath the workspace).
+        std::os::unix::fs::symlink(name, person.join("k"))?;
         let path = |p: &str| format!("{{ path = {p:?} }}");
         let write = |p: &str| format!("{{ path = {p:?}, content = \"planted\" }}");
         let into_home = [

@@ -413,3 +413,107 @@ mod sys {
         Resolved::Unknown
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::fs::{self, File};
+    use std::os::unix::fs::symlink;
+    use std::path::PathBuf;
+
+    use super::sys::{Resolved, resolve};
+    use super::{CarvedOut, WasmGrants};
+    use crate::wasm_host::GrantedDir;
+
+    fn at(resolved: Resolved) -> Vec<PathBuf> {
+        match resolved {
+            Resolved::At(paths) => paths,
+            Resolved::Nowhere => vec![PathBuf::from("<nowhere>")],
+            Resolved::Unknown => vec![PathBuf::from("<unknown>")],
+        }
+    }
+
+    /// Where a guest's path leads, as the kernel resolves it: through `..` and links inside
+    /// the granted directory (a link's target too when the call follows it), never out of
+    /// it; a dangling link followed is unknown (creating through it could land anywhere).
+    #[test]
+    fn paths_resolve_to_where_they_lead_and_a_carved_out_home_is_refused() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let ws = root.path().canonicalize().expect("canonical");
+        let home = ws.join("state/keel");
+        let own = home.join("data/p");
+        fs::create_dir_all(&own).expect("mkdir");
+        fs::create_dir_all(ws.join("sub")).expect("mkdir");
+        fs::write(home.join("secret"), "x").expect("write");
+        symlink("state/keel", ws.join("link")).expect("symlink");
+        symlink(&home, ws.join("absolute-link")).expect("symlink");
+        symlink("state/keel/secret", ws.join("file-link")).expect("symlink");
+        symlink("state/keel/new", ws.join("dangling")).expect("symlink");
+        let dir = File::open(&ws).expect("open");
+
+        assert_eq!(
+            at(resolve(&dir, "sub/../state/keel/secret", false)),
+            [home.join("secret")]
+        );
+        assert_eq!(
+            at(resolve(&dir, "link/secret", false)),
+            [home.join("secret")]
+        );
+        // An absolute link is refused by the lookup itself, as wasmtime-wasi refuses it.
+        assert_eq!(
+            at(resolve(&dir, "absolute-link/secret", false)),
+            [PathBuf::from("<nowhere>")]
+        );
+        // Not followed: the link itself; followed: the link and what it names.
+        assert_eq!(
+            at(resolve(&dir, "file-link", false)),
+            [ws.join("file-link")]
+        );
+        assert_eq!(
+            at(resolve(&dir, "file-link", true)),
+            [ws.join("file-link"), home.join("secret")]
+        );
+        assert_eq!(
+            at(resolve(&dir, "dangling", true)),
+            [PathBuf::from("<unknown>")]
+        );
+        assert_eq!(
+            at(resolve(&dir, "missing/x", false)),
+            [PathBuf::from("<nowhere>")]
+        );
+        assert_eq!(
+            at(resolve(&dir, "../x", false)),
+            [PathBuf::from("<nowhere>")]
+        );
+        assert_eq!(at(resolve(&dir, ".", false)), [ws.clone()]);
+
+        let grants = WasmGrants {
+            dirs: vec![
+                GrantedDir {
+                    host: ws.clone(),
+                    guest: "/workspace".into(),
+                    read_only: false,
+                },
+                GrantedDir {
+                    host: own.clone(),
+                    guest: "/data".into(),
+                    read_only: false,
+                },
+            ],
+            hidden: vec![home.clone()],
+            ..WasmGrants::default()
+        };
+        let carved = CarvedOut::of(&grants).expect("carves");
+        assert!(carved.hides(&home));
+        assert!(carved.hides(&home.join("secret")));
+        assert!(
+            !carved.hides(&own.join("notes")),
+            "its own data stays reachable"
+        );
+        assert!(!carved.hides(&ws.join("state")));
+        assert!(
+            carved.holds_hidden(&ws.join("state")),
+            "renaming it moves the home"
+        );
+        assert!(CarvedOut::of(&WasmGrants::default()).is_none());
+    }
+}
