@@ -484,7 +484,7 @@ mod tests {
             at(resolve(&dir, "../x", false)),
             [PathBuf::from("<nowhere>")]
         );
-        assert_eq!(at(resolve(&dir, ".", false)), [ws.clone()]);
+        assert_eq!(at(resolve(&dir, ".", false)), vec![ws.clone()]);
 
         let grants = WasmGrants {
             dirs: vec![
