@@ -9,29 +9,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use keel_tests::model_server::{ModelServer, Received, json_response};
-use keel_tests::wire::{an_answer, an_tool_call, oa_answer, oa_tool_call};
+use keel_tests::wire::{an_answer, an_tool_call, oa_answer, oa_tool_call, oa_tool_calls};
 use serde_json::Value;
 
-use crate::common::{keel, keel_process};
+use crate::common::{Wire, homes_for_server, keel, keel_process, session_ids};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
 const KEY: &str = "sk-crash-0123456789abcdefghijklmnop";
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Wire {
-    OpenAi,
-    Anthropic,
-}
-
-impl Wire {
-    fn key_var(self) -> &'static str {
-        match self {
-            Wire::OpenAi => "OPENAI_API_KEY",
-            Wire::Anthropic => "ANTHROPIC_API_KEY",
-        }
-    }
-}
 
 /// The calls of a message and the results it carries, in one wire's shape.
 fn calls_and_results(wire: Wire, m: &Value) -> (Vec<String>, Vec<String>) {
@@ -171,36 +156,6 @@ async fn strict_model(wire: Wire, calls: usize) -> std::io::Result<ModelServer> 
     .await
 }
 
-fn setup(
-    server: &ModelServer,
-    wire: Wire,
-) -> std::io::Result<(tempfile::TempDir, tempfile::TempDir)> {
-    let home = tempfile::tempdir()?;
-    let ws = tempfile::tempdir()?;
-    let (provider, model, base) = match wire {
-        Wire::OpenAi => ("openai", "gpt-test", server.url("/v1")),
-        Wire::Anthropic => ("anthropic", "claude-test", server.url("")),
-    };
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!("[model]\nprovider = \"{provider}\"\nmodel = \"{model}\"\nbase-url = \"{base}\"\n"),
-    )?;
-    Ok((home, ws))
-}
-
-/// The id of the only session logged in `home`, if one is.
-fn logged_session(home: &Path) -> Option<String> {
-    std::fs::read_dir(home.join("data/sessions"))
-        .ok()?
-        .filter_map(Result::ok)
-        .find_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_suffix(".jsonl")
-                .map(str::to_owned)
-        })
-}
-
 /// `keel resume ID PROMPT`: (exit code, stderr).
 async fn resume(
     home: &Path,
@@ -277,7 +232,7 @@ async fn killed_at_random_points(wire: Wire, seed: u64, runs: usize) -> R {
     let mut resumed = 0;
     for run in 0..runs {
         let server = strict_model(wire, 3).await?;
-        let (home, ws) = setup(&server, wire)?;
+        let (home, ws) = homes_for_server(&server, wire)?;
         let mut child = keel_process(home.path(), ws.path())
             .env(wire.key_var(), KEY)
             .args(["exec", "--approval", "auto", "work"])
@@ -293,7 +248,7 @@ async fn killed_at_random_points(wire: Wire, seed: u64, runs: usize) -> R {
         let _ = child.kill();
         let _ = child.wait();
         let what = format!("{wire:?} run {run}: killed after request {k} + {pause} ms");
-        let Some(id) = logged_session(home.path()) else {
+        let Some(id) = session_ids(home.path()).into_iter().next() else {
             // Killed before the session log had anything: nothing to resume.
             continue;
         };
@@ -327,7 +282,7 @@ async fn killed_anthropic_sessions_resume_into_valid_requests() -> R {
 async fn a_torn_last_line_neither_breaks_the_resume_nor_stays_in_the_log() -> R {
     let wire = Wire::Anthropic;
     let server = strict_model(wire, 2).await?;
-    let (home, ws) = setup(&server, wire)?;
+    let (home, ws) = homes_for_server(&server, wire)?;
     let mut child = keel_process(home.path(), ws.path())
         .env(wire.key_var(), KEY)
         .args(["exec", "--approval", "auto", "work"])
@@ -338,7 +293,10 @@ async fn a_torn_last_line_neither_breaks_the_resume_nor_stays_in_the_log() -> R 
     until(|| server.received().len() >= 2).await?;
     let _ = child.kill();
     let _ = child.wait();
-    let id = logged_session(home.path()).ok_or("no session log")?;
+    let id = session_ids(home.path())
+        .into_iter()
+        .next()
+        .ok_or("no session log")?;
     let log = home.path().join(format!("data/sessions/{id}.jsonl"));
     let text = std::fs::read_to_string(&log)?;
     // Cut the last line in the middle.
@@ -369,7 +327,7 @@ async fn stopped_by(signal: &str, status: i32) -> R {
         oa_tool_call("call_1", "exec_shell", args)
     })
     .await?;
-    let (home, ws) = setup(&server, wire)?;
+    let (home, ws) = homes_for_server(&server, wire)?;
     let child = keel_process(home.path(), ws.path())
         .env(wire.key_var(), KEY)
         .args(["exec", "--approval", "auto", "wait"])
@@ -389,7 +347,10 @@ async fn stopped_by(signal: &str, status: i32) -> R {
         took < Duration::from_secs(8),
         "took {took:?} to leave\n{stderr}"
     );
-    let id = logged_session(home.path()).ok_or("no session log")?;
+    let id = session_ids(home.path())
+        .into_iter()
+        .next()
+        .ok_or("no session log")?;
     let entries = crate::common::only_session_log(home.path())?;
     let ended = entries
         .iter()
@@ -430,7 +391,7 @@ async fn a_full_home_disk_fails_the_turn_and_leaves_a_resumable_log() -> R {
     }
     let wire = Wire::OpenAi;
     let server = strict_model(wire, 2).await?;
-    let (home, ws) = setup(&server, wire)?;
+    let (home, ws) = homes_for_server(&server, wire)?;
     let out_dir = tempfile::tempdir()?;
     let sessions = home.path().join("data/sessions");
     std::fs::create_dir_all(&sessions)?;
@@ -500,5 +461,274 @@ cp "$S/$ID.jsonl" "$O/log.jsonl"
             );
         }
     }
+    Ok(())
+}
+
+/// keel's whole home and the workspace each on a small full disk (tmpfs in a mount namespace
+/// of their own; the home warmed by one session first, so the session starts): `write_file`
+/// and `edit_file` of the person's file fail saying the disk is full and leave it whole; the
+/// turn, whose log cannot be written, ends non-zero; once space is back the log has no torn
+/// line in its middle and the session resumes. Needs root (CI runs as root).
+#[test]
+fn a_full_home_and_workspace_keep_every_file_whole() -> R {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return Ok(());
+    }
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    let out_dir = tempfile::tempdir()?;
+    let big = "x".repeat(300 * 1024);
+    let tools = crate::common::scripted_tool_step(&[
+        (
+            "write_file",
+            format!("{{ path = \"important.txt\", content = {big:?} }}"),
+        ),
+        (
+            "edit_file",
+            format!(
+                "{{ path = \"important.txt\", old_string = \"words\", new_string = {big:?}, occurrence = 1 }}"
+            ),
+        ),
+    ]);
+    std::fs::write(
+        out_dir.path().join("tools.toml"),
+        format!("{tools}[[step]]\ntext = \"done\"\n"),
+    )?;
+    std::fs::write(
+        out_dir.path().join("done.toml"),
+        "[[step]]\ntext = \"done\"\n",
+    )?;
+    let old = "the person's words\n".repeat(2000);
+    std::fs::write(out_dir.path().join("old.txt"), &old)?;
+    let keel_bin: PathBuf = assert_cmd::cargo::cargo_bin("keel");
+    let script = r#"
+set -u
+mount -t tmpfs -o size=8m tmpfs "$H" || exit 90
+mount -t tmpfs -o size=256k tmpfs "$W" || exit 90
+printf '[model]\nprovider = "scripted"\nscript = "%s"\n' "$O/done.toml" > "$H/config.toml"
+"$KEEL" --home "$H" --workspace "$W" exec warm >/dev/null 2>"$O/warm.err" || exit 91
+rm -rf "$H/data/sessions"/*
+printf '[model]\nprovider = "scripted"\nscript = "%s"\n' "$O/tools.toml" > "$H/config.toml"
+cp "$O/old.txt" "$W/important.txt"
+cat /dev/zero > "$W/filler" 2>/dev/null
+cat /dev/zero > "$H/filler" 2>/dev/null
+truncate -s -6k "$H/filler"
+"$KEEL" --home "$H" --workspace "$W" exec --json --approval auto work >"$O/first.out" 2>"$O/first.err"
+echo $? > "$O/first.code"
+cp "$W/important.txt" "$O/important.after"
+ls -A "$W" > "$O/ws.names"
+rm -f "$H/filler" "$W/filler"
+printf '[model]\nprovider = "scripted"\nscript = "%s"\n' "$O/done.toml" > "$H/config.toml"
+ID=$(ls "$H/data/sessions" | sed -n 's/\.jsonl$//p' | head -1)
+"$KEEL" --home "$H" --workspace "$W" resume "$ID" "go on" >/dev/null 2>"$O/second.err"
+echo $? > "$O/second.code"
+cp "$H/data/sessions/$ID.jsonl" "$O/log.jsonl"
+"#;
+    let status = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", script])
+        .env("H", home.path())
+        .env("W", ws.path())
+        .env("O", out_dir.path())
+        .env("KEEL", &keel_bin)
+        .env_remove("KEEL_PROVIDER")
+        .env_remove("KEEL_MODEL")
+        .env_remove("KEEL_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("NO_COLOR", "1")
+        .status()?;
+    let read = |name: &str| std::fs::read_to_string(out_dir.path().join(name)).unwrap_or_default();
+    assert!(
+        status.success(),
+        "the namespace script failed: {status}\n{}",
+        read("warm.err")
+    );
+    let first_err = read("first.err");
+    assert_ne!(
+        read("first.code").trim(),
+        "0",
+        "a turn whose log failed passed:\n{first_err}"
+    );
+    assert!(
+        first_err.contains("the session log could not record"),
+        "{first_err}"
+    );
+    let outcomes = crate::common::tool_outcomes(read("first.out").as_bytes());
+    for call in ["call_1_1", "call_1_2"] {
+        let (tool, _, content) = outcomes
+            .get(call)
+            .ok_or_else(|| format!("{call} has no outcome:\n{first_err}"))?;
+        assert!(content.contains("no space left"), "{tool}: {content}");
+    }
+    assert_eq!(read("important.after"), old, "the person's file changed");
+    // No temp file left beside it (the project's memory folder `.keel` is made at start).
+    let names = read("ws.names");
+    let names: Vec<&str> = names.lines().filter(|n| *n != ".keel").collect();
+    assert_eq!(names, ["filler", "important.txt"]);
+    let log = keel_agent_kit::session_log::read_log_file(&out_dir.path().join("log.jsonl"))?;
+    assert!(
+        log.warnings.is_empty(),
+        "a corrupt line is left in the log: {:?}",
+        log.warnings
+    );
+    assert_eq!(read("second.code").trim(), "0", "{}", read("second.err"));
+    Ok(())
+}
+
+/// A session log holding a 1 GiB line (written sparse: no 1 GiB in memory or on disk) among
+/// whole entries: `keel sessions list` still lists every session (one bad log hid them all),
+/// and `keel resume` of that session skips the line with a note and makes requests the
+/// provider accepts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_gib_line_hides_no_session_and_is_skipped_on_resume() -> R {
+    use std::io::{Seek as _, Write as _};
+    let wire = Wire::OpenAi;
+    let server = strict_model(wire, 1).await?;
+    let (home, ws) = homes_for_server(&server, wire)?;
+    let run = |prompt: &'static str| {
+        let (h, w) = (home.path().to_path_buf(), ws.path().to_path_buf());
+        tokio::task::spawn_blocking(move || {
+            keel(&h, &w)
+                .env(wire.key_var(), KEY)
+                .args(["exec", "--approval", "auto", prompt])
+                .timeout(Duration::from_secs(120))
+                .output()
+        })
+    };
+    let out = run("first").await??;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let big_id = session_ids(home.path())
+        .into_iter()
+        .next()
+        .ok_or("no session log")?;
+    let out = run("second").await??;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sessions = home.path().join("data/sessions");
+    let ids = crate::common::session_ids(home.path());
+    assert_eq!(ids.len(), 2, "{ids:?}");
+
+    // The first session's log: its entries, then a 1 GiB line (a hole reads as NUL bytes),
+    // then the entries again after it, so whole entries follow the giant.
+    let log = sessions.join(format!("{big_id}.jsonl"));
+    let entries = std::fs::read(&log)?;
+    let mut file = std::fs::OpenOptions::new().write(true).open(&log)?;
+    let giant_end = entries.len() as u64 + (1 << 30);
+    file.set_len(giant_end)?;
+    file.seek(std::io::SeekFrom::Start(giant_end))?;
+    file.write_all(b"\n")?;
+    drop(file);
+
+    let (h, w) = (home.path().to_path_buf(), ws.path().to_path_buf());
+    let listed = tokio::task::spawn_blocking(move || {
+        keel(&h, &w)
+            .args(["sessions", "list"])
+            .timeout(Duration::from_secs(120))
+            .output()
+    })
+    .await??;
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    let stderr = String::from_utf8_lossy(&listed.stderr);
+    assert!(listed.status.success(), "{stdout}\n{stderr}");
+    for id in &ids {
+        assert!(
+            stdout.contains(id.as_str()),
+            "{id} is not listed:\n{stdout}\n{stderr}"
+        );
+    }
+
+    let before = server.received().len();
+    let (code, stderr) = resume(home.path(), ws.path(), wire, &big_id).await?;
+    assert!(
+        server.received().len() > before,
+        "resumed without asking the model\n{stderr}"
+    );
+    assert_resumed(&server, wire, code, &stderr, "a 1 GiB line");
+    assert!(
+        stderr.contains("line of 1073741824 bytes skipped"),
+        "no note of the skipped line:\n{stderr}"
+    );
+    Ok(())
+}
+
+/// Killed while the first of two serial calls runs: the resumed request answers the first as
+/// started with its outcome unknown ("it may have run") and the second as never started ("it
+/// did not run"), told apart by the start the loop records before a call runs; the second
+/// call's effect indeed never happened.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resume_tells_a_call_that_started_from_one_that_never_did() -> R {
+    use keel_agent_kit::session_log::{INTERRUPTED_CALL, NOT_STARTED_CALL};
+    let wire = Wire::OpenAi;
+    let server = ModelServer::start(move |n, r: &Received| {
+        if let Err(problem) = strictly_valid(wire, &r.json()) {
+            let error = serde_json::json!({"error": {"message": problem}});
+            return vec![json_response("400 Bad Request", &[], &error.to_string())];
+        }
+        if n > 0 {
+            return oa_answer("done");
+        }
+        oa_tool_calls(&[
+            (
+                "call_first",
+                "exec_shell",
+                r#"{"command": "touch started; sleep 60"}"#,
+            ),
+            (
+                "call_second",
+                "exec_shell",
+                r#"{"command": "touch second"}"#,
+            ),
+        ])
+    })
+    .await?;
+    let (home, ws) = homes_for_server(&server, wire)?;
+    let mut child = keel_process(home.path(), ws.path())
+        .env(wire.key_var(), KEY)
+        .args(["exec", "--approval", "auto", "two things"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let started = ws.path().join("started");
+    until(|| started.exists()).await?;
+    let _ = child.kill();
+    let _ = child.wait();
+    let id = session_ids(home.path())
+        .into_iter()
+        .next()
+        .ok_or("no session log")?;
+    let before = server.received().len();
+    let (code, stderr) = resume(home.path(), ws.path(), wire, &id).await?;
+    assert_resumed(&server, wire, code, &stderr, "killed during the first call");
+    let resumed = server
+        .received()
+        .get(before)
+        .map(Received::json)
+        .ok_or("the resume asked nothing")?;
+    let result = |call: &str| {
+        resumed["messages"]
+            .as_array()
+            .and_then(|ms| ms.iter().find(|m| m["tool_call_id"] == call))
+            .and_then(|m| m["content"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    // (The OpenAI wire marks an error result with "Error: ".)
+    assert!(
+        result("call_first").ends_with(INTERRUPTED_CALL),
+        "{resumed}"
+    );
+    assert!(
+        result("call_second").ends_with(NOT_STARTED_CALL),
+        "{resumed}"
+    );
+    assert!(!ws.path().join("second").exists(), "the second call ran");
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! Nothing lost through the `keel` binary: several keel processes updating one home at once
 //! (`install`, `mcp add`, `key trust`) keep every update; temp files a killed run left are
 //! removed by the next; an edit of a large file killed at any moment leaves the old or the new
-//! file; a closed stdout ends a listing quietly; a missing API key is named at once.
+//! file; a closed stdout ends a listing quietly; a missing API key is named at once; keel run
+//! in the person's home directory keeps its own home out of the workspace grant.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -405,5 +406,435 @@ fn an_edit_of_a_large_file_killed_at_any_moment_leaves_the_old_or_the_new_file()
         .filter(|n| n.contains("keel-tmp"))
         .collect();
     assert!(left.is_empty(), "temp files left: {left:?}");
+    Ok(())
+}
+
+/// keel run in the person's home directory: the workspace holds keel's home. The session runs
+/// (it was refused: the workspace grant "contains" the sealed files), and keel's home is carved
+/// out of the grant: `read_file`, `list_dir`, `write_file` and `edit_file` into it are refused,
+/// by its name, through a link to it and through `..`; a command sees an empty directory there.
+/// Both a home named `.keel` (a control directory, so writes are refused twice over) and one
+/// under another name (only the carve-out stands between the tools and it).
+#[test]
+fn keel_runs_in_the_home_directory_with_its_own_home_carved_out() -> R {
+    const SECRET: &str = "sk-home-secret-0123456789";
+    for name in [".keel", "state/keel"] {
+        let person = tempfile::tempdir()?;
+        let person = person.path();
+        let home = person.join(name);
+        std::fs::create_dir_all(&home)?;
+        std::fs::create_dir_all(person.join("sub"))?;
+        let secret = format!("token = \"{SECRET}\"\n");
+        std::fs::write(home.join("secret.toml"), &secret)?;
+        std::fs::write(person.join("notes.txt"), "my notes\n")?;
+        // A relative link (an absolute one is refused by any lookup beneath the workspace).
+        std::os::unix::fs::symlink(name, person.join("k"))?;
+        let path = |p: &str| format!("{{ path = {p:?} }}");
+        let write = |p: &str| format!("{{ path = {p:?}, content = \"planted\" }}");
+        let into_home = [
+            ("read_file", path(&format!("{name}/secret.toml"))),
+            ("read_file", path("k/secret.toml")),
+            ("read_file", path(&format!("sub/../{name}/secret.toml"))),
+            ("list_dir", path(name)),
+            ("write_file", write(&format!("{name}/planted.txt"))),
+            ("write_file", write("k/planted-through-link.txt")),
+            (
+                "write_file",
+                write(&format!("sub/../{name}/planted-up.txt")),
+            ),
+            (
+                "edit_file",
+                format!(
+                    "{{ path = \"{name}/secret.toml\", old_string = {SECRET:?}, new_string = \"x\" }}"
+                ),
+            ),
+        ];
+        // A working call between the refused ones: eight failures in a row end the turn.
+        let mut calls = into_home[..4].to_vec();
+        calls.push((
+            "exec_shell",
+            format!(
+                "{{ command = \"cat {name}/secret.toml k/secret.toml; ls -A {name}; echo listed\" }}"
+            ),
+        ));
+        calls.push((
+            "write_file",
+            "{ path = \"mine.txt\", content = \"kept\" }".into(),
+        ));
+        calls.extend(into_home[4..].iter().cloned());
+        calls.push(("read_file", path("notes.txt")));
+        let refused_at = [1, 2, 3, 4, 7, 8, 9, 10];
+        let script = format!(
+            "{}[[step]]\ntext = \"done\"\n",
+            common::scripted_tool_step(&calls)
+        );
+        common::use_scripted_model(&home, &script)?;
+        let out = keel(&home, person)
+            .env("HOME", person)
+            .args(["exec", "--json", "--approval", "auto", "tidy up"])
+            .timeout(Duration::from_secs(120))
+            .output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{name}: {:?}\n{stderr}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // "always" answers are still kept: keel's home is out of the workspace's reach.
+        assert!(
+            !stderr.contains("will not be remembered"),
+            "{name}: {stderr}"
+        );
+        let outcomes = common::tool_outcomes(&out.stdout);
+        assert_eq!(
+            outcomes.len(),
+            calls.len(),
+            "{name}: {outcomes:?}\n{stderr}"
+        );
+        let outcome = |n: usize| {
+            outcomes
+                .get(&format!("call_1_{n}"))
+                .cloned()
+                .unwrap_or_default()
+        };
+        for n in refused_at {
+            let (tool, arguments) = &calls[n - 1];
+            let (_, status, content) = outcome(n);
+            assert_ne!(
+                status, "ok",
+                "{name}: {tool} {arguments} reached keel's home: {content}"
+            );
+            assert!(
+                !content.contains(SECRET),
+                "{name}: {tool} {arguments}: {content}"
+            );
+        }
+        let (_, status, shown) = outcome(5);
+        assert_eq!(status, "ok", "{name}: the command did not run: {shown}");
+        assert!(
+            shown.contains("listed") && !shown.contains(SECRET) && !shown.contains("script.toml"),
+            "{name}: a command saw keel's home: {shown}"
+        );
+        let (_, status, written) = outcome(6);
+        assert_eq!(status, "ok", "{name}: {written}");
+        assert_eq!(std::fs::read_to_string(person.join("mine.txt"))?, "kept");
+        let (_, status, notes) = outcome(11);
+        assert!(
+            status == "ok" && notes.contains("my notes"),
+            "{name}: {notes}"
+        );
+        // Nothing was planted in keel's home, and its files are as they were.
+        assert_eq!(std::fs::read_to_string(home.join("secret.toml"))?, secret);
+        for planted in ["planted.txt", "planted-through-link.txt", "planted-up.txt"] {
+            assert!(
+                !home.join(planted).exists(),
+                "{name}: {planted} was written"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every `.part` file (a blob being stored) under `registry/blobs/tmp`.
+fn blob_parts(registry: &Path) -> Vec<String> {
+    std::fs::read_dir(registry.join("blobs/tmp"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".part"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The registry after a killed publish: every index holds whole records only (each line JSON
+/// ending in a newline), and every blob is named by the hash of its bytes.
+fn registry_is_whole(registry: &Path, what: &str) -> R {
+    let mut stack = vec![registry.join("index")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "jsonl") {
+                let text = std::fs::read_to_string(&path)?;
+                assert!(
+                    text.is_empty() || text.ends_with('\n'),
+                    "{what}: {} ends in a torn record",
+                    path.display()
+                );
+                for line in text.lines() {
+                    serde_json::from_str::<serde_json::Value>(line)
+                        .map_err(|e| format!("{what}: {}: {e}: {line}", path.display()))?;
+                }
+            }
+        }
+    }
+    let mut stack = vec![registry.join("blobs/sha256")];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let hash = keel_registry::sha256_hex(&std::fs::read(&path)?);
+            assert_eq!(hash, name, "{what}: blob {} is partial", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// `keel publish` to a directory registry, killed with SIGKILL at moments spread over a
+/// publish: every index keeps whole records and every blob its full bytes. A blob a killed
+/// publisher left half-stored (`blobs/tmp/*.part`, its process gone) is removed by the next
+/// publish — they stayed forever — while a part whose writer still runs is left alone.
+#[test]
+fn a_publish_killed_at_any_moment_leaves_whole_files_and_the_next_removes_its_parts() -> R {
+    let tmp = tempfile::tempdir()?;
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws)?;
+    let author = tmp.path().join("author");
+    let registry = tmp.path().join("registry");
+    new_key(&author, &ws, "default", "acme")?;
+    let publish = |name: &str| -> Result<Child, Box<dyn std::error::Error>> {
+        let dir = plugin_dir(tmp.path(), name)?;
+        Ok(keel_process(&author, &ws)
+            .arg("publish")
+            .arg(&dir)
+            .arg("--registry")
+            .arg(&registry)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()?)
+    };
+    let started = Instant::now();
+    all_succeed(vec![publish("whole")?])?;
+    let whole = started.elapsed();
+
+    const KILLS: u32 = 12;
+    for k in 0..KILLS {
+        let mut child = publish(&format!("killed{k}"))?;
+        std::thread::sleep(whole * k / KILLS);
+        let _ = child.kill();
+        let _ = child.wait();
+        registry_is_whole(&registry, &format!("killed at {k}/{KILLS} of {whole:?}"))?;
+    }
+
+    // A part as a publisher killed mid-blob leaves it, and one a live writer is storing.
+    let mut gone = std::process::Command::new("true").spawn()?;
+    let gone_pid = gone.id();
+    gone.wait()?;
+    let parts = registry.join("blobs/tmp");
+    std::fs::create_dir_all(&parts)?;
+    let dead = format!("{}.{gone_pid}-0-0123456789abcdef.part", "ab".repeat(32));
+    let live = format!(
+        "{}.{}-0-0123456789abcdef.part",
+        "cd".repeat(32),
+        std::process::id()
+    );
+    std::fs::write(parts.join(&dead), "half a blob")?;
+    std::fs::write(parts.join(&live), "a blob on its way")?;
+    all_succeed(vec![publish("after")?])?;
+    registry_is_whole(&registry, "after the kills")?;
+    let left = blob_parts(&registry);
+    assert!(
+        !left.contains(&dead),
+        "a dead publisher's part stayed: {left:?}"
+    );
+    assert!(
+        left.contains(&live),
+        "a live writer's part was removed: {left:?}"
+    );
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(
+        temp_files(&registry).is_empty(),
+        "{:?}",
+        temp_files(&registry)
+    );
+    Ok(())
+}
+
+/// `keel memory consolidate --scope project --apply`, killed with SIGKILL at moments spread
+/// over a run: the index is always the old one or the proposal, topic files are untouched,
+/// every backup is the whole old index; a temp file a killed writer left is removed by the
+/// next run, which leaves none of its own (nor its lock).
+#[test]
+fn a_consolidate_killed_at_any_moment_leaves_the_old_or_the_new_index() -> R {
+    const BEFORE: &str =
+        "# Memory\n- [a](a.md) — alpha\n- [gone](gone.md) — missing\n- [a again](a.md) — dup\n";
+    const PROPOSED: &str =
+        "# Memory\n## Facts\n- [a](a.md) — alpha things\n- [b](b.md) — beta things\n";
+    const TIDIED: &str = "# Memory\n- [a](a.md) — alpha\n- [b](b.md) — beta fact\n";
+    const TOPIC_A: &str = "# a\n- alpha fact\n";
+    const TOPIC_B: &str = "# b\n- beta fact\n";
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    let dir = ws.path().join(".keel/memory");
+    std::fs::create_dir_all(&dir)?;
+    let reset = || -> std::io::Result<()> {
+        for entry in std::fs::read_dir(&dir)?.flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".bak") {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        std::fs::write(dir.join("MEMORY.md"), BEFORE)?;
+        std::fs::write(dir.join("a.md"), TOPIC_A)?;
+        std::fs::write(dir.join("b.md"), TOPIC_B)
+    };
+    reset()?;
+    common::use_scripted_model(
+        home.path(),
+        &format!(
+            "[[step]]\ntext = {:?}\n",
+            format!("```markdown\n{PROPOSED}```")
+        ),
+    )?;
+    // The project's memory goes to the model only once approved (by content: the reset
+    // restores the approved content).
+    keel(home.path(), ws.path())
+        .args(["memory", "approve", "--yes"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    let consolidate = || {
+        keel_process(home.path(), ws.path())
+            .args(["memory", "consolidate", "--scope", "project", "--apply"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+    };
+    let started = Instant::now();
+    all_succeed(vec![consolidate()?])?;
+    let whole = started.elapsed();
+    assert_eq!(std::fs::read_to_string(dir.join("MEMORY.md"))?, PROPOSED);
+
+    const KILLS: u32 = 16;
+    for k in 0..KILLS {
+        reset()?;
+        let mut child = consolidate()?;
+        std::thread::sleep(whole * k / KILLS);
+        let _ = child.kill();
+        let _ = child.wait();
+        let what = format!("killed at {k}/{KILLS} of {whole:?}");
+        // Whole: the old index, the proposal, or the tidy alone (written when a killed run's
+        // leftover in the folder means its content is no longer the approved one).
+        let index = std::fs::read_to_string(dir.join("MEMORY.md"))?;
+        assert!(
+            index == BEFORE || index == PROPOSED || index == TIDIED,
+            "{what}: {index:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("a.md"))?,
+            TOPIC_A,
+            "{what}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("b.md"))?,
+            TOPIC_B,
+            "{what}"
+        );
+        for entry in std::fs::read_dir(&dir)?.flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".bak") {
+                assert_eq!(std::fs::read_to_string(entry.path())?, BEFORE, "{what}");
+            }
+        }
+    }
+
+    // A killed writer's temp file; and should a kill have landed while the folder's lock was
+    // held, the lock is taken over once it is stale (10 s), as the next run would.
+    let planted = dir.join(".MEMORY.md.4194304-0-0123456789abcdef.keeltmp");
+    std::fs::write(&planted, "half an index")?;
+    let lock = dir.join(".memory.lock");
+    if let Ok(modified) = std::fs::metadata(&lock).and_then(|m| m.modified()) {
+        let stale_at = modified + Duration::from_secs(11);
+        while std::time::SystemTime::now() < stale_at {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    reset()?;
+    all_succeed(vec![consolidate()?])?;
+    // The planted file changes the folder, so the approval of its content no longer holds and
+    // the model is not asked: the deterministic tidy is written instead.
+    let index = std::fs::read_to_string(dir.join("MEMORY.md"))?;
+    assert!(index == PROPOSED || index == TIDIED, "{index:?}");
+    let left: Vec<String> = std::fs::read_dir(&dir)?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".keeltmp") || n == ".memory.lock")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    Ok(())
+}
+
+/// Names the store, the workspace and the writer number for [`approvals_writer_process`].
+const APPROVALS_WRITER: &str = "KEEL_TEST_APPROVALS_WRITER";
+/// How many "always" answers each writer process records.
+const APPROVALS_EACH: usize = 20;
+
+/// The writer side of [`concurrent_always_approvals_from_several_processes_are_all_kept`]:
+/// this test binary run again as a child process records "always" answers in one store. Run
+/// on its own (no variable set) it does nothing.
+#[test]
+fn approvals_writer_process() -> R {
+    let Ok(spec) = std::env::var(APPROVALS_WRITER) else {
+        return Ok(());
+    };
+    let mut parts = spec.split('\n');
+    let (Some(store), Some(ws), Some(n)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(format!("{APPROVALS_WRITER}: {spec:?}").into());
+    };
+    let (store, _) =
+        keel_kernel::gates::approvals::GrantStore::open(Path::new(store), Path::new(ws))?;
+    for i in 0..APPROVALS_EACH {
+        store.grant(Path::new(ws), &format!("make target{i} (writer {n})"))?;
+    }
+    Ok(())
+}
+
+/// "always" answers recorded by eight processes at once into one approvals file: none is lost
+/// (each process reads, merges and renames under the store's lock).
+#[test]
+fn concurrent_always_approvals_from_several_processes_are_all_kept() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    let store = home.path().join("approvals.json");
+    let writers = (0..WRITERS)
+        .map(|n| {
+            std::process::Command::new(std::env::current_exe()?)
+                .args([
+                    "--exact",
+                    "nothing_lost::approvals_writer_process",
+                    "--test-threads=1",
+                ])
+                .env(
+                    APPROVALS_WRITER,
+                    format!("{}\n{}\n{n}", store.display(), ws.path().display()),
+                )
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for child in writers {
+        let out = child.wait_with_output()?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (store, _) = keel_kernel::gates::approvals::GrantStore::open(&store, ws.path())?;
+    let kept = store.list(ws.path())?;
+    assert_eq!(kept.len(), WRITERS * APPROVALS_EACH, "{kept:?}");
     Ok(())
 }

@@ -28,8 +28,9 @@ pub struct LoaderConfig {
     /// manifest asking for more than the default and its grant gets the default or the grant,
     /// with a warning. Plugins keel ships ([`PluginLoader::from_shipped`]) keep theirs.
     pub granted_limits: std::collections::BTreeMap<String, crate::manifest::Limits>,
-    /// keel's home, sealed as a whole: no grant may reach into it (or contain it) except a
-    /// plugin's own data directory, `$KEEL_DATA/<plugin>`. `None` in tests without a home.
+    /// keel's home, sealed as a whole: no grant may reach into it except a plugin's own data
+    /// directory, `$KEEL_DATA/<plugin>`; a grant holding it (the workspace is the person's home
+    /// directory) gets it carved out. `None` in tests without a home.
     pub home: Option<PathBuf>,
     /// Directories the user granted beyond the workspace and the plugin's own data directory,
     /// by plugin (`[grants.<plugin>] dirs`), written as in the manifest.
@@ -193,6 +194,7 @@ impl PluginLoader {
 
     fn grants_for(&self, manifest: &Manifest, shipped: bool) -> Result<WasmGrants, LoadError> {
         let mut dirs = Vec::new();
+        let mut hidden = Vec::new();
         for d in &manifest.capabilities.dirs {
             let grant_err = |reason: String| LoadError::Grant {
                 plugin: manifest.name.clone(),
@@ -219,7 +221,15 @@ impl PluginLoader {
             if !host.is_dir() {
                 return Err(grant_err("it is not a directory".into()));
             }
-            if let Some(sealed) = self.exposes_sealed(&host) {
+            // A grant holding keel's home (the workspace is the person's home directory)
+            // has the home carved out: no path through it reaches inside.
+            let carved = self.home_inside(&host);
+            if let Some(home) = &carved
+                && !hidden.contains(home)
+            {
+                hidden.push(home.clone());
+            }
+            if let Some(sealed) = self.exposes_sealed(&host, carved.as_deref()) {
                 return Err(grant_err(format!(
                     "it contains `{}`, which belongs to keel's sealed kernel and no plugin may \
                      see; grant a narrower directory",
@@ -239,6 +249,7 @@ impl PluginLoader {
             } else {
                 self.limits_for(manifest)
             },
+            hidden,
         })
     }
 
@@ -279,9 +290,15 @@ impl PluginLoader {
         Ok(())
     }
 
+    /// keel's home, canonical, when it lies strictly inside the granted directory `host`.
+    fn home_inside(&self, host: &Path) -> Option<PathBuf> {
+        let home = self.config.home.as_ref()?.canonicalize().ok()?;
+        (home != host && home.starts_with(host)).then_some(home)
+    }
+
     /// keel's home is sealed as a whole (installed plugins, the component cache, the lockfile,
-    /// trust, keys, other plugins' data): a grant may neither reach into it nor contain it,
-    /// except the plugin's own data directory.
+    /// trust, keys, other plugins' data): a grant may not reach into it, except the plugin's
+    /// own data directory. A grant holding it gets it carved out (`WasmGrants::hidden`).
     fn check_home(&self, plugin: &str, host: &Path) -> Result<(), String> {
         let Some(home) = self
             .config
@@ -299,7 +316,7 @@ impl PluginLoader {
         if own.as_ref().is_some_and(|own| host.starts_with(own)) {
             return Ok(());
         }
-        if host.starts_with(&home) || home.starts_with(host) {
+        if host.starts_with(&home) {
             return Err(format!(
                 "it reaches keel's home `{}`, which is sealed (installed plugins, the compiled \
                  cache, keys, other plugins' data); grant a directory outside it",
@@ -364,15 +381,17 @@ impl PluginLoader {
         manifest
     }
 
-    /// The first sealed path inside `dir` (canonical), if any.
-    fn exposes_sealed(&self, dir: &Path) -> Option<&Path> {
+    /// The first sealed path inside `dir` (canonical), if any; one in `carved` (keel's home,
+    /// carved out of this grant) is out of reach.
+    fn exposes_sealed(&self, dir: &Path, carved: Option<&Path>) -> Option<&Path> {
         self.config.sealed.iter().map(PathBuf::as_path).find(|s| {
             // A sealed file may not exist yet; judge where it would be.
             let canonical = s.canonicalize().ok().or_else(|| {
                 let parent = s.parent()?.canonicalize().ok()?;
                 Some(parent.join(s.file_name()?))
             });
-            canonical.is_some_and(|c| c.starts_with(dir))
+            canonical
+                .is_some_and(|c| c.starts_with(dir) && !carved.is_some_and(|h| c.starts_with(h)))
         })
     }
 

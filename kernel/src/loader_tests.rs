@@ -220,6 +220,12 @@ fn no_grant_reaches_a_directory_the_manifest_and_the_user_did_not_grant() {
                 proptest::prop_assert!(result.is_ok(), "{:?}: {:?}", asked, result.err());
             }
             let Ok(grants) = result else { return Ok(()) };
+            // A grant holding keel's home has it carved out.
+            let holds_home = grants
+                .dirs
+                .iter()
+                .any(|d| home.starts_with(&d.host) && d.host != home);
+            proptest::prop_assert_eq!(holds_home, grants.hidden.contains(&home));
             for (dir, &i) in grants.dirs.iter().zip(&asked) {
                 let by_user = granted.contains(&i);
                 let inside = dir.host.starts_with(&ws) || dir.host.starts_with(&own_data);

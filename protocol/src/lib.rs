@@ -648,6 +648,15 @@ pub enum SessionEvent {
         /// The outcome.
         outcome: ToolOutcome,
     },
+    /// The agent loop is about to run these tool calls. Recorded through session-log's
+    /// `started` (a call that returns once the line is written) before any of them starts, so
+    /// a resume can tell a call that never started from one whose outcome is unknown.
+    ToolStarted {
+        /// The session id.
+        session: String,
+        /// The calls' ids.
+        calls: Vec<String>,
+    },
     /// A verifier's verdict.
     Verdict {
         /// The session id.
@@ -707,6 +716,7 @@ impl SessionEvent {
             | SessionEvent::Context { session, .. }
             | SessionEvent::Message { session, .. }
             | SessionEvent::ToolOutcome { session, .. }
+            | SessionEvent::ToolStarted { session, .. }
             | SessionEvent::Verdict { session, .. }
             | SessionEvent::Compacted { session, .. }
             | SessionEvent::Subagent { session, .. }

@@ -233,6 +233,27 @@ impl LocalRegistry {
         Ok(sha)
     }
 
+    /// Remove blob temp files (`blobs/tmp/<sha>.<pid>-<n>-<hex>.part`) whose writer is gone:
+    /// a publisher killed between writing a blob and renaming it. Run by the next writer under
+    /// the lock; a part whose process still runs (`keel registry serve` storing a blob for a
+    /// remote publisher, which takes the lock only to append) is left alone.
+    fn remove_dead_parts(&self) {
+        let Ok(entries) = fs::read_dir(self.root.join("blobs/tmp")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let writer = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".part"))
+                .and_then(|n| n.rsplit_once('.'))
+                .and_then(|(_, suffix)| suffix.split('-').next()?.parse::<u32>().ok());
+            if writer.is_some_and(|pid| !process_runs(pid)) {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+
     /// Take the registry-wide writer lock, waiting for other writers (other threads and
     /// processes). The OS releases it if the holder dies.
     pub fn lock(&self) -> Result<RegistryLock, RegistryError> {
@@ -262,6 +283,7 @@ impl LocalRegistry {
         hook: &mut dyn FnMut(Step),
     ) -> Result<Record, RegistryError> {
         let _lock = self.lock()?;
+        self.remove_dead_parts();
         hook(Step::Locked);
         let path = self.index_path(name);
         let text = self.read_index(name)?;
@@ -323,6 +345,11 @@ impl LocalRegistry {
         hook(Step::RecordAppended);
         Ok(record)
     }
+}
+
+/// Whether process `pid` runs; where that cannot be told (no `/proc`), it is taken to run.
+fn process_runs(pid: u32) -> bool {
+    !Path::new("/proc/self").exists() || Path::new("/proc").join(pid.to_string()).exists()
 }
 
 /// Whether `record` may follow `log`.

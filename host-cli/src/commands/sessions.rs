@@ -268,7 +268,9 @@ fn show(event: &SessionEvent, prefix: &str) {
             }
             show(event, &format!("{prefix}    │ "));
         }
-        SessionEvent::Context { .. } | SessionEvent::ToolOutcome { .. } => {}
+        SessionEvent::Context { .. }
+        | SessionEvent::ToolOutcome { .. }
+        | SessionEvent::ToolStarted { .. } => {}
     }
 }
 

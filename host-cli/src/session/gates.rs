@@ -28,7 +28,8 @@ pub(crate) fn gate_config(
         policy = policy.with_approval(mode);
     }
     let approver = approver_for(policy.approval(), &ctx.workspace);
-    let grants = match GrantStore::open(&ctx.grants_file(), &ctx.workspace) {
+    let grants = match GrantStore::open_in_home(&ctx.grants_file(), &ctx.workspace, Some(&ctx.home))
+    {
         Ok((store, warnings)) => {
             for w in warnings {
                 eprintln!("warning: {w}");

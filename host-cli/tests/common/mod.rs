@@ -81,3 +81,91 @@ pub fn only_session_log(home: &Path) -> Result<Vec<serde_json::Value>, Box<dyn s
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect())
 }
+
+/// One `[[step]]` of a scripted model's TOML script asking for `calls` (tool name, arguments
+/// as an inline TOML table) at once; the scripted model names them `call_<step>_<n>`, counting
+/// from 1.
+pub fn scripted_tool_step(calls: &[(&str, String)]) -> String {
+    let mut step = String::from("[[step]]\n");
+    for (tool, arguments) in calls {
+        step.push_str(&format!(
+            "[[step.tool_calls]]\nname = {tool:?}\narguments = {arguments}\n"
+        ));
+    }
+    step.push('\n');
+    step
+}
+
+/// The tool outcomes a `keel … --json` run printed, by call id: (tool, status, content).
+pub fn tool_outcomes(
+    stdout: &[u8],
+) -> std::collections::BTreeMap<String, (String, String, String)> {
+    json_lines(stdout)
+        .iter()
+        .filter(|l| l["topic"] == "session.event" && l["event"]["kind"] == "tool_outcome")
+        .map(|l| {
+            let o = &l["event"]["outcome"];
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+            (
+                s(&o["call_id"]),
+                (s(&o["tool"]), s(&o["status"]), s(&o["content"])),
+            )
+        })
+        .collect()
+}
+
+/// The wire format a loopback model server speaks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Wire {
+    OpenAi,
+    Anthropic,
+}
+
+impl Wire {
+    /// The variable holding the provider's API key.
+    pub fn key_var(self) -> &'static str {
+        match self {
+            Wire::OpenAi => "OPENAI_API_KEY",
+            Wire::Anthropic => "ANTHROPIC_API_KEY",
+        }
+    }
+
+    /// The `[model]` table of a home whose sessions ask `server` in this format (its lines,
+    /// so a caller may add settings).
+    pub fn model_table(self, server: &keel_tests::model_server::ModelServer) -> String {
+        let (provider, model, base) = match self {
+            Wire::OpenAi => ("openai", "gpt-test", server.url("/v1")),
+            Wire::Anthropic => ("anthropic", "claude-test", server.url("")),
+        };
+        format!("[model]\nprovider = \"{provider}\"\nmodel = \"{model}\"\nbase-url = \"{base}\"\n")
+    }
+}
+
+/// A fresh home and workspace whose sessions ask the loopback `server` speaking `wire`.
+pub fn homes_for_server(
+    server: &keel_tests::model_server::ModelServer,
+    wire: Wire,
+) -> std::io::Result<(tempfile::TempDir, tempfile::TempDir)> {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(home.path().join("config.toml"), wire.model_table(server))?;
+    Ok((home, ws))
+}
+
+/// The ids of the sessions logged in `home`, sorted.
+pub fn session_ids(home: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(home.join("data/sessions"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()?
+                        .strip_suffix(".jsonl")
+                        .map(str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}

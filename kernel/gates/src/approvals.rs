@@ -490,6 +490,19 @@ impl GrantStore {
     /// symlinks): a workspace must not be able to authorize itself. Creates the store's
     /// directory if missing.
     pub fn open(path: &Path, workspace: &Path) -> Result<(Self, Vec<StoreWarning>), ApprovalError> {
+        Self::open_in_home(path, workspace, None)
+    }
+
+    /// As [`open`](GrantStore::open), except that a `path` inside keel's `home` is accepted
+    /// even when the workspace holds that home (keel run in the person's home directory): the
+    /// kernel carves keel's home out of every grant of the workspace and the sandbox hides it
+    /// from commands, so the workspace still cannot authorize itself.
+    pub fn open_in_home(
+        path: &Path,
+        workspace: &Path,
+        home: Option<&Path>,
+    ) -> Result<(Self, Vec<StoreWarning>), ApprovalError> {
+        let home = home.and_then(|h| fs::canonicalize(h).ok());
         let workspace = fs::canonicalize(workspace).map_err(io_err("resolving", workspace))?;
         let file_name = path.file_name().ok_or_else(|| ApprovalError::Io {
             action: "opening grant store",
@@ -510,9 +523,9 @@ impl GrantStore {
         }
         // Lexically normalised: `<ws>/../h` is a sibling of the workspace, yet `starts_with`
         // on the unnormalised `<ws>/../h/approvals.json` would call it inside.
-        if resolved.starts_with(&workspace)
-            || normalize_lexically(&absolute(path)?).starts_with(&workspace)
-        {
+        let lexical = normalize_lexically(&absolute(path)?);
+        let in_home = home.as_ref().is_some_and(|h| resolved.starts_with(h));
+        if (resolved.starts_with(&workspace) || lexical.starts_with(&workspace)) && !in_home {
             return Err(ApprovalError::StoreInsideWorkspace {
                 store: path.to_path_buf(),
                 workspace,

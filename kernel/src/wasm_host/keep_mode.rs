@@ -17,13 +17,13 @@
 use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime::{Result, StoreContextMut};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemView as _};
-use wasmtime_wasi::p2::bindings::filesystem::types::HostDescriptor as _;
+use wasmtime_wasi::p2::bindings::filesystem::types::{ErrorCode, HostDescriptor as _};
 
 use super::store::StoreState;
 
 /// The WASI filesystem interface as wasmtime-wasi 48 defines it in the linker; components
 /// importing any earlier 0.2 version are linked to it.
-const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
+pub(crate) const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
 
 /// Replace wasmtime-wasi's `descriptor.rename-at` in `linker` with one that keeps the replaced
 /// file's mode. Call after `wasmtime_wasi::p2::add_to_linker_async`.
@@ -40,7 +40,13 @@ pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> Result<()> {
                 String,
             )| {
                 Box::new(async move {
+                    let carved = store.data().carved.clone();
                     let mut view = store.data_mut().filesystem();
+                    if let Some(c) = carved
+                        && c.refuses_rename(&*view.table, &fd, &old_path, &new_fd, &new_path)
+                    {
+                        return Ok((Err(ErrorCode::Access),));
+                    }
                     give_replaced_mode(&*view.table, &fd, &old_path, &new_fd, &new_path);
                     let renamed = view.rename_at(fd, old_path, new_fd, new_path).await;
                     Ok((match renamed {

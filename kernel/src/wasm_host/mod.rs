@@ -11,6 +11,7 @@
 mod abi;
 mod bindings;
 mod cache;
+mod carve_out;
 mod keep_mode;
 pub(crate) mod limits;
 mod store;
@@ -156,6 +157,10 @@ pub struct WasmGrants {
     pub dirs: Vec<GrantedDir>,
     /// Memory and CPU limits.
     pub limits: WasmLimits,
+    /// Directories carved out of the preopened ones (keel's home inside a workspace grant):
+    /// a path resolving inside one is refused, unless it lies in a preopened directory of its
+    /// own (`carve_out`).
+    pub hidden: Vec<PathBuf>,
 }
 
 /// Settings of the [`WasmHost`].
@@ -314,6 +319,7 @@ impl WasmHost {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         keep_mode::add_to_linker(&mut linker).map_err(engine_error)?;
+        carve_out::add_to_linker(&mut linker).map_err(engine_error)?;
         KeelPlugin::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
             .map_err(engine_error)?;
         // ABI 0.3.0 adds two interfaces; the rest of a 0.3.0 component links against the above.

@@ -9,6 +9,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::{self, KeelPlugin};
+use super::carve_out::CarvedOut;
 use super::limits::{CpuMeter, MemoryLimiter, Metered, Overrun, Verdict, format_limit, format_mib};
 use super::{WasmComponent, WasmGrants, wasi};
 use crate::call_chain::CallChain;
@@ -23,6 +24,8 @@ pub(crate) struct StoreState {
     /// Guest-CPU stopwatch, paused by every host import.
     pub(crate) meter: CpuMeter,
     pub(crate) limiter: MemoryLimiter,
+    /// Directories carved out of the granted ones; `None` for most plugins.
+    pub(crate) carved: Option<Arc<CarvedOut>>,
     wasi: WasiCtx,
     table: ResourceTable,
 }
@@ -56,6 +59,7 @@ impl PluginSource for WasmSource {
             host,
             meter: meter.clone(),
             limiter: MemoryLimiter::new(limits.memory_bytes),
+            carved: CarvedOut::of(&self.grants),
             wasi,
             table: ResourceTable::new(),
         };

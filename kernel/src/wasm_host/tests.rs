@@ -254,6 +254,7 @@ async fn instance(plugin: &str, limits: WasmLimits) -> Box<dyn PluginInstance> {
         WasmGrants {
             dirs: Vec::new(),
             limits,
+            hidden: Vec::new(),
         },
     );
     source
@@ -724,6 +725,7 @@ async fn a_missing_granted_directory_is_a_clear_error() {
                 read_only: true,
             }],
             limits: WasmLimits::default(),
+            hidden: Vec::new(),
         },
     );
     let err = match source.instantiate(handle("fs")).await {
@@ -775,6 +777,7 @@ fn package(
             WasmGrants {
                 dirs: Vec::new(),
                 limits,
+                hidden: Vec::new(),
             },
         ),
     }

@@ -379,6 +379,26 @@ impl<D: AgentDoors> AgentLoop<D> {
     }
 
     /// Replaces a session's conversation: in memory, in kept state, the surplus keys removed.
+    /// Record in the session log that the calls `ids` start, before they do (a service call
+    /// that returns once the line is written), so a resume after a crash tells a call that
+    /// never started from one that may have run. Without a session log there is nothing to
+    /// resume; a log that cannot record the start stops the calls from running.
+    fn record_started(&mut self, session: &str, ids: &[String]) -> Result<(), String> {
+        let entry = SessionEvent::ToolStarted {
+            session: session.to_owned(),
+            calls: ids.to_vec(),
+        };
+        let payload = serde_json::to_string(&entry).map_err(|e| e.to_string())?;
+        match self.doors.call(services::SESSION_LOG, "started", &payload) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind == "unavailable" => Ok(()),
+            Err(e) => Err(format!(
+                "[keel] not executed: the session log could not record that this call starts \
+                 ({e}), so a crash would leave it unknown whether it ran"
+            )),
+        }
+    }
+
     fn replace_conversation(&mut self, session: &str, messages: Vec<Message>) {
         let old_len = self.conversations.get(session).map_or(0, Vec::len);
         self.unkept.remove(session);
@@ -790,6 +810,19 @@ impl<D: AgentDoors> AgentLoop<D> {
                 };
                 for run in runs {
                     let ids: Vec<String> = run.iter().map(|&i| calls[i].0.clone()).collect();
+                    if let Err(why) = self.record_started(&session, &ids) {
+                        for &i in &run {
+                            results[i] = Some(ToolOutcome {
+                                call_id: calls[i].0.clone(),
+                                tool: calls[i].1.clone(),
+                                status: OutcomeStatus::Error,
+                                content: why.clone(),
+                                exec: Vec::new(),
+                                spill: None,
+                            });
+                        }
+                        continue;
+                    }
                     let outcomes = self.doors.dispatch(&ids);
                     for (&i, json) in run.iter().zip(outcomes) {
                         let outcome =

@@ -334,6 +334,9 @@ pub struct LogRead {
 /// log, or the listing of every log, unreadable.
 pub const MAX_LINE_BYTES: usize = 16 << 20;
 
+/// How much of a log a scan reads at a time.
+const SCAN_BUFFER: usize = 1 << 20;
+
 /// One line of a log as a scan meets it.
 #[derive(Debug)]
 pub(crate) enum Item {
@@ -361,7 +364,9 @@ fn scan_entries_bounded(
         unparsed: None,
         max_line,
     };
-    let mut reader = io::BufReader::with_capacity(64 * 1024, reader);
+    // A large buffer and `memchr`: a giant line (1 GiB of a runaway output) is skipped in a
+    // few thousand reads, a word at a time, within a guest's CPU bound.
+    let mut reader = io::BufReader::with_capacity(SCAN_BUFFER, reader);
     loop {
         let buf = match reader.fill_buf() {
             Ok(buf) => buf,
@@ -371,7 +376,7 @@ fn scan_entries_bounded(
         if buf.is_empty() {
             break;
         }
-        let (piece, used, ends) = match buf.iter().position(|&b| b == b'\n') {
+        let (piece, used, ends) = match memchr::memchr(b'\n', buf) {
             Some(i) => (&buf[..i], i + 1, true),
             None => (buf, buf.len(), false),
         };
@@ -675,10 +680,16 @@ pub struct Conversation {
     pub tail_repair: Option<Message>,
 }
 
-/// The result of a tool call that keel stopped before it could record.
+/// The result of a tool call that keel stopped before it could record: the log records that
+/// it started (or is from a keel that did not record starts).
 pub const INTERRUPTED_CALL: &str = "[keel] interrupted: keel stopped (it was killed, crashed or \
     could not write its log) after the model asked for this call and before its result was \
     recorded. It may have run, in whole or in part: check its effects before running it again.";
+
+/// The result of a tool call the log shows was never started: the agent loop records a start
+/// (`tool_started`, written before the call runs) and this call has none.
+pub const NOT_STARTED_CALL: &str = "[keel] not executed: keel stopped after the model asked for \
+    this call and before it started; the call did not run.";
 
 /// The result of a call from an answer cut at the output limit, which the kernel never runs.
 pub const CUT_OFF_CALL: &str = "[keel] not executed: the answer asking for this call was cut \
@@ -688,7 +699,8 @@ pub const CUT_OFF_CALL: &str = "[keel] not executed: the answer asking for this 
 /// result is always a request both wire formats accept:
 /// - a tool call whose result is missing (keel was killed between the model's answer and the
 ///   results, or the results' line was torn) gets one: the outcome the log recorded for it if
-///   there is one, otherwise [`INTERRUPTED_CALL`] (or [`CUT_OFF_CALL`] when the kernel cannot
+///   there is one, otherwise [`INTERRUPTED_CALL`] when it may have run, [`NOT_STARTED_CALL`]
+///   when the log records starts and none for it (or [`CUT_OFF_CALL`] when the kernel cannot
 ///   have run it), in the message right after the call, before any text there;
 /// - a tool result whose call is not in the message before it (that message was lost) becomes
 ///   text, since providers refuse a result without its call.
@@ -704,6 +716,14 @@ pub struct Rebuild {
     pending_cut_off: bool,
     /// Outcomes the log recorded for pending calls.
     outcomes: Vec<keel_protocol::ToolOutcome>,
+    /// Whether the log records the start of calls (`tool_started`): then a call without one
+    /// never started.
+    records_starts: bool,
+    /// Pending calls the log records as started.
+    started: Vec<String>,
+    /// Calls recorded as started before the message asking for them (the start is written at
+    /// once, the message may still have been queued for the log).
+    started_ahead: Vec<String>,
 }
 
 impl Rebuild {
@@ -728,6 +748,11 @@ impl Rebuild {
                         .tool_calls()
                         .map(|(id, _, _)| id.to_owned())
                         .collect();
+                    let ahead = std::mem::take(&mut self.started_ahead);
+                    self.started = ahead
+                        .into_iter()
+                        .filter(|id| self.pending.contains(id))
+                        .collect();
                     self.pending_cut_off =
                         *stop_reason == Some(keel_protocol::StopReason::MaxTokens);
                 }
@@ -737,6 +762,16 @@ impl Rebuild {
                 if self.pending.contains(&outcome.call_id) =>
             {
                 self.outcomes.push(outcome.clone());
+            }
+            SessionEvent::ToolStarted { calls, .. } => {
+                self.records_starts = true;
+                for id in calls {
+                    if self.pending.contains(id) {
+                        self.started.push(id.clone());
+                    } else {
+                        self.started_ahead.push(id.clone());
+                    }
+                }
             }
             // Where the agent loop compacted, the conversation it went on with.
             SessionEvent::Compacted {
@@ -778,6 +813,8 @@ impl Rebuild {
             call_id: id.to_owned(),
             content: if self.pending_cut_off {
                 CUT_OFF_CALL
+            } else if self.records_starts && !self.started.iter().any(|s| s == id) {
+                NOT_STARTED_CALL
             } else {
                 INTERRUPTED_CALL
             }
@@ -796,6 +833,7 @@ impl Rebuild {
         let content: Vec<Block> = pending.iter().map(|id| self.made_up_result(id)).collect();
         self.note(seq, &pending, &content);
         self.outcomes.clear();
+        self.started.clear();
         self.conversation.messages.push(Message {
             role: Role::User,
             content,
@@ -829,6 +867,7 @@ impl Rebuild {
                 .count();
         if missing.is_empty() && !orphans && in_order {
             self.outcomes.clear();
+            self.started.clear();
             return message;
         }
         let mut results = Vec::new();
@@ -851,6 +890,7 @@ impl Rebuild {
         let made: Vec<Block> = missing.iter().map(|id| self.made_up_result(id)).collect();
         self.note(seq, &missing, &made);
         self.outcomes.clear();
+        self.started.clear();
         results.extend(made);
         results.extend(rest);
         Message {
@@ -894,7 +934,9 @@ impl Rebuild {
             .iter()
             .filter(|b| {
                 matches!(b, Block::ToolResult { content, .. }
-                    if content != INTERRUPTED_CALL && content != CUT_OFF_CALL)
+                    if content != INTERRUPTED_CALL
+                        && content != CUT_OFF_CALL
+                        && content != NOT_STARTED_CALL)
             })
             .count();
         let at = if seq == u64::MAX {
@@ -904,7 +946,8 @@ impl Rebuild {
         };
         self.conversation.repairs.push(format!(
             "{at}: {} tool call(s) without a result in the conversation ({}); {recorded} \
-             answered with the outcome the log recorded, the others marked interrupted",
+             answered with the outcome the log recorded, the others marked not started or \
+             interrupted",
             ids.len(),
             ids.join(", ")
         ));

@@ -399,6 +399,57 @@ fn calls_left_without_results_are_answered_where_they_stand() {
         ]
     );
     assert_eq!(c.repairs.len(), 1, "{:?}", c.repairs);
+    // A log that records starts: a call recorded as started and without an outcome may have
+    // run; one never recorded as started did not; one with an outcome has it. The start may
+    // be written before the message asking for the calls (that one waits in a queue).
+    let started = |ids: &[&str]| SessionEvent::ToolStarted {
+        session: "s".into(),
+        calls: ids.iter().map(|&id| id.to_owned()).collect(),
+    };
+    let result_of = |c: &Conversation, id: &str| {
+        c.messages
+            .last()
+            .and_then(|m| {
+                m.content.iter().find_map(|b| match b {
+                    Block::ToolResult {
+                        call_id, content, ..
+                    } if call_id == id => Some(content.clone()),
+                    _ => None,
+                })
+            })
+            .unwrap_or_default()
+    };
+    for start_first in [false, true] {
+        let ask = msg(Role::Assistant, vec![call("a"), call("b"), call("c")]);
+        let mut events = vec![user("s", "go")];
+        if start_first {
+            events.extend([started(&["a", "b"]), ask]);
+        } else {
+            events.extend([ask, started(&["a", "b"])]);
+        }
+        events.push(outcome("a"));
+        let c = conversation(&lines(events));
+        well_formed(&c.messages).expect("valid");
+        assert_eq!(result_of(&c, "a"), "recorded a");
+        assert_eq!(
+            result_of(&c, "b"),
+            INTERRUPTED_CALL,
+            "start first: {start_first}"
+        );
+        assert_eq!(
+            result_of(&c, "c"),
+            NOT_STARTED_CALL,
+            "start first: {start_first}"
+        );
+    }
+    // A start recorded in an earlier turn is not this turn's.
+    let c = conversation(&lines(vec![
+        msg(Role::Assistant, vec![call("a")]),
+        started(&["a"]),
+        msg(Role::User, vec![result("a")]),
+        msg(Role::Assistant, vec![call("a")]),
+    ]));
+    assert_eq!(result_of(&c, "a"), NOT_STARTED_CALL);
     // The results' line was lost in the middle and the person spoke next: the results go
     // first in that message; a result whose call was lost becomes text.
     let c = conversation(&lines(vec![

@@ -299,6 +299,17 @@ impl Plugin for SessionLog {
                 let seq = self.append(&event)?;
                 to_json(&json!({ "seq": seq }))
             }
+            // The agent loop, before it runs tool calls: the record of their start is written
+            // before this returns (an event would wait in a queue while the calls ran).
+            "started" => {
+                let event: SessionEvent = serde_json::from_str(payload)
+                    .map_err(|e| format!("started: the payload is not a SessionEvent ({e})"))?;
+                if !matches!(event, SessionEvent::ToolStarted { .. }) {
+                    return Err("started: the payload is not a tool_started entry".into());
+                }
+                let seq = self.append(&event)?;
+                to_json(&json!({ "seq": seq }))
+            }
             "list" => to_json(&session_log::list(Path::new(DIR)).map_err(|e| e.to_string())?),
             "read" => {
                 let (_, read) = Self::read(payload)?;
@@ -313,8 +324,8 @@ impl Plugin for SessionLog {
                 to_json(&answer)
             }
             other => Err(format!(
-                "session-log has no method `{other}`; the methods are append, list, read, \
-                 conversation, resume and health"
+                "session-log has no method `{other}`; the methods are append, started, list, \
+                 read, conversation, resume and health"
             )),
         }
     }
