@@ -378,7 +378,6 @@ impl<D: AgentDoors> AgentLoop<D> {
         system
     }
 
-    /// Replaces a session's conversation: in memory, in kept state, the surplus keys removed.
     /// Record in the session log that the calls `ids` start, before they do (a service call
     /// that returns once the line is written), so a resume after a crash tells a call that
     /// never started from one that may have run. Without a session log there is nothing to
@@ -399,6 +398,7 @@ impl<D: AgentDoors> AgentLoop<D> {
         }
     }
 
+    /// Replaces a session's conversation: in memory, in kept state, the surplus keys removed.
     fn replace_conversation(&mut self, session: &str, messages: Vec<Message>) {
         let old_len = self.conversations.get(session).map_or(0, Vec::len);
         self.unkept.remove(session);
