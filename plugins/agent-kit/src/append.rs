@@ -77,9 +77,8 @@ mod imp {
 #[cfg(all(target_os = "wasi", target_env = "p2"))]
 mod imp {
     use std::io;
-    use std::path::{Component, Path};
+    use std::path::Path;
 
-    use wasip2::filesystem::preopens::get_directories;
     use wasip2::filesystem::types::{Descriptor, DescriptorFlags, OpenFlags, PathFlags};
     use wasip2::io::streams::{OutputStream, StreamError};
 
@@ -104,40 +103,11 @@ mod imp {
 
     impl Appender {
         pub(super) fn open(path: &Path) -> io::Result<Appender> {
-            // The preopened directory holding `path` (the longest match), and the rest.
-            let (dir, rest) = get_directories()
-                .into_iter()
-                .filter_map(|(dir, name)| {
-                    let rest = path.strip_prefix(&name).ok()?.to_path_buf();
-                    Some((name.len(), dir, rest))
-                })
-                .max_by_key(|(len, _, _)| *len)
-                .map(|(_, dir, rest)| (dir, rest))
-                .ok_or_else(|| {
-                    io::Error::new(
-                        io::ErrorKind::NotFound,
-                        format!("{} is not inside a granted directory", path.display()),
-                    )
-                })?;
-            if rest
-                .components()
-                .any(|c| !matches!(c, Component::Normal(_)))
-            {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "{} must be a plain path below its directory",
-                        path.display()
-                    ),
-                ));
-            }
-            let rest = rest.to_str().ok_or_else(|| {
-                io::Error::new(io::ErrorKind::InvalidInput, "the path is not UTF-8")
-            })?;
+            let (dir, rest) = crate::tools::atomic::preopen_of(path)?;
             let file = dir
                 .open_at(
                     PathFlags::empty(),
-                    rest,
+                    &rest,
                     OpenFlags::CREATE,
                     DescriptorFlags::WRITE,
                 )

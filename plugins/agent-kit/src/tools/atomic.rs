@@ -129,6 +129,9 @@ mod imp {
     }
 }
 
+#[cfg(all(target_os = "wasi", target_env = "p2"))]
+pub(crate) use imp::preopen_of;
+
 /// Inside a WASI 0.2 guest the file is written through the descriptor's `write` (positioned,
 /// run on the calling thread by the host) rather than std's streams: its error codes say what
 /// went wrong (a full disk is `insufficient-space`, where a stream reports only "I/O error").
@@ -172,8 +175,9 @@ mod imp {
         io::Error::new(kind, format!("{what}: {}", code.message()))
     }
 
-    /// The preopened directory holding `path` (the longest match) and the path below it.
-    fn preopen_of(path: &Path) -> io::Result<(Descriptor, String)> {
+    /// The preopened directory holding `path` (the longest match) and the plain path below it
+    /// (no `..`, no root): how a guest opens a file by the path it was granted under.
+    pub(crate) fn preopen_of(path: &Path) -> io::Result<(Descriptor, String)> {
         let (dir, rest) = get_directories()
             .into_iter()
             .filter_map(|(dir, name)| {

@@ -9,7 +9,7 @@ use std::path::Path;
 use keel_protocol::ToolDef;
 use serde::{Deserialize, Serialize};
 
-mod atomic;
+pub(crate) mod atomic;
 pub mod edit_file;
 pub mod grep;
 pub mod list_dir;
