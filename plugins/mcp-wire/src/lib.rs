@@ -68,7 +68,7 @@ impl Default for LineFramer {
 }
 
 impl LineFramer {
-    /// A framer whose lines are at most `max` bytes (without their end).
+    /// A framer whose lines are at most `max` bytes before their newline (a CR included).
     pub fn new(max: usize) -> Self {
         LineFramer {
             max,
@@ -98,12 +98,17 @@ impl LineFramer {
             }
             let mut line = std::mem::take(&mut self.partial);
             line.extend_from_slice(head);
+            // The bound counts every byte before the newline, a CR of a CRLF end included: an
+            // unfinished line is judged the same way, so however the bytes arrive in pieces,
+            // the same lines pass.
+            if line.len() > self.max {
+                self.ready.push_back(Frame::Oversized);
+                continue;
+            }
             if line.last() == Some(&b'\r') {
                 line.pop();
             }
-            if line.len() > self.max {
-                self.ready.push_back(Frame::Oversized);
-            } else if !line.iter().all(u8::is_ascii_whitespace) {
+            if !line.iter().all(u8::is_ascii_whitespace) {
                 self.ready.push_back(Frame::Line(line));
             }
         }
