@@ -6,6 +6,35 @@ use std::path::Path;
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
+/// `keel mcp serve` (with `flags`) fed `input` on stdin; it must exit 0; every reply it wrote.
+fn serve(
+    home: &Path,
+    workspace: &Path,
+    flags: &[&str],
+    input: &str,
+) -> Result<Vec<serde_json::Value>, Box<dyn std::error::Error>> {
+    let out = assert_cmd::Command::cargo_bin("keel")?
+        .arg("--home")
+        .arg(home)
+        .arg("--workspace")
+        .arg(workspace)
+        .args(["mcp", "serve"])
+        .args(flags)
+        .env("NO_COLOR", "1")
+        .write_stdin(input)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?)
+}
+
 /// A home whose sessions use the scripted model (no key, no network).
 fn scripted_home() -> Result<tempfile::TempDir, Box<dyn std::error::Error>> {
     let home = tempfile::tempdir()?;
@@ -76,25 +105,7 @@ fn a_hostile_client_gets_errors_and_the_server_goes_on() -> R {
         r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#.to_owned(),
     ]
     .join("\n");
-    let out = assert_cmd::Command::cargo_bin("keel")?
-        .arg("--home")
-        .arg(home.path())
-        .arg("--workspace")
-        .arg(ws.path())
-        .args(["mcp", "serve"])
-        .env("NO_COLOR", "1")
-        .write_stdin(input)
-        .timeout(std::time::Duration::from_secs(60))
-        .output()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let replies: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
+    let replies = serve(home.path(), ws.path(), &[], &input)?;
     let codes: Vec<(serde_json::Value, serde_json::Value)> = replies
         .iter()
         .map(|r| (r["id"].clone(), r["error"]["code"].clone()))
@@ -179,25 +190,12 @@ fn the_file_tools_never_write_a_repositorys_control_directories() -> R {
     ];
     input.extend(hostile.iter().cloned());
     input.push(ordinary);
-    let out = assert_cmd::Command::cargo_bin("keel")?
-        .arg("--home")
-        .arg(home.path())
-        .arg("--workspace")
-        .arg(root)
-        .args(["mcp", "serve", "--approval", "auto"])
-        .env("NO_COLOR", "1")
-        .write_stdin(input.join("\n"))
-        .timeout(std::time::Duration::from_secs(60))
-        .output()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let replies: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
+    let replies = serve(
+        home.path(),
+        root,
+        &["--approval", "auto"],
+        &input.join("\n"),
+    )?;
     let reply = |id: u32| {
         replies
             .iter()
