@@ -6,13 +6,14 @@
 //! - [`settings`]: reading a plugin's configuration (the manifest's `[config]` defaults merged
 //!   with the user's `[config.<plugin>]`), refusing unknown keys, and building the
 //!   [`keel_model_wire::driver::AdapterConfig`] of each vendor.
-//! - [`serve`]: the `model` service's `complete` method: a `ModelRequest` JSON in, a
-//!   `ModelResponse` JSON out, every [`StreamDelta`] emitted on `model.delta` on the way.
+//! - [`serve`]: the `model` service's `complete` method: a `ModelRequest` JSON in (handed on
+//!   as text, which the HTTP adapters render in place), a `ModelResponse` JSON out, every
+//!   [`StreamDelta`] emitted on `model.delta` on the way.
 
 pub mod settings;
 pub mod transport;
 
-use keel_protocol::{ModelRequest, ModelResponse, StreamDelta, services, topics};
+use keel_protocol::{ModelResponse, StreamDelta, services, topics};
 
 /// The version of the `model` service these plugins provide.
 pub const MODEL_SERVICE_VERSION: &str = "1.0.0";
@@ -25,15 +26,15 @@ pub fn emit_delta(delta: &StreamDelta) {
     }
 }
 
-/// Serve one call to the `model` service: `complete` parses the payload as a
-/// [`ModelRequest`], runs `respond` (which reports each fragment to its callback) and
+/// Serve one call to the `model` service: `complete` runs `respond` on the payload, a
+/// [`keel_protocol::ModelRequest`]'s JSON text (it reports each fragment to its callback), and
 /// answers the [`ModelResponse`] as JSON. Every fragment is also emitted with
 /// [`emit_delta`].
 pub fn serve(
     service: &str,
     method: &str,
     payload: &str,
-    respond: impl FnOnce(&ModelRequest, &mut dyn FnMut(StreamDelta)) -> Result<ModelResponse, String>,
+    respond: impl FnOnce(&str, &mut dyn FnMut(StreamDelta)) -> Result<ModelResponse, String>,
 ) -> Result<String, String> {
     serve_with(service, method, payload, respond, &mut |d| emit_delta(&d))
 }
@@ -43,7 +44,7 @@ pub fn serve_with(
     service: &str,
     method: &str,
     payload: &str,
-    respond: impl FnOnce(&ModelRequest, &mut dyn FnMut(StreamDelta)) -> Result<ModelResponse, String>,
+    respond: impl FnOnce(&str, &mut dyn FnMut(StreamDelta)) -> Result<ModelResponse, String>,
     sink: &mut dyn FnMut(StreamDelta),
 ) -> Result<String, String> {
     if service != services::MODEL {
@@ -58,9 +59,7 @@ pub fn serve_with(
             services::MODEL
         ));
     }
-    let request: ModelRequest = serde_json::from_str(payload)
-        .map_err(|e| format!("the payload of `complete` is not a ModelRequest: {e}"))?;
-    let response = respond(&request, sink)?;
+    let response = respond(payload, sink)?;
     serde_json::to_string(&response).map_err(|e| format!("cannot encode the response: {e}"))
 }
 
@@ -69,10 +68,9 @@ mod tests {
     use super::*;
     use keel_protocol::{Block, Message, Role, StopReason, Usage};
 
-    fn answer(
-        req: &ModelRequest,
-        sink: &mut dyn FnMut(StreamDelta),
-    ) -> Result<ModelResponse, String> {
+    fn answer(req: &str, sink: &mut dyn FnMut(StreamDelta)) -> Result<ModelResponse, String> {
+        let req: keel_protocol::ModelRequest =
+            serde_json::from_str(req).map_err(|e| format!("not a ModelRequest: {e}"))?;
         sink(StreamDelta::Text { text: "hi".into() });
         Ok(ModelResponse {
             message: Message {

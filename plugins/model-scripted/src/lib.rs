@@ -47,8 +47,10 @@ impl Plugin for ScriptedModel {
         payload: &str,
     ) -> Result<String, String> {
         keel_model_http::serve(service, method, payload, |request, on_delta| {
+            let request: keel_protocol::ModelRequest = serde_json::from_str(request)
+                .map_err(|e| format!("the payload of `complete` is not a ModelRequest: {e}"))?;
             self.script
-                .respond(request, on_delta)
+                .respond(&request, on_delta)
                 .map_err(|e| format!("model-scripted: {e}"))
         })
     }

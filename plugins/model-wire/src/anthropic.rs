@@ -22,13 +22,15 @@
 //! `input_tokens`, `cache_read_input_tokens` and `cache_creation_input_tokens`), like
 //! OpenAI's `prompt_tokens`.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
-use keel_protocol::{Block, ModelRequest, ModelResponse, Role, StopReason, StreamDelta, Usage};
+use keel_protocol::{ModelRequest, ModelResponse, Role, StopReason, StreamDelta, Usage};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::decode::{Assembly, DecodeError, Ending, StreamDecoder, finish_response};
+use crate::request::{BlockView, Body, JsonText, RequestView};
 use crate::sse::SseEvent;
 use crate::{RenderError, Rendered};
 
@@ -51,60 +53,112 @@ impl AnthropicOptions {
     }
 }
 
-/// Render the streaming request body.
+/// Render the streaming request body of `req` (see [`render`]).
 pub fn render_request(
     req: &ModelRequest,
     opts: &AnthropicOptions,
 ) -> Result<Rendered, RenderError> {
-    let model = if req.model.is_empty() {
-        &opts.model
-    } else {
-        &req.model
-    };
-    if model.is_empty() {
-        return Err(RenderError::NoModel);
+    let json = serde_json::to_string(req)
+        .map_err(|e| RenderError::Invalid(format!("cannot encode the request: {e}")))?;
+    render(&RequestView::parse(&json)?, opts)
+}
+
+/// A block of the body, before consecutive messages of one role are merged.
+enum Part<'a> {
+    Text(JsonText<'a>),
+    /// A tool call: its input is the arguments' JSON object text, or `{}`.
+    ToolUse {
+        id: JsonText<'a>,
+        name: JsonText<'a>,
+        input: Cow<'a, str>,
+    },
+    ToolResult {
+        call_id: JsonText<'a>,
+        content: JsonText<'a>,
+        is_error: bool,
+    },
+}
+
+impl Part<'_> {
+    fn write(&self, body: &mut Body) {
+        match self {
+            Part::Text(text) => {
+                body.raw(r#"{"type":"text","text":"#).raw(text.token());
+            }
+            Part::ToolUse { id, name, input } => {
+                body.raw(r#"{"type":"tool_use","id":"#)
+                    .raw(id.token())
+                    .raw(r#","name":"#)
+                    .raw(name.token())
+                    .raw(r#","input":"#)
+                    .raw(input);
+            }
+            Part::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => {
+                body.raw(r#"{"type":"tool_result","tool_use_id":"#)
+                    .raw(call_id.token())
+                    .raw(r#","content":"#)
+                    .raw(content.token())
+                    .raw(r#","is_error":"#)
+                    .value(is_error);
+            }
+        }
+        body.raw("}");
     }
+}
+
+/// The arguments of a tool call as the `input` object, when they are one.
+fn tool_input<'a>(arguments: JsonText<'a>) -> Result<Option<Cow<'a, str>>, RenderError> {
+    let text = arguments.decode()?;
+    let is_object = serde_json::from_str::<&serde_json::value::RawValue>(&text)
+        .is_ok_and(|raw| raw.get().starts_with('{'));
+    Ok(is_object.then_some(text))
+}
+
+/// Render the streaming request body, the request's strings copied in as they arrived.
+pub fn render(req: &RequestView<'_>, opts: &AnthropicOptions) -> Result<Rendered, RenderError> {
     let mut notes = Vec::new();
-    let mut messages: Vec<(Role, Vec<Value>)> = Vec::new();
+    let mut messages: Vec<(Role, Vec<Part<'_>>)> = Vec::new();
     for message in &req.messages {
         let mut results = Vec::new();
         let mut others = Vec::new();
         for block in &message.content {
-            match block {
-                Block::Text { text } if !text.is_empty() => {
-                    others.push(json!({"type": "text", "text": text}));
-                }
-                Block::Text { .. } | Block::Thinking { .. } => {}
-                Block::ToolCall {
+            match *block {
+                BlockView::Text(text) if !text.is_empty() => others.push(Part::Text(text)),
+                BlockView::Text(_) | BlockView::Thinking(_) => {}
+                BlockView::ToolCall {
                     id,
                     name,
                     arguments,
                 } => {
-                    let input = match serde_json::from_str::<Value>(arguments) {
-                        Ok(v @ Value::Object(_)) => v,
-                        _ => {
-                            if !arguments.trim().is_empty() {
+                    let input = match tool_input(arguments)? {
+                        Some(input) => input,
+                        None => {
+                            if !arguments.decode()?.trim().is_empty() {
                                 notes.push(format!(
-                                    "tool call {id} (`{name}`) has arguments that are not a \
-                                     JSON object; sent {{}} as its input"
+                                    "tool call {} (`{}`) has arguments that are not a JSON \
+                                     object; sent {{}} as its input",
+                                    id.decode()?,
+                                    name.decode()?
                                 ));
                             }
-                            json!({})
+                            Cow::Borrowed("{}")
                         }
                     };
-                    others
-                        .push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+                    others.push(Part::ToolUse { id, name, input });
                 }
-                Block::ToolResult {
+                BlockView::ToolResult {
                     call_id,
                     content,
                     is_error,
-                } => results.push(json!({
-                    "type": "tool_result",
-                    "tool_use_id": call_id,
-                    "content": content,
-                    "is_error": is_error,
-                })),
+                } => results.push(Part::ToolResult {
+                    call_id,
+                    content,
+                    is_error,
+                }),
             }
         }
         results.extend(others);
@@ -116,46 +170,65 @@ pub fn render_request(
                 content.extend(results);
                 if message.role == Role::User {
                     // Tool results first, as the API wants them.
-                    content.sort_by_key(|b| b["type"] != "tool_result");
+                    content.sort_by_key(|b| !matches!(b, Part::ToolResult { .. }));
                 }
             }
             _ => messages.push((message.role, results)),
         }
     }
-    let messages: Vec<Value> = messages
-        .into_iter()
-        .map(|(role, content)| {
-            let role = match role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            };
-            json!({"role": role, "content": content})
-        })
-        .collect();
-    let mut body = json!({
-        "model": model,
-        "max_tokens": req.max_tokens,
-        "stream": true,
-        "messages": messages,
-    });
+    let mut body = req.body();
+    body.raw("{").key("model");
+    match req.model() {
+        Some(model) => body.raw(model.token()),
+        None if !opts.model.is_empty() => body.value(&opts.model),
+        None => return Err(RenderError::NoModel),
+    };
+    body.raw(",")
+        .key("max_tokens")
+        .value(&req.max_tokens)
+        .raw(r#","stream":true,"messages":["#);
+    for (i, (role, content)) in messages.iter().enumerate() {
+        if i > 0 {
+            body.raw(",");
+        }
+        let role = match role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        body.raw(r#"{"role":"#).value(role).raw(r#","content":["#);
+        for (j, part) in content.iter().enumerate() {
+            if j > 0 {
+                body.raw(",");
+            }
+            part.write(&mut body);
+        }
+        body.raw("]}");
+    }
+    body.raw("]");
     if !req.system.is_empty() {
-        body["system"] = json!(req.system);
+        body.raw(r#","system":"#).raw(req.system.token());
     }
     if !req.tools.is_empty() {
-        body["tools"] = Value::Array(
-            req.tools
-                .iter()
-                .map(|t| {
-                    json!({
-                        "name": t.name,
-                        "description": t.description,
-                        "input_schema": t.input_schema,
-                    })
-                })
-                .collect(),
-        );
+        body.raw(r#","tools":["#);
+        for (i, tool) in req.tools.iter().enumerate() {
+            if i > 0 {
+                body.raw(",");
+            }
+            body.raw(r#"{"name":"#)
+                .raw(tool.name.token())
+                .raw(r#","description":"#)
+                .raw(tool.description.token())
+                .raw(r#","input_schema":"#)
+                .raw(tool.input_schema.get())
+                .raw("}");
+        }
+        body.raw("]");
     }
-    Ok(Rendered { body, notes })
+    body.raw("}");
+    Ok(Rendered {
+        body: body.into_bytes(),
+        notes,
+    })
 }
 
 /// Map a `stop_reason` to the neutral stop reason; `None` for values keel does not know.

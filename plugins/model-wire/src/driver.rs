@@ -1,7 +1,9 @@
 //! The adapter's control loop, generic over a [`Transport`] so that it runs natively against
 //! a fake one in tests and, in a guest plugin, against the kernel-mediated HTTP client.
 //!
-//! [`complete`] renders the request in the configured [`WireFormat`], sends it, feeds the
+//! [`complete`] takes the request as the JSON text it arrived as and renders it in the
+//! configured [`WireFormat`] in place ([`RequestView`]: the conversation's strings are copied
+//! into the body, never decoded and encoded again), sends it, feeds the
 //! body through the SSE parser and the format's decoder, passes each display fragment to a
 //! callback, and applies the failure policy:
 //!
@@ -28,6 +30,7 @@ use crate::anthropic::{self, AnthropicOptions};
 use crate::decode::{DecodeError, StreamDecoder};
 use crate::openai::{self, OpenAiOptions};
 use crate::recovery::{ContextRecovery, RecoveryError, RecoveryPolicy};
+use crate::request::RequestView;
 use crate::retry::{ApiFailure, ErrorClass, RetryPolicy, classify, classify_stream_error};
 use crate::sse::{DEFAULT_MAX_EVENT_BYTES, SseParser};
 use crate::{RenderError, Rendered};
@@ -195,10 +198,10 @@ impl AdapterConfig {
     }
 
     /// Render `req` in this endpoint's dialect.
-    pub fn render(&self, req: &ModelRequest) -> Result<Rendered, RenderError> {
+    pub fn render(&self, req: &RequestView<'_>) -> Result<Rendered, RenderError> {
         match &self.format {
-            WireFormat::OpenAi(o) => openai::render_request(req, o),
-            WireFormat::Anthropic(o) => anthropic::render_request(req, o),
+            WireFormat::OpenAi(o) => openai::render(req, o),
+            WireFormat::Anthropic(o) => anthropic::render(req, o),
         }
     }
 
@@ -213,7 +216,7 @@ impl AdapterConfig {
     /// The HTTP request for `req`, with the given head timeout.
     pub fn http_request(
         &self,
-        req: &ModelRequest,
+        req: &RequestView<'_>,
         timeout_ms: u64,
     ) -> Result<HttpRequest, RenderError> {
         let rendered = self.render(req)?;
@@ -226,7 +229,7 @@ impl AdapterConfig {
             method: "POST".into(),
             url: self.url.clone(),
             headers,
-            body: rendered.body.to_string().into_bytes(),
+            body: rendered.body,
             secret: self.secret.clone(),
             timeout_ms,
         })
@@ -307,19 +310,23 @@ enum Failure {
     Fatal(ModelError),
 }
 
-/// Run one model call through `transport`; see the [module documentation](self).
+/// Run one model call through `transport`; see the [module documentation](self). `request`
+/// is a [`ModelRequest`]'s JSON text, as the `model` service receives it.
 pub fn complete<T: Transport + ?Sized>(
     transport: &mut T,
     config: &AdapterConfig,
-    request: &ModelRequest,
+    request: &str,
     on_delta: &mut dyn FnMut(StreamDelta),
 ) -> Result<ModelResponse, ModelError> {
-    let mut req = request.clone();
+    // The request as sent: the caller's text until a recovery step shrinks a copy of it.
+    let mut shrunk: Option<String> = None;
     let mut recovery = ContextRecovery::new(config.recovery.clone());
     let mut retries: u32 = 0; // resends of any kind
     let mut failures: u32 = 0; // retryable failures, counted against the attempt budget
     loop {
         let idle = config.retry.idle_timeout_for(retries);
+        let text = shrunk.as_deref().unwrap_or(request);
+        let req = RequestView::parse(text)?;
         let failure = match attempt(transport, config, &req, idle, on_delta)? {
             Ok(mut response) => {
                 response.retries = retries;
@@ -344,7 +351,13 @@ pub fn complete<T: Transport + ?Sized>(
                 });
             }
             Failure::Api(f) if f.class == ErrorClass::ContextLength => {
-                let what = recovery.step(&mut req)?;
+                let mut typed: ModelRequest = serde_json::from_str(text)
+                    .map_err(|e| RenderError::Invalid(format!("the request: {e}")))?;
+                let what = recovery.step(&mut typed)?;
+                shrunk = Some(
+                    serde_json::to_string(&typed)
+                        .map_err(|e| RenderError::Invalid(format!("the request: {e}")))?,
+                );
                 (format!("the prompt was too long; {what}"), 0)
             }
             Failure::Api(f) if f.class.is_retryable() => {
@@ -417,7 +430,7 @@ type Attempt = Result<Result<ModelResponse, Failure>, ModelError>;
 fn attempt<T: Transport + ?Sized>(
     transport: &mut T,
     config: &AdapterConfig,
-    req: &ModelRequest,
+    req: &RequestView<'_>,
     idle: u64,
     on_delta: &mut dyn FnMut(StreamDelta),
 ) -> Attempt {

@@ -6,6 +6,8 @@
 //! that wrap it around the kernel-mediated HTTP client.
 //!
 //! - [`sse`]: an incremental, bounded Server-Sent-Events parser.
+//! - [`request`]: a model request read in place, its strings kept as the JSON text they
+//!   arrived as, so a renderer copies them into the body instead of decoding and encoding.
 //! - [`openai`] and [`anthropic`]: each vendor's request rendering and stream decoding,
 //!   to and from keel's neutral vocabulary (principle 8: the trajectory is stored in keel's
 //!   words; dialects are rendered at request time).
@@ -21,6 +23,7 @@ pub mod decode;
 pub mod driver;
 pub mod openai;
 pub mod recovery;
+pub mod request;
 pub mod retry;
 pub mod scripted;
 pub mod sse;
@@ -30,8 +33,8 @@ use thiserror::Error;
 /// A request body in a vendor's dialect.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rendered {
-    /// The JSON body.
-    pub body: serde_json::Value,
+    /// The JSON body, as sent.
+    pub body: Vec<u8>,
     /// What rendering had to change or leave out (e.g. unparseable tool arguments replaced
     /// by `{}`), for the log; empty when nothing.
     pub notes: Vec<String>,
@@ -43,4 +46,14 @@ pub enum RenderError {
     /// Neither the request nor the adapter's configuration names a model.
     #[error("no model is configured: set the model name in the adapter's configuration")]
     NoModel,
+    /// The request is not a valid `ModelRequest`.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Rendered {
+    /// The body parsed, for tests and diagnostics.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
 }

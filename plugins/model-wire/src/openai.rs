@@ -22,11 +22,12 @@
 //! `prompt_tokens_details.cached_tokens`; `data: [DONE]` is the terminal event; an `error`
 //! object is a [`DecodeError::Provider`].
 
-use keel_protocol::{Block, ModelRequest, ModelResponse, Role, StopReason, StreamDelta, Usage};
+use keel_protocol::{ModelRequest, ModelResponse, Role, StopReason, StreamDelta, Usage};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::decode::{Assembly, DecodeError, Ending, StreamDecoder, finish_response};
+use crate::request::{BlockView, RequestView};
 use crate::sse::SseEvent;
 use crate::{RenderError, Rendered};
 
@@ -63,61 +64,74 @@ impl OpenAiOptions {
     }
 }
 
-/// Render the streaming request body.
+/// Render the streaming request body of `req` (see [`render`]).
 pub fn render_request(req: &ModelRequest, opts: &OpenAiOptions) -> Result<Rendered, RenderError> {
-    let model = if req.model.is_empty() {
-        &opts.model
-    } else {
-        &req.model
-    };
-    if model.is_empty() {
-        return Err(RenderError::NoModel);
-    }
+    let json = serde_json::to_string(req)
+        .map_err(|e| RenderError::Invalid(format!("cannot encode the request: {e}")))?;
+    render(&RequestView::parse(&json)?, opts)
+}
+
+/// Render the streaming request body, the request's strings copied in as they arrived.
+pub fn render(req: &RequestView<'_>, opts: &OpenAiOptions) -> Result<Rendered, RenderError> {
     let mut notes = Vec::new();
-    let mut messages = Vec::new();
+    let mut body = req.body();
+    body.raw("{").key("model");
+    match req.model() {
+        Some(model) => body.raw(model.token()),
+        None if !opts.model.is_empty() => body.value(&opts.model),
+        None => return Err(RenderError::NoModel),
+    };
+    body.raw(",").key("messages").raw("[");
+    let mut first = true;
     if !req.system.is_empty() {
-        messages.push(json!({"role": "system", "content": req.system}));
+        body.open_object(&mut first)
+            .raw(r#""role":"system","content":"#)
+            .raw(req.system.token())
+            .raw("}");
     }
     for message in &req.messages {
+        let mut texts = Vec::new();
         match message.role {
             Role::User => {
-                let mut texts = Vec::new();
                 for block in &message.content {
-                    match block {
-                        Block::Text { text } => texts.push(text.as_str()),
-                        Block::ToolResult {
+                    match *block {
+                        BlockView::Text(text) => texts.push(text),
+                        BlockView::ToolResult {
                             call_id,
                             content,
                             is_error,
                         } => {
-                            let content = if *is_error {
-                                format!("Error: {content}")
+                            body.open_object(&mut first)
+                                .raw(r#""role":"tool","tool_call_id":"#)
+                                .raw(call_id.token())
+                                .raw(r#","content":"#);
+                            if is_error {
+                                body.raw("\"Error: ").raw(content.escaped()).raw("\"");
                             } else {
-                                content.clone()
-                            };
-                            messages.push(json!({
-                                "role": "tool",
-                                "tool_call_id": call_id,
-                                "content": content,
-                            }));
+                                body.raw(content.token());
+                            }
+                            body.raw("}");
                         }
-                        Block::Thinking { .. } => {}
-                        Block::ToolCall { name, .. } => notes.push(format!(
-                            "a tool call to `{name}` in a user message was not sent"
+                        BlockView::Thinking(_) => {}
+                        BlockView::ToolCall { name, .. } => notes.push(format!(
+                            "a tool call to `{}` in a user message was not sent",
+                            name.decode()?
                         )),
                     }
                 }
                 if !texts.is_empty() {
-                    messages.push(json!({"role": "user", "content": texts.join("\n")}));
+                    body.open_object(&mut first)
+                        .raw(r#""role":"user","content":"#)
+                        .joined(&texts, "\\n")
+                        .raw("}");
                 }
             }
             Role::Assistant => {
-                let mut texts = Vec::new();
                 let mut calls = Vec::new();
                 for block in &message.content {
-                    match block {
-                        Block::Text { text } => texts.push(text.as_str()),
-                        Block::ToolCall {
+                    match *block {
+                        BlockView::Text(text) => texts.push(text),
+                        BlockView::ToolCall {
                             id,
                             name,
                             arguments,
@@ -125,67 +139,78 @@ pub fn render_request(req: &ModelRequest, opts: &OpenAiOptions) -> Result<Render
                             // Arguments cut off by the output limit are not JSON, and some
                             // OpenAI-compatible servers reject the whole request over them; the
                             // call was never run (its result says so), so `{}` stands in.
-                            let arguments = if serde_json::from_str::<Value>(arguments).is_ok() {
-                                arguments.as_str()
-                            } else {
-                                "{}"
-                            };
-                            calls.push(json!({
-                                "id": id,
-                                "type": "function",
-                                "function": {"name": name, "arguments": arguments},
-                            }));
+                            let valid =
+                                serde_json::from_str::<serde::de::IgnoredAny>(&arguments.decode()?)
+                                    .is_ok();
+                            calls.push((
+                                id,
+                                name,
+                                if valid { arguments.token() } else { r#""{}""# },
+                            ));
                         }
-                        Block::Thinking { .. } => {}
-                        Block::ToolResult { .. } => {
+                        BlockView::Thinking(_) => {}
+                        BlockView::ToolResult { .. } => {
                             notes.push("a tool result in an assistant message was not sent".into())
                         }
                     }
                 }
-                let mut m = json!({"role": "assistant"});
-                m["content"] = if texts.is_empty() && !calls.is_empty() {
-                    Value::Null
+                body.open_object(&mut first)
+                    .raw(r#""role":"assistant","content":"#);
+                if texts.is_empty() && !calls.is_empty() {
+                    body.raw("null");
                 } else {
-                    Value::String(texts.join("\n"))
-                };
-                if !calls.is_empty() {
-                    m["tool_calls"] = Value::Array(calls);
+                    body.joined(&texts, "\\n");
                 }
-                messages.push(m);
+                if !calls.is_empty() {
+                    body.raw(r#","tool_calls":["#);
+                    for (i, (id, name, arguments)) in calls.iter().enumerate() {
+                        if i > 0 {
+                            body.raw(",");
+                        }
+                        body.raw(r#"{"id":"#)
+                            .raw(id.token())
+                            .raw(r#","type":"function","function":{"name":"#)
+                            .raw(name.token())
+                            .raw(r#","arguments":"#)
+                            .raw(arguments)
+                            .raw("}}");
+                    }
+                    body.raw("]");
+                }
+                body.raw("}");
             }
         }
     }
-    let mut body = json!({
-        "model": model,
-        "messages": messages,
-        "stream": true,
-    });
+    body.raw(r#"],"stream":true,"#);
     let limit_field = match opts.max_tokens_field {
         MaxTokensField::MaxTokens => "max_tokens",
         MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
     };
-    body[limit_field] = json!(req.max_tokens);
+    body.key(limit_field).value(&req.max_tokens);
     if opts.include_usage {
-        body["stream_options"] = json!({"include_usage": true});
+        body.raw(r#","stream_options":{"include_usage":true}"#);
     }
     if !req.tools.is_empty() {
-        body["tools"] = Value::Array(
-            req.tools
-                .iter()
-                .map(|t| {
-                    json!({
-                        "type": "function",
-                        "function": {
-                            "name": t.name,
-                            "description": t.description,
-                            "parameters": t.input_schema,
-                        }
-                    })
-                })
-                .collect(),
-        );
+        body.raw(r#","tools":["#);
+        for (i, tool) in req.tools.iter().enumerate() {
+            if i > 0 {
+                body.raw(",");
+            }
+            body.raw(r#"{"type":"function","function":{"name":"#)
+                .raw(tool.name.token())
+                .raw(r#","description":"#)
+                .raw(tool.description.token())
+                .raw(r#","parameters":"#)
+                .raw(tool.input_schema.get())
+                .raw("}}");
+        }
+        body.raw("]");
     }
-    Ok(Rendered { body, notes })
+    body.raw("}");
+    Ok(Rendered {
+        body: body.into_bytes(),
+        notes,
+    })
 }
 
 #[derive(Deserialize, Default)]

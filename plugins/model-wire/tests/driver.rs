@@ -106,6 +106,11 @@ impl Transport for Fake {
 const OPENAI_TEXT: &[u8] = include_bytes!("fixtures/openai_text.sse");
 const ANTHROPIC_TOOL: &[u8] = include_bytes!("fixtures/anthropic_tool_use.sse");
 
+/// A request as the `model` service receives it.
+fn json(req: &ModelRequest) -> String {
+    serde_json::to_string(req).expect("a request encodes")
+}
+
 fn request() -> ModelRequest {
     ModelRequest {
         compacts_on_overflow: false,
@@ -123,7 +128,7 @@ fn run(
     config: &AdapterConfig,
 ) -> (Result<ModelResponse, ModelError>, Vec<StreamDelta>) {
     let mut deltas = Vec::new();
-    let result = complete(fake, config, &request(), &mut |d| deltas.push(d));
+    let result = complete(fake, config, &json(&request()), &mut |d| deltas.push(d));
     (result, deltas)
 }
 
@@ -414,7 +419,8 @@ fn context_length_error_applies_recovery_then_succeeds() {
     ]);
     let mut deltas = Vec::new();
     let config = AdapterConfig::anthropic("claude");
-    let response = complete(&mut fake, &config, &req, &mut |d| deltas.push(d)).expect("recovers");
+    let response =
+        complete(&mut fake, &config, &json(&req), &mut |d| deltas.push(d)).expect("recovers");
     assert_eq!(response.retries, 1);
     assert!(fake.sleeps.is_empty());
     let bodies = fake.sent_bodies();
@@ -511,7 +517,7 @@ fn a_caller_that_compacts_hears_of_an_overflow_at_once_in_both_wordings() {
             conversation: None,
             ..request()
         };
-        let err = complete(&mut fake, &config, &req, &mut |_| {}).expect_err("told at once");
+        let err = complete(&mut fake, &config, &json(&req), &mut |_| {}).expect_err("told at once");
         assert!(
             matches!(err, ModelError::ContextOverflow { status: 400, .. }),
             "{err:?}"

@@ -69,7 +69,7 @@ fn openai_request_body() {
     let r =
         openai::render_request(&conversation(), &OpenAiOptions::new("gpt-4o")).expect("renders");
     assert_eq!(
-        r.body,
+        r.json(),
         json!({
             "model": "gpt-4o",
             "stream": true,
@@ -94,7 +94,7 @@ fn openai_request_body() {
             }}],
         })
     );
-    assert!(!r.body.to_string().contains("private reasoning"));
+    assert!(!r.json().to_string().contains("private reasoning"));
 }
 
 #[test]
@@ -107,10 +107,10 @@ fn openai_options_and_model_choice() {
         include_usage: false,
     };
     let r = openai::render_request(&req, &opts).expect("renders");
-    assert_eq!(r.body["model"], "o3-mini");
-    assert_eq!(r.body["max_completion_tokens"], 4096);
-    assert!(r.body.get("max_tokens").is_none());
-    assert!(r.body.get("stream_options").is_none());
+    assert_eq!(r.json()["model"], "o3-mini");
+    assert_eq!(r.json()["max_completion_tokens"], 4096);
+    assert!(r.json().get("max_tokens").is_none());
+    assert!(r.json().get("stream_options").is_none());
     req.model.clear();
     assert_eq!(
         openai::render_request(&req, &OpenAiOptions::new("")).expect_err("no model"),
@@ -123,7 +123,7 @@ fn anthropic_request_body_merges_roles_and_puts_results_first() {
     let r = anthropic::render_request(&conversation(), &AnthropicOptions::new("claude-sonnet-4-5"))
         .expect("renders");
     assert_eq!(
-        r.body,
+        r.json(),
         json!({
             "model": "claude-sonnet-4-5",
             "max_tokens": 4096,
@@ -152,7 +152,7 @@ fn anthropic_request_body_merges_roles_and_puts_results_first() {
     );
     assert_eq!(r.notes.len(), 1, "{:?}", r.notes);
     assert!(r.notes[0].contains("c2"), "{:?}", r.notes);
-    assert!(!r.body.to_string().contains("private reasoning"));
+    assert!(!r.json().to_string().contains("private reasoning"));
 }
 
 #[test]
@@ -177,9 +177,146 @@ fn anthropic_drops_messages_left_empty_and_merges_around_them() {
     };
     let r = anthropic::render_request(&req, &AnthropicOptions::new("")).expect("renders");
     assert_eq!(
-        r.body["messages"],
+        r.json()["messages"],
         json!([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])
     );
-    assert!(r.body.get("system").is_none());
-    assert!(r.body.get("tools").is_none());
+    assert!(r.json().get("system").is_none());
+    assert!(r.json().get("tools").is_none());
+}
+
+/// The request's strings are copied into the body as the JSON text they arrived as: whatever
+/// they hold (quotes, backslashes, control characters, any Unicode), the body is JSON and
+/// each string reads back exactly, joined and prefixed where the format says so.
+mod in_place {
+    use super::*;
+    use keel_model_wire::request::RequestView;
+    use proptest::prelude::*;
+
+    fn request(user: &str, result: &str, is_error: bool, arguments: &str) -> ModelRequest {
+        ModelRequest {
+            compacts_on_overflow: true,
+            conversation: None,
+            model: String::new(),
+            system: format!("s{user}"),
+            messages: vec![
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        Block::Text { text: user.into() },
+                        Block::Text {
+                            text: result.into(),
+                        },
+                    ],
+                },
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        Block::Text { text: user.into() },
+                        Block::ToolCall {
+                            id: result.into(),
+                            name: "t".into(),
+                            arguments: arguments.into(),
+                        },
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![Block::ToolResult {
+                        call_id: result.into(),
+                        content: result.into(),
+                        is_error,
+                    }],
+                },
+            ],
+            tools: vec![ToolDef {
+                name: user.into(),
+                description: result.into(),
+                input_schema: json!({"type": "object", "description": user}),
+            }],
+            max_tokens: 7,
+        }
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[\"\\\\\\n\\t\\u{0}-\\u{1f}\\u{7f}\\u{2028}\\u{fffd}a/ ]{0,24}",
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn strings_read_back_exactly(
+            user in text(),
+            result in text(),
+            is_error: bool,
+            arguments in prop_oneof![text(), Just(r#"{"path": "a\"b"}"#.to_string())],
+        ) {
+            let req = request(&user, &result, is_error, &arguments);
+            let args_json = serde_json::from_str::<serde_json::Value>(&arguments).is_ok();
+
+            let o = openai::render_request(&req, &OpenAiOptions::new("m")).expect("renders");
+            let body: serde_json::Value = serde_json::from_slice(&o.body).expect("JSON");
+            let m = &body["messages"];
+            prop_assert_eq!(&m[0]["content"], &json!(format!("s{user}")));
+            prop_assert_eq!(&m[1]["content"], &json!(format!("{user}\n{result}")));
+            prop_assert_eq!(&m[2]["content"], &json!(user));
+            prop_assert_eq!(&m[2]["tool_calls"][0]["id"], &json!(result));
+            let sent = if args_json { arguments.as_str() } else { "{}" };
+            prop_assert_eq!(&m[2]["tool_calls"][0]["function"]["arguments"], &json!(sent));
+            let content = if is_error { format!("Error: {result}") } else { result.clone() };
+            prop_assert_eq!(&m[3]["content"], &json!(content));
+            prop_assert_eq!(&body["tools"][0]["function"]["description"], &json!(result));
+            prop_assert_eq!(&body["tools"][0]["function"]["parameters"]["description"], &json!(user));
+
+            let a = anthropic::render_request(&req, &AnthropicOptions::new("m")).expect("renders");
+            let body: serde_json::Value = serde_json::from_slice(&a.body).expect("JSON");
+            prop_assert_eq!(&body["system"], &json!(format!("s{user}")));
+            let m = &body["messages"];
+            let texts: Vec<&str> = [user.as_str(), result.as_str()]
+                .into_iter()
+                .filter(|t| !t.is_empty())
+                .collect();
+            for (i, t) in texts.iter().enumerate() {
+                prop_assert_eq!(&m[0]["content"][i]["text"], &json!(t));
+            }
+            // A message left without blocks is dropped.
+            let m = &m.as_array().expect("messages")[usize::from(!texts.is_empty())..];
+            let input = match serde_json::from_str::<serde_json::Value>(&arguments) {
+                Ok(v) if v.is_object() => v,
+                _ => json!({}),
+            };
+            let call = m[0]["content"].as_array().expect("blocks").last().expect("a call");
+            prop_assert_eq!(&call["input"], &input);
+            prop_assert_eq!(&call["id"], &json!(result));
+            prop_assert_eq!(&m[1]["content"][0]["content"], &json!(result));
+            prop_assert_eq!(&m[1]["content"][0]["is_error"], &json!(is_error));
+        }
+    }
+
+    #[test]
+    fn a_request_that_is_not_one_is_refused_with_what_is_wrong() {
+        for (json, says) in [
+            (
+                r#"{"system":1,"messages":[],"tools":[],"max_tokens":1}"#,
+                "expected a string",
+            ),
+            (
+                r#"{"system":"","messages":[{"role":"user","content":[{"type":"picture"}]}],"tools":[],"max_tokens":1}"#,
+                "unknown block type `picture`",
+            ),
+            (
+                r#"{"system":"","messages":[{"role":"user","content":[{"type":"tool_result","content":"x"}]}],"tools":[],"max_tokens":1}"#,
+                "needs `call_id`",
+            ),
+            (
+                "{\"system\":\"a\u{1}\",\"messages\":[],\"tools\":[],\"max_tokens\":1}",
+                "control character",
+            ),
+            (r#"{"system":"a"}"#, "not a ModelRequest"),
+        ] {
+            let e = RequestView::parse(json).expect_err(json).to_string();
+            assert!(e.contains(says), "{json}: {e}");
+        }
+    }
 }
