@@ -76,7 +76,7 @@ fn new_build_publish_install_load_and_call() -> R {
         .env("CARGO_NET_OFFLINE", "true")
         .assert()
         .success()
-        .stdout(predicate::str::contains("ABI keel:plugin@0.2.0"))
+        .stdout(predicate::str::contains("ABI keel:plugin@0.4.0"))
         .stdout(predicate::str::ends_with("ok\n"));
     assert!(crate_dir.join("word-count.wasm").is_file());
 
