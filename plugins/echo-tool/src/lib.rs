@@ -109,7 +109,7 @@ mod tests {
             matches!(&err, Some(ActivateError::InvalidConfig(m)) if m.contains("unknown field `prefx`")),
             "{err:?}"
         );
-        // Nothing was registered by the activation that failed.
+        // What a failed activation registered is undone, as the kernel undoes it.
         assert!(mock::with_host(|h| h.tools.is_empty()));
     }
 }

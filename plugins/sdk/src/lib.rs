@@ -1152,6 +1152,25 @@ mod tests {
         );
     }
 
+    /// Registers its tool, then finds what it needs absent.
+    struct HalfActivated;
+
+    impl Plugin for HalfActivated {
+        fn activate_typed(_config: &str) -> Result<Self, ActivateError> {
+            tools::register_tool::<Words>()?;
+            Err(ActivateError::Unavailable("the index is not built".into()))
+        }
+    }
+
+    #[test]
+    fn a_failed_activation_is_undone_and_keeps_its_kind() {
+        assert_eq!(
+            mock::activate::<HalfActivated>("{}").err(),
+            Some(ActivateError::Unavailable("the index is not built".into()))
+        );
+        assert!(mock::with_host(|h| h.tools.is_empty()));
+    }
+
     #[test]
     fn the_mock_host_records_and_answers_what_the_test_scripted() {
         assert!(matches!(

@@ -127,8 +127,12 @@ pub fn reset() {
 
 /// Activate `P` with `config` the way the kernel does (through the adapter
 /// [`export_plugin!`](crate::export_plugin) exports), against this thread's mock host.
+/// When activation fails, the host undoes what the plugin registered, as the kernel does.
 pub fn activate<P: Plugin>(config: &str) -> Result<Activated<P>, ActivateError> {
-    crate::__private::Adapter::<P>::activate(config.to_owned()).map_err(ActivateError::from)?;
+    if let Err(e) = crate::__private::Adapter::<P>::activate(config.to_owned()) {
+        undo_registrations();
+        return Err(e.into());
+    }
     Ok(Activated {
         active: true,
         plugin: PhantomData,
@@ -203,6 +207,12 @@ impl<P: Plugin> Drop for Activated<P> {
 /// Deactivate `P` and undo what it registered.
 fn unload<P: Plugin>() {
     crate::__private::Adapter::<P>::deactivate();
+    undo_registrations();
+}
+
+/// Forget the tools, services, guards, subscriptions and prompt fragments registered, as the
+/// kernel does when a plugin is unloaded or fails to activate; its state stays.
+fn undo_registrations() {
     with_host(|h| {
         h.tools.clear();
         h.provided.clear();
