@@ -11,7 +11,9 @@ TOOL = "py_words"
 DESCRIPTION = "Counts the words and characters of `text` (a Python plugin)."
 SCHEMA = json.dumps({
     "type": "object",
-    "properties": {"text": {"type": "string", "description": "The text to count."}},
+    "properties": {
+        "text": {"type": "string", "minLength": 1, "description": "The text to count."},
+    },
     "required": ["text"],
 })
 
@@ -55,4 +57,6 @@ def run(name: str, input: str) -> str:
     text = value.get("text") if isinstance(value, dict) else None
     if not isinstance(text, str):
         raise InvalidInput("the input needs a string field `text`")
+    if not text:
+        raise InvalidInput("`text` is empty; send the text to count")
     return json.dumps(count(text), sort_keys=True, separators=(",", ":"))

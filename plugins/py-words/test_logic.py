@@ -16,6 +16,11 @@ class ToolTest(unittest.TestCase):
             logic.run(logic.TOOL, json.dumps({"text": 3}))
         self.assertIn("`text`", str(caught.exception))
 
+    def test_an_empty_text_is_invalid_input(self):
+        with self.assertRaises(logic.InvalidInput) as caught:
+            logic.run(logic.TOOL, json.dumps({"text": ""}))
+        self.assertIn("empty", str(caught.exception))
+
     def test_input_that_is_not_json_is_invalid_input(self):
         with self.assertRaises(logic.InvalidInput):
             logic.run(logic.TOOL, "{not json")

@@ -224,7 +224,7 @@ mod tests {
             let report = String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success(), "{}: {report}", dir.display());
             assert!(
-                report.contains("Ran 6 tests") && report.contains("\nOK"),
+                report.contains("Ran 7 tests") && report.contains("\nOK"),
                 "{report}"
             );
             assert!(
