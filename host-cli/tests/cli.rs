@@ -130,7 +130,7 @@ fn plugin_check_validates_and_refuses_clearly() -> R {
         .arg(&plugin)
         .assert()
         .success()
-        .stdout(predicate::str::contains("ABI keel:plugin@0.2.0"))
+        .stdout(predicate::str::contains("ABI keel:plugin@0.4.0"))
         .stdout(predicate::str::ends_with("ok\n"));
 
     // A malformed manifest: the file, the line and the field.

@@ -76,7 +76,7 @@ fn new_build_publish_install_load_and_call() -> R {
         .env("CARGO_NET_OFFLINE", "true")
         .assert()
         .success()
-        .stdout(predicate::str::contains("ABI keel:plugin@0.2.0"))
+        .stdout(predicate::str::contains("ABI keel:plugin@0.4.0"))
         .stdout(predicate::str::ends_with("ok\n"));
     assert!(crate_dir.join("word-count.wasm").is_file());
 
@@ -464,7 +464,11 @@ fn a_python_plugin_is_made_built_and_called() -> R {
         .stdout(predicate::str::contains(
             r#"✔ tool tiny_count {"text":"hello keel world"} → {"chars":16,"words":3}"#,
         ))
-        .stdout(predicate::str::contains("2 call(s), all as expected"));
+        // The plugin's own typed error reaches the caller with its kind (ABI 0.4.0).
+        .stdout(predicate::str::contains(
+            "invalid input: `text` is empty; send the text to count",
+        ))
+        .stdout(predicate::str::contains("3 call(s), all as expected"));
     Ok(())
 }
 

@@ -11,12 +11,55 @@ use crate::call_chain::CallChain;
 use crate::host_api::HostHandle;
 use crate::types::{Event, GuardVerdict};
 
+/// What a plugin answered when it refused or failed a call, by kind: ABI 0.4.0's
+/// `tool-error`, `call-error` and `activate-error` in one vocabulary. A plugin built against an
+/// older ABI, a native plugin or an in-process test plugin answers with a bare message, which
+/// is [`PluginError::Failed`].
+///
+/// The text (`Display`) is what the caller and the model read: the kind first, except for a
+/// plain failure and an unknown name, whose messages say it themselves.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PluginError {
+    /// The input or payload is not what the tool or method accepts; the caller should
+    /// correct it.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The configuration is not what the plugin accepts (only from `activate`).
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The plugin has no tool, service or method of that name.
+    #[error("{0}")]
+    Unknown(String),
+    /// The plugin refuses the call.
+    #[error("denied: {0}")]
+    Denied(String),
+    /// Something the plugin needs is absent now; the same call may succeed later.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// The plugin ran and failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for PluginError {
+    /// A bare message (an older ABI's error string): a failure.
+    fn from(message: String) -> Self {
+        PluginError::Failed(message)
+    }
+}
+
+impl From<&str> for PluginError {
+    fn from(message: &str) -> Self {
+        PluginError::Failed(message.to_owned())
+    }
+}
+
 /// Why a call into a plugin's code did not return a value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InstanceError {
     /// The plugin ran and returned an error of its own.
     #[error("{0}")]
-    Returned(String),
+    Returned(PluginError),
     /// The plugin's code trapped or panicked; the instance cannot be used again.
     #[error("trapped: {0}")]
     Trap(String),

@@ -34,7 +34,7 @@ pub use call_chain::{CallChain, CallKind, CpuAccount, Deadline, Deadlines};
 pub use env::{Env, ProcessRecord, ServiceEntry, ToolEntry};
 pub use graph::{GraphError, PluginGraph};
 pub use host_api::HostHandle;
-pub use instance::{InstanceError, PluginInstance, PluginSource};
+pub use instance::{InstanceError, PluginError, PluginInstance, PluginSource};
 pub use lifecycle::{
     Kernel, KernelConfig, LifecycleError, PluginPackage, PluginState, PluginStatus,
 };

@@ -4,6 +4,9 @@
 //! script; each comes with its `keel.toml` manifest. Every fixture is documented in its own
 //! crate; in short:
 //!
+//! - `abi-0-3-tool`: built against keel ABI 0.3.0 with wit-bindgen directly (not keel-sdk);
+//!   registers `legacy_echo` (returns `text`; with `fail`, fails with `the legacy tool failed:
+//!   <fail>`) and `legacy_gone`, which it withdraws through 0.3.0's `tool-list`.
 //! - `spin-loop`: service `fixture.spin`; method `spin` never returns, `ping` returns `pong`.
 //!   Manifest limit `cpu-ms = 500`.
 //! - `memory-bomb`: service `fixture.bomb`; method `allocate` with payload `N` allocates and

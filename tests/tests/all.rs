@@ -1,6 +1,7 @@
 //! The integration tests of keel end to end (real plugin components), as one test binary: each module was a binary of its own,
 //! and linking one binary instead of several keeps builds and CI short.
 
+mod abi_versions;
 mod agent_session;
 mod call_bounds;
 mod home_sealing;

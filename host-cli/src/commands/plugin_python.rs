@@ -14,7 +14,7 @@ use anyhow::{Context as _, bail};
 use clap::ValueEnum;
 use keel_kernel::Manifest;
 
-use super::plugin_sdk::{WIT_PACKAGE, wit_files};
+use super::plugin_sdk::{WIT_PACKAGES, wit_files};
 use super::plugin_template::Kind;
 
 /// The language a new plugin is written in.
@@ -32,12 +32,21 @@ pub const APP: &str = "app.py";
 /// The componentize-py release keel's Python example is built and tested with.
 pub const COMPONENTIZE_PY: &str = "0.25.1";
 
-/// The WIT world Python plugins are built against.
-const WORLD: &str = "tool-plugin";
+/// The WIT world Python plugins are built against: the newest ABI's `tool-plugin`, whose
+/// exports answer with typed errors (`ToolError_InvalidInput`, …, in Python).
+const WORLD: &str = "keel:plugin/tool-plugin@0.4.0";
 
 /// The example, as `keel plugin new --lang python` writes it (its names replaced).
 const EXAMPLE: &[(&str, &str)] = &[
     (APP, include_str!("../../../plugins/py-words/app.py")),
+    (
+        "logic.py",
+        include_str!("../../../plugins/py-words/logic.py"),
+    ),
+    (
+        "test_logic.py",
+        include_str!("../../../plugins/py-words/test_logic.py"),
+    ),
     (
         "keel.toml",
         include_str!("../../../plugins/py-words/keel.toml"),
@@ -85,19 +94,27 @@ pub fn build(dir: &Path, manifest: &Manifest, component: &Path) -> anyhow::Resul
         .with_context(|| format!("cannot find `{}`", dir.display()))?;
     let component = &std::path::absolute(component)
         .with_context(|| format!("cannot resolve `{}`", component.display()))?;
-    let wit = dir.join("wit").join(WIT_PACKAGE);
-    if !wit.is_dir() {
-        bail!(
-            "`{}` is missing; it holds the plugin ABI (`keel plugin new NAME --lang python` \
-             writes it)",
-            wit.display()
-        );
+    // Every version's package: the world of the newest reuses the older ones' interfaces.
+    let mut packages = Vec::new();
+    for (package, _) in WIT_PACKAGES {
+        let wit = dir.join("wit").join(package);
+        if !wit.is_dir() {
+            bail!(
+                "`{}` is missing; it holds the plugin ABI (`keel plugin new NAME --lang python` \
+                 writes it; copy `wit/` from a new one to update an older plugin)",
+                wit.display()
+            );
+        }
+        packages.push(wit);
     }
     let module = APP.trim_end_matches(".py");
     let status = Command::new("componentize-py")
         .current_dir(dir)
-        .arg("-d")
-        .arg(&wit)
+        .args(
+            packages
+                .iter()
+                .flat_map(|wit| [std::ffi::OsStr::new("-d"), wit.as_os_str()]),
+        )
         // `--stub-wasi`: no WASI import at all (CPython would import sockets, files and
         // clocks); the plugin reaches only keel's own interfaces.
         .args(["-w", WORLD, "componentize", module, "--stub-wasi", "-o"])
@@ -177,10 +194,44 @@ mod tests {
         };
         assert!(get("keel.toml").contains("name = \"tiny-count\""));
         assert!(get("keel.toml").contains("component = \"tiny-count.wasm\""));
-        assert!(get(APP).contains("TOOL = \"tiny_count\""));
+        assert!(get("logic.py").contains("TOOL = \"tiny_count\""));
         assert!(get("keel-test.toml").contains("tool = \"tiny_count\""));
         assert!(get("README.md").contains("keel plugin build ."));
         assert!(template("x", Kind::Service).is_err());
+        Ok(())
+    }
+
+    /// The Python example's logic has a native unit test (`python3 -m unittest`, no
+    /// componentize-py): it passes in the example and in a new plugin made from it.
+    #[test]
+    fn the_python_logic_passes_its_unit_tests_natively() -> anyhow::Result<()> {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/py-words");
+        let made = tempfile::tempdir()?;
+        for (path, text) in template("tiny-count", Kind::Tool)? {
+            let path = made.path().join(path);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::write(path, text)?;
+        }
+        for dir in [example.as_path(), made.path()] {
+            let out = Command::new("python3")
+                .current_dir(dir)
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .args(["-m", "unittest", "-v"])
+                .output()
+                .context("python3 runs the unit tests")?;
+            let report = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{}: {report}", dir.display());
+            assert!(
+                report.contains("Ran 7 tests") && report.contains("\nOK"),
+                "{report}"
+            );
+            assert!(
+                report.contains("test_a_text_that_is_not_a_string_is_invalid_input ("),
+                "{report}"
+            );
+        }
         Ok(())
     }
 }

@@ -4,20 +4,41 @@
 //! `Cargo.lock`), so the crate builds offline from registry dependencies alone, without keel's
 //! sources, and builds the same later: nothing in it follows a moving version.
 
-/// The WIT package directory of the base ABI (its `tool-plugin` world is what Python plugins
-/// build against).
-pub const WIT_PACKAGE: &str = "keel-plugin-0.2.0";
+/// The WIT package directories of every ABI this keel hosts, oldest first, with their texts.
+/// Each version reuses the earlier ones' interfaces by name, so a world of the newest needs
+/// them all.
+pub const WIT_PACKAGES: &[(&str, &str)] = &[
+    (
+        "keel-plugin-0.2.0",
+        include_str!("../../../wit/keel-plugin-0.2.0/plugin.wit"),
+    ),
+    (
+        "keel-plugin-0.3.0",
+        include_str!("../../../wit/keel-plugin-0.3.0/plugin.wit"),
+    ),
+    (
+        "keel-plugin-0.4.0",
+        include_str!("../../../wit/keel-plugin-0.4.0/plugin.wit"),
+    ),
+];
 
-/// The WIT package directory of the newest ABI, which adds to the base one.
-const WIT_PACKAGE_LATEST: &str = "keel-plugin-0.3.0";
+/// The WIT package of the newest ABI, which new plugins (Rust and Python) are built against.
+pub const WIT_PACKAGE_LATEST: &str = "keel:plugin@0.4.0";
 
-/// The WIT packages' texts.
-const WIT: &str = include_str!("../../../wit/keel-plugin-0.2.0/plugin.wit");
-const WIT_LATEST: &str = include_str!("../../../wit/keel-plugin-0.3.0/plugin.wit");
+/// The SDK's sources; they bind the WIT at `../../wit/<package>` from the SDK's directory,
+/// which in the vendored layout is the new crate's `wit/`.
+const SDK_SOURCES: &[(&str, &str)] = &[
+    ("lib.rs", include_str!("../../../plugins/sdk/src/lib.rs")),
+    ("mock.rs", include_str!("../../../plugins/sdk/src/mock.rs")),
+];
 
-/// The SDK's source; it binds the WIT at `../../wit/<package>` from its own directory, which
-/// in the vendored layout is the new crate's `wit/`.
-const SDK_LIB: &str = include_str!("../../../plugins/sdk/src/lib.rs");
+/// The SDK's registry dependencies, with the features it needs of each.
+const SDK_DEPENDENCIES: &[(&str, &str)] = &[
+    ("wit-bindgen", ""),
+    ("serde", ", features = [\"derive\"]"),
+    ("serde_json", ""),
+    ("schemars", ""),
+];
 
 /// The lockfile keel was built with: it pins every registry dependency of the SDK and of the
 /// exemplars to the version keel was tested with.
@@ -29,33 +50,37 @@ const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// `(path relative to the new crate, contents)` of the SDK and the lockfile vendored into it
 /// (the WIT it binds is [`wit_files`]).
 pub fn vendored_files() -> anyhow::Result<Vec<(String, String)>> {
-    let bindgen = locked_dependency("keel-sdk", "wit-bindgen").ok_or_else(|| {
-        anyhow::anyhow!(
-            "this keel binary carries no pinned wit-bindgen version for its SDK (its build \
-             lockfile lacks one); pass --sdk PATH to a keel-sdk crate"
-        )
-    })?;
+    let mut dependencies = String::new();
+    for (dependency, features) in SDK_DEPENDENCIES {
+        let version = locked_dependency("keel-sdk", dependency).ok_or_else(|| {
+            anyhow::anyhow!(
+                "this keel binary carries no pinned {dependency} version for its SDK (its build \
+                 lockfile lacks one); pass --sdk PATH to a keel-sdk crate"
+            )
+        })?;
+        dependencies.push_str(&format!(
+            "{dependency} = {{ version = \"={version}\"{features} }}\n"
+        ));
+    }
     let cargo_toml = format!(
-        "# The keel SDK for the plugin ABI {WIT_PACKAGE}, vendored by `keel plugin new`.\n\
+        "# The keel SDK for the plugin ABI {WIT_PACKAGE_LATEST}, vendored by `keel plugin new`.\n\
          [package]\nname = \"keel-sdk\"\nversion = \"{SDK_VERSION}\"\nedition = \"2024\"\n\
-         publish = false\n\n[dependencies]\nwit-bindgen = \"={bindgen}\"\n"
+         publish = false\n\n[dependencies]\n{dependencies}"
     );
-    Ok(vec![
-        ("vendor/keel-sdk/Cargo.toml".to_owned(), cargo_toml),
-        ("vendor/keel-sdk/src/lib.rs".to_owned(), SDK_LIB.to_owned()),
-        ("Cargo.lock".to_owned(), LOCKFILE.to_owned()),
-    ])
+    let mut files = vec![("vendor/keel-sdk/Cargo.toml".to_owned(), cargo_toml)];
+    for (file, text) in SDK_SOURCES {
+        files.push((format!("vendor/keel-sdk/src/{file}"), (*text).to_owned()));
+    }
+    files.push(("Cargo.lock".to_owned(), LOCKFILE.to_owned()));
+    Ok(files)
 }
 
 /// The WIT packages of the ABI this keel hosts, as `(path relative to the crate, contents)`.
 pub fn wit_files() -> Vec<(String, String)> {
-    vec![
-        (format!("wit/{WIT_PACKAGE}/plugin.wit"), WIT.to_owned()),
-        (
-            format!("wit/{WIT_PACKAGE_LATEST}/plugin.wit"),
-            WIT_LATEST.to_owned(),
-        ),
-    ]
+    WIT_PACKAGES
+        .iter()
+        .map(|(dir, text)| (format!("wit/{dir}/plugin.wit"), (*text).to_owned()))
+        .collect()
 }
 
 /// The version of `dependency` that `package` resolved to in keel's lockfile: the entry in the
@@ -100,23 +125,29 @@ mod tests {
                 .unwrap_or_default()
         };
         let cargo = get("vendor/keel-sdk/Cargo.toml");
-        assert!(cargo.contains("wit-bindgen = \"=0."), "{cargo}");
+        assert!(cargo.contains("wit-bindgen = { version = \"=0."), "{cargo}");
+        assert!(cargo.contains("schemars = { version = \"=1."), "{cargo}");
+        assert!(cargo.contains("serde = { version = \"=1."), "{cargo}");
         assert!(!cargo.contains("workspace"), "standalone: {cargo}");
+        assert!(get("vendor/keel-sdk/src/mock.rs").contains("pub struct MockHost"));
         // The SDK binds the WIT where the vendored layout puts it.
         let lib = get("vendor/keel-sdk/src/lib.rs");
-        assert!(
-            lib.contains(&format!(
-                "path: [\"../../wit/{WIT_PACKAGE}\", \"../../wit/{WIT_PACKAGE_LATEST}\"]"
-            )),
-            "the SDK's WIT path changed; change the vendored layout with it"
-        );
-        assert!(
-            get(&format!("wit/{WIT_PACKAGE}/plugin.wit")).contains("package keel:plugin@0.2.0")
-        );
-        assert!(
-            get(&format!("wit/{WIT_PACKAGE_LATEST}/plugin.wit"))
-                .contains("package keel:plugin@0.3.0")
-        );
+        for (dir, text) in WIT_PACKAGES {
+            assert!(
+                lib.contains(&format!("\"../../wit/{dir}\"")),
+                "the SDK's WIT path changed; change the vendored layout with it"
+            );
+            let version = dir.trim_start_matches("keel-plugin-");
+            assert!(
+                get(&format!("wit/{dir}/plugin.wit"))
+                    .contains(&format!("package keel:plugin@{version}"))
+            );
+            assert_eq!(get(&format!("wit/{dir}/plugin.wit")), *text);
+        }
+        assert!(lib.contains(&format!(
+            "world: \"keel:plugin/keel-plugin@{}\"",
+            WIT_PACKAGE_LATEST.trim_start_matches("keel:plugin@")
+        )));
         Ok(())
     }
 }

@@ -21,7 +21,7 @@ pub enum Kind {
 pub fn render(name: &str, kind: Kind, sdk: &str) -> Vec<(String, String)> {
     let ident = name.replace('-', "_");
     vec![
-        ("Cargo.toml".to_owned(), cargo_toml(name, sdk)),
+        ("Cargo.toml".to_owned(), cargo_toml(name, kind, sdk)),
         ("keel.toml".to_owned(), keel_toml(name, kind)),
         ("src/lib.rs".to_owned(), lib_rs(name, &ident, kind)),
         (".gitignore".to_owned(), "/target\n/*.wasm\n".to_owned()),
@@ -29,7 +29,13 @@ pub fn render(name: &str, kind: Kind, sdk: &str) -> Vec<(String, String)> {
     ]
 }
 
-fn cargo_toml(name: &str, sdk: &str) -> String {
+fn cargo_toml(name: &str, kind: Kind, sdk: &str) -> String {
+    // A tool is declared by its input type: serde reads it, schemars derives its schema.
+    let typed = if kind == Kind::Tool {
+        "serde = { version = \"1\", features = [\"derive\"] }\nschemars = \"1\"\n"
+    } else {
+        ""
+    };
     format!(
         r#"[package]
 name = "{name}"
@@ -43,7 +49,7 @@ crate-type = ["cdylib"]
 [dependencies]
 keel-sdk = {{ path = {sdk:?} }}
 serde_json = "1"
-
+{typed}
 # A workspace of its own, so an enclosing workspace does not capture this crate.
 [workspace]
 
@@ -135,50 +141,52 @@ fn lib_rs(name: &str, ident: &str, kind: Kind) -> String {
         Kind::Tool => format!(
             r##"//! keel plugin `{name}`: registers the tool `{ident}`, which counts the words and
 //! characters of its input's `text`.
+//!
+//! The tool is declared once, by its input type: its doc comments are what the model reads
+//! and its JSON Schema is derived. `cargo test` runs the plugin natively against keel-sdk's
+//! mock host.
 
-use keel_sdk::{{Plugin, ToolCapabilities, ToolSpec, tools}};
+use keel_sdk::{{ActivateError, Plugin, Tool, ToolError, tools}};
+use schemars::JsonSchema;
+use serde::Deserialize;
 
-/// The tool's name, as the agent sees it.
-const TOOL: &str = "{ident}";
+/// Counts the words and characters of `text`.
+#[derive(Deserialize, JsonSchema)]
+struct Count {{
+    /// The text to count.
+    text: String,
+}}
 
-/// The JSON Schema of the tool's input.
-const SCHEMA: &str =
-    r#"{{"type":"object","properties":{{"text":{{"type":"string"}}}},"required":["text"]}}"#;
+impl Tool for Count {{
+    const NAME: &'static str = "{ident}";
+    const PARALLEL_SAFE: bool = true;
+}}
 
 /// The plugin instance; it holds nothing itself.
 struct Counter;
 
 impl Plugin for Counter {{
-    fn activate(_config: &str) -> Result<Self, String> {{
-        tools::register(
-            ToolSpec::new(TOOL, "Counts the words and characters of `text`.", SCHEMA)
-                .capabilities(ToolCapabilities::empty())
-                .parallel_safe(true),
-        )?;
+    fn activate_typed(_config: &str) -> Result<Self, ActivateError> {{
+        tools::register_tool::<Count>()?;
         Ok(Counter)
     }}
 
-    fn invoke_tool(&mut self, name: &str, input: &str) -> Result<String, String> {{
-        if name != TOOL {{
-            return Err(format!("no such tool: {{name}}"));
+    fn invoke_tool_typed(&mut self, name: &str, input: &str) -> Result<String, ToolError> {{
+        match name {{
+            // Input that does not fit `Count` is `invalid input`, which the model corrects.
+            Count::NAME => Ok(count(&Count::parse(input)?)),
+            other => Err(ToolError::unknown(other)),
         }}
-        count(input)
     }}
 }}
 
-/// The tool's logic, free of kernel calls so that `cargo test` runs it natively.
-fn count(input: &str) -> Result<String, String> {{
-    let input: serde_json::Value =
-        serde_json::from_str(input).map_err(|e| format!("input is not JSON: {{e}}"))?;
-    let text = input
-        .get("text")
-        .and_then(serde_json::Value::as_str)
-        .ok_or("input needs a string field `text`")?;
-    Ok(serde_json::json!({{
-        "words": text.split_whitespace().count(),
-        "chars": text.chars().count(),
+/// The tool's logic.
+fn count(input: &Count) -> String {{
+    serde_json::json!({{
+        "words": input.text.split_whitespace().count(),
+        "chars": input.text.chars().count(),
     }})
-    .to_string())
+    .to_string()
 }}
 
 keel_sdk::export_plugin!(Counter);
@@ -186,15 +194,24 @@ keel_sdk::export_plugin!(Counter);
 #[cfg(test)]
 mod tests {{
     use super::*;
+    use keel_sdk::mock;
 
     #[test]
     fn counts_words_and_characters() {{
+        let plugin = mock::activate::<Counter>("{{}}").expect("activates");
+        assert!(mock::with_host(|host| host.tool(Count::NAME).is_some()));
         assert_eq!(
-            count(r#"{{"text":"hello keel world"}}"#),
+            plugin.invoke_tool(Count::NAME, r#"{{"text":"hello keel world"}}"#),
             Ok(r#"{{"chars":16,"words":3}}"#.to_string())
         );
-        assert!(count("{{}}").is_err());
-        assert!(count("not json").is_err());
+        assert!(matches!(
+            plugin.invoke_tool(Count::NAME, "{{}}"),
+            Err(ToolError::InvalidInput(_))
+        ));
+        assert!(matches!(
+            plugin.invoke_tool(Count::NAME, "not json"),
+            Err(ToolError::InvalidInput(_))
+        ));
     }}
 }}
 "##

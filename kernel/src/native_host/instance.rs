@@ -102,7 +102,7 @@ impl NativeInstance {
             .map_err(|e| library.host_error(op, &format!("did not return: {e}")))??;
         match serde_json::from_slice::<PluginResponse>(&bytes) {
             Ok(PluginResponse::Ok(value)) => Ok(value),
-            Ok(PluginResponse::Err(message)) => Err(InstanceError::Returned(message)),
+            Ok(PluginResponse::Err(message)) => Err(InstanceError::Returned(message.into())),
             Err(e) => Err(library.host_error(
                 op,
                 &format!(

@@ -9,26 +9,34 @@ use super::WasmError;
 use crate::manifest::Capabilities;
 
 /// The newest keel plugin ABI (WIT package `keel:plugin`) this kernel hosts.
-pub const SUPPORTED_ABI: Version = Version::new(0, 3, 0);
+pub const SUPPORTED_ABI: Version = Version::new(0, 4, 0);
 
 /// The first ABI, whose interfaces every later one keeps (a 0.3.0 component imports them and
 /// exports `plugin` at this version).
 const BASE_ABI: Version = Version::new(0, 2, 0);
 
-/// What each hosted version adds beyond [`BASE_ABI`].
+/// The version between them, which added interfaces.
+const ABI_0_3: Version = Version::new(0, 3, 0);
+
+/// The interfaces each later version defines anew (0.2.0 defines every other one). 0.4.0
+/// redefines `plugin`, the export, with typed errors; its other names are 0.2.0's and 0.3.0's.
 const ADDED_IN_0_3: &[&str] = &["processes", "tool-list"];
+const ADDED_IN_0_4: &[&str] = &["plugin"];
 
 /// The ABI versions this kernel hosts, for messages.
 fn hosted() -> String {
-    format!("{BASE_ABI} and {SUPPORTED_ABI}")
+    format!("{BASE_ABI}, {ABI_0_3} and {SUPPORTED_ABI}")
 }
 
-/// Whether `interface` exists at `version` in an ABI this kernel hosts.
+/// Whether `interface` exists at `version` in an ABI this kernel hosts (glue in
+/// `abi_versions/since_v*`).
 fn hosted_interface(interface: &str, version: &Version) -> bool {
     if *version == BASE_ABI {
         !ADDED_IN_0_3.contains(&interface)
+    } else if *version == ABI_0_3 {
+        ADDED_IN_0_3.contains(&interface)
     } else {
-        *version == SUPPORTED_ABI && ADDED_IN_0_3.contains(&interface)
+        *version == SUPPORTED_ABI && ADDED_IN_0_4.contains(&interface)
     }
 }
 

@@ -9,7 +9,7 @@
 //! ```
 
 mod abi;
-mod bindings;
+mod abi_versions;
 mod cache;
 mod carve_out;
 mod keep_mode;
@@ -24,12 +24,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
 pub use abi::{ComponentReport, SUPPORTED_ABI, check_imports};
 
-use bindings::{KeelPlugin, KeelPluginPre};
+use abi_versions::PluginPre;
 use cache::{DiskCache, Miss};
 use limits::Ticker;
 use store::{StoreState, WasmSource};
@@ -75,8 +75,8 @@ pub enum WasmError {
     },
     /// The component does not export the keel plugin interface.
     #[error(
-        "plugin `{plugin}` is not a keel plugin: it does not export `keel:plugin/plugin@{}` \
-         (its exports: {}); build it with keel-sdk", "0.2.0", list(.exports)
+        "plugin `{plugin}` is not a keel plugin: it does not export `{}` \
+         (its exports: {}); build it with keel-sdk", abi_versions::PLUGIN_EXPORT_0_4, list(.exports)
     )]
     NotAPlugin {
         /// The plugin's name.
@@ -320,19 +320,7 @@ impl WasmHost {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         keep_mode::add_to_linker(&mut linker).map_err(engine_error)?;
         carve_out::add_to_linker(&mut linker).map_err(engine_error)?;
-        KeelPlugin::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
-            .map_err(engine_error)?;
-        // ABI 0.3.0 adds two interfaces; the rest of a 0.3.0 component links against the above.
-        bindings::v0_3::keel::plugin0_3_0::processes::add_to_linker::<_, HasSelf<StoreState>>(
-            &mut linker,
-            |state| state,
-        )
-        .map_err(engine_error)?;
-        bindings::v0_3::keel::plugin0_3_0::tool_list::add_to_linker::<_, HasSelf<StoreState>>(
-            &mut linker,
-            |state| state,
-        )
-        .map_err(engine_error)?;
+        abi_versions::add_to_linker(&mut linker).map_err(engine_error)?;
 
         let ticker = Ticker::start(engine.clone())
             .map_err(|e| WasmError::Engine(format!("cannot start the epoch ticker: {e}")))?;
@@ -457,7 +445,7 @@ impl WasmHost {
             .linker
             .instantiate_pre(&component)
             .map_err(link_error)?;
-        let pre = KeelPluginPre::new(pre).map_err(link_error)?;
+        let pre = PluginPre::new(pre, &report).map_err(link_error)?;
         Ok(WasmComponent {
             inner: Arc::new(ComponentInner {
                 plugin: plugin.to_owned(),
@@ -590,7 +578,7 @@ pub fn inspect_component(
         .inner
         .linker
         .instantiate_pre(&component)
-        .and_then(KeelPluginPre::new)
+        .and_then(|pre| PluginPre::new(pre, &report))
     {
         report.link_error = Some(format!("{e:#}"));
     }
@@ -599,7 +587,7 @@ pub fn inspect_component(
 
 struct ComponentInner {
     plugin: String,
-    pre: KeelPluginPre<StoreState>,
+    pre: PluginPre,
     report: ComponentReport,
     cache: CacheStatus,
     host: Arc<HostInner>,
@@ -641,7 +629,7 @@ impl WasmComponent {
         &self.inner.host.engine
     }
 
-    fn pre(&self) -> &KeelPluginPre<StoreState> {
+    fn pre(&self) -> &PluginPre {
         &self.inner.pre
     }
 }

@@ -8,14 +8,14 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::bindings::{self, KeelPlugin};
+use super::abi_versions::PluginExports;
 use super::carve_out::CarvedOut;
 use super::limits::{CpuMeter, MemoryLimiter, Metered, Overrun, Verdict, format_limit, format_mib};
 use super::{WasmComponent, WasmGrants, wasi};
 use crate::call_chain::CallChain;
 use crate::host_api::HostHandle;
-use crate::instance::{InstanceError, PluginInstance, PluginSource};
-use crate::types::{Event, GuardDecision, GuardVerdict};
+use crate::instance::{InstanceError, PluginError, PluginInstance, PluginSource};
+use crate::types::{Event, GuardVerdict};
 
 /// The data of a plugin's store.
 pub(crate) struct StoreState {
@@ -110,7 +110,7 @@ impl PluginSource for WasmSource {
 /// A live plugin instance.
 struct WasmInstance {
     store: Store<StoreState>,
-    bindings: KeelPlugin,
+    bindings: PluginExports,
     plugin: Arc<str>,
     /// Why the instance must not be entered again, after a trap, an exceeded limit, or a call
     /// that was cancelled halfway.
@@ -152,7 +152,7 @@ impl WasmInstance {
     fn finish<R>(
         &mut self,
         export: &'static str,
-        result: wasmtime::Result<Result<R, String>>,
+        result: wasmtime::Result<Result<R, PluginError>>,
     ) -> Result<R, InstanceError> {
         self.in_call = None;
         let spent = self.store.data().meter.end_call();
@@ -234,7 +234,7 @@ fn trap_error(plugin: &str, export: &str, e: &wasmtime::Error) -> InstanceError 
 }
 
 /// `Ok(())` for exports whose WIT result is empty, so every call goes through `finish`.
-fn unit(result: wasmtime::Result<()>) -> wasmtime::Result<Result<(), String>> {
+fn unit(result: wasmtime::Result<()>) -> wasmtime::Result<Result<(), PluginError>> {
     result.map(Ok)
 }
 
@@ -242,20 +242,14 @@ fn unit(result: wasmtime::Result<()>) -> wasmtime::Result<Result<(), String>> {
 impl PluginInstance for WasmInstance {
     async fn activate(&mut self, chain: &CallChain, config: &str) -> Result<(), InstanceError> {
         let meter = self.begin("activate", chain)?;
-        let call = self
-            .bindings
-            .keel_plugin_plugin()
-            .call_activate(&mut self.store, config);
+        let call = self.bindings.activate(&mut self.store, config);
         let result = Metered::new(meter, call).await;
         self.finish("activate", result)
     }
 
     async fn deactivate(&mut self, chain: &CallChain) -> Result<(), InstanceError> {
         let meter = self.begin("deactivate", chain)?;
-        let call = self
-            .bindings
-            .keel_plugin_plugin()
-            .call_deactivate(&mut self.store);
+        let call = self.bindings.deactivate(&mut self.store);
         let result = Metered::new(meter, call).await;
         self.finish("deactivate", unit(result))
     }
@@ -268,12 +262,9 @@ impl PluginInstance for WasmInstance {
         payload: &str,
     ) -> Result<String, InstanceError> {
         let meter = self.begin("handle-call", chain)?;
-        let call = self.bindings.keel_plugin_plugin().call_handle_call(
-            &mut self.store,
-            service,
-            method,
-            payload,
-        );
+        let call = self
+            .bindings
+            .handle_call(&mut self.store, service, method, payload);
         let result = Metered::new(meter, call).await;
         self.finish("handle-call", result)
     }
@@ -285,21 +276,14 @@ impl PluginInstance for WasmInstance {
         input: &str,
     ) -> Result<String, InstanceError> {
         let meter = self.begin("invoke-tool", chain)?;
-        let call =
-            self.bindings
-                .keel_plugin_plugin()
-                .call_invoke_tool(&mut self.store, name, input);
+        let call = self.bindings.invoke_tool(&mut self.store, name, input);
         let result = Metered::new(meter, call).await;
         self.finish("invoke-tool", result)
     }
 
     async fn on_event(&mut self, chain: &CallChain, event: &Event) -> Result<(), InstanceError> {
         let meter = self.begin("on-event", chain)?;
-        let event = event.into();
-        let call = self
-            .bindings
-            .keel_plugin_plugin()
-            .call_on_event(&mut self.store, &event);
+        let call = self.bindings.on_event(&mut self.store, event);
         let result = Metered::new(meter, call).await;
         self.finish("on-event", unit(result))
     }
@@ -312,22 +296,10 @@ impl PluginInstance for WasmInstance {
         input: &str,
     ) -> Result<GuardVerdict, InstanceError> {
         let meter = self.begin("check-tool-call", chain)?;
-        let call = self.bindings.keel_plugin_plugin().call_check_tool_call(
-            &mut self.store,
-            guard,
-            tool,
-            input,
-        );
+        let call = self
+            .bindings
+            .check_tool_call(&mut self.store, guard, tool, input);
         let result = Metered::new(meter, call).await;
-        let verdict = self.finish("check-tool-call", result.map(Ok))?;
-        let decision = match verdict.decision {
-            bindings::keel::plugin::types::GuardDecision::Allow => GuardDecision::Allow,
-            bindings::keel::plugin::types::GuardDecision::Prompt => GuardDecision::Prompt,
-            bindings::keel::plugin::types::GuardDecision::Forbid => GuardDecision::Forbid,
-        };
-        Ok(GuardVerdict {
-            decision,
-            reason: verdict.reason,
-        })
+        self.finish("check-tool-call", result.map(Ok))
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::call_chain::CallChain;
 use crate::host_api::HostHandle;
-use crate::instance::{InstanceError, PluginInstance};
+use crate::instance::{InstanceError, PluginError, PluginInstance};
 use wasmtime::OptLevel;
 
 /// A keel plugin whose `activate` does what its config says (its first byte, or `x` in a
@@ -270,21 +270,201 @@ fn chain(plugin: &str) -> CallChain {
 #[test]
 fn abi_mismatch_names_both_versions() {
     let err = host()
-        .compile("future", &plugin_of_version("0.4.0"))
+        .compile("future", &plugin_of_version("0.5.0"))
         .expect_err("must be refused");
     assert_eq!(
         err,
         WasmError::AbiMismatch {
             plugin: "future".into(),
-            found: "0.4.0".into(),
-            supported: "0.2.0 and 0.3.0".into(),
+            found: "0.5.0".into(),
+            supported: "0.2.0, 0.3.0 and 0.4.0".into(),
         }
     );
     assert_eq!(
         err.to_string(),
-        "plugin `future` was built against keel ABI 0.4.0; this keel hosts ABI 0.2.0 and 0.3.0; \
-         rebuild it against this keel's keel-sdk and WIT (`keel plugin new` vendors both)"
+        "plugin `future` was built against keel ABI 0.5.0; this keel hosts ABI 0.2.0, 0.3.0 and \
+         0.4.0; rebuild it against this keel's keel-sdk and WIT (`keel plugin new` vendors both)"
     );
+    // 0.3.0 defines only what it adds: a `plugin` export at 0.3.0 is no ABI keel hosts.
+    let err = host()
+        .compile("odd", &plugin_of_version("0.3.0"))
+        .expect_err("must be refused");
+    assert!(matches!(err, WasmError::AbiMismatch { .. }), "{err}");
+}
+
+/// A keel plugin of ABI 0.4.0 whose every answer is decided by the first byte of its input
+/// (`invoke-tool`), payload (`handle-call`) or config (`activate`): a digit `n` below 5 is the
+/// error case `n` of the export's variant with the whole text as its message; anything else
+/// succeeds, echoing the text. `check-tool-call` forbids.
+const PLUGIN_0_4_WAT: &str = r#"
+(component
+  (core module $M
+    (memory (export "memory") 1)
+    (global $heap (mut i32) (i32.const 4096))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $r i32)
+      (local.set $r (global.get $heap))
+      (global.set $heap
+        (i32.add (global.get $heap)
+          (i32.and (i32.add (local.get 3) (i32.const 15)) (i32.const -8))))
+      (local.get $r))
+    ;; result<string, variant { case0(string) … }> at address 0: [0] ok/err, then the string
+    ;; at 4 (ok), or the case at 4 and the string at 8 (err).
+    (func $answer (param $p i32) (param $l i32) (result i32)
+      (local $c i32)
+      (local.set $c (i32.sub (i32.load8_u (local.get $p)) (i32.const 48)))
+      (if (i32.lt_u (local.get $c) (i32.const 5))
+        (then
+          (i32.store8 (i32.const 0) (i32.const 1))
+          (i32.store8 (i32.const 4) (local.get $c))
+          (i32.store (i32.const 8) (local.get $p))
+          (i32.store (i32.const 12) (local.get $l)))
+        (else
+          (i32.store8 (i32.const 0) (i32.const 0))
+          (i32.store (i32.const 4) (local.get $p))
+          (i32.store (i32.const 8) (local.get $l))))
+      (i32.const 0))
+    (func (export "activate") (param i32 i32) (result i32)
+      (call $answer (local.get 0) (local.get 1)))
+    (func (export "deactivate"))
+    (func (export "handle-call") (param i32 i32 i32 i32 i32 i32) (result i32)
+      (call $answer (local.get 4) (local.get 5)))
+    (func (export "invoke-tool") (param i32 i32 i32 i32) (result i32)
+      (call $answer (local.get 2) (local.get 3)))
+    (func (export "on-event") (param i32 i32 i32 i32 i32 i32))
+    (func (export "check-tool-call") (param i32 i32 i32 i32 i32 i32) (result i32)
+      (i32.store8 (i32.const 16) (i32.const 2))
+      (i32.store (i32.const 20) (i32.const 0))
+      (i32.store (i32.const 24) (i32.const 0))
+      (i32.const 16))
+  )
+  (core instance $m (instantiate $M))
+  (alias core export $m "memory" (core memory $memory))
+  (alias core export $m "realloc" (core func $realloc))
+  (type $event' (record (field "topic" string) (field "source" string) (field "payload" string)))
+  (export $event "event" (type $event'))
+  (type $decision' (enum "allow" "prompt" "forbid"))
+  (export $decision "guard-decision" (type $decision'))
+  (type $verdict' (record (field "decision" $decision) (field "reason" string)))
+  (export $verdict "guard-verdict" (type $verdict'))
+  (type $ae' (variant (case "invalid-config" string) (case "unavailable" string)
+    (case "failed" string)))
+  (export $ae "activate-error" (type $ae'))
+  (type $ce' (variant (case "unknown-method" string) (case "invalid-input" string)
+    (case "denied" string) (case "unavailable" string) (case "failed" string)))
+  (export $ce "call-error" (type $ce'))
+  (type $te' (variant (case "invalid-input" string) (case "unknown-tool" string)
+    (case "denied" string) (case "unavailable" string) (case "failed" string)))
+  (export $te "tool-error" (type $te'))
+  (func $activate (param "config" string) (result (result (error $ae)))
+    (canon lift (core func $m "activate") (memory $memory) (realloc $realloc)))
+  (func $deactivate (canon lift (core func $m "deactivate")))
+  (func $handle_call (param "service" string) (param "method" string) (param "payload" string)
+    (result (result string (error $ce)))
+    (canon lift (core func $m "handle-call") (memory $memory) (realloc $realloc)))
+  (func $invoke_tool (param "name" string) (param "input" string)
+    (result (result string (error $te)))
+    (canon lift (core func $m "invoke-tool") (memory $memory) (realloc $realloc)))
+  (func $on_event (param "event" $event)
+    (canon lift (core func $m "on-event") (memory $memory) (realloc $realloc)))
+  (func $check_tool_call (param "guard" string) (param "tool" string) (param "input" string)
+    (result $verdict)
+    (canon lift (core func $m "check-tool-call") (memory $memory) (realloc $realloc)))
+  (instance $plugin
+    (export "event" (type $event))
+    (export "guard-decision" (type $decision))
+    (export "guard-verdict" (type $verdict))
+    (export "activate-error" (type $ae))
+    (export "call-error" (type $ce))
+    (export "tool-error" (type $te))
+    (export "activate" (func $activate))
+    (export "deactivate" (func $deactivate))
+    (export "handle-call" (func $handle_call))
+    (export "invoke-tool" (func $invoke_tool))
+    (export "on-event" (func $on_event))
+    (export "check-tool-call" (func $check_tool_call)))
+  (export "keel:plugin/plugin@0.4.0" (instance $plugin))
+)
+"#;
+
+/// ABI 0.4.0's typed errors reach the kernel with their kind: each case of `tool-error`,
+/// `call-error` and `activate-error` is its own [`PluginError`].
+#[tokio::test]
+async fn a_0_4_plugin_answers_with_typed_errors() {
+    let host = host();
+    let component = host
+        .compile("typed", &wat(PLUGIN_0_4_WAT))
+        .expect("compile");
+    assert_eq!(
+        component.report().abi_version,
+        semver::Version::new(0, 4, 0)
+    );
+    let mut plugin = host
+        .source(&component, WasmGrants::default())
+        .instantiate(handle("typed"))
+        .await
+        .expect("instantiate");
+    let c = chain("typed");
+    assert_eq!(
+        plugin.activate(&c, "0 no key `x`").await,
+        Err(InstanceError::Returned(PluginError::InvalidConfig(
+            "0 no key `x`".into()
+        )))
+    );
+    assert_eq!(
+        plugin.activate(&c, "1").await,
+        Err(InstanceError::Returned(PluginError::Unavailable(
+            "1".into()
+        )))
+    );
+    plugin.activate(&c, "{}").await.expect("activate");
+
+    let cases = [
+        ("0 bad", PluginError::InvalidInput("0 bad".into())),
+        ("1 which", PluginError::Unknown("1 which".into())),
+        ("2 outside", PluginError::Denied("2 outside".into())),
+        ("3 later", PluginError::Unavailable("3 later".into())),
+        ("4 broke", PluginError::Failed("4 broke".into())),
+    ];
+    for (input, expected) in cases {
+        assert_eq!(
+            plugin.invoke_tool(&c, "t", input).await,
+            Err(InstanceError::Returned(expected)),
+            "tool input {input:?}"
+        );
+    }
+    assert_eq!(plugin.invoke_tool(&c, "t", "ok ✓").await, Ok("ok ✓".into()));
+    // What the model reads says the kind.
+    let text = plugin
+        .invoke_tool(&c, "t", "0 `text` must be a string")
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert_eq!(text, "invalid input: 0 `text` must be a string");
+
+    assert_eq!(
+        plugin.handle_call(&c, "svc", "m", "0 nope").await,
+        Err(InstanceError::Returned(PluginError::Unknown(
+            "0 nope".into()
+        )))
+    );
+    assert_eq!(
+        plugin.handle_call(&c, "svc", "m", "1 nope").await,
+        Err(InstanceError::Returned(PluginError::InvalidInput(
+            "1 nope".into()
+        )))
+    );
+    assert_eq!(
+        plugin.handle_call(&c, "svc", "m", "{}").await,
+        Ok("{}".into())
+    );
+    let verdict = plugin
+        .check_tool_call(&c, "g", "t", "{}")
+        .await
+        .expect("verdict");
+    assert_eq!(verdict.decision, crate::types::GuardDecision::Forbid);
+    // Returned errors do not poison the instance.
+    plugin.deactivate(&c).await.expect("deactivate");
 }
 
 #[test]
@@ -574,7 +754,8 @@ async fn calls_reach_the_guest_and_errors_are_returned() {
         .expect("event");
     assert_eq!(
         plugin.activate(&chain("echo"), "e").await,
-        Err(InstanceError::Returned("nope".into()))
+        Err(InstanceError::Returned(PluginError::Failed("nope".into()))),
+        "a 0.2.0 plugin's error string is adapted to a failure"
     );
     // A returned error does not poison the instance.
     plugin.deactivate(&chain("echo")).await.expect("deactivate");
@@ -642,7 +823,7 @@ async fn host_imports_reach_the_handle_and_their_errors_reach_the_guest() {
     let result = plugin.activate(&chain("caller"), "c").await;
     eprintln!("services.call round trip took {:?}", started.elapsed());
     assert!(
-        matches!(&result, Err(InstanceError::Returned(m)) if m.contains("kernel has shut down")),
+        matches!(&result, Err(InstanceError::Returned(m)) if m.to_string().contains("kernel has shut down")),
         "{result:?}"
     );
 }

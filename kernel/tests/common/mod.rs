@@ -120,11 +120,11 @@ struct Fake {
 }
 
 fn ke(e: keel_kernel::KernelError) -> InstanceError {
-    InstanceError::Returned(e.to_string())
+    InstanceError::Returned(e.to_string().into())
 }
 
 fn fail(e: impl std::fmt::Display) -> InstanceError {
-    InstanceError::Returned(e.to_string())
+    InstanceError::Returned(e.to_string().into())
 }
 
 #[async_trait]

@@ -1,37 +1,115 @@
 //! Example keel plugin `echo-tool`: registers the tool `echo`, which returns the `text` field
-//! of its input.
+//! of its input (after an optional prefix from its configuration).
+//!
+//! Written on keel-sdk's typed API: the tool is declared once by its input type (the doc
+//! comments are what the model reads, the JSON Schema is derived), the configuration is a
+//! serde type, and errors say their kind. Its logic is tested natively against the SDK's mock
+//! host: `cargo test --workspace -- echo`.
 
-use keel_sdk::{Plugin, ToolCapabilities, ToolSpec, tools};
+use keel_sdk::{ActivateError, Plugin, Tool, ToolError, parse_config, tools};
+use schemars::JsonSchema;
+use serde::Deserialize;
 
-/// The input schema of the `echo` tool.
-const ECHO_SCHEMA: &str =
-    r#"{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}"#;
+/// Returns the given text unchanged.
+#[derive(Debug, Deserialize, JsonSchema)]
+struct Echo {
+    /// The text to return.
+    text: String,
+}
 
-/// The plugin instance; it holds nothing itself.
-struct EchoTool;
+impl Tool for Echo {
+    const NAME: &'static str = "echo";
+    const PARALLEL_SAFE: bool = true;
+}
+
+/// The plugin's settings (`[config.echo-tool]` in keel's config).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct EchoConfig {
+    /// Text put before every echo.
+    prefix: String,
+}
+
+/// The plugin instance: its settings.
+struct EchoTool {
+    config: EchoConfig,
+}
+
+impl EchoTool {
+    fn echo(&self, input: Echo) -> String {
+        format!("{}{}", self.config.prefix, input.text)
+    }
+}
 
 impl Plugin for EchoTool {
-    fn activate(_config: &str) -> Result<Self, String> {
-        tools::register(
-            ToolSpec::new("echo", "Returns the given text unchanged.", ECHO_SCHEMA)
-                .capabilities(ToolCapabilities::empty())
-                .parallel_safe(true),
-        )?;
-        Ok(EchoTool)
+    fn activate_typed(config: &str) -> Result<Self, ActivateError> {
+        let config = parse_config(config)?;
+        tools::register_tool::<Echo>()?;
+        Ok(EchoTool { config })
     }
 
-    fn invoke_tool(&mut self, name: &str, input: &str) -> Result<String, String> {
-        if name != "echo" {
-            return Err(format!("no such tool: {name}"));
+    fn invoke_tool_typed(&mut self, name: &str, input: &str) -> Result<String, ToolError> {
+        match name {
+            Echo::NAME => Ok(self.echo(Echo::parse(input)?)),
+            other => Err(ToolError::unknown(other)),
         }
-        let input: serde_json::Value =
-            serde_json::from_str(input).map_err(|e| format!("input is not JSON: {e}"))?;
-        input
-            .get("text")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_string)
-            .ok_or_else(|| "input needs a string field `text`".to_string())
     }
 }
 
 keel_sdk::export_plugin!(EchoTool);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_sdk::mock;
+
+    #[test]
+    fn echo_returns_its_text_and_says_what_is_wrong_with_bad_input() {
+        let plugin = mock::activate::<EchoTool>("{}").expect("activates");
+        let spec = mock::with_host(|h| h.tool("echo").cloned()).expect("echo is registered");
+        assert_eq!(spec.description, "Returns the given text unchanged.");
+        assert!(spec.parallel_safe);
+        let schema: serde_json::Value =
+            serde_json::from_str(&spec.input_schema).expect("the schema is JSON");
+        assert_eq!(schema["required"], serde_json::json!(["text"]));
+        assert_eq!(schema["properties"]["text"]["type"], "string");
+
+        assert_eq!(
+            plugin.invoke_tool("echo", r#"{"text":"hi ✓"}"#),
+            Ok("hi ✓".into())
+        );
+        let err = plugin
+            .invoke_tool("echo", r#"{"text":3}"#)
+            .expect_err("a number is not text");
+        assert!(
+            matches!(&err, ToolError::InvalidInput(m) if m.contains("invalid type: integer")),
+            "{err:?}"
+        );
+        assert!(matches!(
+            plugin.invoke_tool("echo", "not json"),
+            Err(ToolError::InvalidInput(_))
+        ));
+        assert_eq!(
+            plugin.invoke_tool("shout", "{}"),
+            Err(ToolError::UnknownTool("no such tool: shout".into()))
+        );
+    }
+
+    #[test]
+    fn echo_reads_its_prefix_from_the_config_and_refuses_unknown_settings() {
+        let plugin = mock::activate::<EchoTool>(r#"{"prefix":"> "}"#).expect("activates");
+        assert_eq!(
+            plugin.invoke_tool("echo", r#"{"text":"hi"}"#),
+            Ok("> hi".into())
+        );
+        drop(plugin);
+
+        let err = mock::activate::<EchoTool>(r#"{"prefx":"> "}"#).err();
+        assert!(
+            matches!(&err, Some(ActivateError::InvalidConfig(m)) if m.contains("unknown field `prefx`")),
+            "{err:?}"
+        );
+        // What a failed activation registered is undone, as the kernel undoes it.
+        assert!(mock::with_host(|h| h.tools.is_empty()));
+    }
+}

@@ -1,44 +1,62 @@
 //! The keel guest SDK: write a keel plugin as a plain Rust type.
 //!
 //! A plugin is a type implementing [`Plugin`], exported with [`export_plugin!`]. The SDK owns
-//! the WebAssembly component bindings of the plugin ABI (`keel:plugin@0.3.0`, world
-//! `keel-plugin`, which keeps every interface of 0.2.0), keeps the activated instance, and
-//! wraps every kernel import in a safe function: [`log`], [`services`], [`tools`], [`events`],
-//! [`prompt`], [`state`], [`guards`], [`http`], [`exec`], [`agent`], and from 0.3.0
-//! [`processes`] and [`tool_list`]. A plugin that uses nothing of 0.3.0 is a 0.2.0 component.
+//! the WebAssembly component bindings of the plugin ABI (`keel:plugin@0.4.0`, world
+//! `keel-plugin`, which imports every interface of 0.2.0 and 0.3.0 and exports the typed
+//! `plugin@0.4.0`), keeps the activated instance, and wraps every kernel import in a safe
+//! function: [`log`], [`services`], [`tools`], [`events`], [`prompt`], [`state`], [`guards`],
+//! [`http`], [`exec`], [`agent`], [`processes`] and [`tool_list`].
+//!
+//! A tool is declared once, from its input type: the type's doc comment is the description
+//! the model reads, its fields (and their doc comments) the JSON Schema of its input, derived
+//! with `schemars`. Errors carry a kind ([`ToolError`], [`CallError`], [`ActivateError`]) the
+//! kernel and the model see; configuration is read into a serde type with [`parse_config`].
 //!
 //! ```no_run
-//! use keel_sdk::{Plugin, services};
+//! use keel_sdk::{ActivateError, Plugin, Tool, ToolError, tools};
+//! use schemars::JsonSchema;
+//! use serde::Deserialize;
 //!
-//! struct Greeter {
-//!     greeting: String,
+//! /// Returns the given text unchanged.
+//! #[derive(Deserialize, JsonSchema)]
+//! struct Echo {
+//!     /// The text to return.
+//!     text: String,
 //! }
 //!
-//! impl Plugin for Greeter {
-//!     fn activate(_config: &str) -> Result<Self, String> {
-//!         services::provide("example.greeting", "1.0.0").map_err(|e| e.to_string())?;
-//!         Ok(Greeter { greeting: "Hello".into() })
+//! impl Tool for Echo {
+//!     const NAME: &'static str = "echo";
+//! }
+//!
+//! struct EchoTool;
+//!
+//! impl Plugin for EchoTool {
+//!     fn activate_typed(_config: &str) -> Result<Self, ActivateError> {
+//!         tools::register_tool::<Echo>()?;
+//!         Ok(EchoTool)
 //!     }
 //!
-//!     fn handle_call(&mut self, _service: &str, method: &str, payload: &str)
-//!         -> Result<String, String>
-//!     {
-//!         match method {
-//!             "greet" => Ok(format!("{}, {payload}!", self.greeting)),
-//!             other => Err(format!("no such method: {other}")),
+//!     fn invoke_tool_typed(&mut self, name: &str, input: &str) -> Result<String, ToolError> {
+//!         match name {
+//!             Echo::NAME => Ok(Echo::parse(input)?.text),
+//!             other => Err(ToolError::UnknownTool(format!("no such tool: {other}"))),
 //!         }
 //!     }
 //! }
 //!
-//! keel_sdk::export_plugin!(Greeter);
+//! keel_sdk::export_plugin!(EchoTool);
 //! ```
 //!
 //! Build the crate (`crate-type = ["cdylib"]`) with
 //! `cargo build --release --target wasm32-wasip2`; the result is a component the kernel loads.
 //!
-//! The crate also compiles for other targets so that workspace-wide `cargo clippy` and
-//! `cargo test` work, but the kernel imports only exist inside a component: calling one of the
-//! wrapper functions outside WebAssembly panics.
+//! Outside WebAssembly (`cargo test` on the host) the wrappers talk to the [`mock`] host, an
+//! in-memory stand-in for the kernel that records what the plugin did and answers service
+//! calls the test scripted; [`mock::activate`] drives a plugin the way the kernel does. So a
+//! plugin's logic is tested with plain `cargo test` in its own crate.
+//!
+//! The string-based methods ([`Plugin::activate`], [`Plugin::handle_call`],
+//! [`Plugin::invoke_tool`]) still work: their error is a failure of no particular kind.
 
 use std::fmt;
 
@@ -50,8 +68,12 @@ use std::fmt;
 #[allow(unsafe_code, missing_docs, clippy::all, clippy::unwrap_used)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: ["../../wit/keel-plugin-0.2.0", "../../wit/keel-plugin-0.3.0"],
-        world: "keel:plugin/keel-plugin@0.3.0",
+        path: [
+            "../../wit/keel-plugin-0.2.0",
+            "../../wit/keel-plugin-0.3.0",
+            "../../wit/keel-plugin-0.4.0",
+        ],
+        world: "keel:plugin/keel-plugin@0.4.0",
         generate_all,
         pub_export_macro: true,
         export_macro_name: "export",
@@ -157,6 +179,19 @@ impl From<RawKernelError> for KernelError {
     }
 }
 
+impl From<KernelError> for RawKernelError {
+    fn from(error: KernelError) -> Self {
+        match error {
+            KernelError::Invalid(m) => RawKernelError::Invalid(m),
+            KernelError::Conflict(m) => RawKernelError::Conflict(m),
+            KernelError::Denied(m) => RawKernelError::Denied(m),
+            KernelError::Unavailable(m) => RawKernelError::Unavailable(m),
+            KernelError::Failed(m) => RawKernelError::Failed(m),
+            KernelError::TimedOut(m) => RawKernelError::TimedOut(m),
+        }
+    }
+}
+
 impl From<KernelError> for String {
     fn from(error: KernelError) -> Self {
         error.to_string()
@@ -196,30 +231,257 @@ impl ToolSpec {
     }
 }
 
+/// Declares an error type of the plugin's own exports: a kind per case of the ABI's variant,
+/// `kind: message` as its text, a bare message (`String`, `&str`) as a failure, and a kernel
+/// error mapped onto the closest kind.
+macro_rules! plugin_error {
+    (
+        $(#[$doc:meta])*
+        $name:ident from $raw:path {
+            $( $(#[$case_doc:meta])* $case:ident => $kind:literal, )*
+        }
+        kernel: { denied => $denied:ident, unavailable => $unavailable:ident }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum $name {
+            $( $(#[$case_doc])* $case(String), )*
+        }
+
+        impl $name {
+            /// The kind as the ABI names it.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $( $name::$case(_) => $kind, )*
+                }
+            }
+
+            /// The message, without the kind.
+            pub fn message(&self) -> &str {
+                match self {
+                    $( $name::$case(m) )|* => m,
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}: {}", self.kind(), self.message())
+            }
+        }
+
+        impl std::error::Error for $name {}
+
+        impl From<String> for $name {
+            /// A bare message is a failure.
+            fn from(message: String) -> Self {
+                $name::Failed(message)
+            }
+        }
+
+        impl From<&str> for $name {
+            /// A bare message is a failure.
+            fn from(message: &str) -> Self {
+                $name::Failed(message.to_owned())
+            }
+        }
+
+        impl From<KernelError> for $name {
+            /// The kernel refused or could not serve a request the plugin made while serving
+            /// this one: a refusal stays a refusal, an absence or timeout means "try later",
+            /// anything else is this plugin's failure. The message keeps the kernel's kind.
+            fn from(error: KernelError) -> Self {
+                let message = error.to_string();
+                match error {
+                    KernelError::Denied(_) => $name::$denied(message),
+                    KernelError::Unavailable(_) | KernelError::TimedOut(_) => {
+                        $name::$unavailable(message)
+                    }
+                    _ => $name::Failed(message),
+                }
+            }
+        }
+
+        impl From<$name> for $raw {
+            fn from(error: $name) -> Self {
+                type Raw = $raw;
+                match error {
+                    $( $name::$case(m) => Raw::$case(m), )*
+                }
+            }
+        }
+
+        impl From<$raw> for $name {
+            fn from(raw: $raw) -> Self {
+                type Raw = $raw;
+                match raw {
+                    $( Raw::$case(m) => $name::$case(m), )*
+                }
+            }
+        }
+    };
+}
+
+plugin_error! {
+    /// Why a tool call did not produce a result (the ABI's `tool-error`); the model reads the
+    /// kind and the message.
+    ToolError from bindings::exports::keel::plugin0_4_0::plugin::ToolError {
+        /// The input does not fit the tool's schema or is otherwise unusable; the model should
+        /// correct it and call again.
+        InvalidInput => "invalid input",
+        /// The plugin has no tool of this name.
+        UnknownTool => "unknown tool",
+        /// The tool refuses this input (a path outside its scope, its own policy).
+        Denied => "denied",
+        /// Something the tool needs is absent now; the same call may succeed later.
+        Unavailable => "unavailable",
+        /// The tool ran and failed.
+        Failed => "failed",
+    }
+    kernel: { denied => Denied, unavailable => Unavailable }
+}
+
+plugin_error! {
+    /// Why a call to a service the plugin provides did not succeed (the ABI's `call-error`).
+    CallError from bindings::exports::keel::plugin0_4_0::plugin::CallError {
+        /// The plugin does not serve this service or method.
+        UnknownMethod => "unknown method",
+        /// The payload is not what the method accepts.
+        InvalidInput => "invalid input",
+        /// The plugin refuses this call.
+        Denied => "denied",
+        /// Something the method needs is absent now; the same call may succeed later.
+        Unavailable => "unavailable",
+        /// The method ran and failed.
+        Failed => "failed",
+    }
+    kernel: { denied => Denied, unavailable => Unavailable }
+}
+
+plugin_error! {
+    /// Why the plugin could not activate (the ABI's `activate-error`); the person reads it.
+    ActivateError from bindings::exports::keel::plugin0_4_0::plugin::ActivateError {
+        /// The configuration is not what the plugin accepts; the message names the setting.
+        InvalidConfig => "invalid configuration",
+        /// Something the plugin needs is absent: a service, a secret, a file.
+        Unavailable => "unavailable",
+        /// Anything else.
+        Failed => "failed",
+    }
+    kernel: { denied => Failed, unavailable => Unavailable }
+}
+
+impl ToolError {
+    /// The error for a tool name this plugin does not serve.
+    pub fn unknown(name: &str) -> Self {
+        ToolError::UnknownTool(format!("no such tool: {name}"))
+    }
+}
+
+/// The plugin's configuration (the JSON object text [`Plugin::activate_typed`] receives) read
+/// into `T`; an [`ActivateError::InvalidConfig`] naming what does not fit otherwise. Give `T`
+/// `#[serde(deny_unknown_fields)]` to refuse misspelt settings, `#[serde(default)]` for
+/// optional ones.
+pub fn parse_config<T: serde::de::DeserializeOwned>(config: &str) -> Result<T, ActivateError> {
+    serde_json::from_str(config).map_err(|e| ActivateError::InvalidConfig(e.to_string()))
+}
+
+/// A tool, declared once by its input type: its name and flags here, its description the
+/// type's doc comment, the JSON Schema of its input derived from the type (`schemars`).
+///
+/// Register it with [`tools::register_tool`] and read a call's input with [`Tool::parse`].
+pub trait Tool: serde::de::DeserializeOwned + schemars::JsonSchema {
+    /// The tool's name, `[a-z][a-z0-9_]*`, at most 64 bytes.
+    const NAME: &'static str;
+    /// What the tool does, for the model; empty to use the type's doc comment.
+    const DESCRIPTION: &'static str = "";
+    /// What the tool may do when it runs; the kernel derives the approval a call needs.
+    const CAPABILITIES: ToolCapabilities = ToolCapabilities::empty();
+    /// Whether calls may run concurrently with other parallel-safe calls.
+    const PARALLEL_SAFE: bool = false;
+
+    /// The tool's registration: name, description and the derived input schema.
+    fn spec() -> ToolSpec {
+        let mut schema = serde_json::Value::from(schemars::schema_for!(Self));
+        let mut description = Self::DESCRIPTION.to_owned();
+        if let Some(object) = schema.as_object_mut() {
+            // The model reads the schema in every request: keep only what describes the input.
+            object.remove("$schema");
+            object.remove("title");
+            let doc = object.remove("description");
+            if description.is_empty() {
+                description = doc
+                    .as_ref()
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+            }
+        }
+        ToolSpec::new(Self::NAME, description, schema.to_string())
+            .capabilities(Self::CAPABILITIES)
+            .parallel_safe(Self::PARALLEL_SAFE)
+    }
+
+    /// A call's JSON input read into the tool's type; [`ToolError::InvalidInput`] saying what
+    /// does not fit otherwise, so the model can correct it.
+    fn parse(input: &str) -> Result<Self, ToolError> {
+        serde_json::from_str(input)
+            .map_err(|e| ToolError::InvalidInput(format!("tool `{}`: {e}", Self::NAME)))
+    }
+}
+
 /// A keel plugin.
 ///
-/// The kernel calls [`activate`](Plugin::activate) once with the plugin's configuration; the
-/// SDK keeps the returned value and passes it to every later call until
-/// [`deactivate`](Plugin::deactivate), after which it is dropped. Every method except
-/// `activate` has a default, so a plugin implements only what it offers.
+/// The kernel activates it once with the plugin's configuration; the SDK keeps the returned
+/// value and passes it to every later call until [`deactivate`](Plugin::deactivate), after
+/// which it is dropped. Every method has a default, so a plugin implements only what it
+/// offers, and at least one of [`activate_typed`](Plugin::activate_typed) and
+/// [`activate`](Plugin::activate).
+///
+/// Each entry point comes in two forms: `*_typed`, whose error carries a kind the kernel and
+/// the model see, and the string form, whose error is a failure of no particular kind. The
+/// kernel calls the typed form, which by default calls the string form.
 ///
 /// A panic in any method traps the component; the kernel treats that as a failure of the
 /// plugin.
 pub trait Plugin: Sized + 'static {
     /// Activates the plugin with its configuration, a JSON object as text (the manifest's
-    /// `[config]` defaults merged with the user's settings).
+    /// `[config]` defaults merged with the user's settings; [`parse_config`] reads it into a
+    /// type).
     ///
     /// Register services, tools, subscriptions and prompt fragments here. An `Err` marks the
-    /// plugin failed; the kernel undoes whatever it registered.
-    fn activate(config: &str) -> Result<Self, String>;
+    /// plugin failed; the kernel undoes whatever it registered. By default:
+    /// [`activate`](Plugin::activate), its error a failure.
+    fn activate_typed(config: &str) -> Result<Self, ActivateError> {
+        Self::activate(config).map_err(ActivateError::Failed)
+    }
+
+    /// [`activate_typed`](Plugin::activate_typed) with a string error. By default an error
+    /// saying the plugin implements neither.
+    fn activate(config: &str) -> Result<Self, String> {
+        let _ = config;
+        Err("the plugin implements neither `activate_typed` nor `activate`".to_owned())
+    }
 
     /// Deactivates the plugin before it is unloaded or reloaded. The kernel undoes everything
     /// the plugin registered afterwards, so this only releases what the plugin holds itself.
     /// The instance is dropped right after. Does nothing by default.
     fn deactivate(&mut self) {}
 
-    /// Serves a call to `method` of the provided service `service`. By default every call
-    /// fails with "no such service".
+    /// Serves a call to `method` of the provided service `service`. By default:
+    /// [`handle_call`](Plugin::handle_call), its error a failure.
+    fn handle_call_typed(
+        &mut self,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, CallError> {
+        self.handle_call(service, method, payload)
+            .map_err(CallError::Failed)
+    }
+
+    /// [`handle_call_typed`](Plugin::handle_call_typed) with a string error. By default every
+    /// call fails with "no such service".
     fn handle_call(
         &mut self,
         service: &str,
@@ -231,7 +493,13 @@ pub trait Plugin: Sized + 'static {
     }
 
     /// Runs the registered tool `name` with its JSON `input`; the result is text for the
-    /// model. By default every call fails with "no such tool".
+    /// model. By default: [`invoke_tool`](Plugin::invoke_tool), its error a failure.
+    fn invoke_tool_typed(&mut self, name: &str, input: &str) -> Result<String, ToolError> {
+        self.invoke_tool(name, input).map_err(ToolError::Failed)
+    }
+
+    /// [`invoke_tool_typed`](Plugin::invoke_tool_typed) with a string error. By default every
+    /// call fails with "no such tool".
     fn invoke_tool(&mut self, name: &str, input: &str) -> Result<String, String> {
         let _ = input;
         Err(format!("no such tool: {name}"))
@@ -294,9 +562,11 @@ pub mod __private {
     use std::cell::RefCell;
     use std::marker::PhantomData;
 
-    use crate::Plugin;
-    use crate::bindings::exports::keel::plugin0_2_0::plugin::{Event, GuardVerdict, Guest};
+    use crate::bindings::exports::keel::plugin0_4_0::plugin::{
+        ActivateError, CallError, Event, GuardVerdict, Guest, ToolError,
+    };
     use crate::bindings::keel::plugin0_2_0::types::GuardDecision;
+    use crate::{Plugin, ToolError as SdkToolError};
 
     thread_local! {
         /// The activated plugin. WebAssembly components are single-threaded and a component
@@ -319,34 +589,36 @@ pub mod __private {
     /// Connects a [`Plugin`] type to the generated export trait.
     pub struct Adapter<T>(PhantomData<T>);
 
-    /// Runs `f` with the active instance of `T`, or fails when there is none.
-    fn with_instance<T: Plugin, R>(
-        f: impl FnOnce(&mut T) -> Result<R, String>,
-    ) -> Result<R, String> {
+    /// Runs `f` with the active instance of `T`, or says why there is none.
+    fn with_instance<T: Plugin, R>(f: impl FnOnce(&mut T) -> R) -> Result<R, String> {
         INSTANCE.with(|slot| {
             let Ok(mut slot) = slot.try_borrow_mut() else {
                 return Err("plugin re-entered while busy".to_string());
             };
             match slot.as_mut().and_then(|b| b.downcast_mut::<T>()) {
-                Some(plugin) => f(plugin),
+                Some(plugin) => Ok(f(plugin)),
                 None => Err("plugin is not active".to_string()),
             }
         })
     }
 
     impl<T: Plugin> Guest for Adapter<T> {
-        fn activate(config: String) -> Result<(), String> {
+        fn activate(config: String) -> Result<(), ActivateError> {
             let active =
                 INSTANCE.with(|slot| slot.try_borrow().map(|s| s.is_some()).unwrap_or(true));
             if active {
-                return Err("plugin is already active".to_string());
+                return Err(ActivateError::Failed(
+                    "plugin is already active".to_string(),
+                ));
             }
             // The slot is not borrowed while the plugin activates, so a (refused) re-entrant
             // call from the kernel cannot observe a half-built instance.
-            let plugin = T::activate(&config)?;
+            let plugin = T::activate_typed(&config)?;
             INSTANCE.with(|slot| {
                 let Ok(mut slot) = slot.try_borrow_mut() else {
-                    return Err("plugin re-entered while activating".to_string());
+                    return Err(ActivateError::Failed(
+                        "plugin re-entered while activating".to_string(),
+                    ));
                 };
                 *slot = Some(Box::new(plugin));
                 Ok(())
@@ -360,24 +632,29 @@ pub mod __private {
             }
         }
 
-        fn handle_call(service: String, method: String, payload: String) -> Result<String, String> {
-            with_instance::<T, _>(|p| p.handle_call(&service, &method, &payload))
+        fn handle_call(
+            service: String,
+            method: String,
+            payload: String,
+        ) -> Result<String, CallError> {
+            with_instance::<T, _>(|p| p.handle_call_typed(&service, &method, &payload))
+                .unwrap_or_else(|e| Err(crate::CallError::Failed(e)))
+                .map_err(Into::into)
         }
 
-        fn invoke_tool(name: String, input: String) -> Result<String, String> {
-            with_instance::<T, _>(|p| p.invoke_tool(&name, &input))
+        fn invoke_tool(name: String, input: String) -> Result<String, ToolError> {
+            with_instance::<T, _>(|p| p.invoke_tool_typed(&name, &input))
+                .unwrap_or_else(|e| Err(SdkToolError::Failed(e)))
+                .map_err(Into::into)
         }
 
         fn on_event(event: Event) {
             // An event for an inactive plugin has nowhere to go; dropping it is all we can do.
-            let _ = with_instance::<T, _>(|p| {
-                p.on_event(event);
-                Ok(())
-            });
+            let _ = with_instance::<T, _>(|p| p.on_event(event));
         }
 
         fn check_tool_call(guard: String, tool: String, input: String) -> GuardVerdict {
-            with_instance::<T, _>(|p| Ok(p.check_tool_call(&guard, &tool, &input))).unwrap_or_else(
+            with_instance::<T, _>(|p| p.check_tool_call(&guard, &tool, &input)).unwrap_or_else(
                 |e| GuardVerdict {
                     decision: GuardDecision::Forbid,
                     reason: e,
@@ -387,10 +664,26 @@ pub mod __private {
     }
 }
 
+/// Where the wrappers' calls go inside a component: the kernel's imports.
+#[cfg(target_family = "wasm")]
+mod door {
+    pub(crate) use crate::bindings::keel::plugin0_2_0::{
+        agent, events, exec, guards, http, log, prompt, services, state, tools,
+    };
+    pub(crate) use crate::bindings::keel::plugin0_3_0::{processes, tool_list};
+}
+
+/// Where the wrappers' calls go outside WebAssembly: the in-memory [`mock`] host.
+#[cfg(not(target_family = "wasm"))]
+use mock::door;
+
+#[cfg(not(target_family = "wasm"))]
+pub mod mock;
+
 /// Writing to the kernel's log; every line is tagged with the plugin's name.
 pub mod log {
     use crate::Level;
-    use crate::bindings::keel::plugin0_2_0::log as raw;
+    use crate::door::log as raw;
 
     /// Writes one log line at `level`.
     pub fn log(level: Level, message: &str) {
@@ -426,7 +719,7 @@ pub mod log {
 /// Services: what the plugin provides and how it calls other plugins.
 pub mod services {
     use crate::KernelError;
-    use crate::bindings::keel::plugin0_2_0::services as raw;
+    use crate::door::services as raw;
 
     /// Starts serving the service `name` at `version` (semver). The service must be declared
     /// under `[provides]` in the plugin's manifest; the kernel removes it again when the
@@ -444,7 +737,7 @@ pub mod services {
 
 /// Registering tools the agent may call.
 pub mod tools {
-    use crate::bindings::keel::plugin0_2_0::tools as raw;
+    use crate::door::tools as raw;
     use crate::{KernelError, ToolSpec};
 
     /// Registers a tool; the kernel later calls
@@ -452,6 +745,12 @@ pub mod tools {
     /// ([`KernelError::Conflict`]) when another plugin owns the name.
     pub fn register(spec: ToolSpec) -> Result<(), KernelError> {
         raw::register(&spec).map_err(KernelError::from)
+    }
+
+    /// Registers the tool `T` declared by its input type ([`Tool`](crate::Tool)): its name,
+    /// description and derived input schema.
+    pub fn register_tool<T: crate::Tool>() -> Result<(), KernelError> {
+        register(T::spec())
     }
 
     /// Every registered tool (of every plugin), sorted by name.
@@ -463,7 +762,7 @@ pub mod tools {
 /// Guards in front of every tool call; they can only tighten the kernel's decision.
 pub mod guards {
     use crate::KernelError;
-    use crate::bindings::keel::plugin0_2_0::guards as raw;
+    use crate::door::guards as raw;
 
     /// Registers the guard `name` (a dotted lowercase name such as `myplugin.no-push`); the
     /// kernel then asks [`Plugin::check_tool_call`](crate::Plugin::check_tool_call) before
@@ -476,7 +775,7 @@ pub mod guards {
 /// Outbound HTTP through the kernel's network gate (needs the `network` capability).
 pub mod http {
     use crate::KernelError;
-    use crate::bindings::keel::plugin0_2_0::http as raw;
+    use crate::door::http as raw;
     pub use raw::{Header, Request, ResponseHead, SecretHeader};
 
     /// Sends `request`; returns the body handle and the response head. Error statuses are
@@ -500,7 +799,7 @@ pub mod http {
 /// Running commands through the kernel's exec gate (needs the `exec` capability).
 pub mod exec {
     use crate::KernelError;
-    use crate::bindings::keel::plugin0_2_0::exec as raw;
+    use crate::door::exec as raw;
     pub use raw::{Command, Outcome};
 
     /// Runs `command` in the workspace.
@@ -513,7 +812,7 @@ pub mod exec {
 /// Payloads are JSON in keel's neutral vocabulary (crate `keel-protocol`).
 pub mod agent {
     use crate::KernelError;
-    use crate::bindings::keel::plugin0_2_0::agent as raw;
+    use crate::door::agent as raw;
 
     /// Asks the model for the next assistant message (`ModelRequest` → `ModelResponse`).
     pub fn complete(request: &str) -> Result<String, KernelError> {
@@ -540,7 +839,7 @@ pub mod agent {
 /// `processes` capability). A plugin names an entry of the person's config, never a command.
 pub mod processes {
     use crate::KernelError;
-    use crate::bindings::keel::plugin0_3_0::processes as raw;
+    use crate::door::processes as raw;
     pub use raw::ProcessStatus;
 
     /// The topic of the event the kernel sends when a process wrote while no read waited
@@ -586,7 +885,7 @@ pub mod processes {
 /// Changing this plugin's registered tools after activation (ABI 0.3.0).
 pub mod tool_list {
     use crate::KernelError;
-    use crate::bindings::keel::plugin0_3_0::tool_list as raw;
+    use crate::door::tool_list as raw;
 
     /// Withdraws the tool `name`, which this plugin registered.
     pub fn unregister(name: &str) -> Result<(), KernelError> {
@@ -597,7 +896,7 @@ pub mod tool_list {
 /// The kernel's event bus.
 pub mod events {
     use crate::KernelError;
-    use crate::bindings::keel::plugin0_2_0::events as raw;
+    use crate::door::events as raw;
 
     /// Receives events of `topic` through [`Plugin::on_event`](crate::Plugin::on_event);
     /// `*` receives every topic.
@@ -615,7 +914,7 @@ pub mod events {
 /// Fragments of the system prompt.
 pub mod prompt {
     use crate::KernelError;
-    use crate::bindings::keel::plugin0_2_0::prompt as raw;
+    use crate::door::prompt as raw;
 
     /// Adds the fragment `text` under `id`, unique within this plugin. Fragments are
     /// presented sorted by plugin name, then id.
@@ -628,7 +927,7 @@ pub mod prompt {
 /// version sees what the old one stored) and is discarded when the plugin is unloaded.
 pub mod state {
     use crate::KernelError;
-    use crate::bindings::keel::plugin0_2_0::state as raw;
+    use crate::door::state as raw;
 
     /// The value stored under `key`, if any.
     pub fn get(key: &str) -> Option<Vec<u8>> {
@@ -653,9 +952,8 @@ pub mod state {
 
 #[cfg(test)]
 mod tests {
-    use super::__private::Adapter;
-    use super::bindings::exports::keel::plugin0_2_0::plugin::Guest;
     use super::*;
+    use serde::Deserialize;
 
     struct Counter {
         step: u64,
@@ -696,42 +994,235 @@ mod tests {
         }
     }
 
-    type A = Adapter<Counter>;
-
-    fn call(method: &str) -> Result<String, String> {
-        A::handle_call("svc".into(), method.into(), String::new())
+    fn call(method: &str) -> Result<String, CallError> {
+        use bindings::exports::keel::plugin0_4_0::plugin::Guest;
+        __private::Adapter::<Counter>::handle_call("svc".into(), method.into(), String::new())
+            .map_err(CallError::from)
     }
 
     // All adapter steps in one test: the instance slot is per thread, and each test runs on
     // its own thread, but keeping the lifecycle in order is clearer.
     #[test]
-    fn adapter_lifecycle() {
-        assert_eq!(call("add"), Err("plugin is not active".to_string()));
-        assert_eq!(A::activate("fail".into()), Err("bad config".to_string()));
-        assert_eq!(A::activate("abc".into()), Ok(()));
+    fn a_string_plugin_is_adapted_onto_the_typed_exports() {
         assert_eq!(
-            A::activate("abc".into()),
-            Err("plugin is already active".to_string())
+            call("add"),
+            Err(CallError::Failed("plugin is not active".into()))
+        );
+        assert_eq!(
+            mock::activate::<Counter>("fail").err(),
+            Some(ActivateError::Failed("bad config".into()))
+        );
+        let plugin = mock::activate::<Counter>("abc").expect("activates");
+        assert_eq!(
+            mock::activate::<Counter>("abc").err(),
+            Some(ActivateError::Failed("plugin is already active".into()))
         );
         assert_eq!(call("add"), Ok("3".to_string()));
         assert_eq!(call("add"), Ok("6".to_string()));
-        assert_eq!(call("nope"), Err("no such method: nope".to_string()));
-        A::on_event(Event {
-            topic: "a.b".into(),
-            source: "keel".into(),
-            payload: String::new(),
-        });
+        assert_eq!(
+            call("nope"),
+            Err(CallError::Failed("no such method: nope".into()))
+        );
+        plugin.on_event("a.b", "keel", "");
         assert_eq!(call("events"), Ok("a.b".to_string()));
         assert_eq!(
-            A::invoke_tool("t".into(), "{}".into()),
-            Err("no such tool: t".to_string())
+            plugin.invoke_tool("t", "{}"),
+            Err(ToolError::Failed("no such tool: t".into()))
         );
-        A::deactivate();
-        assert_eq!(call("add"), Err("plugin is not active".to_string()));
+        plugin.deactivate();
+        assert_eq!(
+            call("add"),
+            Err(CallError::Failed("plugin is not active".into()))
+        );
         // Activating again after deactivation starts from a fresh instance.
-        assert_eq!(A::activate("ab".into()), Ok(()));
+        let plugin = mock::activate::<Counter>("ab").expect("activates");
         assert_eq!(call("add"), Ok("2".to_string()));
-        A::deactivate();
+        drop(plugin);
+        assert_eq!(
+            call("add"),
+            Err(CallError::Failed("plugin is not active".into()))
+        );
+    }
+
+    /// Counts the words of `text`.
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct Words {
+        /// The text to count.
+        text: String,
+    }
+
+    impl Tool for Words {
+        const NAME: &'static str = "words";
+        const PARALLEL_SAFE: bool = true;
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct WordsConfig {
+        #[serde(default)]
+        shout: bool,
+    }
+
+    struct WordsPlugin {
+        config: WordsConfig,
+    }
+
+    impl Plugin for WordsPlugin {
+        fn activate_typed(config: &str) -> Result<Self, ActivateError> {
+            let config = parse_config(config)?;
+            tools::register_tool::<Words>()?;
+            Ok(WordsPlugin { config })
+        }
+
+        fn invoke_tool_typed(&mut self, name: &str, input: &str) -> Result<String, ToolError> {
+            match name {
+                Words::NAME => {
+                    let n = Words::parse(input)?.text.split_whitespace().count();
+                    Ok(if self.config.shout {
+                        format!("{n}!")
+                    } else {
+                        n.to_string()
+                    })
+                }
+                other => Err(ToolError::unknown(other)),
+            }
+        }
+    }
+
+    #[test]
+    fn a_tool_is_declared_by_its_input_type() {
+        let spec = Words::spec();
+        assert_eq!(spec.name, "words");
+        assert_eq!(spec.description, "Counts the words of `text`.");
+        assert!(spec.parallel_safe);
+        let schema: serde_json::Value =
+            serde_json::from_str(&spec.input_schema).expect("the schema is JSON");
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["properties"]["text"]["type"], "string");
+        assert_eq!(
+            schema["properties"]["text"]["description"],
+            "The text to count."
+        );
+        assert_eq!(schema["required"], serde_json::json!(["text"]));
+        assert_eq!(schema["additionalProperties"], false);
+        assert!(schema.get("$schema").is_none() && schema.get("title").is_none());
+    }
+
+    #[test]
+    fn typed_errors_and_config_reach_the_caller_with_their_kind() {
+        let err = mock::activate::<WordsPlugin>(r#"{"shout":"yes"}"#).err();
+        assert!(
+            matches!(&err, Some(ActivateError::InvalidConfig(m)) if m.contains("expected a boolean")),
+            "{err:?}"
+        );
+        assert!(mock::with_host(|h| h.tools.is_empty()));
+
+        let plugin = mock::activate::<WordsPlugin>(r#"{"shout":true}"#).expect("activates");
+        assert_eq!(
+            mock::with_host(|h| h.tool("words").map(|t| t.description.clone())),
+            Some("Counts the words of `text`.".to_owned())
+        );
+        assert_eq!(
+            plugin.invoke_tool("words", r#"{"text":"a b c"}"#),
+            Ok("3!".into())
+        );
+        let err = plugin
+            .invoke_tool("words", r#"{"text":3}"#)
+            .expect_err("refused");
+        assert_eq!(err.kind(), "invalid input");
+        assert!(err.message().contains("tool `words`"), "{err}");
+        assert!(matches!(
+            plugin.invoke_tool("words", r#"{"text":"a","extra":1}"#),
+            Err(ToolError::InvalidInput(_))
+        ));
+        assert_eq!(
+            plugin.invoke_tool("nope", "{}"),
+            Err(ToolError::UnknownTool("no such tool: nope".into()))
+        );
+        // Deactivating undoes what the plugin registered, as the kernel does.
+        drop(plugin);
+        assert!(mock::with_host(|h| h.tools.is_empty()));
+        // A name another plugin owns is refused, as the kernel refuses it.
+        mock::with_host(|h| h.tools.push(Words::spec()));
+        let err = mock::activate::<WordsPlugin>("{}").err();
+        assert!(
+            matches!(&err, Some(ActivateError::Failed(m)) if m.starts_with("conflict:")),
+            "{err:?}"
+        );
+    }
+
+    /// Registers its tool, then finds what it needs absent.
+    struct HalfActivated;
+
+    impl Plugin for HalfActivated {
+        fn activate_typed(_config: &str) -> Result<Self, ActivateError> {
+            tools::register_tool::<Words>()?;
+            Err(ActivateError::Unavailable("the index is not built".into()))
+        }
+    }
+
+    #[test]
+    fn a_failed_activation_is_undone_and_keeps_its_kind() {
+        assert_eq!(
+            mock::activate::<HalfActivated>("{}").err(),
+            Some(ActivateError::Unavailable("the index is not built".into()))
+        );
+        assert!(mock::with_host(|h| h.tools.is_empty()));
+    }
+
+    #[test]
+    fn the_mock_host_records_and_answers_what_the_test_scripted() {
+        assert!(matches!(
+            services::call("x.y", "m", "p"),
+            Err(KernelError::Unavailable(m)) if m.contains("MockHost::serve")
+        ));
+        mock::with_host(|h| {
+            h.serve("x.y", |method, payload| match method {
+                "echo" => Ok(payload.to_owned()),
+                _ => Err(KernelError::Denied("no".into())),
+            })
+        });
+        assert_eq!(services::call("x.y", "echo", "hi"), Ok("hi".into()));
+        assert_eq!(
+            services::call("x.y", "other", ""),
+            Err(KernelError::Denied("no".into()))
+        );
+        log::warn("careful");
+        state::set("k", b"v").expect("set");
+        events::emit("a.b", "{}").expect("emit");
+        assert!(matches!(
+            http::next_chunk(1, 1),
+            Err(KernelError::Unavailable(_))
+        ));
+        mock::with_host(|h| {
+            assert_eq!(h.calls.len(), 3);
+            assert_eq!(h.logs, vec![(Level::Warn, "careful".to_owned())]);
+            assert_eq!(h.state.get("k").map(Vec::as_slice), Some(&b"v"[..]));
+            assert_eq!(h.emitted, vec![("a.b".to_owned(), "{}".to_owned())]);
+        });
+        mock::reset();
+        assert!(mock::with_host(|h| h.calls.is_empty() && h.state.is_empty()));
+    }
+
+    #[test]
+    fn a_kernel_error_keeps_its_kind_in_a_plugin_error() {
+        assert_eq!(
+            ToolError::from(KernelError::Denied("path".into())),
+            ToolError::Denied("denied: path".into())
+        );
+        assert_eq!(
+            ToolError::from(KernelError::TimedOut("slow".into())),
+            ToolError::Unavailable("timed-out: slow".into())
+        );
+        assert_eq!(
+            CallError::from(KernelError::Conflict("c".into())),
+            CallError::Failed("conflict: c".into())
+        );
+        assert_eq!(
+            ToolError::InvalidInput("x".into()).to_string(),
+            "invalid input: x"
+        );
     }
 
     #[test]

@@ -1,12 +1,15 @@
-//! Generated bindings of the `keel-plugin` world and the host side of every keel import.
+//! ABI 0.2.0: the bindings of its `keel-plugin` world and the host side of every import it
+//! defines. Every later ABI imports these interfaces by name, so their host side here serves
+//! every component; a 0.2.0 (or 0.3.0) component also exports 0.2.0's `plugin`, which
+//! [`super::PluginExports`] adapts onto the newest shape.
 //!
 //! Each import ends in exactly one [`HostHandle`](crate::HostHandle) method, and pauses the
-//! instance's CPU meter while it runs (see [`limits`](super::limits)).
+//! instance's CPU meter while it runs (see [`limits`](crate::wasm_host::limits)).
 
-use super::store::StoreState;
 use crate::net_client::{HttpRequest, SecretHeader};
 use crate::sandbox::runner::ExecCommand;
 use crate::types;
+use crate::wasm_host::store::StoreState;
 
 wasmtime::component::bindgen!({
     path: "../wit/keel-plugin-0.2.0",
@@ -305,98 +308,5 @@ impl keel::plugin::state::Host for StoreState {
     async fn keys(&mut self) -> Vec<String> {
         let _host = self.meter.host_call();
         self.host.state_keys()
-    }
-}
-
-/// ABI 0.3.0: the interfaces it adds. Everything else a 0.3.0 component imports is 0.2.0's,
-/// bound above; its export is 0.2.0's `plugin`.
-pub(crate) mod v0_3 {
-    wasmtime::component::bindgen!({
-        path: ["../wit/keel-plugin-0.2.0", "../wit/keel-plugin-0.3.0"],
-        world: "keel:plugin/keel-plugin@0.3.0",
-        imports: { default: async },
-        exports: { default: async },
-        with: {
-            "keel:plugin/types@0.2.0": super::keel::plugin::types,
-            "keel:plugin/log@0.2.0": super::keel::plugin::log,
-            "keel:plugin/services@0.2.0": super::keel::plugin::services,
-            "keel:plugin/tools@0.2.0": super::keel::plugin::tools,
-            "keel:plugin/events@0.2.0": super::keel::plugin::events,
-            "keel:plugin/prompt@0.2.0": super::keel::plugin::prompt,
-            "keel:plugin/state@0.2.0": super::keel::plugin::state,
-            "keel:plugin/guards@0.2.0": super::keel::plugin::guards,
-            "keel:plugin/http@0.2.0": super::keel::plugin::http,
-            "keel:plugin/exec@0.2.0": super::keel::plugin::exec,
-            "keel:plugin/agent@0.2.0": super::keel::plugin::agent,
-            "keel:plugin/plugin@0.2.0": super::exports::keel::plugin::plugin,
-        },
-    });
-}
-
-use v0_3::keel::plugin0_3_0::processes::ProcessStatus;
-
-impl v0_3::keel::plugin0_3_0::processes::Host for StoreState {
-    async fn entries(&mut self) -> Vec<String> {
-        let _host = self.meter.host_call();
-        self.host.process_entries()
-    }
-
-    async fn start(&mut self, entry: String) -> Result<u32, KernelError> {
-        let _host = self.meter.host_call();
-        self.host.process_start(&entry).map_err(Into::into)
-    }
-
-    async fn write(
-        &mut self,
-        process: u32,
-        bytes: Vec<u8>,
-        timeout_ms: u32,
-    ) -> Result<(), KernelError> {
-        let _host = self.meter.host_call();
-        self.host
-            .process_write(
-                process,
-                &bytes,
-                std::time::Duration::from_millis(timeout_ms.into()),
-            )
-            .await
-            .map_err(Into::into)
-    }
-
-    async fn read(
-        &mut self,
-        process: u32,
-        max_bytes: u32,
-        timeout_ms: u32,
-    ) -> Result<Option<Vec<u8>>, KernelError> {
-        let _host = self.meter.host_call();
-        self.host
-            .process_read(
-                process,
-                max_bytes as usize,
-                std::time::Duration::from_millis(timeout_ms.into()),
-            )
-            .await
-            .map_err(Into::into)
-    }
-
-    async fn status(&mut self, process: u32) -> Result<ProcessStatus, KernelError> {
-        let _host = self.meter.host_call();
-        match self.host.process_status(process)? {
-            crate::processes::ProcessStatus::Running => Ok(ProcessStatus::Running),
-            crate::processes::ProcessStatus::Exited(code) => Ok(ProcessStatus::Exited(code)),
-        }
-    }
-
-    async fn kill(&mut self, process: u32) {
-        let _host = self.meter.host_call();
-        self.host.process_kill(process);
-    }
-}
-
-impl v0_3::keel::plugin0_3_0::tool_list::Host for StoreState {
-    async fn unregister(&mut self, name: String) -> Result<(), KernelError> {
-        let _host = self.meter.host_call();
-        self.host.withdraw_tool(&name).map_err(Into::into)
     }
 }

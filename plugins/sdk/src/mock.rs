@@ -1,0 +1,461 @@
+//! The mock host: an in-memory stand-in for the kernel, which the SDK's wrappers call outside
+//! WebAssembly, so a plugin's logic runs under plain `cargo test`.
+//!
+//! Each thread has its own host (the test harness runs each test on its own thread), reached
+//! with [`with_host`]. What the plugin does through the wrappers is recorded in its public
+//! fields (log lines, tools, services, subscriptions, emitted events, prompt fragments,
+//! state, service calls made); what other plugins would answer is scripted with
+//! [`MockHost::serve`]. [`activate`] drives a plugin the way the kernel does, through the
+//! same adapter a component exports.
+//!
+//! The doors that reach outside the kernel (`http`, `exec`, `agent`, `processes`) answer
+//! `unavailable` here: test the logic around them, not the network.
+//!
+//! ```
+//! use keel_sdk::mock::{self, with_host};
+//! use keel_sdk::{Plugin, services};
+//!
+//! struct Asker;
+//!
+//! impl Plugin for Asker {
+//!     fn activate(_config: &str) -> Result<Self, String> {
+//!         let answer = services::call("example.oracle", "ask", "?")?;
+//!         keel_sdk::log::info(&answer);
+//!         Ok(Asker)
+//!     }
+//! }
+//!
+//! with_host(|host| host.serve("example.oracle", |_method, _payload| Ok("42".into())));
+//! let plugin = mock::activate::<Asker>("{}").expect("activates");
+//! with_host(|host| assert_eq!(host.logged(), ["42"]));
+//! plugin.deactivate();
+//! ```
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+
+use crate::bindings::exports::keel::plugin0_4_0::plugin::Guest;
+use crate::bindings::keel::plugin0_2_0::types::KernelError as RawKernelError;
+use crate::{
+    ActivateError, CallError, Event, GuardVerdict, KernelError, Level, Plugin, ToolError, ToolSpec,
+};
+
+/// A scripted service: answers `(method, payload)`.
+type Handler = Box<dyn FnMut(&str, &str) -> Result<String, KernelError>>;
+
+/// The kernel as a test sees it. Fields record what the plugin did, in order.
+#[derive(Default)]
+pub struct MockHost {
+    /// Log lines written.
+    pub logs: Vec<(Level, String)>,
+    /// Services the plugin provides: `(name, version)`.
+    pub provided: Vec<(String, String)>,
+    /// Tools registered and not withdrawn.
+    pub tools: Vec<ToolSpec>,
+    /// Guards registered.
+    pub guards: Vec<String>,
+    /// Topics subscribed to.
+    pub subscriptions: Vec<String>,
+    /// Events emitted: `(topic, payload)`.
+    pub emitted: Vec<(String, String)>,
+    /// Prompt fragments added: `(id, text)`.
+    pub fragments: Vec<(String, String)>,
+    /// The plugin's kernel-held state.
+    pub state: BTreeMap<String, Vec<u8>>,
+    /// Service calls the plugin made: `(service, method, payload)`.
+    pub calls: Vec<(String, String, String)>,
+    services: BTreeMap<String, Handler>,
+}
+
+impl std::fmt::Debug for MockHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockHost")
+            .field("logs", &self.logs)
+            .field("provided", &self.provided)
+            .field("tools", &self.tools)
+            .field("guards", &self.guards)
+            .field("subscriptions", &self.subscriptions)
+            .field("emitted", &self.emitted)
+            .field("fragments", &self.fragments)
+            .field("state", &self.state)
+            .field("calls", &self.calls)
+            .field("services", &self.services.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl MockHost {
+    /// Answer calls to the service `name` with `handler(method, payload)`, as another plugin
+    /// providing it would. Replaces an earlier handler of the same name.
+    pub fn serve(
+        &mut self,
+        name: &str,
+        handler: impl FnMut(&str, &str) -> Result<String, KernelError> + 'static,
+    ) {
+        self.services.insert(name.to_owned(), Box::new(handler));
+    }
+
+    /// The messages of the log lines written, in order.
+    pub fn logged(&self) -> Vec<&str> {
+        self.logs.iter().map(|(_, m)| m.as_str()).collect()
+    }
+
+    /// The registered tool `name`, if any.
+    pub fn tool(&self, name: &str) -> Option<&ToolSpec> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+thread_local! {
+    static HOST: RefCell<MockHost> = RefCell::new(MockHost::default());
+}
+
+/// Run `f` with this thread's mock host, to script it or look at what the plugin did.
+///
+/// # Panics
+///
+/// When called from inside a scripted service handler (the host is busy then).
+pub fn with_host<R>(f: impl FnOnce(&mut MockHost) -> R) -> R {
+    HOST.with(|host| f(&mut host.borrow_mut()))
+}
+
+/// Forget everything this thread's mock host recorded and every scripted service.
+pub fn reset() {
+    with_host(|host| *host = MockHost::default());
+}
+
+/// Activate `P` with `config` the way the kernel does (through the adapter
+/// [`export_plugin!`](crate::export_plugin) exports), against this thread's mock host.
+/// When activation fails, the host undoes what the plugin registered, as the kernel does.
+pub fn activate<P: Plugin>(config: &str) -> Result<Activated<P>, ActivateError> {
+    if let Err(e) = crate::__private::Adapter::<P>::activate(config.to_owned()) {
+        undo_registrations();
+        return Err(e.into());
+    }
+    Ok(Activated {
+        active: true,
+        plugin: PhantomData,
+    })
+}
+
+/// A plugin activated against the mock host; its methods are the kernel's calls into it.
+/// Dropping it deactivates the plugin, and the host then undoes what the plugin registered
+/// (tools, services, guards, subscriptions, prompt fragments) as the kernel does; its state
+/// stays, as it does across a reload.
+#[derive(Debug)]
+pub struct Activated<P: Plugin> {
+    active: bool,
+    plugin: PhantomData<P>,
+}
+
+impl<P: Plugin> Activated<P> {
+    /// Run the tool `name` with JSON `input`, as the kernel does for a model's call.
+    pub fn invoke_tool(&self, name: &str, input: &str) -> Result<String, ToolError> {
+        crate::__private::Adapter::<P>::invoke_tool(name.to_owned(), input.to_owned())
+            .map_err(ToolError::from)
+    }
+
+    /// Call `method` of the provided `service`, as another plugin would.
+    pub fn handle_call(
+        &self,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, CallError> {
+        crate::__private::Adapter::<P>::handle_call(
+            service.to_owned(),
+            method.to_owned(),
+            payload.to_owned(),
+        )
+        .map_err(CallError::from)
+    }
+
+    /// Deliver an event of `topic`, from `source`.
+    pub fn on_event(&self, topic: &str, source: &str, payload: &str) {
+        crate::__private::Adapter::<P>::on_event(Event {
+            topic: topic.to_owned(),
+            source: source.to_owned(),
+            payload: payload.to_owned(),
+        });
+    }
+
+    /// Ask the guard `guard` about the tool call `tool` with `input`.
+    pub fn check_tool_call(&self, guard: &str, tool: &str, input: &str) -> GuardVerdict {
+        crate::__private::Adapter::<P>::check_tool_call(
+            guard.to_owned(),
+            tool.to_owned(),
+            input.to_owned(),
+        )
+    }
+
+    /// Deactivate the plugin (dropping does the same).
+    pub fn deactivate(mut self) {
+        self.active = false;
+        unload::<P>();
+    }
+}
+
+impl<P: Plugin> Drop for Activated<P> {
+    fn drop(&mut self) {
+        if self.active {
+            unload::<P>();
+        }
+    }
+}
+
+/// Deactivate `P` and undo what it registered.
+fn unload<P: Plugin>() {
+    crate::__private::Adapter::<P>::deactivate();
+    undo_registrations();
+}
+
+/// Forget the tools, services, guards, subscriptions and prompt fragments registered, as the
+/// kernel does when a plugin is unloaded or fails to activate; its state stays.
+fn undo_registrations() {
+    with_host(|h| {
+        h.tools.clear();
+        h.provided.clear();
+        h.guards.clear();
+        h.subscriptions.clear();
+        h.fragments.clear();
+    });
+}
+
+/// What the mock host answers for the doors it does not model.
+fn outside(door: &str) -> RawKernelError {
+    RawKernelError::Unavailable(format!(
+        "the mock host does not reach outside the kernel (`{door}`); test the logic around it"
+    ))
+}
+
+/// The mock host's side of every kernel import, shaped like the generated bindings so the
+/// wrappers are the same inside and outside a component.
+pub(crate) mod door {
+    use super::{HOST, KernelError, RawKernelError, ToolSpec, outside, with_host};
+
+    pub(crate) mod log {
+        use crate::Level;
+
+        pub(crate) fn log(level: Level, message: &str) {
+            super::with_host(|h| h.logs.push((level, message.to_owned())));
+        }
+    }
+
+    pub(crate) mod services {
+        use super::{HOST, KernelError, RawKernelError, with_host};
+
+        pub(crate) fn provide(name: &str, version: &str) -> Result<(), RawKernelError> {
+            with_host(|h| h.provided.push((name.to_owned(), version.to_owned())));
+            Ok(())
+        }
+
+        pub(crate) fn call(
+            name: &str,
+            method: &str,
+            payload: &str,
+        ) -> Result<String, RawKernelError> {
+            let handler = with_host(|h| {
+                h.calls
+                    .push((name.to_owned(), method.to_owned(), payload.to_owned()));
+                h.services.remove(name)
+            });
+            let Some(mut handler) = handler else {
+                return Err(RawKernelError::Unavailable(format!(
+                    "no plugin provides `{name}` in the mock host; script it with \
+                     `MockHost::serve`"
+                )));
+            };
+            // Taken out while it runs, so it may call back into the host.
+            let answer = handler(method, payload);
+            HOST.with(|h| {
+                h.borrow_mut()
+                    .services
+                    .entry(name.to_owned())
+                    .or_insert(handler);
+            });
+            answer.map_err(|e: KernelError| e.into())
+        }
+    }
+
+    pub(crate) mod tools {
+        use super::{KernelError, RawKernelError, ToolSpec, with_host};
+
+        pub(crate) fn register(spec: &ToolSpec) -> Result<(), RawKernelError> {
+            with_host(|h| {
+                if h.tools.iter().any(|t| t.name == spec.name) {
+                    return Err(KernelError::Conflict(format!(
+                        "tool `{}` is already registered",
+                        spec.name
+                    ))
+                    .into());
+                }
+                h.tools.push(spec.clone());
+                Ok(())
+            })
+        }
+
+        pub(crate) fn registered() -> Vec<ToolSpec> {
+            let mut tools = with_host(|h| h.tools.clone());
+            tools.sort_by(|a, b| a.name.cmp(&b.name));
+            tools
+        }
+    }
+
+    pub(crate) mod tool_list {
+        use super::{KernelError, RawKernelError, with_host};
+
+        pub(crate) fn unregister(name: &str) -> Result<(), RawKernelError> {
+            with_host(|h| {
+                let before = h.tools.len();
+                h.tools.retain(|t| t.name != name);
+                if h.tools.len() == before {
+                    return Err(
+                        KernelError::Invalid(format!("no tool `{name}` is registered")).into(),
+                    );
+                }
+                Ok(())
+            })
+        }
+    }
+
+    pub(crate) mod guards {
+        use super::{RawKernelError, with_host};
+
+        pub(crate) fn register(name: &str) -> Result<(), RawKernelError> {
+            with_host(|h| h.guards.push(name.to_owned()));
+            Ok(())
+        }
+    }
+
+    pub(crate) mod events {
+        use super::{RawKernelError, with_host};
+
+        pub(crate) fn subscribe(topic: &str) -> Result<(), RawKernelError> {
+            with_host(|h| h.subscriptions.push(topic.to_owned()));
+            Ok(())
+        }
+
+        pub(crate) fn emit(topic: &str, payload: &str) -> Result<(), RawKernelError> {
+            with_host(|h| h.emitted.push((topic.to_owned(), payload.to_owned())));
+            Ok(())
+        }
+    }
+
+    pub(crate) mod prompt {
+        use super::{RawKernelError, with_host};
+
+        pub(crate) fn add_fragment(id: &str, text: &str) -> Result<(), RawKernelError> {
+            with_host(|h| h.fragments.push((id.to_owned(), text.to_owned())));
+            Ok(())
+        }
+    }
+
+    pub(crate) mod state {
+        use super::{RawKernelError, with_host};
+
+        pub(crate) fn get(key: &str) -> Option<Vec<u8>> {
+            with_host(|h| h.state.get(key).cloned())
+        }
+
+        pub(crate) fn set(key: &str, value: &[u8]) -> Result<(), RawKernelError> {
+            with_host(|h| h.state.insert(key.to_owned(), value.to_vec()));
+            Ok(())
+        }
+
+        pub(crate) fn remove(key: &str) {
+            with_host(|h| h.state.remove(key));
+        }
+
+        pub(crate) fn keys() -> Vec<String> {
+            with_host(|h| h.state.keys().cloned().collect())
+        }
+    }
+
+    pub(crate) mod http {
+        pub use crate::bindings::keel::plugin0_2_0::http::{
+            Header, Request, ResponseHead, SecretHeader,
+        };
+
+        use super::{RawKernelError, outside};
+
+        pub(crate) fn send(_request: &Request) -> Result<(u32, ResponseHead), RawKernelError> {
+            Err(outside("http"))
+        }
+
+        pub(crate) fn next_chunk(
+            _body: u32,
+            _idle_ms: u32,
+        ) -> Result<Option<Vec<u8>>, RawKernelError> {
+            Err(outside("http"))
+        }
+
+        pub(crate) fn close(_body: u32) {}
+    }
+
+    pub(crate) mod exec {
+        pub use crate::bindings::keel::plugin0_2_0::exec::{Command, Outcome};
+
+        use super::{RawKernelError, outside};
+
+        pub(crate) fn run(_command: &Command) -> Result<Outcome, RawKernelError> {
+            Err(outside("exec"))
+        }
+    }
+
+    pub(crate) mod agent {
+        use super::{RawKernelError, outside};
+
+        pub(crate) fn complete(_request: &str) -> Result<String, RawKernelError> {
+            Err(outside("agent"))
+        }
+
+        pub(crate) fn dispatch(_call_ids: &[String]) -> Vec<String> {
+            Vec::new()
+        }
+
+        pub(crate) fn replay(_call_id: &str) -> Result<String, RawKernelError> {
+            Err(outside("agent"))
+        }
+
+        pub(crate) fn cancelled() -> bool {
+            false
+        }
+    }
+
+    pub(crate) mod processes {
+        pub use crate::bindings::keel::plugin0_3_0::processes::ProcessStatus;
+
+        use super::{RawKernelError, outside};
+
+        pub(crate) fn entries() -> Vec<String> {
+            Vec::new()
+        }
+
+        pub(crate) fn start(_entry: &str) -> Result<u32, RawKernelError> {
+            Err(outside("processes"))
+        }
+
+        pub(crate) fn write(
+            _process: u32,
+            _bytes: &[u8],
+            _timeout_ms: u32,
+        ) -> Result<(), RawKernelError> {
+            Err(outside("processes"))
+        }
+
+        pub(crate) fn read(
+            _process: u32,
+            _max_bytes: u32,
+            _timeout_ms: u32,
+        ) -> Result<Option<Vec<u8>>, RawKernelError> {
+            Err(outside("processes"))
+        }
+
+        pub(crate) fn status(_process: u32) -> Result<ProcessStatus, RawKernelError> {
+            Err(outside("processes"))
+        }
+
+        pub(crate) fn kill(_process: u32) {}
+    }
+}

@@ -1,0 +1,100 @@
+//! Plugins built against every ABI keel hosts load and run side by side: a 0.3.0 component
+//! (the fixture `abi-0-3-tool`, bound to the 0.3.0 WIT) through the kernel's version glue, a
+//! 0.4.0 one (the bundled `echo-tool`, on keel-sdk's typed API) directly.
+
+use keel_kernel::{KernelError, PluginState, WasmHost, WasmHostConfig, inspect_component};
+use keel_tests::Harness;
+
+type R = anyhow::Result<()>;
+
+fn harness() -> anyhow::Result<(Harness, tempfile::TempDir)> {
+    let dir = tempfile::tempdir()?;
+    Ok((Harness::new(dir.path(), None)?, dir))
+}
+
+/// The plugin's own message in a failed call's text.
+fn own_message(e: Result<String, KernelError>) -> String {
+    match e {
+        Err(KernelError::Failed(m)) => keel_protocol::call_failure::failure_message(&m).to_owned(),
+        other => panic!("expected a failed call, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_fixture_is_a_0_3_component_and_echo_tool_a_0_4_one() -> R {
+    let host = WasmHost::new(WasmHostConfig::default())?;
+    let (_, legacy) = keel_tests::fixtures::fixture("abi-0-3-tool")
+        .ok_or_else(|| anyhow::anyhow!("the fixture is built"))?;
+    let report = inspect_component(&host, "abi-0-3-tool", legacy)?;
+    assert_eq!(report.abi_version.to_string(), "0.3.0");
+    assert!(
+        report
+            .exports
+            .contains(&"keel:plugin/plugin@0.2.0".to_owned())
+    );
+    assert!(
+        report
+            .imports
+            .contains(&"keel:plugin/tool-list@0.3.0".to_owned())
+    );
+
+    let echo = keel_tests::plugins::plugin("echo-tool")
+        .ok_or_else(|| anyhow::anyhow!("echo-tool is bundled"))?;
+    let report = inspect_component(&host, "echo-tool", &echo.component())?;
+    assert_eq!(report.abi_version.to_string(), "0.4.0");
+    assert!(
+        report
+            .exports
+            .contains(&"keel:plugin/plugin@0.4.0".to_owned())
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_built_against_abi_0_3_loads_runs_and_fails_as_a_failure() -> R {
+    let (h, _dir) = harness()?;
+    let status = h.load_fixture("abi-0-3-tool").await?;
+    assert_eq!(status.state, PluginState::Active, "{status:?}");
+    let tools: Vec<String> = h.kernel.tools().into_iter().map(|t| t.name).collect();
+    assert!(tools.contains(&"legacy_echo".to_owned()), "{tools:?}");
+    assert!(
+        !tools.contains(&"legacy_gone".to_owned()),
+        "0.3.0's tool-list withdrew it: {tools:?}"
+    );
+
+    assert_eq!(
+        h.kernel
+            .invoke_tool("legacy_echo", r#"{"text":"still here ✓"}"#)
+            .await?,
+        "still here ✓"
+    );
+    // Its error string is adapted to a failure: the message as the plugin wrote it, no kind.
+    assert_eq!(
+        own_message(
+            h.kernel
+                .invoke_tool("legacy_echo", r#"{"fail":"on purpose"}"#)
+                .await
+        ),
+        "the legacy tool failed: on purpose"
+    );
+
+    // Beside it, a 0.4.0 plugin's typed error keeps its kind.
+    h.load_bundled("echo-tool").await?;
+    assert_eq!(
+        h.kernel.invoke_tool("echo", r#"{"text":"typed"}"#).await?,
+        "typed"
+    );
+    let message = own_message(h.kernel.invoke_tool("echo", r#"{"text":7}"#).await);
+    assert!(
+        message.starts_with("invalid input: tool `echo`: invalid type: integer `7`"),
+        "{message}"
+    );
+    // And the older plugin still answers after the newer one loaded.
+    assert_eq!(
+        h.kernel
+            .invoke_tool("legacy_echo", r#"{"text":"again"}"#)
+            .await?,
+        "again"
+    );
+    Ok(())
+}
