@@ -1,0 +1,6 @@
+//! keel-checkpoints' integration tests, one binary.
+
+mod common;
+mod hostile;
+mod rewind_properties;
+mod snapshots;
