@@ -41,16 +41,23 @@ pub struct Settings {
     pub max_file_bytes: u64,
     /// Gitignore-style patterns never recorded, besides what `.gitignore` excludes.
     pub ignore: Vec<String>,
+    /// A workspace with more entries than this is not recorded at all (a checkpoint that
+    /// left some out would have a restore remove them): the checkpoint fails and says so.
+    pub max_entries: usize,
 }
 
 /// The default size limit of one recorded file: 16 MiB.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// The default most entries (files, directories, links) of a recorded workspace.
+pub const DEFAULT_MAX_ENTRIES: usize = 200_000;
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             ignore: Vec::new(),
+            max_entries: DEFAULT_MAX_ENTRIES,
         }
     }
 }

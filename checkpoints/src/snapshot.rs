@@ -216,6 +216,17 @@ pub fn snapshot(
         if entry.depth() == 0 {
             continue;
         }
+        if manifest.entries.len() >= settings.max_entries {
+            return Err(Error(format!(
+                "the workspace {} holds more than {} files and directories, so no checkpoint \
+                 is taken (one that left some out would have a rewind remove them); exclude \
+                 what need not be recorded with `.gitignore` or `[checkpoints] ignore`, raise \
+                 `[checkpoints] max-entries`, or turn checkpoints off with `[checkpoints] \
+                 enabled = false`",
+                workspace.display(),
+                settings.max_entries
+            )));
+        }
         let Some(rel) = entry
             .path()
             .strip_prefix(workspace)

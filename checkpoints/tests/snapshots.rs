@@ -14,6 +14,7 @@ fn ignored_and_oversized_files_are_left_out_and_said() {
     let fx = Fixture::new(Settings {
         max_file_bytes: 1000,
         ignore: vec!["secrets/**".into()],
+        ..Settings::default()
     });
     std::fs::write(fx.path(".gitignore"), "target/\n*.log\n").expect("gitignore");
     std::fs::create_dir_all(fx.path("target/debug")).expect("target");
