@@ -26,7 +26,7 @@ pub mod store;
 
 pub use recorder::Recorder;
 pub use snapshot::{Manifest, Node, Skipped};
-pub use store::{Checkpoint, Kind, Store};
+pub use store::{Checkpoint, Collected, Kind, Retention, Store};
 
 /// Directories never recorded nor restored, at any depth: the version-control and keel control
 /// directories. Rewinding the person's repository state (refs, index, objects) is not keel's to

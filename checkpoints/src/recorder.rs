@@ -53,12 +53,12 @@ impl Recorder {
         if state.session.as_deref() == Some(session) {
             return Ok(());
         }
-        let index = self.store.index(session)?;
+        let last = self.store.last(session)?;
         state.session = Some(session.to_owned());
-        state.turn = index.iter().map(|c| c.turn).max().unwrap_or(0);
-        state.last = index
-            .last()
-            .and_then(|c| Some((c.manifest.clone(), self.store.manifest(&c.manifest).ok()?)));
+        // Turns only ever count up in an index, so its last line has the highest.
+        state.turn = last.as_ref().map_or(0, |c| c.turn);
+        state.last =
+            last.and_then(|c| Some((c.manifest.clone(), self.store.manifest(&c.manifest).ok()?)));
         Ok(())
     }
 
@@ -125,23 +125,31 @@ impl Recorder {
             &self.settings,
             state.last.as_ref().map(|(_, m)| m),
         )?;
-        let hash = self.store.put_manifest(&manifest)?;
         // What changed since the session's last checkpoint, whoever took it (a rewind run by
         // another keel process appends to the same index).
-        let previous_hash = self
-            .store
-            .index(&session)?
-            .last()
-            .map(|c| c.manifest.clone());
+        let previous_hash = self.store.last(&session)?.map(|c| c.manifest);
+        let loaded;
         let previous = match (&previous_hash, &state.last) {
-            (Some(p), Some((h, m))) if p == h => Some(m.clone()),
-            (Some(p), _) => self.store.manifest(p).ok(),
+            (Some(p), Some((h, m))) if p == h => Some(m),
+            (Some(p), _) => {
+                loaded = self.store.manifest(p).ok();
+                loaded.as_ref()
+            }
             (None, _) => None,
         };
         let changed = previous
-            .as_ref()
             .map(|p| p.changed_paths(&manifest))
             .unwrap_or_default();
+        // Nothing changed (most calls): the previous manifest is named again instead of a new
+        // one written; this walk's manifest stays the base of the next.
+        let hash = match (&previous_hash, previous) {
+            (Some(h), Some(p))
+                if p.entries == manifest.entries && p.skipped == manifest.skipped =>
+            {
+                h.clone()
+            }
+            _ => self.store.put_manifest(&manifest)?,
+        };
         let (files, bytes) = manifest.totals();
         let turn = state.turn;
         let checkpoint = self.store.append(&session, |_, _| Checkpoint {

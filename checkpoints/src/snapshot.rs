@@ -297,8 +297,7 @@ pub fn snapshot(
                 }) if *m == mode
                     && *s == stat
                     && s.mtime_ns < p.taken_ns - RACY_NS
-                    && s.ctime_ns < p.taken_ns - RACY_NS
-                    && store.has_blob(hash) =>
+                    && s.ctime_ns < p.taken_ns - RACY_NS =>
                 {
                     Some(hash.clone())
                 }

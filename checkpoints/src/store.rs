@@ -111,10 +111,12 @@ pub const MAX_CHANGED: usize = 1000;
 const LOCK_WAIT: Duration = Duration::from_secs(30);
 
 /// The store of one workspace.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Store {
     root: PathBuf,
     workspace: PathBuf,
+    /// Whether something was written since the last [`Store::sync`].
+    unsynced: std::sync::atomic::AtomicBool,
 }
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -191,6 +193,7 @@ impl Store {
         Ok(Store {
             root,
             workspace: workspace.to_owned(),
+            unsynced: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -220,11 +223,17 @@ impl Store {
         valid_hash(hash)?;
         let path = self.object_path("blobs", hash);
         if path.exists() {
+            // Touched, so a garbage collection running now keeps it for its grace period
+            // while the checkpoint naming it is being recorded.
+            if let Ok(f) = File::options().write(true).open(&path) {
+                let _ = f.set_modified(std::time::SystemTime::now());
+            }
             return Ok(false);
         }
         let packed = zstd::bulk::compress(content, 1).map_err(io_error("compressing a file"))?;
         make_private_dir(path.parent().unwrap_or(&self.root))?;
         write_atomic(&path, &packed, false)?;
+        self.unsynced.store(true, Ordering::SeqCst);
         Ok(true)
     }
 
@@ -254,10 +263,16 @@ impl Store {
             serde_json::to_vec(manifest).map_err(|e| Error(format!("encoding a manifest: {e}")))?;
         let hash = hash_hex(&json);
         let path = self.object_path("manifests", &hash);
-        if !path.exists() {
+        if path.exists() {
+            // Touched for a garbage collection running now, as a blob is.
+            if let Ok(f) = File::options().write(true).open(&path) {
+                let _ = f.set_modified(std::time::SystemTime::now());
+            }
+        } else {
             let packed = zstd::bulk::compress(&json, 3).map_err(io_error("compressing"))?;
             make_private_dir(path.parent().unwrap_or(&self.root))?;
             write_atomic(&path, &packed, false)?;
+            self.unsynced.store(true, Ordering::SeqCst);
         }
         Ok(hash)
     }
@@ -283,8 +298,12 @@ impl Store {
             .map_err(|e| Error(format!("reading the manifest {hash}: {e}")))
     }
 
-    /// Make everything written so far durable (one `syncfs` of the store's file system).
+    /// Make everything written so far durable (one `syncfs` of the store's file system, when
+    /// anything was written since the last).
     pub fn sync(&self) -> Result<()> {
+        if !self.unsynced.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
         let dir = File::open(&self.root).map_err(io_error("opening the checkpoint store"))?;
         nix::unistd::syncfs(&dir).map_err(|e| Error(format!("syncing the checkpoint store: {e}")))
     }
@@ -309,6 +328,39 @@ impl Store {
             .collect())
     }
 
+    /// The last checkpoint of `session`, read from the end of its index.
+    pub fn last(&self, session: &str) -> Result<Option<Checkpoint>> {
+        use std::io::{Seek, SeekFrom};
+        const TAIL: u64 = 1 << 20;
+        let path = self.index_path(session)?;
+        let mut file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error(format!("reading {}", path.display()))(e)),
+        };
+        let len = file
+            .metadata()
+            .map_err(io_error(format!("reading {}", path.display())))?
+            .len();
+        if len > TAIL {
+            file.seek(SeekFrom::Start(len - TAIL))
+                .map_err(io_error(format!("reading {}", path.display())))?;
+        }
+        let mut tail = Vec::new();
+        file.read_to_end(&mut tail)
+            .map_err(io_error(format!("reading {}", path.display())))?;
+        let found = tail
+            .split(|b| *b == b'\n')
+            .rev()
+            .find_map(|line| serde_json::from_slice::<Checkpoint>(line).ok());
+        match found {
+            Some(c) => Ok(Some(c)),
+            // Lines longer than the tail: read it whole.
+            None if len > TAIL => Ok(self.index(session)?.pop()),
+            None => Ok(None),
+        }
+    }
+
     /// The sessions with checkpoints in this store.
     pub fn sessions(&self) -> Result<Vec<String>> {
         let mut out = Vec::new();
@@ -328,18 +380,18 @@ impl Store {
     }
 
     /// Append a checkpoint of `session` under the store's lock: `fill` gets the sequence
-    /// number (1 + the last one) and returns the line to write. Everything the line names must
+    /// number (1 + the last one) and the last checkpoint, and returns the line to write. Everything the line names must
     /// already be stored; it is synced first.
     pub fn append(
         &self,
         session: &str,
-        fill: impl FnOnce(u64, &[Checkpoint]) -> Checkpoint,
+        fill: impl FnOnce(u64, Option<&Checkpoint>) -> Checkpoint,
     ) -> Result<Checkpoint> {
         let path = self.index_path(session)?;
         let _lock = self.lock()?;
-        let existing = self.index(session)?;
-        let seq = existing.last().map_or(1, |c| c.seq + 1);
-        let mut checkpoint = fill(seq, &existing);
+        let last = self.last(session)?;
+        let seq = last.as_ref().map_or(1, |c| c.seq + 1);
+        let mut checkpoint = fill(seq, last.as_ref());
         checkpoint.seq = seq;
         checkpoint.id = format!("c{seq}");
         checkpoint.session = session.to_owned();
@@ -459,4 +511,122 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<(
         let _ = fs::remove_file(&tmp);
     }
     result.map_err(io_error(format!("writing {}", path.display())))
+}
+
+/// What garbage collection keeps.
+#[derive(Debug, Clone)]
+pub struct Retention {
+    /// Checkpoints older than this are dropped (a session's last one is always kept).
+    pub max_age: Duration,
+    /// At most this many checkpoints per session, the newest.
+    pub per_session: usize,
+    /// Objects nothing names are deleted only once this old: a keel process may have written
+    /// them for a checkpoint whose index line is not appended yet.
+    pub grace: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            max_age: Duration::from_secs(30 * 24 * 3600),
+            per_session: 1000,
+            grace: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What a garbage collection did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Collected {
+    /// Checkpoints dropped from the indexes.
+    pub checkpoints: usize,
+    /// Blobs and manifests deleted.
+    pub objects: usize,
+    /// Their bytes (as stored).
+    pub bytes: u64,
+}
+
+impl Store {
+    /// Drop the checkpoints `retention` does not keep and delete what no kept checkpoint
+    /// names, under the store's lock. A session's last checkpoint always stays (it is the base
+    /// of its next walk and of the check for changes made outside keel).
+    pub fn collect_garbage(&self, retention: &Retention) -> Result<Collected> {
+        let _lock = self.lock()?;
+        let mut collected = Collected::default();
+        let now_ms = crate::now_ms();
+        let max_age_ms = retention.max_age.as_millis() as u64;
+        let mut manifests = std::collections::BTreeSet::new();
+        for session in self.sessions()? {
+            let index = self.index(&session)?;
+            let n = index.len();
+            let kept: Vec<&Checkpoint> = index
+                .iter()
+                .enumerate()
+                .filter(|(i, c)| {
+                    *i + 1 == n
+                        || (n - i <= retention.per_session
+                            && now_ms.saturating_sub(c.time_ms) <= max_age_ms)
+                })
+                .map(|(_, c)| c)
+                .collect();
+            collected.checkpoints += n - kept.len();
+            if kept.len() < n {
+                let mut text = Vec::new();
+                for c in &kept {
+                    serde_json::to_writer(&mut text, c)
+                        .map_err(|e| Error(format!("encoding a checkpoint: {e}")))?;
+                    text.push(b'\n');
+                }
+                write_atomic(&self.index_path(&session)?, &text, true)?;
+            }
+            manifests.extend(kept.iter().map(|c| c.manifest.clone()));
+        }
+        let mut blobs = std::collections::BTreeSet::new();
+        for hash in &manifests {
+            // A manifest that cannot be read names nothing more; its blobs may go, and the
+            // restore that needs it fails with the reason.
+            if let Ok(m) = self.manifest(hash) {
+                for node in m.entries.values() {
+                    if let crate::Node::File { hash, .. } = node {
+                        blobs.insert(hash.clone());
+                    }
+                }
+            }
+        }
+        for (kind, keep) in [("manifests", &manifests), ("blobs", &blobs)] {
+            let dir = self.root.join(kind);
+            let Ok(fans) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for fan in fans.flatten() {
+                let prefix = fan.file_name().to_string_lossy().into_owned();
+                let Ok(objects) = fs::read_dir(fan.path()) else {
+                    continue;
+                };
+                for object in objects.flatten() {
+                    let name = object.file_name().to_string_lossy().into_owned();
+                    let hash = format!("{prefix}{name}");
+                    if keep.contains(&hash) {
+                        continue;
+                    }
+                    let Ok(meta) = object.metadata() else {
+                        continue;
+                    };
+                    let age = meta
+                        .modified()
+                        .ok()
+                        .and_then(|m| m.elapsed().ok())
+                        .unwrap_or_default();
+                    if age < retention.grace {
+                        continue;
+                    }
+                    if fs::remove_file(object.path()).is_ok() {
+                        collected.objects += 1;
+                        collected.bytes += meta.len();
+                    }
+                }
+            }
+        }
+        Ok(collected)
+    }
 }

@@ -2,5 +2,6 @@
 
 mod common;
 mod hostile;
+mod retention;
 mod rewind_properties;
 mod snapshots;

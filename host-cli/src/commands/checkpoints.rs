@@ -27,6 +27,16 @@ pub enum CheckpointsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Drop old checkpoints of this workspace's sessions and delete the stored content no
+    /// kept checkpoint names (each session's last checkpoint always stays).
+    Gc {
+        /// Drop checkpoints older than this many days.
+        #[arg(long, default_value_t = 30)]
+        days: u64,
+        /// Keep at most this many checkpoints per session, the newest.
+        #[arg(long, default_value_t = 1000)]
+        keep: usize,
+    },
 }
 
 /// `keel rewind SESSION (--turn N | --call ID | --checkpoint ID)`
@@ -70,6 +80,23 @@ pub struct RewindArgs {
 pub fn run(ctx: &Context, cmd: CheckpointsCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         CheckpointsCommand::List { session, json } => list(ctx, &session, json),
+        CheckpointsCommand::Gc { days, keep } => {
+            let store = ctx.checkpoint_store()?;
+            let done = store
+                .collect_garbage(&keel_kernel::checkpoints::Retention {
+                    max_age: std::time::Duration::from_secs(days.saturating_mul(24 * 3600)),
+                    per_session: keep,
+                    ..keel_kernel::checkpoints::Retention::default()
+                })
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!(
+                "dropped {} checkpoint(s); deleted {} stored object(s), {}",
+                done.checkpoints,
+                done.objects,
+                size(done.bytes)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
