@@ -31,7 +31,7 @@ pub use store::{Checkpoint, Collected, Kind, Retention, Store};
 /// Directories never recorded nor restored, at any depth: the version-control and keel control
 /// directories. Rewinding the person's repository state (refs, index, objects) is not keel's to
 /// do; `.keel` is keel's own (spilled outputs, memory). The sandbox keeps commands out of the
-/// same directories (`keel_kernel::sandbox::PROTECTED_IN_WORKSPACE`).
+/// same directories, and `.claude/skills` too (`keel_kernel::sandbox::PROTECTED_IN_WORKSPACE`).
 pub const NEVER_TRACKED: &[&str] = &[".git", ".hg", ".jj", ".svn", ".keel"];
 
 /// What the person configured in `[checkpoints]`.
