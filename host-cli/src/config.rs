@@ -61,6 +61,41 @@ pub struct UserConfig {
     /// Registries by name, `[registries.NAME]`: OCI registries and how to reach them.
     #[serde(default)]
     pub registries: std::collections::BTreeMap<String, RegistrySettings>,
+    /// Workspace checkpoints, `[checkpoints]`.
+    #[serde(default)]
+    pub checkpoints: CheckpointSettings,
+}
+
+/// `[checkpoints]`: the workspace recorded before each turn and each tool call that may change
+/// files, in keel's home, for `keel rewind`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CheckpointSettings {
+    /// `false` turns checkpoints off (on by default).
+    pub enabled: Option<bool>,
+    /// Gitignore-style patterns not recorded, besides what `.gitignore` excludes.
+    #[serde(default)]
+    pub ignore: Vec<String>,
+    /// Files larger than this many MiB are not recorded (said in `keel checkpoints list`);
+    /// default 16.
+    pub max_file_mib: Option<u64>,
+    /// A workspace with more files and directories than this is not recorded (default
+    /// 200,000).
+    pub max_entries: Option<usize>,
+}
+
+impl CheckpointSettings {
+    /// The recorder's settings.
+    pub fn settings(&self) -> keel_kernel::checkpoints::Settings {
+        let defaults = keel_kernel::checkpoints::Settings::default();
+        keel_kernel::checkpoints::Settings {
+            max_file_bytes: self
+                .max_file_mib
+                .map_or(defaults.max_file_bytes, |m| m.saturating_mul(1 << 20)),
+            ignore: self.ignore.clone(),
+            max_entries: self.max_entries.unwrap_or(defaults.max_entries),
+        }
+    }
 }
 
 /// `[registries.NAME]`: an OCI registry keel publishes to and installs from, named for
@@ -504,6 +539,36 @@ impl Context {
             .take(200)
             .collect();
         self.home.join("history").join(format!("{name}.txt"))
+    }
+
+    /// Where workspace checkpoints are kept (sealed: no plugin is granted keel's home).
+    pub fn checkpoints_dir(&self) -> PathBuf {
+        self.home.join("checkpoints")
+    }
+
+    /// The checkpoint store of this workspace (made if missing).
+    pub fn checkpoint_store(&self) -> anyhow::Result<keel_kernel::checkpoints::Store> {
+        keel_kernel::checkpoints::Store::open(&self.checkpoints_dir(), &self.workspace)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// The recorder a session's kernel takes checkpoints with; `None` when `[checkpoints]
+    /// enabled = false`, or (with a warning) when the store cannot be opened.
+    pub fn checkpoint_recorder(
+        &self,
+    ) -> Option<std::sync::Arc<keel_kernel::checkpoints::Recorder>> {
+        if self.config.checkpoints.enabled == Some(false) {
+            return None;
+        }
+        match self.checkpoint_store() {
+            Ok(store) => Some(std::sync::Arc::new(
+                keel_kernel::checkpoints::Recorder::new(store, self.config.checkpoints.settings()),
+            )),
+            Err(e) => {
+                eprintln!("warning: no checkpoints this session: {e}");
+                None
+            }
+        }
     }
 
     /// Directory of the compiled-component cache.

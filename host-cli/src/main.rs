@@ -104,6 +104,12 @@ enum Command {
         #[command(flatten)]
         args: commands::run::SessionArgs,
     },
+    /// The workspace checkpoints a session recorded (`list`).
+    #[command(subcommand)]
+    Checkpoints(commands::checkpoints::CheckpointsCommand),
+    /// Go back to the state before a turn or a tool call: the workspace's files, the
+    /// conversation, or both (the default). A safety checkpoint taken first undoes it.
+    Rewind(commands::checkpoints::RewindArgs),
     /// List and show sessions from their logs.
     #[command(subcommand)]
     Sessions(commands::sessions::SessionsCommand),
@@ -249,6 +255,8 @@ fn main() -> ExitCode {
                 commands::run::run(&ctx, args, prompt, Some(id)).await
             }
             Command::Sessions(cmd) => commands::sessions::run(&ctx, cmd).await,
+            Command::Checkpoints(cmd) => commands::checkpoints::run(&ctx, cmd),
+            Command::Rewind(args) => commands::checkpoints::rewind_command(&ctx, args),
             Command::Verify(VerifyCommand::Stats { json }) => {
                 commands::sessions::verify_stats(&ctx, json)
             }

@@ -5,6 +5,7 @@ mod common;
 
 mod agent;
 mod agent_wire;
+mod checkpoints;
 mod cli;
 mod crash_safety;
 mod exit_codes;

@@ -186,6 +186,9 @@ pub(crate) async fn dispatch_one(
         Judged::Run { approved_command } => approved_command,
     };
     gates.mark_executed(id, &tool, &input);
+    if may_change_files(m, &spec, &owner) {
+        gates.checkpoint_before_call(id, &tool).await;
+    }
     run_tool(
         gates,
         m,
@@ -226,6 +229,9 @@ pub(crate) async fn replay(
     let (decision, reason) = ask_guards(gates, m, chain, &tool, &input).await;
     if decision == Decision::Forbid {
         return Err(KernelError::Denied(reason));
+    }
+    if may_change_files(m, &spec, &owner) {
+        gates.checkpoint_before_call(id, &tool).await;
     }
     Ok(run_tool(gates, m, chain, id, &tool, &spec, &owner, &input, command).await)
 }
@@ -307,6 +313,13 @@ fn control_write_refusal(
          write there and why, and let them do it",
         sanitize::sanitize_for_display(&path)
     ))
+}
+
+/// Whether a call of this tool may change the workspace's files, so a checkpoint precedes it:
+/// a file-writing or command tool, or one served by a plugin that acts outside its sandbox
+/// (MCP servers, subagents' loops).
+fn may_change_files(m: &dyn Mediator, spec: &ToolSpec, owner: &str) -> bool {
+    spec.capabilities.writes_files || spec.capabilities.executes_code || m.acts_outside(owner)
 }
 
 /// The command a command tool would run: the string `command` of a tool that executes code.

@@ -27,6 +27,7 @@ mod wasm_host;
 
 /// The sealed gates' pure policies live in their own crate (`kernel/gates/`) so they build and
 /// fuzz without the runtime; the kernel owns their session state and is their only caller.
+pub use keel_checkpoints as checkpoints;
 pub use keel_gates as gates;
 
 pub use agents::SubagentPolicy;

@@ -373,6 +373,21 @@ impl Kernel {
         self.shared.gates.begin_turn();
     }
 
+    /// Record the workspace before a turn of `session` (`[checkpoints]`): the state `keel
+    /// rewind --turn N` restores. `None` when checkpoints are off; an error says why none was
+    /// taken (the turn may still run).
+    pub fn checkpoint_before_turn(
+        &self,
+        session: &str,
+    ) -> Option<Result<crate::checkpoints::Checkpoint, String>> {
+        self.shared.gates.checkpoint_before_turn(session)
+    }
+
+    /// Record the workspace after a turn's last call (what its commands and tools left).
+    pub fn checkpoint_after_turn(&self) -> Option<Result<crate::checkpoints::Checkpoint, String>> {
+        self.shared.gates.checkpoint_after_turn()
+    }
+
     /// Which confinement the commands of this session run under (see
     /// [`crate::sandbox::Confinement::describe`] for the words).
     pub fn confinement(&self) -> crate::sandbox::Confinement {

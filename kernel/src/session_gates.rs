@@ -77,6 +77,9 @@ pub struct GateConfig {
     pub processes: BTreeMap<String, BTreeMap<String, ProcessEntry>>,
     /// What child agents may have and how deep they nest (`[subagents]`).
     pub subagents: SubagentPolicy,
+    /// Records the workspace before each turn and before each tool call that may change files
+    /// (`[checkpoints]`); `None` records nothing.
+    pub checkpoints: Option<Arc<keel_checkpoints::Recorder>>,
 }
 
 impl GateConfig {
@@ -96,6 +99,7 @@ impl GateConfig {
             sandbox: SandboxConfig::default(),
             processes: BTreeMap::new(),
             subagents: SubagentPolicy::default(),
+            checkpoints: None,
         }
     }
 }
@@ -199,6 +203,8 @@ pub(crate) struct SessionGates {
     pub(crate) subagents: SubagentPolicy,
     /// The number of the next child agent.
     next_child: AtomicU64,
+    /// The workspace's checkpoints (see [`SessionGates::checkpoint_before_call`]).
+    checkpoints: Option<Arc<keel_checkpoints::Recorder>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -297,6 +303,7 @@ impl SessionGates {
             processes: ProcessTable::default(),
             subagents: config.subagents,
             next_child: AtomicU64::new(1),
+            checkpoints: config.checkpoints,
         }
     }
 
@@ -313,6 +320,41 @@ impl SessionGates {
     pub(crate) fn begin_turn(&self) {
         self.turn.fetch_add(1, Ordering::SeqCst);
         self.cancel.send_replace(false);
+    }
+
+    /// The checkpoint before a turn of `session`: what `keel rewind --turn N` restores.
+    pub(crate) fn checkpoint_before_turn(
+        &self,
+        session: &str,
+    ) -> Option<Result<keel_checkpoints::Checkpoint, String>> {
+        let recorder = self.checkpoints.as_ref()?;
+        Some(recorder.before_turn(session).map_err(|e| e.0))
+    }
+
+    /// The checkpoint after a turn's last call: what its commands and tools left.
+    pub(crate) fn checkpoint_after_turn(
+        &self,
+    ) -> Option<Result<keel_checkpoints::Checkpoint, String>> {
+        let recorder = self.checkpoints.as_ref()?;
+        recorder.after_turn().map_err(|e| e.0).transpose()
+    }
+
+    /// The checkpoint before tool call `id` of `tool` runs, taken by the dispatcher after
+    /// approval for every tool that may change files, so no plugin can leave it out. The walk
+    /// runs on a blocking thread; a failure is logged and the call still runs (the index then
+    /// has no checkpoint for it, which `keel checkpoints list` shows).
+    pub(crate) async fn checkpoint_before_call(&self, id: &str, tool: &str) {
+        let Some(recorder) = self.checkpoints.clone() else {
+            return;
+        };
+        let (id, tool) = (id.to_owned(), tool.to_owned());
+        let taken =
+            tokio::task::spawn_blocking(move || recorder.before_call(&id, &tool).map(|_| ())).await;
+        match taken {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!("checkpoint before a tool call: {e}"),
+            Err(e) => tracing::warn!("checkpoint before a tool call: {e}"),
+        }
     }
 
     pub(crate) fn cancel_turn(&self) {

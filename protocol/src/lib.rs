@@ -696,6 +696,21 @@ pub enum SessionEvent {
         /// The child's own entry.
         event: Box<SessionEvent>,
     },
+    /// The conversation was rewound (`keel rewind`, `--conversation` or `--both`): it goes on
+    /// from its first `keep` messages, as rebuilt from the entries before this one. The log
+    /// keeps every entry; replaying this one where it stands rebuilds the rewound conversation
+    /// (`keel_agent_kit::session_log::Rebuild`).
+    Rewound {
+        /// The session id.
+        session: String,
+        /// How many of the conversation's messages are kept.
+        keep: usize,
+        /// The turn it went back to the start of.
+        turn: u64,
+        /// The files' safety checkpoint, when the files were rewound too.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        checkpoint: Option<String>,
+    },
     /// A turn ended.
     TurnEnded {
         /// The session id.
@@ -720,6 +735,7 @@ impl SessionEvent {
             | SessionEvent::Verdict { session, .. }
             | SessionEvent::Compacted { session, .. }
             | SessionEvent::Subagent { session, .. }
+            | SessionEvent::Rewound { session, .. }
             | SessionEvent::TurnEnded { session, .. } => session,
         }
     }

@@ -1,5 +1,6 @@
 //! One module per command group.
 
+pub mod checkpoints;
 pub mod dev;
 pub mod doctor;
 pub mod key;

@@ -268,6 +268,20 @@ fn show(event: &SessionEvent, prefix: &str) {
             }
             show(event, &format!("{prefix}    │ "));
         }
+        SessionEvent::Rewound {
+            keep,
+            turn,
+            checkpoint,
+            ..
+        } => {
+            let files = checkpoint.as_deref().map_or(String::new(), |c| {
+                format!("; files rewound too, {} undoes that", terminal_safe(c))
+            });
+            println!(
+                "{prefix}── rewound: the conversation goes on from the start of turn {turn} \
+                 ({keep} messages kept){files}"
+            );
+        }
         SessionEvent::Context { .. }
         | SessionEvent::ToolOutcome { .. }
         | SessionEvent::ToolStarted { .. } => {}

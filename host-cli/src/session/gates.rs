@@ -58,6 +58,7 @@ pub(crate) fn gate_config(
             .filter(|(_, entries)| !entries.is_empty())
             .collect(),
         subagents: ctx.config.subagents.policy(),
+        checkpoints: ctx.checkpoint_recorder(),
     })
 }
 

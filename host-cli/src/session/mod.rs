@@ -76,7 +76,7 @@ pub struct Session {
     exact_answer: bool,
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -286,12 +286,20 @@ impl Session {
             session: self.id(),
             input: input.to_owned(),
         };
+        // The workspace before the turn and after it (what its commands left): the states
+        // `keel rewind` goes back to. A checkpoint that fails is said, and the turn still runs.
+        if let Some(Err(e)) = self.kernel.checkpoint_before_turn(&request.session) {
+            eprintln!("warning: no checkpoint before this turn: {e}");
+        }
         let answer = self
             .agent_call("turn", serde_json::to_string(&request)?)
-            .await
-            .map_err(|e| {
-                anyhow::anyhow!("the turn failed: {}", failure::turn_failure(&e, &self.id()))
-            })?;
+            .await;
+        if let Some(Err(e)) = self.kernel.checkpoint_after_turn() {
+            eprintln!("warning: no checkpoint after this turn: {e}");
+        }
+        let answer = answer.map_err(|e| {
+            anyhow::anyhow!("the turn failed: {}", failure::turn_failure(&e, &self.id()))
+        })?;
         let report: TurnReport = serde_json::from_str(&answer)
             .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
         self.show_report(&report);

@@ -781,6 +781,15 @@ impl Rebuild {
                 self.conversation.messages =
                     crate::compaction::apply(&self.conversation.messages, *replaced, summary);
             }
+            // Where the person rewound the conversation, the start it went on from.
+            SessionEvent::Rewound { keep, .. } => {
+                self.close_pending(line.seq);
+                self.outcomes.clear();
+                self.started.clear();
+                self.started_ahead.clear();
+                self.conversation.messages.truncate(*keep);
+                self.conversation.tail_repair = None;
+            }
             SessionEvent::Context { system, tools, .. } => {
                 self.conversation.context = Some(ContextSnapshot {
                     system: system.clone(),
@@ -789,6 +798,11 @@ impl Rebuild {
             }
             _ => {}
         }
+    }
+
+    /// How many messages the conversation rebuilt so far holds.
+    pub fn messages(&self) -> usize {
+        self.conversation.messages.len()
     }
 
     /// The conversation, its last calls answered.

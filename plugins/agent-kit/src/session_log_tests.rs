@@ -281,6 +281,49 @@ fn conversation_is_rebuilt_from_messages_with_the_latest_context() {
     assert_eq!(c.context.expect("context").system, "new");
 }
 
+/// A `rewound` entry cuts the conversation back to the messages it keeps, where it stands:
+/// what comes after it builds on the rewound conversation, and the log keeps every entry.
+#[test]
+fn a_rewound_entry_cuts_the_conversation_where_it_stands() {
+    let events = [
+        user("s", "first"),
+        SessionEvent::Message {
+            session: "s".into(),
+            message: Message {
+                role: Role::Assistant,
+                content: vec![Block::Text { text: "one".into() }],
+            },
+            stop_reason: Some(StopReason::EndTurn),
+            usage: None,
+        },
+        ended("s"),
+        user("s", "second"),
+        // Cut mid-turn: the call has no result yet, which the rewind drops with its message.
+        assistant("s", "two"),
+        SessionEvent::Rewound {
+            session: "s".into(),
+            keep: 2,
+            turn: 2,
+            checkpoint: Some("c5".into()),
+        },
+        user("s", "second, again"),
+    ];
+    let lines: Vec<LogLine> = events
+        .into_iter()
+        .enumerate()
+        .map(|(i, event)| LogLine {
+            seq: i as u64,
+            time_ms: 0,
+            event,
+        })
+        .collect();
+    let c = conversation(&lines);
+    let texts: Vec<String> = c.messages.iter().map(Message::text).collect();
+    assert_eq!(texts, ["first", "one", "second, again"]);
+    well_formed(&c.messages).expect("well formed");
+    assert!(c.tail_repair.is_none());
+}
+
 /// Whether `messages` is a request both wire formats accept as far as tools go: every call is
 /// answered, at the start of the very next message (the person's side), and every result
 /// answers a call of the message just before it, once.

@@ -1,0 +1,397 @@
+//! A snapshot of the workspace: every tracked path with what it is, as a [`Manifest`].
+//!
+//! The walk never follows a link (a link is recorded with its target), honours `.gitignore`
+//! (in and outside git repositories) and `[checkpoints] ignore`, never enters a control
+//! directory ([`crate::NEVER_TRACKED`]), and records in the manifest what it did not keep and
+//! why (a file over the size limit, a special file, a name that is not UTF-8, an unreadable
+//! entry). It is incremental: a file whose size, modification and change times, inode and mode
+//! are what the previous manifest recorded is not read again, unless it was modified so close
+//! to that snapshot that a later write could share its timestamps ([`RACY_NS`]).
+
+use std::collections::BTreeMap;
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::store::Store;
+use crate::{Error, Result, Settings};
+
+/// One tracked path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Node {
+    /// A regular file.
+    File {
+        /// Permission bits (with setuid, setgid, sticky).
+        mode: u32,
+        /// SHA-256 of the content (hex); the content is in the store under it.
+        hash: String,
+        /// What the walk saw, to skip re-reading an unchanged file next time.
+        stat: Stat,
+    },
+    /// A directory.
+    Dir {
+        /// Permission bits.
+        mode: u32,
+    },
+    /// A symbolic link, never followed.
+    Symlink {
+        /// Where it points, as written.
+        target: String,
+    },
+}
+
+impl Node {
+    /// Whether `self` and `other` are the same content (a file's stat aside).
+    pub fn same_as(&self, other: &Node) -> bool {
+        match (self, other) {
+            (
+                Node::File { mode, hash, .. },
+                Node::File {
+                    mode: m2, hash: h2, ..
+                },
+            ) => mode == m2 && hash == h2,
+            (Node::Dir { mode }, Node::Dir { mode: m2 }) => mode == m2,
+            (Node::Symlink { target }, Node::Symlink { target: t2 }) => target == t2,
+            _ => false,
+        }
+    }
+
+    /// The kind's name as shown.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Node::File { .. } => "file",
+            Node::Dir { .. } => "directory",
+            Node::Symlink { .. } => "link",
+        }
+    }
+}
+
+/// A file's metadata as the walk saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stat {
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time (ns since the epoch).
+    pub mtime_ns: i64,
+    /// Change time (ns since the epoch): moves on every write, chmod or rename, and cannot be
+    /// set back by a program.
+    pub ctime_ns: i64,
+    /// Inode number.
+    pub ino: u64,
+}
+
+impl Stat {
+    fn of(meta: &Metadata) -> Stat {
+        Stat {
+            size: meta.size(),
+            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+            ctime_ns: meta.ctime() * 1_000_000_000 + meta.ctime_nsec(),
+            ino: meta.ino(),
+        }
+    }
+}
+
+/// A path the snapshot did not keep, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// The path, relative to the workspace (lossy for a name that is not UTF-8).
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The state of the workspace at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Manifest {
+    /// Format version (1).
+    pub version: u32,
+    /// When the walk began (ns since the epoch).
+    pub taken_ns: i64,
+    /// Every tracked path (relative, `/`-separated), sorted.
+    pub entries: BTreeMap<String, Node>,
+    /// What was not kept.
+    #[serde(default)]
+    pub skipped: Vec<Skipped>,
+}
+
+/// A file modified this close (ns) before the previous snapshot began is read again even when
+/// its stat is unchanged: a write in the same clock tick can leave every stat field as it was.
+pub const RACY_NS: i64 = 2_000_000_000;
+
+impl Manifest {
+    /// Regular files and their total size.
+    pub fn totals(&self) -> (u64, u64) {
+        self.entries
+            .values()
+            .fold((0, 0), |(n, b), node| match node {
+                Node::File { stat, .. } => (n + 1, b + stat.size),
+                _ => (n, b),
+            })
+    }
+
+    /// The paths whose node differs between `self` and `other` (present in one only, or not
+    /// the same), sorted.
+    pub fn changed_paths(&self, other: &Manifest) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (path, node) in &self.entries {
+            match other.entries.get(path) {
+                Some(o) if o.same_as(node) => {}
+                _ => out.push(path.clone()),
+            }
+        }
+        for path in other.entries.keys() {
+            if !self.entries.contains_key(path) {
+                out.push(path.clone());
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+/// Whether a path component names a directory never tracked.
+fn never_tracked(name: &std::ffi::OsStr) -> bool {
+    crate::NEVER_TRACKED.iter().any(|n| name == *n)
+}
+
+/// Walk `workspace` and record it, storing the content of every new or changed file in
+/// `store`; files whose stat matches `previous` keep its hash unread.
+pub fn snapshot(
+    store: &Store,
+    workspace: &Path,
+    settings: &Settings,
+    previous: Option<&Manifest>,
+) -> Result<Manifest> {
+    let taken_ns = crate::now_ns();
+    let mut manifest = Manifest {
+        version: 1,
+        taken_ns,
+        entries: BTreeMap::new(),
+        skipped: Vec::new(),
+    };
+    let mut overrides = ignore::overrides::OverrideBuilder::new(workspace);
+    for pattern in &settings.ignore {
+        overrides.add(&format!("!{pattern}")).map_err(|e| {
+            Error(format!(
+                "`[checkpoints] ignore` has a pattern keel cannot read (`{pattern}`: {e}); fix \
+                 it in the config"
+            ))
+        })?;
+    }
+    let overrides = overrides
+        .build()
+        .map_err(|e| Error(format!("`[checkpoints] ignore`: {e}")))?;
+    let walker = ignore::WalkBuilder::new(workspace)
+        .hidden(false)
+        .parents(false)
+        .ignore(false)
+        .git_ignore(true)
+        .git_global(false)
+        .git_exclude(true)
+        .require_git(false)
+        .follow_links(false)
+        .overrides(overrides)
+        .filter_entry(|entry| !(entry.depth() > 0 && never_tracked(entry.file_name())))
+        .build();
+    for item in walker {
+        let entry = match item {
+            Ok(entry) => entry,
+            Err(e) => {
+                let path = match &e {
+                    ignore::Error::WithPath { path, .. } => relative(workspace, path),
+                    _ => String::new(),
+                };
+                manifest.skipped.push(Skipped {
+                    path,
+                    reason: format!("could not be read ({e})"),
+                });
+                continue;
+            }
+        };
+        if entry.depth() == 0 {
+            continue;
+        }
+        if manifest.entries.len() >= settings.max_entries {
+            return Err(Error(format!(
+                "the workspace {} holds more than {} files and directories, so no checkpoint \
+                 is taken (one that left some out would have a rewind remove them); exclude \
+                 what need not be recorded with `.gitignore` or `[checkpoints] ignore`, raise \
+                 `[checkpoints] max-entries`, or turn checkpoints off with `[checkpoints] \
+                 enabled = false`",
+                workspace.display(),
+                settings.max_entries
+            )));
+        }
+        let Some(rel) = entry
+            .path()
+            .strip_prefix(workspace)
+            .ok()
+            .and_then(|p| p.to_str())
+            .map(str::to_owned)
+        else {
+            manifest.skipped.push(Skipped {
+                path: relative(workspace, entry.path()),
+                reason: "its name is not UTF-8, which checkpoints do not record".into(),
+            });
+            continue;
+        };
+        let meta = match std::fs::symlink_metadata(entry.path()) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                manifest.skipped.push(Skipped {
+                    path: rel,
+                    reason: format!("could not be read ({e})"),
+                });
+                continue;
+            }
+        };
+        let mode = meta.mode() & 0o7777;
+        let ft = meta.file_type();
+        let node = if ft.is_dir() {
+            Node::Dir { mode }
+        } else if ft.is_symlink() {
+            match std::fs::read_link(entry.path()) {
+                Ok(target) => match target.to_str() {
+                    Some(t) => Node::Symlink {
+                        target: t.to_owned(),
+                    },
+                    None => {
+                        manifest.skipped.push(Skipped {
+                            path: rel,
+                            reason: "a link whose target is not UTF-8".into(),
+                        });
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    manifest.skipped.push(Skipped {
+                        path: rel,
+                        reason: format!("could not be read ({e})"),
+                    });
+                    continue;
+                }
+            }
+        } else if ft.is_file() {
+            let stat = Stat::of(&meta);
+            if stat.size > settings.max_file_bytes {
+                manifest.skipped.push(Skipped {
+                    path: rel,
+                    reason: format!(
+                        "{} bytes, over the size limit of {} (`[checkpoints] max-file-mib`)",
+                        stat.size, settings.max_file_bytes
+                    ),
+                });
+                continue;
+            }
+            let unchanged = previous.and_then(|p| match p.entries.get(&rel) {
+                Some(Node::File {
+                    mode: m,
+                    hash,
+                    stat: s,
+                }) if *m == mode
+                    && *s == stat
+                    && s.mtime_ns < p.taken_ns - RACY_NS
+                    && s.ctime_ns < p.taken_ns - RACY_NS =>
+                {
+                    Some(hash.clone())
+                }
+                _ => None,
+            });
+            let hash = match unchanged {
+                Some(hash) => hash,
+                None => match record_file(store, entry.path(), settings.max_file_bytes) {
+                    Ok(Recorded::Stored { hash, .. }) => hash,
+                    Ok(Recorded::Changed) => {
+                        manifest.skipped.push(Skipped {
+                            path: rel,
+                            reason: "changed into something else while it was read".into(),
+                        });
+                        continue;
+                    }
+                    Ok(Recorded::TooLarge(size)) => {
+                        manifest.skipped.push(Skipped {
+                            path: rel,
+                            reason: format!(
+                                "{size} bytes or more, over the size limit of {}",
+                                settings.max_file_bytes
+                            ),
+                        });
+                        continue;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => {
+                        manifest.skipped.push(Skipped {
+                            path: rel,
+                            reason: format!("could not be read ({e})"),
+                        });
+                        continue;
+                    }
+                },
+            };
+            Node::File { mode, hash, stat }
+        } else {
+            manifest.skipped.push(Skipped {
+                path: rel,
+                reason: "a special file (socket, FIFO or device), which checkpoints do not \
+                         record"
+                    .into(),
+            });
+            continue;
+        };
+        manifest.entries.insert(rel, node);
+    }
+    Ok(manifest)
+}
+
+fn relative(workspace: &Path, path: &Path) -> String {
+    path.strip_prefix(workspace)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .into_owned()
+}
+
+enum Recorded {
+    Stored {
+        hash: String,
+    },
+    /// Not a regular file any more when opened.
+    Changed,
+    /// Grew past the limit.
+    TooLarge(u64),
+}
+
+/// Read the regular file at `path` (never through a link) and store its content.
+fn record_file(store: &Store, path: &Path, limit: u64) -> std::io::Result<Recorded> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(nix::libc::ELOOP) {
+                std::io::Error::other("it became a link while it was read")
+            } else {
+                e
+            }
+        })?;
+    if !file.metadata()?.is_file() {
+        return Ok(Recorded::Changed);
+    }
+    let mut content = Vec::new();
+    (&mut file as &mut File)
+        .take(limit + 1)
+        .read_to_end(&mut content)?;
+    if content.len() as u64 > limit {
+        return Ok(Recorded::TooLarge(content.len() as u64));
+    }
+    let hash = hex::encode(Sha256::digest(&content));
+    store
+        .put_blob(&hash, &content)
+        .map_err(|e| std::io::Error::other(e.0))?;
+    Ok(Recorded::Stored { hash })
+}

@@ -1,0 +1,632 @@
+//! The checkpoint store of one workspace, in keel's home (`<home>/checkpoints/<key>/`, the key
+//! a hash of the workspace's path):
+//!
+//! ```text
+//! workspace            the workspace's path, for people reading the folder
+//! blobs/ab/<sha256>    a file's content, zstd-compressed, named by the SHA-256 of the content
+//! manifests/ab/<sha256> a snapshot's manifest (JSON, zstd), named by the hash of its JSON
+//! sessions/<id>.jsonl  a session's checkpoints, one line each, append-only
+//! lock                 held (flock) around every index append
+//! ```
+//!
+//! Content-addressed files are written to a temp name and renamed into place, so two sessions
+//! writing the same blob at once both leave it whole; an index line is appended and synced
+//! under the lock only after the blobs and manifest it names are on disk.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::snapshot::{Manifest, Skipped};
+use crate::{Error, Result, io_error};
+
+/// Why a checkpoint was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// Before a turn began: the state `--turn N` restores.
+    BeforeTurn,
+    /// Before a tool call that may change files: the state `--call ID` restores.
+    BeforeCall,
+    /// After a turn's last call: what the turn left.
+    AfterTurn,
+    /// Before a rewind changed anything: restoring it undoes the rewind.
+    Safety,
+    /// Right after a rewind: what the rewind left.
+    Restored,
+}
+
+impl Kind {
+    /// Whether changes since the session's previous checkpoint were made outside keel: between
+    /// turns (or before a rewind) no tool of this session runs.
+    pub fn follows_a_pause(self) -> bool {
+        matches!(self, Kind::BeforeTurn | Kind::Safety)
+    }
+
+    /// The kind as `list` shows it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::BeforeTurn => "before turn",
+            Kind::BeforeCall => "before call",
+            Kind::AfterTurn => "after turn",
+            Kind::Safety => "safety (before rewind)",
+            Kind::Restored => "after rewind",
+        }
+    }
+}
+
+/// One line of a session's index.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The checkpoint's id in its session (`c1`, `c2`, …).
+    pub id: String,
+    /// Its position in the session's index, from 1.
+    pub seq: u64,
+    /// The session.
+    pub session: String,
+    /// The turn it belongs to (from 1; 0 before the first turn).
+    pub turn: u64,
+    /// Why it was taken.
+    pub kind: Kind,
+    /// The tool call it precedes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+    /// That call's tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// When (ms since the Unix epoch).
+    pub time_ms: u64,
+    /// The manifest's hash in the store.
+    pub manifest: String,
+    /// Files recorded.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Paths not recorded, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
+    /// Paths that differ from the session's previous checkpoint (at most [`MAX_CHANGED`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
+    /// How many paths differ (the list may be cut).
+    #[serde(default)]
+    pub changed_count: u64,
+    /// Whether those changes were made outside keel ([`Kind::follows_a_pause`]).
+    #[serde(default)]
+    pub outside: bool,
+    /// What a rewind restored (for [`Kind::Safety`] and [`Kind::Restored`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The most changed paths an index line lists.
+pub const MAX_CHANGED: usize = 1000;
+
+/// How long an index append waits for another keel process holding the lock.
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// The store of one workspace.
+#[derive(Debug)]
+pub struct Store {
+    root: PathBuf,
+    workspace: PathBuf,
+    /// Whether something was written since the last [`Store::sync`].
+    unsynced: std::sync::atomic::AtomicBool,
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A name for a temp file no other writer in this or another process uses.
+pub(crate) fn temp_name(prefix: &str) -> String {
+    format!(
+        "{prefix}{}-{}-{}.tmp",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed),
+        crate::now_ns()
+    )
+}
+
+/// The store's key for `workspace`: the start of the SHA-256 of its path.
+pub fn workspace_key(workspace: &Path) -> String {
+    let digest = Sha256::digest(workspace.as_os_str().as_encoded_bytes());
+    hex::encode(&digest[..12])
+}
+
+fn hash_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn valid_hash(hash: &str) -> Result<()> {
+    if hash.len() == 64
+        && hash
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
+        Ok(())
+    } else {
+        Err(Error(format!(
+            "`{hash}` is not a content hash; the checkpoint store is damaged"
+        )))
+    }
+}
+
+/// Whether `id` can name a session's index file.
+fn valid_session(id: &str) -> Result<()> {
+    if !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && !id.starts_with('.')
+    {
+        Ok(())
+    } else {
+        Err(Error(format!(
+            "`{id}` is not a session id; `keel sessions list` shows them"
+        )))
+    }
+}
+
+impl Store {
+    /// The store of `workspace` under `checkpoints_dir` (`<home>/checkpoints`), made if
+    /// missing (owner-only).
+    pub fn open(checkpoints_dir: &Path, workspace: &Path) -> Result<Store> {
+        let root = checkpoints_dir.join(workspace_key(workspace));
+        for dir in [
+            checkpoints_dir.to_owned(),
+            root.clone(),
+            root.join("blobs"),
+            root.join("manifests"),
+            root.join("sessions"),
+        ] {
+            make_private_dir(&dir)?;
+        }
+        let marker = root.join("workspace");
+        if !marker.exists() {
+            write_atomic(&marker, workspace.as_os_str().as_encoded_bytes(), true)?;
+        }
+        Ok(Store {
+            root,
+            workspace: workspace.to_owned(),
+            unsynced: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// The workspace this store records.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// The store's folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn object_path(&self, kind: &str, hash: &str) -> PathBuf {
+        self.root.join(kind).join(&hash[..2]).join(&hash[2..])
+    }
+
+    /// Whether the blob `hash` is stored.
+    pub fn has_blob(&self, hash: &str) -> bool {
+        valid_hash(hash).is_ok() && self.object_path("blobs", hash).exists()
+    }
+
+    /// Store `content` under `hash` (its SHA-256) unless it is there; whether it was written.
+    /// Not synced: [`Store::sync`] makes every new blob durable at once before an index line
+    /// names it.
+    pub fn put_blob(&self, hash: &str, content: &[u8]) -> Result<bool> {
+        valid_hash(hash)?;
+        let path = self.object_path("blobs", hash);
+        if path.exists() {
+            // Touched, so a garbage collection running now keeps it for its grace period
+            // while the checkpoint naming it is being recorded.
+            if let Ok(f) = File::options().write(true).open(&path) {
+                let _ = f.set_modified(std::time::SystemTime::now());
+            }
+            return Ok(false);
+        }
+        let packed = zstd::bulk::compress(content, 1).map_err(io_error("compressing a file"))?;
+        make_private_dir(path.parent().unwrap_or(&self.root))?;
+        write_atomic(&path, &packed, false)?;
+        self.unsynced.store(true, Ordering::SeqCst);
+        Ok(true)
+    }
+
+    /// The content stored under `hash`, checked against it.
+    pub fn blob(&self, hash: &str) -> Result<Vec<u8>> {
+        valid_hash(hash)?;
+        let path = self.object_path("blobs", hash);
+        let packed = fs::read(&path).map_err(io_error(format!(
+            "reading the stored content {hash} ({})",
+            path.display()
+        )))?;
+        let content = zstd::stream::decode_all(&packed[..])
+            .map_err(io_error(format!("unpacking the stored content {hash}")))?;
+        if hash_hex(&content) != hash {
+            return Err(Error(format!(
+                "the stored content {hash} does not match its hash; the checkpoint store at {} \
+                 is damaged",
+                self.root.display()
+            )));
+        }
+        Ok(content)
+    }
+
+    /// Store `manifest`; its hash.
+    pub fn put_manifest(&self, manifest: &Manifest) -> Result<String> {
+        let json =
+            serde_json::to_vec(manifest).map_err(|e| Error(format!("encoding a manifest: {e}")))?;
+        let hash = hash_hex(&json);
+        let path = self.object_path("manifests", &hash);
+        if path.exists() {
+            // Touched for a garbage collection running now, as a blob is.
+            if let Ok(f) = File::options().write(true).open(&path) {
+                let _ = f.set_modified(std::time::SystemTime::now());
+            }
+        } else {
+            let packed = zstd::bulk::compress(&json, 3).map_err(io_error("compressing"))?;
+            make_private_dir(path.parent().unwrap_or(&self.root))?;
+            write_atomic(&path, &packed, false)?;
+            self.unsynced.store(true, Ordering::SeqCst);
+        }
+        Ok(hash)
+    }
+
+    /// The manifest stored under `hash`, checked against it.
+    pub fn manifest(&self, hash: &str) -> Result<Manifest> {
+        valid_hash(hash)?;
+        let path = self.object_path("manifests", hash);
+        let packed = fs::read(&path).map_err(io_error(format!(
+            "reading the manifest {hash} ({})",
+            path.display()
+        )))?;
+        let json = zstd::stream::decode_all(&packed[..])
+            .map_err(io_error(format!("unpacking the manifest {hash}")))?;
+        if hash_hex(&json) != hash {
+            return Err(Error(format!(
+                "the manifest {hash} does not match its hash; the checkpoint store at {} is \
+                 damaged",
+                self.root.display()
+            )));
+        }
+        serde_json::from_slice(&json)
+            .map_err(|e| Error(format!("reading the manifest {hash}: {e}")))
+    }
+
+    /// Make everything written so far durable (one `syncfs` of the store's file system, when
+    /// anything was written since the last).
+    pub fn sync(&self) -> Result<()> {
+        if !self.unsynced.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let dir = File::open(&self.root).map_err(io_error("opening the checkpoint store"))?;
+        nix::unistd::syncfs(&dir).map_err(|e| Error(format!("syncing the checkpoint store: {e}")))
+    }
+
+    fn index_path(&self, session: &str) -> Result<PathBuf> {
+        valid_session(session)?;
+        Ok(self.root.join("sessions").join(format!("{session}.jsonl")))
+    }
+
+    /// The checkpoints of `session`, oldest first (none when it has none). A torn last line
+    /// (a process killed mid-append) is skipped.
+    pub fn index(&self, session: &str) -> Result<Vec<Checkpoint>> {
+        let path = self.index_path(session)?;
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_error(format!("reading {}", path.display()))(e)),
+        };
+        Ok(text
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect())
+    }
+
+    /// The last checkpoint of `session`, read from the end of its index.
+    pub fn last(&self, session: &str) -> Result<Option<Checkpoint>> {
+        use std::io::{Seek, SeekFrom};
+        const TAIL: u64 = 1 << 20;
+        let path = self.index_path(session)?;
+        let mut file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_error(format!("reading {}", path.display()))(e)),
+        };
+        let len = file
+            .metadata()
+            .map_err(io_error(format!("reading {}", path.display())))?
+            .len();
+        if len > TAIL {
+            file.seek(SeekFrom::Start(len - TAIL))
+                .map_err(io_error(format!("reading {}", path.display())))?;
+        }
+        let mut tail = Vec::new();
+        file.read_to_end(&mut tail)
+            .map_err(io_error(format!("reading {}", path.display())))?;
+        let found = tail
+            .split(|b| *b == b'\n')
+            .rev()
+            .find_map(|line| serde_json::from_slice::<Checkpoint>(line).ok());
+        match found {
+            Some(c) => Ok(Some(c)),
+            // Lines longer than the tail: read it whole.
+            None if len > TAIL => Ok(self.index(session)?.pop()),
+            None => Ok(None),
+        }
+    }
+
+    /// The sessions with checkpoints in this store.
+    pub fn sessions(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        let dir = self.root.join("sessions");
+        for entry in fs::read_dir(&dir).map_err(io_error(format!("reading {}", dir.display())))? {
+            let entry = entry.map_err(io_error("listing sessions"))?;
+            if let Some(id) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".jsonl"))
+            {
+                out.push(id.to_owned());
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Append a checkpoint of `session` under the store's lock: `fill` gets the sequence
+    /// number (1 + the last one) and the last checkpoint, and returns the line to write. Everything the line names must
+    /// already be stored; it is synced first.
+    pub fn append(
+        &self,
+        session: &str,
+        fill: impl FnOnce(u64, Option<&Checkpoint>) -> Checkpoint,
+    ) -> Result<Checkpoint> {
+        let path = self.index_path(session)?;
+        let _lock = self.lock()?;
+        let last = self.last(session)?;
+        let seq = last.as_ref().map_or(1, |c| c.seq + 1);
+        let mut checkpoint = fill(seq, last.as_ref());
+        checkpoint.seq = seq;
+        checkpoint.id = format!("c{seq}");
+        checkpoint.session = session.to_owned();
+        let mut line = serde_json::to_vec(&checkpoint)
+            .map_err(|e| Error(format!("encoding a checkpoint: {e}")))?;
+        line.push(b'\n');
+        self.sync()?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode_private()
+            .open(&path)
+            .map_err(io_error(format!("opening {}", path.display())))?;
+        // A line torn by a killed writer is ended first, so this one parses.
+        if let Ok(meta) = file.metadata()
+            && meta.len() > 0
+            && !ends_with_newline(&path)
+        {
+            file.write_all(b"\n")
+                .map_err(io_error(format!("writing {}", path.display())))?;
+        }
+        file.write_all(&line)
+            .and_then(|()| file.sync_data())
+            .map_err(io_error(format!("writing {}", path.display())))?;
+        Ok(checkpoint)
+    }
+
+    /// The store's lock, held by one keel process at a time (around index appends and GC).
+    pub fn lock(&self) -> Result<StoreLock> {
+        let path = self.root.join("lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode_private()
+            .open(&path)
+            .map_err(io_error(format!("opening {}", path.display())))?;
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(StoreLock { _file: file }),
+                Err(fs::TryLockError::WouldBlock) if started.elapsed() < LOCK_WAIT => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(Error(format!(
+                        "another keel process has held the checkpoint lock {} for over {} s; \
+                         wait for it to finish, or end it if it hangs",
+                        path.display(),
+                        LOCK_WAIT.as_secs()
+                    )));
+                }
+                Err(fs::TryLockError::Error(e)) => {
+                    return Err(io_error(format!("locking {}", path.display()))(e));
+                }
+            }
+        }
+    }
+}
+
+/// The store's lock; released when dropped.
+pub struct StoreLock {
+    _file: File,
+}
+
+fn ends_with_newline(path: &Path) -> bool {
+    use std::io::{Seek, SeekFrom};
+    let Ok(mut f) = File::open(path) else {
+        return true;
+    };
+    let mut last = [0u8; 1];
+    f.seek(SeekFrom::End(-1)).is_err() || (f.read_exact(&mut last).is_ok() && last[0] == b'\n')
+}
+
+trait PrivateMode {
+    fn mode_private(&mut self) -> &mut Self;
+}
+
+impl PrivateMode for OpenOptions {
+    fn mode_private(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.mode(0o600)
+    }
+}
+
+fn make_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        Ok(()) => Ok(()),
+        Err(e) => Err(io_error(format!("making {}", dir.display()))(e)),
+    }
+}
+
+/// Write `bytes` to `path` through a temp file renamed over it (synced first when `durable`).
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(temp_name("."));
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode_private()
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        if durable {
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.map_err(io_error(format!("writing {}", path.display())))
+}
+
+/// What garbage collection keeps.
+#[derive(Debug, Clone)]
+pub struct Retention {
+    /// Checkpoints older than this are dropped (a session's last one is always kept).
+    pub max_age: Duration,
+    /// At most this many checkpoints per session, the newest.
+    pub per_session: usize,
+    /// Objects nothing names are deleted only once this old: a keel process may have written
+    /// them for a checkpoint whose index line is not appended yet.
+    pub grace: Duration,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            max_age: Duration::from_secs(30 * 24 * 3600),
+            per_session: 1000,
+            grace: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What a garbage collection did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Collected {
+    /// Checkpoints dropped from the indexes.
+    pub checkpoints: usize,
+    /// Blobs and manifests deleted.
+    pub objects: usize,
+    /// Their bytes (as stored).
+    pub bytes: u64,
+}
+
+impl Store {
+    /// Drop the checkpoints `retention` does not keep and delete what no kept checkpoint
+    /// names, under the store's lock. A session's last checkpoint always stays (it is the base
+    /// of its next walk and of the check for changes made outside keel).
+    pub fn collect_garbage(&self, retention: &Retention) -> Result<Collected> {
+        let _lock = self.lock()?;
+        let mut collected = Collected::default();
+        let now_ms = crate::now_ms();
+        let max_age_ms = retention.max_age.as_millis() as u64;
+        let mut manifests = std::collections::BTreeSet::new();
+        for session in self.sessions()? {
+            let index = self.index(&session)?;
+            let n = index.len();
+            let kept: Vec<&Checkpoint> = index
+                .iter()
+                .enumerate()
+                .filter(|(i, c)| {
+                    *i + 1 == n
+                        || (n - i <= retention.per_session
+                            && now_ms.saturating_sub(c.time_ms) <= max_age_ms)
+                })
+                .map(|(_, c)| c)
+                .collect();
+            collected.checkpoints += n - kept.len();
+            if kept.len() < n {
+                let mut text = Vec::new();
+                for c in &kept {
+                    serde_json::to_writer(&mut text, c)
+                        .map_err(|e| Error(format!("encoding a checkpoint: {e}")))?;
+                    text.push(b'\n');
+                }
+                write_atomic(&self.index_path(&session)?, &text, true)?;
+            }
+            manifests.extend(kept.iter().map(|c| c.manifest.clone()));
+        }
+        let mut blobs = std::collections::BTreeSet::new();
+        for hash in &manifests {
+            // A manifest that cannot be read names nothing more; its blobs may go, and the
+            // restore that needs it fails with the reason.
+            if let Ok(m) = self.manifest(hash) {
+                for node in m.entries.values() {
+                    if let crate::Node::File { hash, .. } = node {
+                        blobs.insert(hash.clone());
+                    }
+                }
+            }
+        }
+        for (kind, keep) in [("manifests", &manifests), ("blobs", &blobs)] {
+            let dir = self.root.join(kind);
+            let Ok(fans) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for fan in fans.flatten() {
+                let prefix = fan.file_name().to_string_lossy().into_owned();
+                let Ok(objects) = fs::read_dir(fan.path()) else {
+                    continue;
+                };
+                for object in objects.flatten() {
+                    let name = object.file_name().to_string_lossy().into_owned();
+                    let hash = format!("{prefix}{name}");
+                    if keep.contains(&hash) {
+                        continue;
+                    }
+                    let Ok(meta) = object.metadata() else {
+                        continue;
+                    };
+                    let age = meta
+                        .modified()
+                        .ok()
+                        .and_then(|m| m.elapsed().ok())
+                        .unwrap_or_default();
+                    if age < retention.grace {
+                        continue;
+                    }
+                    if fs::remove_file(object.path()).is_ok() {
+                        collected.objects += 1;
+                        collected.bytes += meta.len();
+                    }
+                }
+            }
+        }
+        Ok(collected)
+    }
+}

@@ -1,0 +1,383 @@
+//! `keel checkpoints list` and `keel rewind`: the workspace states a session's checkpoints
+//! recorded (`keel_kernel::checkpoints`), and going back to one — the files, the conversation,
+//! or both. A rewind of the files takes a safety checkpoint first, so it can itself be undone;
+//! a rewind of the conversation appends a `rewound` entry to the session log, which stays
+//! append-only, and the next `keel resume` goes on from there.
+
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::{ArgGroup, Subcommand};
+use keel_agent_kit::session_log::{self, LogWriter, Rebuild};
+use keel_kernel::checkpoints::rewind::{self, Target};
+use keel_kernel::checkpoints::{Checkpoint, Kind, Recorder};
+use keel_protocol::SessionEvent;
+
+use crate::config::Context;
+use crate::session::terminal_safe;
+
+/// `keel checkpoints …`
+#[derive(Subcommand)]
+pub enum CheckpointsCommand {
+    /// The checkpoints a session recorded in this workspace, oldest first.
+    List {
+        /// The session id (`keel sessions list`).
+        session: String,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop old checkpoints of this workspace's sessions and delete the stored content no
+    /// kept checkpoint names (each session's last checkpoint always stays).
+    Gc {
+        /// Drop checkpoints older than this many days.
+        #[arg(long, default_value_t = 30)]
+        days: u64,
+        /// Keep at most this many checkpoints per session, the newest.
+        #[arg(long, default_value_t = 1000)]
+        keep: usize,
+    },
+}
+
+/// `keel rewind SESSION (--turn N | --call ID | --checkpoint ID)`
+#[derive(clap::Args)]
+#[command(group(ArgGroup::new("to").required(true).args(["turn", "call", "checkpoint"])))]
+#[command(group(ArgGroup::new("what").args(["files", "conversation", "both"])))]
+pub struct RewindArgs {
+    /// The session id (`keel sessions list`).
+    session: String,
+    /// Back to the state before turn N (1 is the first).
+    #[arg(long, value_name = "N")]
+    turn: Option<u64>,
+    /// Back to the state before tool call ID (the files; the conversation goes back to the
+    /// start of that call's turn).
+    #[arg(long, value_name = "ID")]
+    call: Option<String>,
+    /// Back to checkpoint ID (`keel checkpoints list`), such as a rewind's safety checkpoint.
+    #[arg(long, value_name = "ID")]
+    checkpoint: Option<String>,
+    /// Rewind the workspace's files only.
+    #[arg(long)]
+    files: bool,
+    /// Rewind the conversation only.
+    #[arg(long)]
+    conversation: bool,
+    /// Rewind both (the default).
+    #[arg(long)]
+    both: bool,
+    /// Show what would change, change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Do it without asking.
+    #[arg(long)]
+    yes: bool,
+    /// Overwrite files changed outside keel since the checkpoint.
+    #[arg(long)]
+    force: bool,
+}
+
+/// `keel rewind`'s subcommand entry.
+pub fn run(ctx: &Context, cmd: CheckpointsCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        CheckpointsCommand::List { session, json } => list(ctx, &session, json),
+        CheckpointsCommand::Gc { days, keep } => {
+            let store = ctx.checkpoint_store()?;
+            let done = store
+                .collect_garbage(&keel_kernel::checkpoints::Retention {
+                    max_age: std::time::Duration::from_secs(days.saturating_mul(24 * 3600)),
+                    per_session: keep,
+                    ..keel_kernel::checkpoints::Retention::default()
+                })
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!(
+                "dropped {} checkpoint(s); deleted {} stored object(s), {}",
+                done.checkpoints,
+                done.objects,
+                size(done.bytes)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn recorder(ctx: &Context) -> anyhow::Result<Recorder> {
+    Ok(Recorder::new(
+        ctx.checkpoint_store()?,
+        ctx.config.checkpoints.settings(),
+    ))
+}
+
+fn size(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / f64::from(1u32 << 30)),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / f64::from(1u32 << 20)),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+/// One checkpoint in a line.
+fn line(c: &Checkpoint) -> String {
+    let mut line = format!("{:<5} turn {:<3} {:<22}", c.id, c.turn, c.kind.label());
+    if let (Some(call), Some(tool)) = (&c.call, &c.tool) {
+        line.push_str(&format!(
+            " {} ({})",
+            terminal_safe(tool),
+            terminal_safe(call)
+        ));
+    }
+    line.push_str(&format!("  {} files, {}", c.files, size(c.bytes)));
+    if c.changed_count > 0 {
+        line.push_str(&format!(
+            ", {} changed{}",
+            c.changed_count,
+            if c.outside { " outside keel" } else { "" }
+        ));
+    }
+    if !c.skipped.is_empty() {
+        line.push_str(&format!(", {} not recorded", c.skipped.len()));
+    }
+    line
+}
+
+fn list(ctx: &Context, session: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let recorder = recorder(ctx)?;
+    let index = recorder
+        .store()
+        .index(session)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&index)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if index.is_empty() {
+        println!(
+            "session {} has no checkpoints in {} (checkpoints are kept per workspace)",
+            terminal_safe(session),
+            ctx.workspace.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    for c in &index {
+        println!("{}", line(c));
+        if c.outside {
+            for path in &c.changed {
+                println!("        changed outside keel: {}", terminal_safe(path));
+            }
+        }
+        for s in &c.skipped {
+            println!(
+                "        not recorded: {} ({})",
+                terminal_safe(&s.path),
+                terminal_safe(&s.reason)
+            );
+        }
+        if let Some(note) = &c.note {
+            println!("        {}", terminal_safe(note));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// How a rewind leaves the conversation: keep its first `keep` messages of `of`.
+struct ConversationPlan {
+    turn: u64,
+    keep: usize,
+    of: usize,
+}
+
+/// Where the conversation of `session` stood when turn `turn` began: after the log's
+/// `turn - 1`th turn end. Refused where a compaction came after that point (the kept count
+/// would no longer line up).
+fn conversation_plan(ctx: &Context, session: &str, turn: u64) -> anyhow::Result<ConversationPlan> {
+    let dir = ctx.data_dir().join("sessions");
+    let read = session_log::read_log(&dir, session).map_err(|e| {
+        anyhow::anyhow!("cannot read the log of session `{session}`: {e}; `keel sessions list` shows the sessions")
+    })?;
+    let mut rebuild = Rebuild::default();
+    let mut ended = 0u64;
+    let mut keep = (turn == 1).then_some(0usize);
+    let mut compacted_after = false;
+    for line in &read.lines {
+        rebuild.push(line);
+        match &line.event {
+            SessionEvent::TurnEnded { .. } => {
+                ended += 1;
+                if ended + 1 == turn {
+                    keep = Some(rebuild.messages());
+                }
+            }
+            SessionEvent::Compacted { .. } if keep.is_some() => compacted_after = true,
+            _ => {}
+        }
+    }
+    let Some(keep) = keep else {
+        bail!(
+            "session `{session}` has {ended} ended turn(s) in its log, so no turn {turn} to go \
+             back to the start of"
+        );
+    };
+    if compacted_after {
+        bail!(
+            "the conversation of session `{session}` was compacted after turn {turn} began, so \
+             it cannot be rewound there; rewind the files alone with --files"
+        );
+    }
+    Ok(ConversationPlan {
+        turn,
+        keep,
+        of: rebuild.finish().messages.len(),
+    })
+}
+
+/// `keel rewind`
+pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCode> {
+    let session = args.session.as_str();
+    let recorder = recorder(ctx)?;
+    let target = match (&args.turn, &args.call, &args.checkpoint) {
+        (Some(n), _, _) => Target::Turn(*n),
+        (_, Some(id), _) => Target::Call(id.clone()),
+        (_, _, Some(id)) => Target::Checkpoint(id.clone()),
+        _ => bail!("say where to rewind to: --turn N, --call ID or --checkpoint ID"),
+    };
+    let files = !args.conversation;
+    let mut conversation = !args.files;
+    let preview = rewind::prepare(&recorder, session, &target).map_err(|e| anyhow::anyhow!("{e}"));
+    // The conversation alone needs no checkpoint for --turn.
+    let preview = match preview {
+        Ok(p) => Some(p),
+        Err(e) if !files => {
+            if args.turn.is_none() {
+                return Err(e);
+            }
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let turn = match (&preview, args.turn) {
+        (_, Some(n)) => Some(n),
+        (Some(p), None) => match p.target.kind {
+            Kind::BeforeTurn | Kind::BeforeCall => Some(p.target.turn),
+            _ => None,
+        },
+        (None, None) => None,
+    };
+    let mut notes = Vec::new();
+    let conversation_plan = match (conversation, turn) {
+        (true, Some(turn)) => Some(conversation_plan(ctx, session, turn)?),
+        (true, None) => {
+            if args.conversation || args.both {
+                bail!(
+                    "{target} is not the start of a turn or a call, so the conversation has no \
+                     point to go back to; pass --files, or --turn N"
+                );
+            }
+            notes.push(format!(
+                "the conversation is left as it is: {target} is not the start of a turn or a call"
+            ));
+            conversation = false;
+            None
+        }
+        (false, _) => None,
+    };
+    // What will happen.
+    if files && let Some(p) = &preview {
+        println!(
+            "files: back to {} ({}, turn {}){}",
+            p.target.id,
+            p.target.kind.label(),
+            p.target.turn,
+            if p.plan.is_empty() {
+                " — nothing to change".to_owned()
+            } else {
+                String::new()
+            }
+        );
+        for line in p.lines() {
+            println!("  {}", terminal_safe(&line));
+        }
+        for s in &p.not_recorded {
+            println!(
+                "  not recorded then, so not brought back: {} ({})",
+                terminal_safe(&s.path),
+                terminal_safe(&s.reason)
+            );
+        }
+        for path in &p.conflicts {
+            println!("  changed outside keel since then: {}", terminal_safe(path));
+        }
+    }
+    if let Some(c) = &conversation_plan {
+        println!(
+            "conversation: back to the start of turn {} ({} of {} messages kept)",
+            c.turn, c.keep, c.of
+        );
+    }
+    for note in &notes {
+        println!("{note}");
+    }
+    let conflicts = preview.as_ref().map_or(0, |p| p.conflicts.len());
+    if files && conflicts > 0 && !args.force {
+        bail!(
+            "not rewound: {conflicts} file(s) above changed outside keel since the checkpoint \
+             and would be overwritten; pass --force to overwrite them, or save them elsewhere \
+             first"
+        );
+    }
+    if args.dry_run {
+        println!("(dry run: nothing changed)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !args.yes && !super::confirm("rewind?")? {
+        println!("nothing changed");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut safety = None;
+    let mut failed = Vec::new();
+    if files && preview.is_some() {
+        let report = rewind::rewind(&recorder, session, &target, args.force)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        println!(
+            "files rewound to {}: {} change(s); {} undoes this rewind (`keel rewind {} \
+             --checkpoint {} --files`)",
+            report.preview.target.id,
+            report.applied.done,
+            report.safety.id,
+            terminal_safe(session),
+            report.safety.id
+        );
+        failed = report.applied.failed.clone();
+        safety = Some(report.safety.id);
+    }
+    if conversation && let Some(c) = conversation_plan {
+        let dir = ctx.data_dir().join("sessions");
+        let mut log = LogWriter::open(&dir, session)
+            .with_context(|| format!("opening the log of session `{session}`"))?;
+        log.append(
+            crate::session::now_ms(),
+            &SessionEvent::Rewound {
+                session: session.to_owned(),
+                keep: c.keep,
+                turn: c.turn,
+                checkpoint: safety.clone(),
+            },
+        )
+        .and_then(|_| log.sync())
+        .with_context(|| format!("recording the rewind in the log of session `{session}`"))?;
+        println!(
+            "conversation rewound to the start of turn {}; `keel resume {}` goes on from there",
+            c.turn,
+            terminal_safe(session)
+        );
+    }
+    if !failed.is_empty() {
+        for f in &failed {
+            eprintln!("not restored: {}", terminal_safe(f));
+        }
+        bail!(
+            "{} change(s) of the rewind could not be made (above); the rest were",
+            failed.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
