@@ -115,9 +115,13 @@ const LOCK_WAIT: Duration = Duration::from_secs(30);
 pub struct Store {
     root: PathBuf,
     workspace: PathBuf,
-    /// Whether something was written since the last [`Store::sync`].
-    unsynced: std::sync::atomic::AtomicBool,
+    /// The objects written since the last [`Store::sync`], not yet durable.
+    unsynced: std::sync::Mutex<Vec<PathBuf>>,
 }
+
+/// Up to this many new objects are synced one by one (with their directories); more are
+/// synced with one `syncfs`, which also flushes whatever else is pending on that file system.
+const SYNC_EACH_UP_TO: usize = 64;
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -193,7 +197,7 @@ impl Store {
         Ok(Store {
             root,
             workspace: workspace.to_owned(),
-            unsynced: std::sync::atomic::AtomicBool::new(false),
+            unsynced: std::sync::Mutex::default(),
         })
     }
 
@@ -233,7 +237,7 @@ impl Store {
         let packed = zstd::bulk::compress(content, 1).map_err(io_error("compressing a file"))?;
         make_private_dir(path.parent().unwrap_or(&self.root))?;
         write_atomic(&path, &packed, false)?;
-        self.unsynced.store(true, Ordering::SeqCst);
+        self.written(path);
         Ok(true)
     }
 
@@ -272,7 +276,7 @@ impl Store {
             let packed = zstd::bulk::compress(&json, 3).map_err(io_error("compressing"))?;
             make_private_dir(path.parent().unwrap_or(&self.root))?;
             write_atomic(&path, &packed, false)?;
-            self.unsynced.store(true, Ordering::SeqCst);
+            self.written(path);
         }
         Ok(hash)
     }
@@ -298,14 +302,47 @@ impl Store {
             .map_err(|e| Error(format!("reading the manifest {hash}: {e}")))
     }
 
-    /// Make everything written so far durable (one `syncfs` of the store's file system, when
-    /// anything was written since the last).
+    fn written(&self, path: PathBuf) {
+        self.unsynced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(path);
+    }
+
+    /// Make every object written so far durable: a checkpoint that changed a few files syncs
+    /// those objects and their directories, so a tool call waits on its own writes only; a
+    /// large first checkpoint syncs the store's file system once instead of thousands of files.
     pub fn sync(&self) -> Result<()> {
-        if !self.unsynced.swap(false, Ordering::SeqCst) {
+        let written = std::mem::take(
+            &mut *self
+                .unsynced
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if written.is_empty() {
             return Ok(());
         }
-        let dir = File::open(&self.root).map_err(io_error("opening the checkpoint store"))?;
-        nix::unistd::syncfs(&dir).map_err(|e| Error(format!("syncing the checkpoint store: {e}")))
+        let failed = |e: std::io::Error| Error(format!("syncing the checkpoint store: {e}"));
+        if written.len() > SYNC_EACH_UP_TO {
+            let dir = File::open(&self.root).map_err(io_error("opening the checkpoint store"))?;
+            return nix::unistd::syncfs(&dir).map_err(|e| failed(e.into()));
+        }
+        let mut dirs = std::collections::BTreeSet::new();
+        for path in &written {
+            File::open(path)
+                .and_then(|f| f.sync_all())
+                .map_err(failed)?;
+            // The object's directory, and the one above it, which may have just gained it.
+            for dir in path.ancestors().skip(1).take(2) {
+                dirs.insert(dir.to_owned());
+            }
+        }
+        for dir in dirs {
+            File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(failed)?;
+        }
+        Ok(())
     }
 
     fn index_path(&self, session: &str) -> Result<PathBuf> {
