@@ -177,43 +177,28 @@ pub fn render(req: &RequestView<'_>, opts: &AnthropicOptions) -> Result<Rendered
         }
     }
     let mut body = req.body();
-    body.raw("{").key("model");
-    match req.model() {
-        Some(model) => body.raw(model.token()),
-        None if !opts.model.is_empty() => body.value(&opts.model),
-        None => return Err(RenderError::NoModel),
-    };
-    body.raw(",")
+    body.raw("{")
+        .model(req, &opts.model)?
+        .raw(",")
         .key("max_tokens")
         .value(&req.max_tokens)
-        .raw(r#","stream":true,"messages":["#);
-    for (i, (role, content)) in messages.iter().enumerate() {
-        if i > 0 {
-            body.raw(",");
-        }
-        let role = match role {
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        };
-        body.raw(r#"{"role":"#).value(role).raw(r#","content":["#);
-        for (j, part) in content.iter().enumerate() {
-            if j > 0 {
-                body.raw(",");
-            }
-            part.write(&mut body);
-        }
-        body.raw("]}");
-    }
-    body.raw("]");
+        .raw(r#","stream":true,"messages":"#)
+        .array(&messages, |body, (role, content)| {
+            let role = match role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            body.raw(r#"{"role":"#)
+                .value(role)
+                .raw(r#","content":"#)
+                .array(content, |body, part| part.write(body))
+                .raw("}");
+        });
     if !req.system.is_empty() {
         body.raw(r#","system":"#).raw(req.system.token());
     }
     if !req.tools.is_empty() {
-        body.raw(r#","tools":["#);
-        for (i, tool) in req.tools.iter().enumerate() {
-            if i > 0 {
-                body.raw(",");
-            }
+        body.raw(r#","tools":"#).array(&req.tools, |body, tool| {
             body.raw(r#"{"name":"#)
                 .raw(tool.name.token())
                 .raw(r#","description":"#)
@@ -221,8 +206,7 @@ pub fn render(req: &RequestView<'_>, opts: &AnthropicOptions) -> Result<Rendered
                 .raw(r#","input_schema":"#)
                 .raw(tool.input_schema.get())
                 .raw("}");
-        }
-        body.raw("]");
+        });
     }
     body.raw("}");
     Ok(Rendered {

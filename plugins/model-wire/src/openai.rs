@@ -75,13 +75,11 @@ pub fn render_request(req: &ModelRequest, opts: &OpenAiOptions) -> Result<Render
 pub fn render(req: &RequestView<'_>, opts: &OpenAiOptions) -> Result<Rendered, RenderError> {
     let mut notes = Vec::new();
     let mut body = req.body();
-    body.raw("{").key("model");
-    match req.model() {
-        Some(model) => body.raw(model.token()),
-        None if !opts.model.is_empty() => body.value(&opts.model),
-        None => return Err(RenderError::NoModel),
-    };
-    body.raw(",").key("messages").raw("[");
+    body.raw("{")
+        .model(req, &opts.model)?
+        .raw(",")
+        .key("messages")
+        .raw("[");
     let mut first = true;
     if !req.system.is_empty() {
         body.open_object(&mut first)
@@ -162,20 +160,16 @@ pub fn render(req: &RequestView<'_>, opts: &OpenAiOptions) -> Result<Rendered, R
                     body.joined(&texts, "\\n");
                 }
                 if !calls.is_empty() {
-                    body.raw(r#","tool_calls":["#);
-                    for (i, (id, name, arguments)) in calls.iter().enumerate() {
-                        if i > 0 {
-                            body.raw(",");
-                        }
-                        body.raw(r#"{"id":"#)
-                            .raw(id.token())
-                            .raw(r#","type":"function","function":{"name":"#)
-                            .raw(name.token())
-                            .raw(r#","arguments":"#)
-                            .raw(arguments)
-                            .raw("}}");
-                    }
-                    body.raw("]");
+                    body.raw(r#","tool_calls":"#)
+                        .array(&calls, |body, (id, name, arguments)| {
+                            body.raw(r#"{"id":"#)
+                                .raw(id.token())
+                                .raw(r#","type":"function","function":{"name":"#)
+                                .raw(name.token())
+                                .raw(r#","arguments":"#)
+                                .raw(arguments)
+                                .raw("}}");
+                        });
                 }
                 body.raw("}");
             }
@@ -191,11 +185,7 @@ pub fn render(req: &RequestView<'_>, opts: &OpenAiOptions) -> Result<Rendered, R
         body.raw(r#","stream_options":{"include_usage":true}"#);
     }
     if !req.tools.is_empty() {
-        body.raw(r#","tools":["#);
-        for (i, tool) in req.tools.iter().enumerate() {
-            if i > 0 {
-                body.raw(",");
-            }
+        body.raw(r#","tools":"#).array(&req.tools, |body, tool| {
             body.raw(r#"{"type":"function","function":{"name":"#)
                 .raw(tool.name.token())
                 .raw(r#","description":"#)
@@ -203,8 +193,7 @@ pub fn render(req: &RequestView<'_>, opts: &OpenAiOptions) -> Result<Rendered, R
                 .raw(r#","parameters":"#)
                 .raw(tool.input_schema.get())
                 .raw("}}");
-        }
-        body.raw("]");
+        });
     }
     body.raw("}");
     Ok(Rendered {

@@ -248,6 +248,36 @@ impl Body {
         self
     }
 
+    /// `"model":` and the model the request names, or else the adapter's `default`.
+    pub(crate) fn model(
+        &mut self,
+        req: &RequestView<'_>,
+        default: &str,
+    ) -> Result<&mut Body, RenderError> {
+        self.key("model");
+        match req.model() {
+            Some(model) => Ok(self.raw(model.token())),
+            None if !default.is_empty() => Ok(self.value(default)),
+            None => Err(RenderError::NoModel),
+        }
+    }
+
+    /// A JSON array of `items`, each written by `write`.
+    pub(crate) fn array<T>(
+        &mut self,
+        items: &[T],
+        mut write: impl FnMut(&mut Body, &T),
+    ) -> &mut Body {
+        self.raw("[");
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                self.raw(",");
+            }
+            write(self, item);
+        }
+        self.raw("]")
+    }
+
     /// `,` before every element of an array or object but the first, then `{`.
     pub(crate) fn open_object(&mut self, first: &mut bool) -> &mut Body {
         if !std::mem::take(first) {
