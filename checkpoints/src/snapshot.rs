@@ -186,6 +186,14 @@ pub fn snapshot(
     let overrides = overrides
         .build()
         .map_err(|e| Error(format!("`[checkpoints] ignore`: {e}")))?;
+    // Files are opened beneath this descriptor, so a directory swapped for a link while the
+    // walk runs leads nowhere outside the workspace.
+    let root = File::open(workspace).map_err(|e| {
+        Error(format!(
+            "opening the workspace {}: {e}",
+            workspace.display()
+        ))
+    })?;
     let walker = ignore::WalkBuilder::new(workspace)
         .hidden(false)
         .parents(false)
@@ -305,7 +313,13 @@ pub fn snapshot(
             });
             let hash = match unchanged {
                 Some(hash) => hash,
-                None => match record_file(store, entry.path(), settings.max_file_bytes) {
+                None => match record_file(
+                    store,
+                    &root,
+                    workspace,
+                    entry.path(),
+                    settings.max_file_bytes,
+                ) {
                     Ok(Recorded::Stored { hash, .. }) => hash,
                     Ok(Recorded::Changed) => {
                         manifest.skipped.push(Skipped {
@@ -366,19 +380,28 @@ enum Recorded {
     TooLarge(u64),
 }
 
-/// Read the regular file at `path` (never through a link) and store its content.
-fn record_file(store: &Store, path: &Path, limit: u64) -> std::io::Result<Recorded> {
-    let mut file = OpenOptions::new()
-        .read(true)
-        .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(nix::libc::ELOOP) {
-                std::io::Error::other("it became a link while it was read")
-            } else {
-                e
-            }
-        })?;
+/// Read the regular file at `path` and store its content. It is opened beneath `root` (the
+/// workspace, at `workspace`) with no link in any part of its path, so a file or a parent
+/// directory replaced by a link while the walk ran (by a command or a server working in the
+/// workspace) never has keel read, and a later rewind restore, something outside it.
+fn record_file(
+    store: &Store,
+    root: &File,
+    workspace: &Path,
+    path: &Path,
+    limit: u64,
+) -> std::io::Result<Recorded> {
+    let Ok(rel) = path.strip_prefix(workspace) else {
+        return Ok(Recorded::Changed);
+    };
+    let mut file = open_beneath(root, rel).map_err(|e| {
+        if e.raw_os_error() == Some(nix::libc::ELOOP) || e.raw_os_error() == Some(nix::libc::EXDEV)
+        {
+            std::io::Error::other("it or a directory above it became a link while it was read")
+        } else {
+            e
+        }
+    })?;
     if !file.metadata()?.is_file() {
         return Ok(Recorded::Changed);
     }
@@ -394,4 +417,69 @@ fn record_file(store: &Store, path: &Path, limit: u64) -> std::io::Result<Record
         .put_blob(&hash, &content)
         .map_err(|e| std::io::Error::other(e.0))?;
     Ok(Recorded::Stored { hash })
+}
+
+/// Open `rel` for reading beneath `root`, following no link on the way (`openat2` with
+/// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`); a FIFO does not block the open.
+fn open_beneath(root: &File, rel: &Path) -> std::io::Result<File> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    match openat2(root, rel, how) {
+        Ok(fd) => Ok(File::from(fd)),
+        // A kernel without openat2 (before Linux 5.6): the last part is still never followed,
+        // and the file is read only when it really lies in the workspace.
+        Err(nix::errno::Errno::ENOSYS) => {
+            let workspace = root_path(root)?;
+            let file = OpenOptions::new()
+                .read(true)
+                .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
+                .open(workspace.join(rel))?;
+            match root_path(&file) {
+                Ok(real) if real.starts_with(&workspace) => Ok(file),
+                _ => Err(std::io::Error::from_raw_os_error(nix::libc::EXDEV)),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Where an open file really is, as the kernel knows it.
+fn root_path(file: &File) -> std::io::Result<std::path::PathBuf> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The state a race leaves: the walk saw `src/secret.txt` in the workspace, and by the
+    /// time the file is opened `src` is a link to a directory outside holding a file of that
+    /// name. Nothing outside is read.
+    #[test]
+    fn a_directory_swapped_for_a_link_is_not_read_through() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let ws = tmp.path().join("ws");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(&ws).expect("ws");
+        std::fs::create_dir_all(&outside).expect("outside");
+        std::fs::write(outside.join("secret.txt"), "the person's key").expect("secret");
+        std::os::unix::fs::symlink(&outside, ws.join("src")).expect("link");
+        std::fs::write(ws.join("plain.txt"), "plain").expect("plain");
+        let root = File::open(&ws).expect("root");
+
+        let e = open_beneath(&root, Path::new("src/secret.txt")).expect_err("through a link");
+        assert!(
+            matches!(e.raw_os_error(), Some(nix::libc::ELOOP | nix::libc::EXDEV)),
+            "{e}"
+        );
+        let mut text = String::new();
+        open_beneath(&root, Path::new("plain.txt"))
+            .expect("a plain file")
+            .read_to_string(&mut text)
+            .expect("read");
+        assert_eq!(text, "plain");
+    }
 }
