@@ -44,10 +44,15 @@ struct Seen {
     refused: usize,
     /// Compactions' requests.
     compactions: usize,
+    /// The calls the latest summary says were made.
+    summarized: usize,
     /// The largest request body answered.
     largest: usize,
     /// The first request that broke the pairing of calls and results.
     malformed: Option<String>,
+    /// The first request that was not the conversation as it stands: one without the latest
+    /// summary after a compaction, or whose last result is not the last call's.
+    stale: Option<String>,
     /// The last request (not a compaction's) after the turn, parsed.
     last: Option<Value>,
 }
@@ -102,6 +107,26 @@ fn paired(wire: Wire, body: &Value) -> Result<(), String> {
     }
 }
 
+/// The id of the last tool result in `body`.
+fn last_result(wire: Wire, body: &Value) -> Option<String> {
+    let messages = body["messages"].as_array()?;
+    let ids = messages.iter().flat_map(|m| match wire {
+        Wire::OpenAi => (m["role"] == "tool")
+            .then(|| m["tool_call_id"].as_str().map(str::to_owned))
+            .flatten()
+            .into_iter()
+            .collect::<Vec<_>>(),
+        Wire::Anthropic => m["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "tool_result")
+            .filter_map(|b| b["tool_use_id"].as_str().map(str::to_owned))
+            .collect(),
+    });
+    ids.last()
+}
+
 /// The provider: a summary to a compaction, a refusal over [`LIMIT`], else the next
 /// `read_file` call until [`CALLS`] were made, then "ALL-READ".
 async fn provider(wire: Wire, seen: Arc<Mutex<Seen>>) -> std::io::Result<ModelServer> {
@@ -114,6 +139,7 @@ async fn provider(wire: Wire, seen: Arc<Mutex<Seen>>) -> std::io::Result<ModelSe
         seen.largest = seen.largest.max(r.body.len());
         if r.body.contains(COMPACTION_MARK) {
             seen.compactions += 1;
+            seen.summarized = seen.issued;
             let summary = format!(
                 "SUMMARY-OF-THE-TASK: the person asked to read f0000.txt … f0999.txt in order; \
                  {} read so far, each 10 KB of digits",
@@ -129,6 +155,28 @@ async fn provider(wire: Wire, seen: Arc<Mutex<Seen>>) -> std::io::Result<ModelSe
             && seen.malformed.is_none()
         {
             seen.malformed = Some(e);
+        }
+        // Each request is the conversation as it stands now: the model adapter renders what
+        // it sent before again only while the kernel says the messages are unchanged.
+        let summaries = format!("{} read so far", seen.summarized);
+        let stale = if seen.compactions > 0 && !r.body.contains(&summaries) {
+            Some(format!(
+                "request {}: not the latest summary (`{summaries}`)",
+                seen.issued
+            ))
+        } else if seen.issued > 0
+            && last_result(wire, &body) != Some(format!("call_{}", seen.issued - 1))
+        {
+            Some(format!(
+                "request {}: the last result is {:?}",
+                seen.issued,
+                last_result(wire, &body)
+            ))
+        } else {
+            None
+        };
+        if seen.stale.is_none() {
+            seen.stale = stale;
         }
         if seen.issued < CALLS {
             let n = seen.issued;
@@ -253,6 +301,7 @@ async fn a_thousand_tool_calls_in_one_turn(wire: Wire) -> R {
         );
         assert!(seen.compactions >= 1);
         assert!(seen.malformed.is_none(), "{:?}", seen.malformed);
+        assert!(seen.stale.is_none(), "{:?}", seen.stale);
     }
     // The log: every tool outcome, the compactions, a completed turn.
     let entries = crate::common::only_session_log(home.path())?;

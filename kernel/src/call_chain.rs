@@ -233,6 +233,21 @@ pub struct CallChain {
     serving: Option<(Arc<str>, Arc<str>)>,
     /// The tool call the next frame will serve, if that frame is the tool owner's.
     serve_next: Option<(Arc<str>, Arc<str>)>,
+    /// The conversation the innermost plugin may read through `keel.conversation`: set by the
+    /// kernel for exactly the frame that serves one `model.complete` whose request names it.
+    reading: Option<Arc<ConversationGrant>>,
+    /// The conversation the next frame may read.
+    read_next: Option<Arc<ConversationGrant>>,
+}
+
+/// A held conversation one model call may read: the first `messages` messages of `session`
+/// that `keeper` keeps, as they were at `revision`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConversationGrant {
+    pub(crate) keeper: String,
+    pub(crate) session: String,
+    pub(crate) messages: usize,
+    pub(crate) revision: u64,
 }
 
 impl CallChain {
@@ -259,7 +274,23 @@ impl CallChain {
                 .clone()
                 .filter(|(_, owner)| &**owner == plugin),
             serve_next: None,
+            reading: self.read_next.clone(),
+            read_next: None,
         }
+    }
+
+    /// This chain, about to hand a model request naming `grant`'s conversation to its
+    /// provider: the frame entered next, and no other, may read it.
+    pub(crate) fn reading_conversation(&self, grant: ConversationGrant) -> Self {
+        CallChain {
+            read_next: Some(Arc::new(grant)),
+            ..self.clone()
+        }
+    }
+
+    /// The conversation the innermost plugin may read, if any.
+    pub(crate) fn conversation_grant(&self) -> Option<&ConversationGrant> {
+        self.reading.as_deref()
     }
 
     /// This chain, about to run tool call `id` of `owner`: the frame entered next, if it is

@@ -22,7 +22,7 @@ use semver::Version;
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
 
-use crate::call_chain::{CallChain, CallKind, Deadline, Deadlines};
+use crate::call_chain::{CallChain, CallKind, ConversationGrant, Deadline, Deadlines};
 use crate::dispatch::Mediator;
 use crate::env::{Effect, Env, Inverse, validate_topic};
 use crate::graph::{GraphError, PluginGraph};
@@ -208,6 +208,9 @@ struct Inner {
     env: Env,
     plugins: BTreeMap<String, Record>,
     state: BTreeMap<String, KeptState>,
+    /// Changes whenever a message an agent keeps is replaced or removed, in any plugin's state
+    /// ([`keel_protocol::HeldConversation::revision`]).
+    conversation_revision: u64,
     next_generation: u64,
 }
 

@@ -40,6 +40,18 @@ pub mod services {
     /// agent for the tool call the caller serves; the caller's `agent.complete` and
     /// `agent.dispatch` then act as that child, with the child's tools only.
     pub const AGENTS: &str = "keel.agents";
+    /// Served by the kernel itself: the conversation a model request names. Method `read`
+    /// ([`ConversationRead`](crate::ConversationRead) → a JSON array of
+    /// [`Message`](crate::Message)s) answers only the plugin serving a `model.complete` call
+    /// whose request names a held conversation ([`HeldConversation`](crate::HeldConversation)),
+    /// and only that conversation's messages.
+    pub const CONVERSATION: &str = "keel.conversation";
+    /// The first version of the [`MODEL`] service whose providers read a named conversation
+    /// themselves: the kernel hands such a provider the request with
+    /// [`ConversationRef::held`](crate::ConversationRef::held) set and `messages` empty, and
+    /// the provider reads through [`CONVERSATION`] only the messages it has not rendered yet.
+    /// Older providers get the messages put into the request.
+    pub const MODEL_READS_CONVERSATIONS: &str = "1.1.0";
 }
 
 /// `keel.agents` `open`: a child agent for the tool call being served.
@@ -292,9 +304,10 @@ pub struct ModelRequest {
     pub compacts_on_overflow: bool,
     /// The conversation by reference: the agent sends `messages` empty and names the
     /// messages it keeps in its kernel-held state (under [`conversation_key`]); the kernel
-    /// puts them in `messages` before the model adapter sees the request. The history then
-    /// crosses a component boundary once a step (into the adapter), not on its way there too.
-    /// An adapter never sees this field set.
+    /// puts them in `messages` before the model adapter sees the request, or, for an adapter
+    /// that reads conversations itself ([`services::MODEL_READS_CONVERSATIONS`]), says where
+    /// they are held ([`ConversationRef::held`]). The history then crosses a component
+    /// boundary at most once a step, not on its way to the adapter too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<ConversationRef>,
 }
@@ -307,12 +320,41 @@ pub struct ConversationRef {
     pub session: String,
     /// How many, from the first.
     pub messages: usize,
+    /// Set by the kernel only, for an adapter that reads the conversation itself: where it is
+    /// held. Whatever an agent puts here is replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<HeldConversation>,
 }
+
+/// Where a named conversation is held, as the kernel attests it to the model adapter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldConversation {
+    /// The plugin that keeps it (the agent that asked).
+    pub keeper: String,
+    /// The kernel's conversation revision: it changes whenever any kept message is replaced or
+    /// removed (a compaction, a rewind), never when one is added. While it is unchanged, the
+    /// first messages of a conversation are the ones an adapter read before, so a rendering
+    /// of them may be reused.
+    pub revision: u64,
+}
+
+/// `keel.conversation` `read`: messages `from..to` of the conversation the request being
+/// served names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConversationRead {
+    /// The first message, counted from 0.
+    pub from: usize,
+    /// One past the last.
+    pub to: usize,
+}
+
+/// How every [`conversation_key`] begins.
+pub const CONVERSATION_KEY_PREFIX: &str = "m/";
 
 /// The kernel-held state key under which an agent keeps message `index` of `session`'s
 /// conversation: the key order is the conversation's order.
 pub fn conversation_key(session: &str, index: usize) -> String {
-    format!("m/{session}/{index:08}")
+    format!("{CONVERSATION_KEY_PREFIX}{session}/{index:08}")
 }
 
 /// How a model adapter's error begins when the provider refused a request that asked for it

@@ -247,6 +247,42 @@ async fn openai_streams_text_usage_and_deltas_with_the_key_in_the_header() -> R 
     Ok(())
 }
 
+/// A request naming the agent's held conversation that did not come through the kernel's
+/// agent door (here the host calling the model service itself, as a plugin that requires
+/// `model` could): the adapter's reading is refused, so nothing of the conversation is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_conversation_named_by_someone_the_kernel_did_not_hand_it_to_is_not_read() -> R {
+    let server = ModelServer::start(|_, _| oa_answer("never")).await?;
+    for (plugin, config) in [
+        ("model-openai", openai_config(&server)),
+        ("model-anthropic", anthropic_config(&server)),
+    ] {
+        let s = Session::start(plugin, &server, config, &[]).await?;
+        let mut forged = request("");
+        forged.messages.clear();
+        forged.conversation = Some(keel_protocol::ConversationRef {
+            session: "victim".into(),
+            messages: 1,
+            held: Some(keel_protocol::HeldConversation {
+                keeper: "agent-loop".into(),
+                revision: 0,
+            }),
+        });
+        let err = s
+            .kernel
+            .call_service("model", "complete", &serde_json::to_string(&forged)?)
+            .await
+            .expect_err("refused");
+        assert!(
+            err.to_string()
+                .contains("answers only the model adapter serving"),
+            "{plugin}: {err}"
+        );
+    }
+    assert!(server.received().is_empty(), "{:#?}", server.received());
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_tool_call_arguments_split_across_deltas_and_two_parallel_calls() -> R {
     let server = ModelServer::start(|_, _| {

@@ -63,6 +63,7 @@ async fn undeclared_services_and_topics_are_refused() -> R {
     assert!(tried["agent-complete"].contains("has no `agent` capability"));
     assert!(tried["agent-dispatch"].contains("has no `agent` capability"));
     assert!(tried["open-child"].contains("did not declare the service"));
+    assert!(tried["conversation-read"].contains("did not declare the service"));
     for what in ["emit-session", "emit-other", "emit-subagent"] {
         assert!(
             tried[what].contains("did not declare the event topic"),
@@ -91,7 +92,7 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         )
         .replace(
             "[capabilities]\n",
-            "[capabilities]\nservices = [\"verifier\", \"keel.agents\"]\nemits = [\"session.event\", \"fixture.snooped\", \"subagent.event\"]\nprocesses = true\nagent = true\n",
+            "[capabilities]\nservices = [\"verifier\", \"keel.agents\", \"keel.conversation\"]\nemits = [\"session.event\", \"fixture.snooped\", \"subagent.event\"]\nprocesses = true\nagent = true\n",
         )
     };
     let (h, _dir) = setup(declare_everything).await?;
@@ -135,6 +136,13 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         tried["emit-subagent"].contains("has no child agent open"),
         "{}",
         tried["emit-subagent"]
+    );
+    // Declaring the conversation door reads nothing: only the plugin serving a model request
+    // that names a held conversation reads it, while it serves that request.
+    assert!(
+        tried["conversation-read"].contains("answers only the model adapter serving"),
+        "{}",
+        tried["conversation-read"]
     );
     // What it declared, and the person consented to, it may use.
     assert!(

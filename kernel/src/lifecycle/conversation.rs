@@ -1,14 +1,26 @@
 //! A model request that names its conversation instead of carrying it
 //! ([`keel_protocol::ModelRequest::conversation`]): the agent keeps each message in its
-//! kernel-held state as it is added, so the request that crosses the agent's door is small,
-//! and the history crosses a component boundary once a step, into the model adapter.
+//! kernel-held state as it is added, so the request that crosses the agent's door is small.
 //!
-//! The messages are spliced in as the agent kept them (JSON text, not parsed again here): they
-//! are the agent's own data, as the messages it could have sent inline are, and the request is
-//! parsed as a whole by whatever reads it next (the child-agent narrowing, the adapter).
+//! Two ways on from there, by the version of the `model` service its provider declares:
+//!
+//! - An adapter that reads conversations itself
+//!   ([`keel_protocol::services::MODEL_READS_CONVERSATIONS`]) gets the request as it is, with
+//!   where the conversation is held ([`by_reference`]), and reads through `keel.conversation`
+//!   ([`read`]) only the messages it has not rendered yet. A step then copies across a
+//!   component boundary what is new since the last step, not the history. Only the frame that
+//!   serves that one model call may read, and only that conversation
+//!   ([`crate::call_chain::CallChain::reading_conversation`]); a reading after any kept message
+//!   changed is refused (the revision the adapter was told is no longer true).
+//! - Any other gets the messages spliced in ([`resolve`]): the history crosses once a step.
+//!
+//! The messages go out as the agent kept them (JSON text, not parsed here): they are the
+//! agent's own data, as the messages it could have sent inline are, and whatever reads them
+//! next parses them (the child-agent narrowing, the adapter).
 
 use keel_protocol::ConversationRef;
 
+use crate::call_chain::ConversationGrant;
 use crate::types::KernelError;
 
 /// The conversation `request` names, if it names one. A request that does not mention the
@@ -27,14 +39,9 @@ pub(super) fn named(request: &str) -> Result<Option<ConversationRef>, KernelErro
         .map_err(|e| KernelError::Invalid(format!("`agent.complete` takes a ModelRequest: {e}")))
 }
 
-/// `request` with `named`'s messages put into `messages`, each looked up by its
-/// [`keel_protocol::conversation_key`] in the agent's kept state. A message the kernel does not
-/// hold is refused (the agent then sends its messages inline).
-pub(super) fn resolve<'a>(
-    request: &str,
-    named: &ConversationRef,
-    lookup: impl Fn(&str) -> Option<&'a [u8]>,
-) -> Result<String, KernelError> {
+/// The request's head (everything but the conversation's messages) as a JSON object, the
+/// `conversation` field taken out; refused when the request also carries messages of its own.
+fn head(request: &str) -> Result<serde_json::Map<String, serde_json::Value>, KernelError> {
     let mut head: serde_json::Map<String, serde_json::Value> = serde_json::from_str(request)
         .map_err(|e| KernelError::Invalid(format!("`agent.complete` takes a ModelRequest: {e}")))?;
     head.remove("conversation");
@@ -47,17 +54,102 @@ pub(super) fn resolve<'a>(
             ));
         }
     }
-    let head = serde_json::to_string(&head)
+    Ok(head)
+}
+
+/// `request` with `named`'s messages put into `messages`, each looked up by its
+/// [`keel_protocol::conversation_key`] in the agent's kept state. A message the kernel does not
+/// hold is refused (the agent then sends its messages inline).
+pub(super) fn resolve<'a>(
+    request: &str,
+    named: &ConversationRef,
+    lookup: impl Fn(&str) -> Option<&'a [u8]>,
+) -> Result<String, KernelError> {
+    let head = serde_json::to_string(&head(request)?)
         .map_err(|e| KernelError::Failed(format!("cannot encode the request: {e}")))?;
-    let mut messages = Vec::with_capacity(named.messages.min(1 << 16));
-    let mut bytes = 0;
-    for index in 0..named.messages {
-        let key = keel_protocol::conversation_key(&named.session, index);
+    let messages = join(&named.session, 0..named.messages, named.messages, lookup)?;
+    let mut out = String::with_capacity(head.len() + messages.len() + 16);
+    out.push_str("{\"messages\":");
+    out.push_str(&messages);
+    match head.strip_prefix('{') {
+        Some("}") | None => out.push('}'),
+        Some(rest) => {
+            out.push(',');
+            out.push_str(rest);
+        }
+    }
+    Ok(out)
+}
+
+/// `request` as an adapter that reads the conversation itself receives it: `messages` empty,
+/// the conversation named with where it is held (`held`, which replaces whatever the agent
+/// put there).
+pub(super) fn by_reference(
+    request: &str,
+    named: &ConversationRef,
+    held: keel_protocol::HeldConversation,
+) -> Result<String, KernelError> {
+    let mut head = head(request)?;
+    let named = ConversationRef {
+        held: Some(held),
+        ..named.clone()
+    };
+    let encode =
+        |e: serde_json::Error| KernelError::Failed(format!("cannot encode the request: {e}"));
+    head.insert("messages".into(), serde_json::Value::Array(Vec::new()));
+    head.insert(
+        "conversation".into(),
+        serde_json::to_value(&named).map_err(encode)?,
+    );
+    serde_json::to_string(&head).map_err(encode)
+}
+
+/// `keel.conversation` `read`: messages `range` of the conversation `grant` names, as a JSON
+/// array, when the conversation is still as it was when the request was made.
+pub(super) fn read<'a>(
+    grant: &ConversationGrant,
+    revision: u64,
+    payload: &str,
+    lookup: impl Fn(&str) -> Option<&'a [u8]>,
+) -> Result<String, KernelError> {
+    let range: keel_protocol::ConversationRead = serde_json::from_str(payload).map_err(|e| {
+        KernelError::Invalid(format!(
+            "`keel.conversation` `read` takes {{\"from\": N, \"to\": M}}: {e}"
+        ))
+    })?;
+    if range.from > range.to || range.to > grant.messages {
+        return Err(KernelError::Invalid(format!(
+            "messages {}..{} are not part of the request, which names the first {} of session \
+             `{}`",
+            range.from, range.to, grant.messages, grant.session
+        )));
+    }
+    if revision != grant.revision {
+        return Err(KernelError::Conflict(format!(
+            "the conversation of session `{}` changed since the request was made; the agent \
+             asks again",
+            grant.session
+        )));
+    }
+    join(&grant.session, range.from..range.to, grant.messages, lookup)
+}
+
+/// Messages `range` of `session` (of `named` in all) as one JSON array: the kept texts joined,
+/// not parsed (they are the agent's own data; whoever reads them next parses them).
+fn join<'a>(
+    session: &str,
+    range: std::ops::Range<usize>,
+    named: usize,
+    lookup: impl Fn(&str) -> Option<&'a [u8]>,
+) -> Result<String, KernelError> {
+    let mut messages = Vec::with_capacity(range.len().min(1 << 16));
+    let mut bytes = 2;
+    for index in range {
+        let key = keel_protocol::conversation_key(session, index);
         let kept = lookup(&key).ok_or_else(|| {
             KernelError::Invalid(format!(
-                "the request names {} messages of session `{}`, but the kernel holds no message \
-                 {index} of it; send the messages in the request",
-                named.messages, named.session
+                "the request names {named} messages of session `{session}`, but the kernel \
+                 holds no message {index} of it; send the messages in the request"
             ))
         })?;
         let text = std::str::from_utf8(kept).map_err(|_| {
@@ -66,17 +158,15 @@ pub(super) fn resolve<'a>(
         bytes += text.len() + 1;
         messages.push(text);
     }
-    let mut out = String::with_capacity(head.len() + bytes + 16);
-    out.push_str("{\"messages\":[");
-    out.push_str(&messages.join(","));
-    out.push(']');
-    match head.strip_prefix('{') {
-        Some("}") | None => out.push('}'),
-        Some(rest) => {
+    let mut out = String::with_capacity(bytes);
+    out.push('[');
+    for (i, text) in messages.iter().enumerate() {
+        if i > 0 {
             out.push(',');
-            out.push_str(rest);
         }
+        out.push_str(text);
     }
+    out.push(']');
     Ok(out)
 }
 
@@ -124,6 +214,7 @@ mod tests {
         let named = ConversationRef {
             session: "s1".into(),
             messages: 3,
+            held: None,
         };
         let sent = request(Some(named.clone()), Vec::new());
         assert_eq!(super::named(&sent)?, Some(named.clone()));
@@ -153,6 +244,7 @@ mod tests {
         let named = ConversationRef {
             session: "s1".into(),
             messages: usize::MAX,
+            held: None,
         };
         let lookup = |key: &str| kept.get(key).map(Vec::as_slice);
         let err = resolve(&request(Some(named.clone()), Vec::new()), &named, lookup);

@@ -132,9 +132,20 @@ impl Shared {
         request: &str,
     ) -> Result<String, KernelError> {
         let resolved;
+        let mut reading = None;
         let request = match conversation::named(request)? {
             Some(named) => {
-                resolved = self.with_conversation(agent, request, &named)?;
+                match self.held_for_adapter(agent, &named)? {
+                    Some(grant) => {
+                        let held = keel_protocol::HeldConversation {
+                            keeper: grant.keeper.clone(),
+                            revision: grant.revision,
+                        };
+                        resolved = conversation::by_reference(request, &named, held)?;
+                        reading = Some(grant);
+                    }
+                    None => resolved = self.with_conversation(agent, request, &named)?,
+                }
                 resolved.as_str()
             }
             None => request,
@@ -155,8 +166,21 @@ impl Shared {
             }
             None => request,
         };
+        let model_chain;
+        let chain_to_model = match reading {
+            Some(grant) => {
+                model_chain = chain.reading_conversation(grant);
+                &model_chain
+            }
+            None => chain,
+        };
         let answer = self
-            .call_service(chain, keel_protocol::services::MODEL, "complete", request)
+            .call_service(
+                chain_to_model,
+                keel_protocol::services::MODEL,
+                "complete",
+                request,
+            )
             .await
             .map_err(|e| redact_error(&self.gates, e))?;
         let response: keel_protocol::ModelResponse =
@@ -169,6 +193,58 @@ impl Shared {
         let response = self.gates.record_response(response, scope);
         serde_json::to_string(&response)
             .map_err(|e| KernelError::Failed(format!("cannot encode the response: {e}")))
+    }
+
+    /// When the model service's provider reads conversations itself and `agent` holds the one
+    /// `named`, what that provider may read. `None`: the messages are put into the request.
+    fn held_for_adapter(
+        &self,
+        agent: Option<&str>,
+        named: &keel_protocol::ConversationRef,
+    ) -> Result<Option<ConversationGrant>, KernelError> {
+        let Some(agent) = agent else {
+            return Ok(None);
+        };
+        let inner = self.lock();
+        // A provider that says it reads conversations (the service's version) and declared
+        // the door it reads them through.
+        let reads = inner
+            .env
+            .services()
+            .get(keel_protocol::services::MODEL)
+            .is_some_and(|entry| {
+                Version::parse(keel_protocol::services::MODEL_READS_CONVERSATIONS)
+                    .is_ok_and(|first| entry.version >= first)
+                    && inner
+                        .plugins
+                        .get(&entry.provider)
+                        .is_some_and(|r| r.manifest.may_call(keel_protocol::services::CONVERSATION))
+            });
+        if !reads {
+            return Ok(None);
+        }
+        // The first and the last message named must be held (the agent keeps them in order);
+        // one missing between them makes the adapter's reading fail, saying which.
+        let kept = inner.state.get(agent);
+        let holds = |index: usize| {
+            kept.and_then(|state| {
+                state.get(&keel_protocol::conversation_key(&named.session, index))
+            })
+            .is_some()
+        };
+        if named.messages > 0 && !(holds(0) && holds(named.messages - 1)) {
+            return Err(KernelError::Invalid(format!(
+                "the request names {} messages of session `{}`, but the kernel does not hold \
+                 them all; send the messages in the request",
+                named.messages, named.session
+            )));
+        }
+        Ok(Some(ConversationGrant {
+            keeper: agent.to_owned(),
+            session: named.session.clone(),
+            messages: named.messages,
+            revision: inner.conversation_revision,
+        }))
     }
 
     /// `request` with the conversation it names put in: `agent`'s kept messages, in order.
@@ -257,15 +333,32 @@ impl Shared {
                 "the kernel's `{service}` service has no method `{other}`; it has `fragments`, \
                  `fence` and `generation`"
             ))),
+            (keel_protocol::services::CONVERSATION, "read") => {
+                let Some(grant) = chain.conversation_grant() else {
+                    return Err(KernelError::Denied(format!(
+                        "`{service}` answers only the model adapter serving a request that names \
+                         a held conversation, while it serves that request"
+                    )));
+                };
+                let inner = self.lock();
+                let kept = inner.state.get(&grant.keeper);
+                conversation::read(grant, inner.conversation_revision, payload, |key| {
+                    kept.and_then(|state| state.get(key))
+                })
+            }
+            (keel_protocol::services::CONVERSATION, other) => Err(KernelError::Invalid(format!(
+                "the kernel's `{service}` service has no method `{other}`; it has `read`"
+            ))),
             (keel_protocol::services::AGENTS, "open") => self.open_child(chain, payload),
             (keel_protocol::services::AGENTS, other) => Err(KernelError::Invalid(format!(
                 "the kernel's `{service}` service has no method `{other}`; it has `open`"
             ))),
             _ => Err(KernelError::Unavailable(format!(
                 "no service `{service}`: the `keel.` namespace belongs to the kernel, which \
-                 serves only `{}`, `{}` and `{}`",
+                 serves only `{}`, `{}`, `{}` and `{}`",
                 keel_protocol::services::PROMPT,
                 keel_protocol::services::AGENTS,
+                keel_protocol::services::CONVERSATION,
                 crate::manifest::CALLER_SERVICE
             ))),
         }

@@ -254,7 +254,9 @@ impl Shared {
         self.gates.net.close_all(name);
         let mut inner = self.lock();
         inner.plugins.remove(name);
-        inner.state.remove(name);
+        if inner.state.remove(name).is_some() {
+            inner.conversation_revision += 1;
+        }
         tracing::info!(plugin = name, "disposed");
         Ok(())
     }

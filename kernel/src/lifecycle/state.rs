@@ -13,8 +13,10 @@ pub(super) struct KeptState {
 }
 
 impl KeptState {
-    pub(super) fn insert(&mut self, key: &str, value: Vec<u8>) -> Result<(), String> {
-        let replaced = self.entries.get(key).map_or(0, |v| key.len() + v.len());
+    /// Keeps `value` under `key`; answers whether it replaced a value.
+    pub(super) fn insert(&mut self, key: &str, value: Vec<u8>) -> Result<bool, String> {
+        let old = self.entries.get(key).map(|v| key.len() + v.len());
+        let replaced = old.unwrap_or(0);
         let bytes = self.bytes - replaced + key.len() + value.len();
         if bytes > MAX_STATE_BYTES_PER_PLUGIN {
             return Err(format!(
@@ -23,16 +25,21 @@ impl KeptState {
         }
         self.entries.insert(key.to_owned(), value);
         self.bytes = bytes;
-        Ok(())
+        Ok(old.is_some())
     }
 
     pub(super) fn get(&self, key: &str) -> Option<&[u8]> {
         self.entries.get(key).map(Vec::as_slice)
     }
 
-    pub(super) fn remove(&mut self, key: &str) {
-        if let Some(v) = self.entries.remove(key) {
-            self.bytes -= key.len() + v.len();
+    /// Drops `key`; answers whether it held a value.
+    pub(super) fn remove(&mut self, key: &str) -> bool {
+        match self.entries.remove(key) {
+            Some(v) => {
+                self.bytes -= key.len() + v.len();
+                true
+            }
+            None => false,
         }
     }
 }
@@ -71,7 +78,7 @@ impl Shared {
                  all plugins together; remove keys first"
             )));
         }
-        inner
+        let replaced = inner
             .state
             .entry(plugin.to_owned())
             .or_default()
@@ -80,15 +87,21 @@ impl Shared {
                 KernelError::Invalid(format!(
                     "plugin `{plugin}` would hold {what}; remove keys first"
                 ))
-            })
+            })?;
+        if replaced && key.starts_with(keel_protocol::CONVERSATION_KEY_PREFIX) {
+            inner.conversation_revision += 1;
+        }
+        Ok(())
     }
 
     pub(crate) fn state_remove(&self, plugin: &str, generation: u64, key: &str) {
         let mut inner = self.lock();
         if live_record(&mut inner.plugins, plugin, generation).is_ok()
             && let Some(kept) = inner.state.get_mut(plugin)
+            && kept.remove(key)
+            && key.starts_with(keel_protocol::CONVERSATION_KEY_PREFIX)
         {
-            kept.remove(key);
+            inner.conversation_revision += 1;
         }
     }
 

@@ -927,11 +927,12 @@ impl<D: AgentDoors> AgentLoop<D> {
         };
         loop {
             // The kernel holds every message: name them, and the history crosses into the
-            // model adapter only (once), not through this door first.
+            // model adapter at most once, not through this door first.
             if self.doors.keeps_conversation() && !self.unkept.contains(session) {
                 request.conversation = Some(ConversationRef {
                     session: session.to_owned(),
                     messages: self.conversation(session).len(),
+                    held: None,
                 });
             } else {
                 request.messages = self.conversation(session).to_vec();

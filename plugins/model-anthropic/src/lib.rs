@@ -10,19 +10,25 @@
 use keel_model_http::settings;
 use keel_model_http::transport::SdkTransport;
 use keel_model_wire::driver::{self, AdapterConfig};
+use keel_model_wire::fragments::ConversationCache;
 use keel_protocol::services;
 use keel_sdk::Plugin;
 
 /// The active adapter.
 struct AnthropicModel {
     adapter: AdapterConfig,
+    /// The rendering of the conversation the kernel holds, kept between calls.
+    conversation: ConversationCache,
 }
 
 impl Plugin for AnthropicModel {
     fn activate(config: &str) -> Result<Self, String> {
         let adapter = settings::anthropic(config)?;
-        keel_sdk::services::provide(services::MODEL, keel_model_http::MODEL_SERVICE_VERSION)?;
-        Ok(AnthropicModel { adapter })
+        keel_sdk::services::provide(services::MODEL, keel_model_http::HTTP_MODEL_SERVICE_VERSION)?;
+        Ok(AnthropicModel {
+            adapter,
+            conversation: ConversationCache::default(),
+        })
     }
 
     fn handle_call(
@@ -33,8 +39,14 @@ impl Plugin for AnthropicModel {
     ) -> Result<String, String> {
         keel_model_http::serve(service, method, payload, |request, on_delta| {
             let mut transport = SdkTransport::new();
-            driver::complete(&mut transport, &self.adapter, request, on_delta)
-                .map_err(|e| e.to_string())
+            driver::complete(
+                &mut transport,
+                &self.adapter,
+                &mut self.conversation,
+                request,
+                on_delta,
+            )
+            .map_err(|e| e.to_string())
         })
     }
 }

@@ -15,8 +15,14 @@ pub mod transport;
 
 use keel_protocol::{ModelResponse, StreamDelta, services, topics};
 
-/// The version of the `model` service these plugins provide.
+/// The version of the `model` service the scripted model provides: it takes the messages in
+/// the request.
 pub const MODEL_SERVICE_VERSION: &str = "1.0.0";
+
+/// The version of the `model` service the HTTP adapters provide: they read a conversation
+/// the kernel holds themselves, rendering each message once
+/// ([`keel_model_wire::fragments::ConversationCache`]).
+pub const HTTP_MODEL_SERVICE_VERSION: &str = keel_protocol::services::MODEL_READS_CONVERSATIONS;
 
 /// Emit `delta` on [`topics::MODEL_DELTA`] for live display. A full subscriber queue is not
 /// worth failing the model call for, so emit errors are dropped.

@@ -171,6 +171,13 @@ impl Transport for SdkTransport {
             .ok()
             .and_then(|d| u64::try_from(d.as_millis()).ok())
     }
+
+    fn read_conversation(&mut self, from: usize, to: usize) -> Result<String, String> {
+        let range = serde_json::to_string(&keel_protocol::ConversationRead { from, to })
+            .map_err(|e| e.to_string())?;
+        keel_sdk::services::call(keel_protocol::services::CONVERSATION, "read", &range)
+            .map_err(|e| e.to_string())
+    }
 }
 
 #[cfg(test)]

@@ -30,7 +30,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::decode::{Assembly, DecodeError, Ending, StreamDecoder, finish_response};
-use crate::request::{BlockView, Body, JsonText, RequestView};
+use crate::fragments::{MessageParts, Part, Rendering};
+use crate::request::{BlockView, JsonText, MessageView, RequestView};
 use crate::sse::SseEvent;
 use crate::{RenderError, Rendered};
 
@@ -63,53 +64,6 @@ pub fn render_request(
     render(&RequestView::parse(&json)?, opts)
 }
 
-/// A block of the body, before consecutive messages of one role are merged.
-enum Part<'a> {
-    Text(JsonText<'a>),
-    /// A tool call: its input is the arguments' JSON object text, or `{}`.
-    ToolUse {
-        id: JsonText<'a>,
-        name: JsonText<'a>,
-        input: Cow<'a, str>,
-    },
-    ToolResult {
-        call_id: JsonText<'a>,
-        content: JsonText<'a>,
-        is_error: bool,
-    },
-}
-
-impl Part<'_> {
-    fn write(&self, body: &mut Body) {
-        match self {
-            Part::Text(text) => {
-                body.raw(r#"{"type":"text","text":"#).raw(text.token());
-            }
-            Part::ToolUse { id, name, input } => {
-                body.raw(r#"{"type":"tool_use","id":"#)
-                    .raw(id.token())
-                    .raw(r#","name":"#)
-                    .raw(name.token())
-                    .raw(r#","input":"#)
-                    .raw(input);
-            }
-            Part::ToolResult {
-                call_id,
-                content,
-                is_error,
-            } => {
-                body.raw(r#"{"type":"tool_result","tool_use_id":"#)
-                    .raw(call_id.token())
-                    .raw(r#","content":"#)
-                    .raw(content.token())
-                    .raw(r#","is_error":"#)
-                    .value(is_error);
-            }
-        }
-        body.raw("}");
-    }
-}
-
 /// The arguments of a tool call as the `input` object, when they are one.
 fn tool_input<'a>(arguments: JsonText<'a>) -> Result<Option<Cow<'a, str>>, RenderError> {
     let text = arguments.decode()?;
@@ -120,70 +74,111 @@ fn tool_input<'a>(arguments: JsonText<'a>) -> Result<Option<Cow<'a, str>>, Rende
 
 /// Render the streaming request body, the request's strings copied in as they arrived.
 pub fn render(req: &RequestView<'_>, opts: &AnthropicOptions) -> Result<Rendered, RenderError> {
-    let mut notes = Vec::new();
-    let mut messages: Vec<(Role, Vec<Part<'_>>)> = Vec::new();
+    let mut rendering = Rendering::default();
     for message in &req.messages {
-        let mut results = Vec::new();
-        let mut others = Vec::new();
-        for block in &message.content {
-            match *block {
-                BlockView::Text(text) if !text.is_empty() => others.push(Part::Text(text)),
-                BlockView::Text(_) | BlockView::Thinking(_) => {}
-                BlockView::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                } => {
-                    let input = match tool_input(arguments)? {
-                        Some(input) => input,
-                        None => {
-                            if !arguments.decode()?.trim().is_empty() {
-                                notes.push(format!(
-                                    "tool call {} (`{}`) has arguments that are not a JSON \
-                                     object; sent {{}} as its input",
-                                    id.decode()?,
-                                    name.decode()?
-                                ));
-                            }
-                            Cow::Borrowed("{}")
+        rendering.push(render_message(message)?);
+    }
+    assemble(req, opts, &rendering)
+}
+
+/// The content blocks one message becomes: its tool results first, then its text and tool
+/// calls; none for a message with nothing to send (it is dropped).
+pub(crate) fn render_message(message: &MessageView<'_>) -> Result<MessageParts, RenderError> {
+    let mut out = MessageParts::new(message.role);
+    let mut others = Vec::new();
+    for block in &message.content {
+        match *block {
+            BlockView::Text(text) if !text.is_empty() => others.push((text, None)),
+            BlockView::Text(_) | BlockView::Thinking(_) => {}
+            BlockView::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                let input = match tool_input(arguments)? {
+                    Some(input) => input,
+                    None => {
+                        if !arguments.decode()?.trim().is_empty() {
+                            out.note(format!(
+                                "tool call {} (`{}`) has arguments that are not a JSON object; \
+                                 sent {{}} as its input",
+                                id.decode()?,
+                                name.decode()?
+                            ));
                         }
-                    };
-                    others.push(Part::ToolUse { id, name, input });
-                }
-                BlockView::ToolResult {
-                    call_id,
-                    content,
-                    is_error,
-                } => results.push(Part::ToolResult {
-                    call_id,
-                    content,
-                    is_error,
-                }),
+                        Cow::Borrowed("{}")
+                    }
+                };
+                others.push((id, Some((name, input))));
             }
-        }
-        results.extend(others);
-        if results.is_empty() {
-            continue;
-        }
-        match messages.last_mut() {
-            Some((role, content)) if *role == message.role => {
-                content.extend(results);
-                if message.role == Role::User {
-                    // Tool results first, as the API wants them.
-                    content.sort_by_key(|b| !matches!(b, Part::ToolResult { .. }));
-                }
-            }
-            _ => messages.push((message.role, results)),
+            BlockView::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => out.part(true, |body| {
+                body.raw(r#"{"type":"tool_result","tool_use_id":"#)
+                    .raw(call_id.token())
+                    .raw(r#","content":"#)
+                    .raw(content.token())
+                    .raw(r#","is_error":"#)
+                    .value(&is_error)
+                    .raw("}");
+            }),
         }
     }
-    let mut body = req.body();
+    for (text_or_id, call) in others {
+        out.part(false, |body| match call {
+            None => {
+                body.raw(r#"{"type":"text","text":"#)
+                    .raw(text_or_id.token())
+                    .raw("}");
+            }
+            Some((name, input)) => {
+                body.raw(r#"{"type":"tool_use","id":"#)
+                    .raw(text_or_id.token())
+                    .raw(r#","name":"#)
+                    .raw(name.token())
+                    .raw(r#","input":"#)
+                    .raw(&input)
+                    .raw("}");
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// The body of `req` with `rendering` as its messages: consecutive messages of one role are
+/// merged (the API wants the roles to alternate), a user message's tool results first.
+pub(crate) fn assemble(
+    req: &RequestView<'_>,
+    opts: &AnthropicOptions,
+    rendering: &Rendering,
+) -> Result<Rendered, RenderError> {
+    let mut groups: Vec<(Role, Vec<&Part>)> = Vec::new();
+    for fragment in rendering.fragments() {
+        let parts = rendering.parts(fragment);
+        if parts.is_empty() {
+            continue;
+        }
+        match groups.last_mut() {
+            Some((role, content)) if *role == fragment.role => content.extend(parts),
+            _ => groups.push((fragment.role, parts.iter().collect())),
+        }
+    }
+    for (role, content) in &mut groups {
+        if *role == Role::User {
+            // Tool results first, as the API wants them (a stable sort keeps their order).
+            content.sort_by_key(|part| !part.is_result);
+        }
+    }
+    let mut body = req.body(rendering.bytes());
     body.raw("{")
         .model(req, &opts.model)?
         .raw(",")
         .key("max_tokens")
         .value(&req.max_tokens)
         .raw(r#","stream":true,"messages":"#)
-        .array(&messages, |body, (role, content)| {
+        .array(&groups, |body, (role, content)| {
             let role = match role {
                 Role::User => "user",
                 Role::Assistant => "assistant",
@@ -191,7 +186,9 @@ pub fn render(req: &RequestView<'_>, opts: &AnthropicOptions) -> Result<Rendered
             body.raw(r#"{"role":"#)
                 .value(role)
                 .raw(r#","content":"#)
-                .array(content, |body, part| part.write(body))
+                .array(content, |body, part| {
+                    body.bytes(rendering.part_bytes(part));
+                })
                 .raw("}");
         });
     if !req.system.is_empty() {
@@ -211,7 +208,7 @@ pub fn render(req: &RequestView<'_>, opts: &AnthropicOptions) -> Result<Rendered
     body.raw("}");
     Ok(Rendered {
         body: body.into_bytes(),
-        notes,
+        notes: rendering.notes(),
     })
 }
 

@@ -28,6 +28,7 @@ use thiserror::Error;
 
 use crate::anthropic::{self, AnthropicOptions};
 use crate::decode::{DecodeError, StreamDecoder};
+use crate::fragments::{ConversationCache, ConversationSource};
 use crate::openai::{self, OpenAiOptions};
 use crate::recovery::{ContextRecovery, RecoveryError, RecoveryPolicy};
 use crate::request::RequestView;
@@ -105,6 +106,21 @@ pub trait Transport {
     /// the response has no `Date` header.
     fn now_unix_ms(&mut self) -> Option<u64> {
         None
+    }
+    /// Messages `from..to` of the conversation the request being served names, as a JSON
+    /// array (the kernel's `keel.conversation`); a host that holds none answers an error.
+    fn read_conversation(&mut self, from: usize, to: usize) -> Result<String, String> {
+        let _ = (from, to);
+        Err("this host holds no conversations; send the messages in the request".into())
+    }
+}
+
+/// A transport as the source of a held conversation.
+struct Reader<'t, T: ?Sized>(&'t mut T);
+
+impl<T: Transport + ?Sized> ConversationSource for Reader<'_, T> {
+    fn read_conversation(&mut self, from: usize, to: usize) -> Result<String, String> {
+        self.0.read_conversation(from, to)
     }
 }
 
@@ -205,6 +221,41 @@ impl AdapterConfig {
         }
     }
 
+    /// Render `req` in this endpoint's dialect; when it names a held conversation instead of
+    /// carrying messages, with the messages `cache` rendered before and those `source` reads
+    /// since ([`crate::fragments`]).
+    pub fn render_held(
+        &self,
+        req: &RequestView<'_>,
+        cache: &mut ConversationCache,
+        source: &mut dyn ConversationSource,
+    ) -> Result<Rendered, RenderError> {
+        let Some((named, held)) = req.held() else {
+            return self.render(req);
+        };
+        if !req.messages.is_empty() {
+            return Err(RenderError::Invalid(
+                "a request that names a held conversation carries no messages of its own".into(),
+            ));
+        }
+        let format = &self.format;
+        let rendering = cache.rendering(
+            &held.keeper,
+            &named.session,
+            held.revision,
+            named.messages,
+            source,
+            |message| match format {
+                WireFormat::OpenAi(_) => openai::render_message(message),
+                WireFormat::Anthropic(_) => anthropic::render_message(message),
+            },
+        )?;
+        match format {
+            WireFormat::OpenAi(o) => openai::assemble(req, o, rendering),
+            WireFormat::Anthropic(o) => anthropic::assemble(req, o, rendering),
+        }
+    }
+
     /// A fresh decoder for this endpoint's dialect.
     pub fn decoder(&self, max_tokens: u32) -> Box<dyn StreamDecoder> {
         match &self.format {
@@ -219,20 +270,24 @@ impl AdapterConfig {
         req: &RequestView<'_>,
         timeout_ms: u64,
     ) -> Result<HttpRequest, RenderError> {
-        let rendered = self.render(req)?;
+        Ok(self.post(self.render(req)?.body, timeout_ms))
+    }
+
+    /// The HTTP request that posts `body`, with the given head timeout.
+    pub fn post(&self, body: Vec<u8>, timeout_ms: u64) -> HttpRequest {
         let mut headers = vec![
             ("content-type".to_string(), "application/json".to_string()),
             ("accept".to_string(), "text/event-stream".to_string()),
         ];
         headers.extend(self.headers.iter().cloned());
-        Ok(HttpRequest {
+        HttpRequest {
             method: "POST".into(),
             url: self.url.clone(),
             headers,
-            body: rendered.body,
+            body,
             secret: self.secret.clone(),
             timeout_ms,
-        })
+        }
     }
 }
 
@@ -311,10 +366,13 @@ enum Failure {
 }
 
 /// Run one model call through `transport`; see the [module documentation](self). `request`
-/// is a [`ModelRequest`]'s JSON text, as the `model` service receives it.
+/// is a [`ModelRequest`]'s JSON text, as the `model` service receives it; when it names a
+/// conversation the kernel holds, `cache` keeps that conversation's rendering for the next
+/// call ([`crate::fragments`]).
 pub fn complete<T: Transport + ?Sized>(
     transport: &mut T,
     config: &AdapterConfig,
+    cache: &mut ConversationCache,
     request: &str,
     on_delta: &mut dyn FnMut(StreamDelta),
 ) -> Result<ModelResponse, ModelError> {
@@ -327,7 +385,10 @@ pub fn complete<T: Transport + ?Sized>(
         let idle = config.retry.idle_timeout_for(retries);
         let text = shrunk.as_deref().unwrap_or(request);
         let req = RequestView::parse(text)?;
-        let failure = match attempt(transport, config, &req, idle, on_delta)? {
+        let body = config
+            .render_held(&req, cache, &mut Reader(transport))?
+            .body;
+        let failure = match attempt(transport, config, &req, body, idle, on_delta)? {
             Ok(mut response) => {
                 response.retries = retries;
                 return Ok(response);
@@ -353,6 +414,19 @@ pub fn complete<T: Transport + ?Sized>(
             Failure::Api(f) if f.class == ErrorClass::ContextLength => {
                 let mut typed: ModelRequest = serde_json::from_str(text)
                     .map_err(|e| RenderError::Invalid(format!("the request: {e}")))?;
+                // The shrunk copy carries its messages: read a held conversation whole.
+                if let Some(named) = typed.conversation.take()
+                    && named.held.is_some()
+                {
+                    let all = transport
+                        .read_conversation(0, named.messages)
+                        .map_err(|e| {
+                            RenderError::Invalid(format!("cannot read the conversation: {e}"))
+                        })?;
+                    typed.messages = serde_json::from_str(&all).map_err(|e| {
+                        RenderError::Invalid(format!("the conversation's messages: {e}"))
+                    })?;
+                }
                 let what = recovery.step(&mut typed)?;
                 shrunk = Some(
                     serde_json::to_string(&typed)
@@ -431,10 +505,11 @@ fn attempt<T: Transport + ?Sized>(
     transport: &mut T,
     config: &AdapterConfig,
     req: &RequestView<'_>,
+    body: Vec<u8>,
     idle: u64,
     on_delta: &mut dyn FnMut(StreamDelta),
 ) -> Attempt {
-    let http = config.http_request(req, idle)?;
+    let http = config.post(body, idle);
     let head = match transport.send(&http) {
         Ok(head) => head,
         Err(TransportError::TimedOut) => {

@@ -8,6 +8,8 @@
 //! - [`sse`]: an incremental, bounded Server-Sent-Events parser.
 //! - [`request`]: a model request read in place, its strings kept as the JSON text they
 //!   arrived as, so a renderer copies them into the body instead of decoding and encoding.
+//! - [`fragments`]: messages rendered one at a time, and a conversation the kernel holds
+//!   rendered once per message across requests ([`fragments::ConversationCache`]).
 //! - [`openai`] and [`anthropic`]: each vendor's request rendering and stream decoding,
 //!   to and from keel's neutral vocabulary (principle 8: the trajectory is stored in keel's
 //!   words; dialects are rendered at request time).
@@ -21,6 +23,7 @@
 pub mod anthropic;
 pub mod decode;
 pub mod driver;
+pub mod fragments;
 pub mod openai;
 pub mod recovery;
 pub mod request;

@@ -27,7 +27,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::decode::{Assembly, DecodeError, Ending, StreamDecoder, finish_response};
-use crate::request::{BlockView, RequestView};
+use crate::fragments::{MessageParts, Rendering};
+use crate::request::{BlockView, MessageView, RequestView};
 use crate::sse::SseEvent;
 use crate::{RenderError, Rendered};
 
@@ -73,87 +74,79 @@ pub fn render_request(req: &ModelRequest, opts: &OpenAiOptions) -> Result<Render
 
 /// Render the streaming request body, the request's strings copied in as they arrived.
 pub fn render(req: &RequestView<'_>, opts: &OpenAiOptions) -> Result<Rendered, RenderError> {
-    let mut notes = Vec::new();
-    let mut body = req.body();
-    body.raw("{")
-        .model(req, &opts.model)?
-        .raw(",")
-        .key("messages")
-        .raw("[");
-    let mut first = true;
-    if !req.system.is_empty() {
-        body.open_object(&mut first)
-            .raw(r#""role":"system","content":"#)
-            .raw(req.system.token())
-            .raw("}");
-    }
+    let mut rendering = Rendering::default();
     for message in &req.messages {
-        let mut texts = Vec::new();
-        match message.role {
-            Role::User => {
-                for block in &message.content {
-                    match *block {
-                        BlockView::Text(text) => texts.push(text),
-                        BlockView::ToolResult {
-                            call_id,
-                            content,
-                            is_error,
-                        } => {
-                            body.open_object(&mut first)
-                                .raw(r#""role":"tool","tool_call_id":"#)
-                                .raw(call_id.token())
-                                .raw(r#","content":"#);
-                            if is_error {
-                                body.raw("\"Error: ").raw(content.escaped()).raw("\"");
-                            } else {
-                                body.raw(content.token());
-                            }
-                            body.raw("}");
+        rendering.push(render_message(message)?);
+    }
+    assemble(req, opts, &rendering)
+}
+
+/// The message objects one message becomes: its tool results as `tool` messages, then its
+/// text (user), or one `assistant` message.
+pub(crate) fn render_message(message: &MessageView<'_>) -> Result<MessageParts, RenderError> {
+    let mut out = MessageParts::new(message.role);
+    let mut texts = Vec::new();
+    match message.role {
+        Role::User => {
+            for block in &message.content {
+                match *block {
+                    BlockView::Text(text) => texts.push(text),
+                    BlockView::ToolResult {
+                        call_id,
+                        content,
+                        is_error,
+                    } => out.part(true, |body| {
+                        body.raw(r#"{"role":"tool","tool_call_id":"#)
+                            .raw(call_id.token())
+                            .raw(r#","content":"#);
+                        if is_error {
+                            body.raw("\"Error: ").raw(content.escaped()).raw("\"");
+                        } else {
+                            body.raw(content.token());
                         }
-                        BlockView::Thinking(_) => {}
-                        BlockView::ToolCall { name, .. } => notes.push(format!(
-                            "a tool call to `{}` in a user message was not sent",
-                            name.decode()?
-                        )),
-                    }
-                }
-                if !texts.is_empty() {
-                    body.open_object(&mut first)
-                        .raw(r#""role":"user","content":"#)
-                        .joined(&texts, "\\n")
-                        .raw("}");
+                        body.raw("}");
+                    }),
+                    BlockView::Thinking(_) => {}
+                    BlockView::ToolCall { name, .. } => out.note(format!(
+                        "a tool call to `{}` in a user message was not sent",
+                        name.decode()?
+                    )),
                 }
             }
-            Role::Assistant => {
-                let mut calls = Vec::new();
-                for block in &message.content {
-                    match *block {
-                        BlockView::Text(text) => texts.push(text),
-                        BlockView::ToolCall {
-                            id,
-                            name,
-                            arguments,
-                        } => {
-                            // Arguments cut off by the output limit are not JSON, and some
-                            // OpenAI-compatible servers reject the whole request over them; the
-                            // call was never run (its result says so), so `{}` stands in.
-                            let valid =
-                                serde_json::from_str::<serde::de::IgnoredAny>(&arguments.decode()?)
-                                    .is_ok();
-                            calls.push((
-                                id,
-                                name,
-                                if valid { arguments.token() } else { r#""{}""# },
-                            ));
-                        }
-                        BlockView::Thinking(_) => {}
-                        BlockView::ToolResult { .. } => {
-                            notes.push("a tool result in an assistant message was not sent".into())
-                        }
+            if !texts.is_empty() {
+                out.part(false, |body| {
+                    body.raw(r#"{"role":"user","content":"#)
+                        .joined(&texts, "\\n")
+                        .raw("}");
+                });
+            }
+        }
+        Role::Assistant => {
+            let mut calls = Vec::new();
+            for block in &message.content {
+                match *block {
+                    BlockView::Text(text) => texts.push(text),
+                    BlockView::ToolCall {
+                        id,
+                        name,
+                        arguments,
+                    } => {
+                        // Arguments cut off by the output limit are not JSON, and some
+                        // OpenAI-compatible servers reject the whole request over them; the
+                        // call was never run (its result says so), so `{}` stands in.
+                        let valid =
+                            serde_json::from_str::<serde::de::IgnoredAny>(&arguments.decode()?)
+                                .is_ok();
+                        calls.push((id, name, if valid { arguments.token() } else { r#""{}""# }));
+                    }
+                    BlockView::Thinking(_) => {}
+                    BlockView::ToolResult { .. } => {
+                        out.note("a tool result in an assistant message was not sent".into())
                     }
                 }
-                body.open_object(&mut first)
-                    .raw(r#""role":"assistant","content":"#);
+            }
+            out.part(false, |body| {
+                body.raw(r#"{"role":"assistant","content":"#);
                 if texts.is_empty() && !calls.is_empty() {
                     body.raw("null");
                 } else {
@@ -172,7 +165,37 @@ pub fn render(req: &RequestView<'_>, opts: &OpenAiOptions) -> Result<Rendered, R
                         });
                 }
                 body.raw("}");
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The body of `req` with `rendering` as its messages.
+pub(crate) fn assemble(
+    req: &RequestView<'_>,
+    opts: &OpenAiOptions,
+    rendering: &Rendering,
+) -> Result<Rendered, RenderError> {
+    let mut body = req.body(rendering.bytes());
+    body.raw("{")
+        .model(req, &opts.model)?
+        .raw(",")
+        .key("messages")
+        .raw("[");
+    let mut first = true;
+    if !req.system.is_empty() {
+        body.open_object(&mut first)
+            .raw(r#""role":"system","content":"#)
+            .raw(req.system.token())
+            .raw("}");
+    }
+    for fragment in rendering.fragments() {
+        for part in rendering.parts(fragment) {
+            if !std::mem::take(&mut first) {
+                body.raw(",");
             }
+            body.bytes(rendering.part_bytes(part));
         }
     }
     body.raw(r#"],"stream":true,"#);
@@ -198,7 +221,7 @@ pub fn render(req: &RequestView<'_>, opts: &OpenAiOptions) -> Result<Rendered, R
     body.raw("}");
     Ok(Rendered {
         body: body.into_bytes(),
-        notes,
+        notes: rendering.notes(),
     })
 }
 

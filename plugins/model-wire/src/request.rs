@@ -193,6 +193,10 @@ pub struct RequestView<'a> {
     /// Whether the caller compacts on a length refusal itself.
     #[serde(default)]
     pub compacts_on_overflow: bool,
+    /// The conversation by reference: where the kernel holds it, when the request carries no
+    /// messages of its own ([`crate::fragments`]).
+    #[serde(default)]
+    pub conversation: Option<keel_protocol::ConversationRef>,
     /// The size of the JSON it was read from, which sizes the body written from it.
     #[serde(skip)]
     source_len: usize,
@@ -207,9 +211,21 @@ impl<'a> RequestView<'a> {
         Ok(view)
     }
 
-    /// An empty body with room for what is written from this request.
-    pub(crate) fn body(&self) -> Body {
-        Body::with_capacity(self.source_len + self.source_len / 16 + 1024)
+    /// An empty body with room for what is written from this request and `messages` bytes of
+    /// rendered messages.
+    pub(crate) fn body(&self, messages: usize) -> Body {
+        Body::with_capacity(self.source_len + self.source_len / 16 + messages + 1024)
+    }
+
+    /// The held conversation the request names instead of carrying messages, if it does.
+    pub fn held(
+        &self,
+    ) -> Option<(
+        &keel_protocol::ConversationRef,
+        &keel_protocol::HeldConversation,
+    )> {
+        let named = self.conversation.as_ref()?;
+        Some((named, named.held.as_ref()?))
     }
 
     /// The model the request names, if it names one.
@@ -232,6 +248,12 @@ impl Body {
     /// JSON text written as is (structure, or a token of the request).
     pub(crate) fn raw(&mut self, text: &str) -> &mut Body {
         self.0.extend_from_slice(text.as_bytes());
+        self
+    }
+
+    /// Bytes already JSON (a rendered part), written as they are.
+    pub(crate) fn bytes(&mut self, bytes: &[u8]) -> &mut Body {
+        self.0.extend_from_slice(bytes);
         self
     }
 
@@ -296,6 +318,11 @@ impl Body {
             self.raw(part.escaped());
         }
         self.raw("\"")
+    }
+
+    /// The bytes so far.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
     }
 
     /// The bytes.

@@ -3,6 +3,7 @@
 
 mod decoders;
 mod driver;
+mod held;
 mod render;
 mod scripted;
 mod sse_chunking;

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use keel_model_wire::driver::{
     AdapterConfig, HttpHead, HttpRequest, ModelError, Transport, TransportError, complete,
 };
+use keel_model_wire::fragments::ConversationCache;
 use keel_model_wire::recovery::DROPPED_RESULT;
 use keel_protocol::{Block, Message, ModelRequest, ModelResponse, Role, StopReason, StreamDelta};
 
@@ -128,7 +129,13 @@ fn run(
     config: &AdapterConfig,
 ) -> (Result<ModelResponse, ModelError>, Vec<StreamDelta>) {
     let mut deltas = Vec::new();
-    let result = complete(fake, config, &json(&request()), &mut |d| deltas.push(d));
+    let result = complete(
+        fake,
+        config,
+        &mut ConversationCache::default(),
+        &json(&request()),
+        &mut |d| deltas.push(d),
+    );
     (result, deltas)
 }
 
@@ -419,8 +426,14 @@ fn context_length_error_applies_recovery_then_succeeds() {
     ]);
     let mut deltas = Vec::new();
     let config = AdapterConfig::anthropic("claude");
-    let response =
-        complete(&mut fake, &config, &json(&req), &mut |d| deltas.push(d)).expect("recovers");
+    let response = complete(
+        &mut fake,
+        &config,
+        &mut ConversationCache::default(),
+        &json(&req),
+        &mut |d| deltas.push(d),
+    )
+    .expect("recovers");
     assert_eq!(response.retries, 1);
     assert!(fake.sleeps.is_empty());
     let bodies = fake.sent_bodies();
@@ -517,7 +530,14 @@ fn a_caller_that_compacts_hears_of_an_overflow_at_once_in_both_wordings() {
             conversation: None,
             ..request()
         };
-        let err = complete(&mut fake, &config, &json(&req), &mut |_| {}).expect_err("told at once");
+        let err = complete(
+            &mut fake,
+            &config,
+            &mut ConversationCache::default(),
+            &json(&req),
+            &mut |_| {},
+        )
+        .expect_err("told at once");
         assert!(
             matches!(err, ModelError::ContextOverflow { status: 400, .. }),
             "{err:?}"
