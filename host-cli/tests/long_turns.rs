@@ -4,7 +4,8 @@
 //! long"). The turn completes; at most one request is refused for length (the loop learns the
 //! window from it and compacts inside the turn from then on); every request keeps calls and
 //! results paired; the session log records the compactions; `keel resume` continues from the
-//! compacted conversation.
+//! compacted conversation, and a later resume that outgrows the window again is not refused
+//! (the window the refusal showed is in the log).
 //!
 //! The OpenAI run has no window configured (the model's name is unknown to keel), the
 //! Anthropic one a window larger than the provider's real limit: both learn the real limit from
@@ -40,6 +41,8 @@ enum Wire {
 struct Seen {
     /// Tool calls handed out.
     issued: usize,
+    /// Hand out calls until this many were (0: [`CALLS`]).
+    until: usize,
     /// Requests refused for length.
     refused: usize,
     /// Compactions' requests.
@@ -178,7 +181,8 @@ async fn provider(wire: Wire, seen: Arc<Mutex<Seen>>) -> std::io::Result<ModelSe
         if seen.stale.is_none() {
             seen.stale = stale;
         }
-        if seen.issued < CALLS {
+        let until = if seen.until == 0 { CALLS } else { seen.until };
+        if seen.issued < until {
             let n = seen.issued;
             seen.issued += 1;
             let args = format!(r#"{{"path": "f{n:04}.txt"}}"#);
@@ -332,9 +336,9 @@ async fn a_thousand_tool_calls_in_one_turn(wire: Wire) -> R {
         keel_with(home.path(), ws.path(), wire, &["resume", &id, "and now?"]).await?;
     assert_eq!(code, Some(0), "{}\n{}", tail(&stdout), tail(&stderr));
     assert!(stdout.contains("ALL-READ"), "{stdout}");
-    let seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
-    assert!(seen.refused <= 1, "resume was refused for length");
-    let last = seen
+    let seen_now = seen.lock().unwrap_or_else(PoisonError::into_inner);
+    assert!(seen_now.refused <= 1, "resume was refused for length");
+    let last = seen_now
         .last
         .as_ref()
         .ok_or("no request after the turn")?
@@ -350,6 +354,33 @@ async fn a_thousand_tool_calls_in_one_turn(wire: Wire) -> R {
     assert!(last.contains("and now?"));
     assert!(!last.contains("call_5\""), "early steps are compacted away");
     assert!(last.len() <= LIMIT);
+    drop(seen_now);
+
+    // A later resume whose conversation outgrows the window again: the window the refusal
+    // showed was recorded, so the resumed loop compacts before the provider has to refuse
+    // (without it, the OpenAI run, which has no window configured, is refused again).
+    const MORE: usize = 150;
+    for n in CALLS..CALLS + MORE {
+        std::fs::write(ws.path().join(format!("f{n:04}.txt")), line.repeat(100))?;
+    }
+    seen.lock().unwrap_or_else(PoisonError::into_inner).until = CALLS + MORE;
+    let (code, stdout, stderr) = keel_with(
+        home.path(),
+        ws.path(),
+        wire,
+        &["resume", &id, "read f1000.txt to f1149.txt too"],
+    )
+    .await?;
+    assert_eq!(code, Some(0), "{}\n{}", tail(&stdout), tail(&stderr));
+    let seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+    assert_eq!(seen.issued, CALLS + MORE);
+    assert!(
+        seen.refused <= 1,
+        "{} requests were refused for length across the resumes",
+        seen.refused
+    );
+    assert!(seen.malformed.is_none(), "{:?}", seen.malformed);
+    assert!(seen.stale.is_none(), "{:?}", seen.stale);
     Ok(())
 }
 

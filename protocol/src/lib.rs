@@ -723,6 +723,12 @@ pub enum SessionEvent {
         tokens_before: u64,
         /// …and after.
         tokens_after: u64,
+        /// The context window (tokens) the session's requests were held to, when the
+        /// provider's refusal of a request as too long showed one smaller than the configured
+        /// window: a resumed session holds its requests to it from the first, so no request
+        /// is refused for length twice.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context_window: Option<u64>,
     },
     /// What a child agent did, filed under the parent's tool call that started it. Never
     /// part of the parent's conversation: a resume does not replay it.

@@ -200,6 +200,8 @@ impl Session {
         #[derive(serde::Deserialize)]
         struct Conversation {
             messages: Vec<keel_protocol::Message>,
+            #[serde(default)]
+            context_window: Option<u64>,
             warnings: Vec<Warning>,
             #[serde(default)]
             repairs: Vec<String>,
@@ -228,7 +230,11 @@ impl Session {
         for repair in &conversation.repairs {
             eprintln!("note: session `{id}`: {}", terminal_safe(repair));
         }
-        let payload = serde_json::json!({"session": id, "messages": conversation.messages});
+        let payload = serde_json::json!({
+            "session": id,
+            "messages": conversation.messages,
+            "context_window": conversation.context_window,
+        });
         self.kernel
             .call_service(services::AGENT, "load", &payload.to_string())
             .await

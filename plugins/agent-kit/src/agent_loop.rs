@@ -184,10 +184,19 @@ pub struct LoadRequest {
     pub session: String,
     /// Its conversation so far.
     pub messages: Vec<Message>,
+    /// The context window a provider's refusal showed earlier in the session, if one did
+    /// ([`SessionEvent::Compacted`]'s `context_window`).
+    #[serde(default)]
+    pub context_window: Option<u64>,
 }
 
 fn state_key(session: &str, index: usize) -> String {
     keel_protocol::conversation_key(session, index)
+}
+
+/// The kernel-held state key of the context window learned for `session`.
+fn window_key(session: &str) -> String {
+    format!("window/{session}")
 }
 
 impl<D: AgentDoors> AgentLoop<D> {
@@ -197,13 +206,14 @@ impl<D: AgentDoors> AgentLoop<D> {
         let config: AgentConfig = serde_json::from_str(config)
             .map_err(|e| format!("invalid [config.agent-loop]: {e}"))?;
         let conversations = Self::restore(&mut doors);
+        let refused_at = Self::restore_windows(&mut doors);
         Ok(AgentLoop {
             config,
             doors,
             conversations,
             last_context: HashMap::new(),
             compaction_failures: HashMap::new(),
-            refused_at: HashMap::new(),
+            refused_at,
             unkept: std::collections::HashSet::new(),
             environment: None,
         })
@@ -223,8 +233,29 @@ impl<D: AgentDoors> AgentLoop<D> {
     /// number of messages.
     pub fn load(&mut self, req: LoadRequest) -> usize {
         let n = req.messages.len();
+        match req.context_window {
+            Some(window) => self.learn_window(&req.session, window),
+            None => {
+                self.refused_at.remove(&req.session);
+                self.doors.state_remove(&window_key(&req.session));
+            }
+        }
         self.replace_conversation(&req.session, req.messages);
         n
+    }
+
+    /// Hold `session`'s requests to `window` tokens from now on (a refusal showed it), here
+    /// and in kernel-held state (a reload of the plugin keeps it).
+    fn learn_window(&mut self, session: &str, window: u64) {
+        self.refused_at.insert(session.to_owned(), window);
+        if let Err(e) = self
+            .doors
+            .state_set(&window_key(session), window.to_string().as_bytes())
+        {
+            self.doors.warn(&format!(
+                "the context window learned for `{session}` is not kept across a reload: {e}"
+            ));
+        }
     }
 
     /// Keep message `index` of `session` in kernel-held state; a failure is warned about and
@@ -295,6 +326,20 @@ impl<D: AgentDoors> AgentLoop<D> {
             }
         }
         out
+    }
+
+    /// The context windows learned from refusals, kept in kernel-held state (after a reload).
+    fn restore_windows(doors: &mut D) -> HashMap<String, u64> {
+        doors
+            .state_keys()
+            .into_iter()
+            .filter_map(|key| {
+                let session = key.strip_prefix("window/")?.to_owned();
+                let bytes = doors.state_get(&key)?;
+                let window = std::str::from_utf8(&bytes).ok()?.parse().ok()?;
+                Some((session, window))
+            })
+            .collect()
     }
 
     /// The tools offered to the model and which of them are parallel-safe.
@@ -523,6 +568,7 @@ impl<D: AgentDoors> AgentLoop<D> {
             reason: reason.to_owned(),
             tokens_before: before,
             tokens_after: after,
+            context_window: self.refused_at.get(session).copied(),
         });
         Ok(Some((before, after, cut)))
     }
@@ -591,6 +637,7 @@ impl<D: AgentDoors> AgentLoop<D> {
                 reason: "trimmed".into(),
                 tokens_before: estimate,
                 tokens_after: after,
+                context_window: self.refused_at.get(session).copied(),
             });
         }
     }
@@ -949,7 +996,7 @@ impl<D: AgentDoors> AgentLoop<D> {
                     );
                     let known = self.window(session);
                     if known == 0 || estimate < known {
-                        self.refused_at.insert(session.to_owned(), estimate);
+                        self.learn_window(session, estimate);
                     }
                     self.compaction_status(
                         session,

@@ -506,6 +506,7 @@ fn a_resumed_session_is_seeded_and_kept() {
     let n = a.load(LoadRequest {
         session: String::from("old"),
         messages: vec![Message::user_text("earlier")],
+        context_window: None,
     });
     assert_eq!(n, 1);
     assert_eq!(a.conversation("old").len(), 1);
@@ -668,11 +669,69 @@ fn a_provider_overflow_mid_turn_compacts_the_turn_for_good_and_asks_once_more() 
         .filter(|e| matches!(e, SessionEvent::Compacted { reason, .. } if reason == "overflow"))
         .collect();
     assert_eq!(compacted.len(), 1, "{:?}", k.events);
+    // The compaction records the window the refusal showed, for a resume to hold to.
+    let learned = match compacted[0] {
+        SessionEvent::Compacted { context_window, .. } => *context_window,
+        _ => None,
+    };
+    let refused_tokens =
+        crate::compaction::estimate_tokens(&refused.system, &refused.messages, &refused.tools);
+    assert_eq!(learned, Some(refused_tokens));
     assert!(k.statuses_shown.iter().any(|s| s.contains("\"overflow\"")));
     // The log's rebuild (what `keel resume` continues from) is the loop's conversation.
     let events = k.events.clone();
     assert_eq!(replayed(&events), agent.conversation("s1"));
     Ok(())
+}
+
+/// A resumed session holds its requests to the window an earlier refusal showed: the loaded
+/// conversation, already past it, is compacted before the first request, which is never
+/// refused; a reloaded loop keeps the window too.
+#[test]
+fn a_resumed_session_holds_to_the_window_a_refusal_showed() {
+    let mut kernel = with_compaction("the task so far");
+    kernel.responses = VecDeque::from([answer("done")]);
+    let mut agent = agent(kernel, r#"{"max-steps": 5, "keep-turns": 1}"#);
+    let big = "x".repeat(8_000);
+    let mut messages = Vec::new();
+    for i in 0..6 {
+        messages.push(Message::user_text(format!("request {i}: {big}")));
+        messages.push(Message {
+            role: Role::Assistant,
+            content: vec![Block::Text {
+                text: format!("answer {i}"),
+            }],
+        });
+    }
+    let load = |window: Option<u64>| LoadRequest {
+        session: "s1".into(),
+        messages: messages.clone(),
+        context_window: window,
+    };
+    agent.load(load(Some(5_000)));
+    let report = turn(&mut agent, "go on");
+    assert_eq!(report.end, TurnEnd::Completed, "{report:?}");
+    let k = agent.doors_mut();
+    let sent = k.requests.last().expect("a request");
+    let tokens = crate::compaction::estimate_tokens(&sent.system, &sent.messages, &sent.tools);
+    assert!(
+        tokens <= 5_000,
+        "the request was held to the window: {tokens} tokens"
+    );
+    assert!(
+        k.events.iter().any(|e| matches!(
+            e,
+            SessionEvent::Compacted {
+                context_window: Some(5_000),
+                ..
+            }
+        )),
+        "{:?}",
+        k.events
+    );
+    // A reload (a new loop over the same kernel-held state) keeps the window.
+    let kept = k.state.clone();
+    assert!(kept.contains_key("window/s1"), "{:?}", kept.keys());
 }
 
 #[test]

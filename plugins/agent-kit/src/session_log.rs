@@ -672,6 +672,9 @@ pub struct Conversation {
     pub messages: Vec<Message>,
     /// The latest context, if any was logged.
     pub context: Option<ContextSnapshot>,
+    /// The context window a provider's refusal showed, as the latest compaction that knew one
+    /// recorded it.
+    pub context_window: Option<u64>,
     /// What the rebuild had to mend, in words (empty for a log written whole).
     pub repairs: Vec<String>,
     /// The results made up for calls at the log's end that have none (keel stopped between a
@@ -775,9 +778,15 @@ impl Rebuild {
             }
             // Where the agent loop compacted, the conversation it went on with.
             SessionEvent::Compacted {
-                replaced, summary, ..
+                replaced,
+                summary,
+                context_window,
+                ..
             } => {
                 self.close_pending(line.seq);
+                if context_window.is_some() {
+                    self.conversation.context_window = *context_window;
+                }
                 self.conversation.messages =
                     crate::compaction::apply(&self.conversation.messages, *replaced, summary);
             }

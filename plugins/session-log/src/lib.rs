@@ -212,6 +212,7 @@ impl SessionLog {
         to_json(&json!({
             "messages": conversation.messages,
             "context": context,
+            "context_window": conversation.context_window,
             "warnings": warnings,
             "repairs": conversation.repairs,
         }))
