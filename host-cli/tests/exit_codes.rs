@@ -236,3 +236,24 @@ fn bad_usage_exits_2_and_an_error_exits_1() -> R {
     );
     Ok(())
 }
+
+/// A tool that fails says what happened in the plugin's words, the way the model reads it,
+/// without the kernel's routing (which plugin, which door) around them.
+#[test]
+fn a_failed_tool_call_says_what_happened_without_the_kernels_routing() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    let out = keel(home.path(), ws.path())
+        .args(["tool", "call", "read_file", r#"{"path":"nope.txt"}"#])
+        .output()?;
+    assert_eq!(out.status.code(), Some(1), "{}", dump(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("error: tool `read_file` failed: nope.txt does not exist"),
+        "{stderr}"
+    );
+    for routing in ["plugin `fs-tools`", "(tool `read_file`)", "failed: failed"] {
+        assert!(!stderr.contains(routing), "{routing}: {stderr}");
+    }
+    Ok(())
+}

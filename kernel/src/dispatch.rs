@@ -498,7 +498,7 @@ async fn run_tool(
     };
     let (status, text) = match result {
         Ok(text) => (OutcomeStatus::Ok, text),
-        Err(e) => (OutcomeStatus::Error, e.to_string()),
+        Err(e) => (OutcomeStatus::Error, tool_failure(&e)),
     };
     let text = gates.redact(&text);
     // Output can neither hide text from the person reading the transcript nor pass for a role
@@ -534,6 +534,17 @@ async fn run_tool(
         content: clean,
         exec: inflight.execs,
         spill,
+    }
+}
+
+/// What the model reads when a tool call did not return a result: the plugin's own words, of
+/// the kind it said (an input to correct, a refusal, something absent for now), or what became
+/// of the plugin; never the kernel's routing.
+fn tool_failure(error: &KernelError) -> String {
+    match error {
+        KernelError::Failed(message) => message.clone(),
+        KernelError::Invalid(message) => format!("invalid input: {message}"),
+        other => other.to_string(),
     }
 }
 

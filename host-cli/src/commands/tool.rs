@@ -1,11 +1,13 @@
 //! `keel tool call`: invoke a tool of the loaded plugins (bundled, configured and installed).
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::Subcommand;
 
 use crate::config::Context;
 use crate::runtime::Runtime;
+use crate::session::terminal_safe;
 
 #[derive(Subcommand)]
 pub enum ToolCommand {
@@ -40,14 +42,24 @@ pub async fn run(ctx: &Context, cmd: ToolCommand) -> anyhow::Result<ExitCode> {
     rt.kernel.shutdown().await?;
     let outcome: keel_protocol::ToolOutcome = serde_json::from_str(&outcome)
         .map_err(|e| anyhow::anyhow!("the kernel answered malformed data: {e}"))?;
+    // The tool's words are outside text: cleaned for a terminal, as a session shows them.
     if outcome.is_error() {
+        let what = match outcome.status {
+            keel_protocol::OutcomeStatus::Refused => "was refused",
+            keel_protocol::OutcomeStatus::NotExecuted => "did not run",
+            _ => "failed",
+        };
         eprintln!(
-            "error: tool `{name}` {:?}: {}",
-            outcome.status, outcome.content
+            "error: tool `{name}` {what}: {}",
+            terminal_safe(&outcome.content)
         );
         Ok(ExitCode::from(1))
     } else {
-        println!("{}", outcome.content);
+        if std::io::stdout().is_terminal() {
+            println!("{}", terminal_safe(&outcome.content));
+        } else {
+            println!("{}", outcome.content);
+        }
         Ok(ExitCode::SUCCESS)
     }
 }

@@ -178,9 +178,10 @@ impl Shared {
         {
             // Refused before the guest runs at all: a caller that ignores the error and calls
             // again gets nothing more out of the chain's spent account.
+            tracing::info!(plugin, door = what, %chain, "not called: the chain's CPU is spent");
             return Err(KernelError::Failed(format!(
-                "plugin `{plugin}` ({what}) was not called: the calls on chain {chain} already \
-                 used {:.2} s of guest CPU, over their limit of {}",
+                "plugin `{plugin}` was not called: the calls this one is part of already used \
+                 {:.2} s of guest CPU, over their limit of {}",
                 callee.cpu().spent().as_secs_f64(),
                 crate::wasm_host::limits::format_limit(limit)
             )));
@@ -319,7 +320,7 @@ impl Shared {
         match outcome {
             Ok(out) => Ok(out),
             Err(e) => {
-                let message = keel_protocol::call_failure::describe(plugin, &what, &e.to_string());
+                let error = plugin_failure(plugin, &what, &e);
                 if matches!(e, crate::instance::InstanceError::Limit { .. }) {
                     // A limit is the plugin's bound doing its job, not a broken plugin: the
                     // next call gets a fresh instance.
@@ -330,7 +331,7 @@ impl Shared {
                     drop(guard);
                     self.instance_died(plugin, generation, e.to_string());
                 }
-                Err(KernelError::Failed(message))
+                Err(error)
             }
         }
     }
@@ -382,11 +383,7 @@ impl Shared {
                 if !e.is_fatal() {
                     *guard = Some((generation, instance));
                 }
-                Err(KernelError::Failed(keel_protocol::call_failure::describe(
-                    plugin,
-                    &what,
-                    &e.to_string(),
-                )))
+                Err(plugin_failure(plugin, &what, &e))
             }
         }
     }
@@ -564,6 +561,33 @@ pub(super) enum Request<'a> {
     Event {
         event: &'a Event,
     },
+}
+
+/// The error a caller gets when `plugin`'s code did not answer its call to `door`: what the
+/// plugin said, of the kind it said (ABI 0.4.0's typed errors keep theirs), or what became of
+/// the plugin. The caller reads what happened, not the kernel's routing; the routing goes to
+/// the log.
+fn plugin_failure(plugin: &str, door: &str, error: &crate::instance::InstanceError) -> KernelError {
+    use crate::instance::{InstanceError, PluginError};
+    tracing::info!(plugin, door, "the call failed: {error}");
+    match error {
+        InstanceError::Returned(returned) => match returned.clone() {
+            PluginError::InvalidInput(m) | PluginError::Unknown(m) => KernelError::Invalid(m),
+            PluginError::InvalidConfig(m) => {
+                KernelError::Invalid(format!("invalid configuration: {m}"))
+            }
+            PluginError::Denied(m) => KernelError::Denied(m),
+            PluginError::Unavailable(m) => KernelError::Unavailable(m),
+            PluginError::Failed(m) => KernelError::Failed(m),
+        },
+        InstanceError::Trap(why) => KernelError::Failed(format!(
+            "plugin `{plugin}` crashed ({why}); its next call runs in a fresh instance"
+        )),
+        InstanceError::Limit { .. } => KernelError::Failed(format!("plugin `{plugin}` {error}")),
+        InstanceError::Host(why) => {
+            KernelError::Failed(format!("plugin `{plugin}` could not run the call: {why}"))
+        }
+    }
 }
 
 impl Request<'_> {

@@ -183,9 +183,9 @@ fn limit_error(plugin: &str, state: &StoreState) -> Option<InstanceError> {
             return Some(InstanceError::Limit {
                 limit: "cpu",
                 detail: format!(
-                    "plugin `{plugin}` ran {:.2} s of guest CPU in one call (limit {}); the \
-                     person running keel can raise it with [limits.{plugin}] cpu-ms in keel's \
-                     config if this is expected",
+                    "it ran {:.2} s of guest CPU in one call (limit {}); the person running \
+                     keel can raise it with [limits.{plugin}] cpu-ms in keel's config if this is \
+                     expected",
                     spent.as_secs_f64(),
                     format_limit(state.meter.limit())
                 ),
@@ -195,9 +195,9 @@ fn limit_error(plugin: &str, state: &StoreState) -> Option<InstanceError> {
             return Some(InstanceError::Limit {
                 limit: "cpu",
                 detail: format!(
-                    "the calls on chain {} used {:.2} s of guest CPU together (limit {}, set by \
-                     the first plugin on it); `{plugin}` was running when the limit was reached",
-                    state.host.chain(),
+                    "the calls it was part of used {:.2} s of guest CPU together (limit {}, set \
+                     by the call that started them); `{plugin}` was running when the limit was \
+                     reached",
                     spent.as_secs_f64(),
                     format_limit(limit)
                 ),
@@ -209,9 +209,9 @@ fn limit_error(plugin: &str, state: &StoreState) -> Option<InstanceError> {
         return Some(InstanceError::Limit {
             limit: "memory",
             detail: format!(
-                "plugin `{plugin}` tried to grow its memory to {} (limit {}); the person \
-                 running keel can raise it with [limits.{plugin}] memory-mib in keel's config \
-                 if this is expected",
+                "it tried to grow its memory to {} (limit {}); the person running keel can \
+                 raise it with [limits.{plugin}] memory-mib in keel's config if this is \
+                 expected",
                 format_mib(refusal.wanted),
                 format_mib(state.limiter.limit())
             ),

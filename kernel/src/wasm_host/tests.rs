@@ -779,7 +779,7 @@ async fn a_spinning_guest_hits_the_cpu_limit() {
     };
     assert_eq!(*limit, "cpu");
     assert!(
-        detail.starts_with("plugin `spin-loop` ran 0.2") && detail.contains("(limit 200 ms)"),
+        detail.starts_with("it ran 0.2") && detail.contains("(limit 200 ms)"),
         "{detail}"
     );
     assert!(
