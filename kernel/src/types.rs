@@ -21,20 +21,8 @@ pub enum Level {
 
 pub use keel_gates::ToolCapabilities;
 
-/// A tool a plugin offers to the agent.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct ToolSpec {
-    /// Unique tool name.
-    pub name: String,
-    /// What the tool does, shown to the model.
-    pub description: String,
-    /// JSON Schema of the input, as JSON text.
-    pub input_schema: String,
-    /// What the tool may do.
-    pub capabilities: ToolCapabilities,
-    /// True when calls may run concurrently with other parallel-safe calls.
-    pub parallel_safe: bool,
-}
+/// A tool a plugin offers to the agent: the one tool type guests and the kernel share.
+pub use keel_protocol::ToolSpec;
 
 /// An event on the kernel's bus.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -271,6 +271,159 @@ impl Message {
     }
 }
 
+/// What a tool may do when it runs: the gates weigh it when no exec policy decides a call.
+/// The ABI carries it as flags (`tool-capabilities`); the constants and `|` read the same.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(default)]
+pub struct ToolCapabilities {
+    /// The tool reads files.
+    pub reads_files: bool,
+    /// The tool creates, changes or removes files.
+    pub writes_files: bool,
+    /// The tool runs commands or code.
+    pub executes_code: bool,
+    /// The tool talks to the network.
+    pub network: bool,
+}
+
+impl ToolCapabilities {
+    /// Reads files.
+    pub const READS_FILES: Self = Self {
+        reads_files: true,
+        ..Self::empty()
+    };
+    /// Creates, changes or removes files.
+    pub const WRITES_FILES: Self = Self {
+        writes_files: true,
+        ..Self::empty()
+    };
+    /// Runs commands or code.
+    pub const EXECUTES_CODE: Self = Self {
+        executes_code: true,
+        ..Self::empty()
+    };
+    /// Talks to the network.
+    pub const NETWORK: Self = Self {
+        network: true,
+        ..Self::empty()
+    };
+
+    /// None.
+    pub const fn empty() -> Self {
+        ToolCapabilities {
+            reads_files: false,
+            writes_files: false,
+            executes_code: false,
+            network: false,
+        }
+    }
+
+    /// Whether every capability of `other` is one of these.
+    pub fn contains(self, other: Self) -> bool {
+        self | other == self
+    }
+
+    /// From the ABI's `tool-capabilities` flags as bits (`bits()` of the bindings): one bit
+    /// per flag in the WIT's order, unknown bits ignored.
+    pub const fn from_abi_bits(bits: u8) -> Self {
+        ToolCapabilities {
+            reads_files: bits & 1 != 0,
+            writes_files: bits & 2 != 0,
+            executes_code: bits & 4 != 0,
+            network: bits & 8 != 0,
+        }
+    }
+
+    /// As the ABI's `tool-capabilities` bits ([`from_abi_bits`](Self::from_abi_bits)).
+    pub const fn abi_bits(self) -> u8 {
+        self.reads_files as u8
+            | (self.writes_files as u8) << 1
+            | (self.executes_code as u8) << 2
+            | (self.network as u8) << 3
+    }
+}
+
+impl std::ops::BitOr for ToolCapabilities {
+    type Output = Self;
+    fn bitor(self, other: Self) -> Self {
+        ToolCapabilities {
+            reads_files: self.reads_files || other.reads_files,
+            writes_files: self.writes_files || other.writes_files,
+            executes_code: self.executes_code || other.executes_code,
+            network: self.network || other.network,
+        }
+    }
+}
+
+impl std::ops::BitOrAssign for ToolCapabilities {
+    fn bitor_assign(&mut self, other: Self) {
+        *self = *self | other;
+    }
+}
+
+/// A tool a plugin offers: the one description of a tool the kernel registers, the tool
+/// registry lists and the agent loop offers (the ABI's `tool-spec` record, field for field).
+/// What the model is shown of it is its [`ToolDef`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Unique tool name.
+    pub name: String,
+    /// What the tool does, shown to the model.
+    pub description: String,
+    /// JSON Schema of the input, as JSON text (as it crosses the plugin ABI).
+    pub input_schema: String,
+    /// What the tool may do.
+    #[serde(default)]
+    pub capabilities: ToolCapabilities,
+    /// True when calls may run concurrently with other parallel-safe calls.
+    #[serde(default)]
+    pub parallel_safe: bool,
+}
+
+impl ToolSpec {
+    /// A tool named `name` with a description for the model and the JSON Schema of its input
+    /// as JSON text; no capabilities and not parallel-safe until said otherwise.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: impl Into<String>,
+    ) -> Self {
+        ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            input_schema: input_schema.into(),
+            capabilities: ToolCapabilities::empty(),
+            parallel_safe: false,
+        }
+    }
+
+    /// Sets what the tool may do when it runs.
+    #[must_use]
+    pub fn capabilities(mut self, capabilities: ToolCapabilities) -> Self {
+        self.capabilities = capabilities;
+        self
+    }
+
+    /// Sets whether calls may run concurrently with other parallel-safe calls.
+    #[must_use]
+    pub fn parallel_safe(mut self, parallel_safe: bool) -> Self {
+        self.parallel_safe = parallel_safe;
+        self
+    }
+
+    /// What the model is shown; a schema that does not parse becomes `null`.
+    pub fn def(&self) -> ToolDef {
+        ToolDef {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            input_schema: serde_json::from_str(&self.input_schema)
+                .unwrap_or(serde_json::Value::Null),
+        }
+    }
+}
+
 /// A tool as presented to the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolDef {
@@ -804,6 +957,31 @@ pub struct LogLine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_capabilities_read_as_flags_and_round_trip_the_abi_bits() {
+        let all = ToolCapabilities::READS_FILES
+            | ToolCapabilities::WRITES_FILES
+            | ToolCapabilities::EXECUTES_CODE
+            | ToolCapabilities::NETWORK;
+        assert_eq!(all.abi_bits(), 0b1111);
+        for bits in 0..16u8 {
+            assert_eq!(ToolCapabilities::from_abi_bits(bits).abi_bits(), bits);
+        }
+        assert_eq!(
+            ToolCapabilities::from_abi_bits(4),
+            ToolCapabilities::EXECUTES_CODE
+        );
+        assert!(all.contains(ToolCapabilities::NETWORK));
+        assert!(!ToolCapabilities::READS_FILES.contains(ToolCapabilities::WRITES_FILES));
+        // A spec written before a capability existed reads as not having it.
+        let old: ToolSpec = serde_json::from_str(
+            r#"{"name":"t","description":"d","input_schema":"{}","capabilities":{"reads_files":true}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(old.capabilities, ToolCapabilities::READS_FILES);
+        assert!(!old.parallel_safe);
+    }
 
     #[test]
     fn a_failure_gives_back_the_plugins_own_words() {

@@ -23,7 +23,7 @@ use std::fmt;
 use keel_protocol::{
     Block, ConversationRef, FenceRequest, Message, ModelRequest, ModelResponse, OutcomeStatus,
     PromptFragment, RecallRequest, RecalledEntry, Role, SessionEvent, StopReason, SummarizeRequest,
-    ToolDef, ToolOutcome, TurnCall, TurnEnd, TurnReport, TurnRequest, Usage, Verdict,
+    ToolDef, ToolOutcome, ToolSpec, TurnCall, TurnEnd, TurnReport, TurnRequest, Usage, Verdict,
     VerifyRequest, services, topics,
 };
 use serde::Deserialize;
@@ -48,19 +48,6 @@ impl fmt::Display for DoorError {
     }
 }
 
-/// A tool some plugin registered with the kernel, as the loop sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OfferedTool {
-    /// The tool's name.
-    pub name: String,
-    /// What it does, for the model.
-    pub description: String,
-    /// Its input's JSON Schema, as JSON text.
-    pub input_schema: String,
-    /// Whether it may run concurrently with other parallel-safe calls.
-    pub parallel_safe: bool,
-}
-
 /// The kernel's doors the agent loop goes through: its model, tool and event doors, its
 /// kept state and service calls. The plugin implements them with the SDK's imports; tests
 /// with a fake kernel.
@@ -81,7 +68,7 @@ pub trait AgentDoors {
     /// A service call.
     fn call(&mut self, service: &str, method: &str, payload: &str) -> Result<String, DoorError>;
     /// Every registered tool.
-    fn registered_tools(&mut self) -> Vec<OfferedTool>;
+    fn registered_tools(&mut self) -> Vec<ToolSpec>;
     /// Emits an event.
     fn emit(&mut self, topic: &str, payload: &str) -> Result<(), DoorError>;
     /// Kept state: one value.

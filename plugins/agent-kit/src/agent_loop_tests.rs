@@ -8,7 +8,8 @@ use keel_protocol::{
     ToolOutcome, TurnEnd, TurnReport, TurnRequest, Usage, services, topics,
 };
 
-use super::{AgentDoors, AgentLoop, DoorError, LoadRequest, OfferedTool};
+use super::{AgentDoors, AgentLoop, DoorError, LoadRequest};
+use keel_protocol::ToolSpec;
 
 /// A kernel that answers from a script and records what the loop did.
 #[derive(Default)]
@@ -17,7 +18,7 @@ struct FakeKernel {
     responses: VecDeque<Result<ModelResponse, DoorError>>,
     /// Requests the loop sent, decoded.
     requests: Vec<ModelRequest>,
-    tools: Vec<OfferedTool>,
+    tools: Vec<ToolSpec>,
     /// Each dispatch's call ids.
     dispatched: Vec<Vec<String>>,
     /// Status of every dispatched call (default `Ok`), by call id.
@@ -127,7 +128,7 @@ impl AgentDoors for FakeKernel {
             }))
     }
 
-    fn registered_tools(&mut self) -> Vec<OfferedTool> {
+    fn registered_tools(&mut self) -> Vec<ToolSpec> {
         self.tools.clone()
     }
 
@@ -180,11 +181,12 @@ impl AgentDoors for FakeKernel {
     }
 }
 
-fn tool(name: &str, parallel_safe: bool) -> OfferedTool {
-    OfferedTool {
+fn tool(name: &str, parallel_safe: bool) -> ToolSpec {
+    ToolSpec {
         name: name.to_owned(),
         description: format!("the {name} tool"),
         input_schema: String::from(r#"{"type":"object"}"#),
+        capabilities: keel_protocol::ToolCapabilities::empty(),
         parallel_safe,
     }
 }

@@ -1,14 +1,14 @@
 //! Unit tests of `plugins/agent-kit/src/registry.rs`.
 
 use super::*;
-use crate::tools::{Capabilities, all_specs};
+use crate::tools::{ToolCapabilities, all_specs};
 
 fn spec(name: &str, description: &str, schema: &str) -> ToolSpec {
     ToolSpec {
         name: name.into(),
         description: description.into(),
         input_schema: schema.into(),
-        capabilities: Capabilities::default(),
+        capabilities: ToolCapabilities::default(),
         parallel_safe: true,
     }
 }

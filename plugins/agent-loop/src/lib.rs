@@ -2,7 +2,8 @@
 //! gives it the kernel's doors through the SDK's imports and serves the `agent` service
 //! (`turn`, and `load` to seed a resumed session).
 
-use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError, LoadRequest, OfferedTool};
+use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError, LoadRequest};
+use keel_protocol::{ToolCapabilities, ToolSpec};
 use keel_protocol::{TurnRequest, services};
 use keel_sdk::{
     KernelError, Plugin, agent, events, log, services as kernel_services, state, tools,
@@ -35,10 +36,11 @@ impl AgentDoors for KernelDoors {
         kernel_services::call(service, method, payload).map_err(door_error)
     }
 
-    fn registered_tools(&mut self) -> Vec<OfferedTool> {
+    fn registered_tools(&mut self) -> Vec<ToolSpec> {
         tools::registered()
             .into_iter()
-            .map(|t| OfferedTool {
+            .map(|t| ToolSpec {
+                capabilities: ToolCapabilities::from_abi_bits(t.capabilities.bits()),
                 name: t.name,
                 description: t.description,
                 input_schema: t.input_schema,

@@ -14,21 +14,16 @@ use keel_sdk::{Plugin, ToolCapabilities, ToolSpec, tools as kernel_tools};
 /// The plugin instance; it holds nothing itself.
 struct FsTools;
 
-/// The ABI registration of an agent-kit tool spec.
+/// The ABI registration of a tool (the ABI's record carries capabilities as flags).
 fn to_abi(spec: &KitSpec) -> ToolSpec {
-    let mut caps = ToolCapabilities::empty();
-    if spec.capabilities.reads_files {
-        caps |= ToolCapabilities::READS_FILES;
-    }
-    if spec.capabilities.writes_files {
-        caps |= ToolCapabilities::WRITES_FILES;
-    }
     ToolSpec::new(
         spec.name.clone(),
         spec.description.clone(),
         spec.input_schema.clone(),
     )
-    .capabilities(caps)
+    .capabilities(ToolCapabilities::from_bits_retain(
+        spec.capabilities.abi_bits(),
+    ))
     .parallel_safe(spec.parallel_safe)
 }
 

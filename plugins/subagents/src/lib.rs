@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError, OfferedTool};
+use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError};
 use keel_protocol::{
     ChildScope, OpenChild, SessionEvent, SubagentEvent, ToolDef, TurnEnd, TurnRequest, services,
     topics,
@@ -103,11 +103,12 @@ impl AgentDoors for ChildDoors {
         })
     }
 
-    fn registered_tools(&mut self) -> Vec<OfferedTool> {
+    fn registered_tools(&mut self) -> Vec<keel_protocol::ToolSpec> {
         tools::registered()
             .into_iter()
             .filter(|t| self.tools.contains(&t.name))
-            .map(|t| OfferedTool {
+            .map(|t| keel_protocol::ToolSpec {
+                capabilities: keel_protocol::ToolCapabilities::from_abi_bits(t.capabilities.bits()),
                 name: t.name,
                 description: t.description,
                 input_schema: t.input_schema,

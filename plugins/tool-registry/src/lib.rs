@@ -13,9 +13,9 @@
 //! come and go with hot reload are always current.
 
 use keel_agent_kit::registry::Registry;
-use keel_agent_kit::tools::{Capabilities, ToolSpec as KitSpec};
+use keel_agent_kit::tools::{ToolCapabilities, ToolSpec as KitSpec};
 use keel_protocol::{ResolveRequest, services};
-use keel_sdk::{Plugin, ToolCapabilities, services as kernel_services, tools};
+use keel_sdk::{Plugin, services as kernel_services, tools};
 
 /// The plugin instance; it holds nothing itself.
 struct ToolRegistry;
@@ -23,10 +23,7 @@ struct ToolRegistry;
 /// The registered tools, validated.
 fn registry() -> Registry {
     Registry::new(tools::registered().into_iter().map(|spec| KitSpec {
-        capabilities: Capabilities {
-            reads_files: spec.capabilities.contains(ToolCapabilities::READS_FILES),
-            writes_files: spec.capabilities.contains(ToolCapabilities::WRITES_FILES),
-        },
+        capabilities: ToolCapabilities::from_abi_bits(spec.capabilities.bits()),
         name: spec.name,
         description: spec.description,
         input_schema: spec.input_schema,

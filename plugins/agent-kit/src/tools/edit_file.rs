@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::atomic::write_atomic;
-use super::{Capabilities, ToolError, ToolSpec, looks_binary, parse_input, resolve_path};
+use super::{ToolCapabilities, ToolError, ToolSpec, looks_binary, parse_input, resolve_path};
 use crate::text::levenshtein;
 
 /// The tool's name.
@@ -63,9 +63,10 @@ pub fn spec() -> ToolSpec {
             "additionalProperties": false
         })
         .to_string(),
-        capabilities: Capabilities {
+        capabilities: ToolCapabilities {
             reads_files: true,
             writes_files: true,
+            ..ToolCapabilities::empty()
         },
         parallel_safe: false,
     }

@@ -6,9 +6,6 @@
 
 use std::path::Path;
 
-use keel_protocol::ToolDef;
-use serde::{Deserialize, Serialize};
-
 pub(crate) mod atomic;
 pub mod edit_file;
 pub mod grep;
@@ -19,41 +16,9 @@ pub mod write_file;
 
 pub use paths::{ResolvedPath, resolve_path};
 
-/// What a tool may touch; the guest registers it so approval can be derived from it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Capabilities {
-    /// The tool reads files in the workspace.
-    pub reads_files: bool,
-    /// The tool creates or changes files in the workspace.
-    pub writes_files: bool,
-}
-
-/// A tool as registered with the tool registry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolSpec {
-    /// The tool's name (`[a-z][a-z0-9_]*`, at most 64 chars).
-    pub name: String,
-    /// What it does, for the model.
-    pub description: String,
-    /// JSON Schema of its input, as JSON text (as it crosses the plugin ABI).
-    pub input_schema: String,
-    /// What it may touch.
-    pub capabilities: Capabilities,
-    /// Whether calls may run concurrently with other parallel-safe calls.
-    pub parallel_safe: bool,
-}
-
-impl ToolSpec {
-    /// The definition presented to the model; a schema that does not parse becomes `null`.
-    pub fn def(&self) -> ToolDef {
-        ToolDef {
-            name: self.name.clone(),
-            description: self.description.clone(),
-            input_schema: serde_json::from_str(&self.input_schema)
-                .unwrap_or(serde_json::Value::Null),
-        }
-    }
-}
+/// A tool as registered, and what it may do: the one tool type of the kernel and the agent
+/// (`keel_protocol`), so nothing is lost between them.
+pub use keel_protocol::{ToolCapabilities, ToolSpec};
 
 /// Why a tool call failed. The text is read by the model: it says what went wrong, why, and
 /// what to send instead.

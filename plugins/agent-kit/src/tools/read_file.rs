@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{Capabilities, ToolError, ToolSpec, looks_binary, parse_input, resolve_path};
+use super::{ToolCapabilities, ToolError, ToolSpec, looks_binary, parse_input, resolve_path};
 
 /// The tool's name.
 pub const NAME: &str = "read_file";
@@ -51,9 +51,10 @@ pub fn spec() -> ToolSpec {
             "additionalProperties": false
         })
         .to_string(),
-        capabilities: Capabilities {
+        capabilities: ToolCapabilities {
             reads_files: true,
             writes_files: false,
+            ..ToolCapabilities::empty()
         },
         parallel_safe: true,
     }

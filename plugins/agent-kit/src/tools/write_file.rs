@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::atomic::write_atomic;
-use super::{Capabilities, ToolError, ToolSpec, parse_input, resolve_path};
+use super::{ToolCapabilities, ToolError, ToolSpec, parse_input, resolve_path};
 
 /// The tool's name.
 pub const NAME: &str = "write_file";
@@ -40,9 +40,10 @@ pub fn spec() -> ToolSpec {
             "additionalProperties": false
         })
         .to_string(),
-        capabilities: Capabilities {
+        capabilities: ToolCapabilities {
             reads_files: true,
             writes_files: true,
+            ..ToolCapabilities::empty()
         },
         parallel_safe: false,
     }
