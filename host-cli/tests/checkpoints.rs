@@ -227,3 +227,132 @@ fn a_rewind_does_not_follow_a_link_out_of_the_workspace() {
     assert_eq!(tree(&ws), before);
     assert_eq!(std::fs::read_dir(&outside).expect("outside").count(), 0);
 }
+
+/// Names the step of a terminal exchange that failed, for a readable failure.
+fn step<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
+    move |err| format!("{what}: {err}")
+}
+
+/// `/rewind` in an interactive `keel run` on a terminal: the turn's calls are listed, the
+/// picked turn's diff is shown, the files come back byte for byte, and after a conversation
+/// rewind the next request goes on from the start of the turn taken back, in the same process.
+#[test]
+fn slash_rewind_shows_the_diff_and_takes_back_files_and_conversation() -> Result<(), String> {
+    use std::time::Duration;
+    let home = tempfile::tempdir().map_err(step("home"))?;
+    let ws = tempfile::tempdir().map_err(step("workspace"))?;
+    let ws = ws.path().to_owned();
+    write(&ws.join("notes.txt"), "alpha\nbeta\ngamma\n", 0o644);
+    write(&ws.join("src/lib.rs"), "pub fn a() {}\n", 0o644);
+    write(&ws.join("src/bin/run.sh"), "#!/bin/sh\necho run\n", 0o755);
+    let before = tree(&ws);
+    // The scripted model plays the step at the index of the assistant messages in the
+    // request: a conversation rewound to the start of turn 2 plays "Second answer." again.
+    let script = format!(
+        "{}{}[[step]]\ntext = \"Turn one done.\"\n\n[[step]]\ntext = \"Second answer.\"\n\n\
+         [[step]]\ntext = \"Third answer.\"\n",
+        scripted_tool_step(&[(
+            "write_file",
+            r#"{ path = "notes.txt", content = "alpha\nBETA\ngamma\n" }"#.to_owned()
+        )]),
+        scripted_tool_step(&[(
+            "exec_shell",
+            r#"{ command = "rm -rf src && echo made > new.txt" }"#.to_owned()
+        )]),
+    );
+    use_scripted_model(home.path(), &script).map_err(step("script"))?;
+    let mut cmd = crate::common::keel_process(home.path(), &ws);
+    cmd.args(["run", "--approval", "auto"]);
+    let mut term = expectrl::Session::spawn(cmd).map_err(step("spawn"))?;
+    term.set_expect_timeout(Some(Duration::from_secs(90)));
+    term.expect("› ").map_err(step("the prompt"))?;
+    term.send_line("tidy up").map_err(step("typing"))?;
+    term.expect("Turn one done.").map_err(step("turn 1"))?;
+    term.expect("› ").map_err(step("the prompt after turn 1"))?;
+    let after = tree(&ws);
+    if after == before || ws.join("src").exists() {
+        return Err(format!("turn 1 did not run its calls: {after:?}"));
+    }
+
+    // The list: the turn with its prompt, each call with its tool and input.
+    term.send_line("/rewind").map_err(step("/rewind"))?;
+    let listed = term
+        .expect("rewind to (")
+        .map_err(step("the list and its question"))?;
+    let listed = String::from_utf8_lossy(listed.before()).into_owned();
+    for wanted in [
+        "tidy up",
+        "⏺ write_file notes.txt",
+        "⏺ exec_shell rm -rf src && echo made > new.txt",
+    ] {
+        if !listed.contains(wanted) {
+            return Err(format!("`{wanted}` is not listed:\n{listed}"));
+        }
+    }
+    term.send_line("1").map_err(step("picking turn 1"))?;
+    let preview = term
+        .expect("[n] cancel? ")
+        .map_err(step("the preview and its question"))?;
+    let preview = String::from_utf8_lossy(preview.before()).into_owned();
+    for wanted in [
+        "files: back to c1 (before turn, turn 1)",
+        "~ notes.txt",
+        "- BETA",
+        "+ beta",
+        "+ src/lib.rs (brought back)",
+        "+ pub fn a() {}",
+        "- new.txt (removed",
+        "conversation: back to the start of turn 1",
+    ] {
+        if !preview.contains(wanted) {
+            return Err(format!("`{wanted}` is not in the preview:\n{preview}"));
+        }
+    }
+    term.send_line("f").map_err(step("choosing files"))?;
+    let done = term
+        .expect("undoes this rewind")
+        .map_err(step("the files rewound"))?;
+    let done = String::from_utf8_lossy(done.before()).into_owned();
+    if !done.contains("safety checkpoint c") {
+        return Err(format!("the safety checkpoint is not named:\n{done}"));
+    }
+    term.expect("› ")
+        .map_err(step("the prompt after the rewind"))?;
+    let restored = tree(&ws);
+    if restored != before {
+        return Err(format!(
+            "the files are not back:\n{restored:?}\n!=\n{before:?}"
+        ));
+    }
+
+    // The session goes on; then its conversation goes back to the start of turn 2.
+    term.send_line("again").map_err(step("typing"))?;
+    term.expect("Second answer.").map_err(step("turn 2"))?;
+    term.expect("› ").map_err(step("the prompt after turn 2"))?;
+    term.send_line("/rewind 2").map_err(step("/rewind 2"))?;
+    term.expect("conversation: back to the start of turn 2")
+        .map_err(step("the conversation plan"))?;
+    term.expect("[n] cancel? ").map_err(step("the question"))?;
+    term.send_line("c")
+        .map_err(step("choosing the conversation"))?;
+    term.expect("conversation rewound to the start of turn 2")
+        .map_err(step("the conversation rewound"))?;
+    term.expect("› ").map_err(step("the prompt after it"))?;
+    term.send_line("once more").map_err(step("typing"))?;
+    let answer = term
+        .expect("answer.")
+        .map_err(step("the answer after the rewind"))?;
+    let answer = String::from_utf8_lossy(answer.before()).into_owned();
+    if !answer.ends_with("Second ") {
+        return Err(format!(
+            "the next request did not go on from the start of turn 2:\n{answer}"
+        ));
+    }
+    term.expect("› ").map_err(step("the last prompt"))?;
+    term.send_line("/exit").map_err(step("exit"))?;
+    term.expect("keel resume").map_err(step("leaving"))?;
+    if tree(&ws) != before {
+        return Err("a conversation rewind changed the files".into());
+    }
+    Ok(())
+}

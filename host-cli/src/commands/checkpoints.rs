@@ -11,7 +11,7 @@ use clap::{ArgGroup, Subcommand};
 use keel_agent_kit::session_log::{self, LogWriter, Rebuild};
 use keel_kernel::checkpoints::rewind::{self, Target};
 use keel_kernel::checkpoints::{Checkpoint, Kind, Recorder};
-use keel_protocol::SessionEvent;
+use keel_protocol::{LogLine, SessionEvent};
 
 use crate::config::Context;
 use crate::session::terminal_safe;
@@ -180,54 +180,87 @@ fn list(ctx: &Context, session: &str, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// How a rewind leaves the conversation: keep its first `keep` messages of `of`.
-struct ConversationPlan {
-    turn: u64,
-    keep: usize,
-    of: usize,
+pub(crate) struct ConversationPlan {
+    pub(crate) turn: u64,
+    pub(crate) keep: usize,
+    pub(crate) of: usize,
 }
 
-/// Where the conversation of `session` stood when turn `turn` began: after the log's
-/// `turn - 1`th turn end. Refused where a compaction came after that point (the kept count
-/// would no longer line up).
-fn conversation_plan(ctx: &Context, session: &str, turn: u64) -> anyhow::Result<ConversationPlan> {
+/// Where the conversation of `session` stood when turn `turn` began, read from its log.
+fn conversation_plan(
+    ctx: &Context,
+    session: &str,
+    turn: u64,
+    forking: bool,
+) -> anyhow::Result<ConversationPlan> {
     let dir = ctx.data_dir().join("sessions");
     let read = session_log::read_log(&dir, session).map_err(|e| {
         anyhow::anyhow!("cannot read the log of session `{session}`: {e}; `keel sessions list` shows the sessions")
     })?;
-    let mut rebuild = Rebuild::default();
-    let mut ended = 0u64;
-    let mut keep = (turn == 1).then_some(0usize);
-    let mut compacted_after = false;
-    for line in &read.lines {
-        rebuild.push(line);
-        match &line.event {
-            SessionEvent::TurnEnded { .. } => {
-                ended += 1;
-                if ended + 1 == turn {
-                    keep = Some(rebuild.messages());
-                }
-            }
-            SessionEvent::Compacted { .. } if keep.is_some() => compacted_after = true,
-            _ => {}
-        }
+    conversation_plan_in(&read.lines, session, turn, forking)
+}
+
+/// Where the conversation in `lines` (a session's log) stood when turn `turn` began: after
+/// the log's `turn - 1`th turn end. Refused where a compaction came after that point (the
+/// kept count would no longer line up), unless `forking` (a fork copies the log up to that
+/// point, so what came after does not matter).
+pub(crate) fn conversation_plan_in(
+    lines: &[LogLine],
+    session: &str,
+    turn: u64,
+    forking: bool,
+) -> anyhow::Result<ConversationPlan> {
+    if turn == 0 {
+        bail!("turns count from 1; `keel checkpoints list {session}` shows them");
     }
-    let Some(keep) = keep else {
+    let Some(start) = turn_start(lines, turn) else {
+        let ended = lines
+            .iter()
+            .filter(|l| matches!(l.event, SessionEvent::TurnEnded { .. }))
+            .count();
         bail!(
             "session `{session}` has {ended} ended turn(s) in its log, so no turn {turn} to go \
              back to the start of"
         );
     };
-    if compacted_after {
+    let compacted_after = lines[start..]
+        .iter()
+        .any(|l| matches!(l.event, SessionEvent::Compacted { .. }));
+    if compacted_after && !forking {
         bail!(
             "the conversation of session `{session}` was compacted after turn {turn} began, so \
-             it cannot be rewound there; rewind the files alone with --files"
+             it cannot be rewound there; rewind the files alone"
         );
     }
+    let rebuilt = |lines: &[LogLine]| {
+        let mut rebuild = Rebuild::default();
+        for line in lines {
+            rebuild.push(line);
+        }
+        rebuild
+    };
+    let keep = rebuilt(&lines[..start]).messages();
     Ok(ConversationPlan {
         turn,
         keep,
-        of: rebuild.finish().messages.len(),
+        of: rebuilt(lines).finish().messages.len(),
     })
+}
+
+/// Where turn `turn` of the log `lines` begins: the first message after the log's
+/// `turn - 1`th turn end (so a `rewound` entry standing between two turns counts as before
+/// the next one), or the log's end when no message follows. `None` when the log has fewer
+/// turn ends.
+fn turn_start(lines: &[LogLine], turn: u64) -> Option<usize> {
+    let mut ended = 0u64;
+    for (i, line) in lines.iter().enumerate() {
+        match &line.event {
+            SessionEvent::Message { .. } if ended + 1 >= turn => return Some(i),
+            SessionEvent::TurnEnded { .. } => ended += 1,
+            _ => {}
+        }
+    }
+    (ended + 1 >= turn).then_some(lines.len())
 }
 
 /// `keel rewind`
@@ -264,7 +297,7 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
     };
     let mut notes = Vec::new();
     let conversation_plan = match (conversation, turn) {
-        (true, Some(turn)) => Some(conversation_plan(ctx, session, turn)?),
+        (true, Some(turn)) => Some(conversation_plan(ctx, session, turn, false)?),
         (true, None) => {
             if args.conversation || args.both {
                 bail!(

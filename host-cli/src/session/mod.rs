@@ -10,6 +10,7 @@ mod input;
 mod loading;
 mod output;
 mod preview;
+mod rewind;
 mod signals;
 mod syntax;
 
