@@ -356,3 +356,121 @@ fn slash_rewind_shows_the_diff_and_takes_back_files_and_conversation() -> Result
     }
     Ok(())
 }
+
+/// The texts of the user messages in a request the loopback model received.
+fn user_texts(body: &serde_json::Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter(|m| m["role"] == "user")
+                .filter_map(|m| m["content"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `keel ARGS` against the loopback model, to completion; it must succeed. Its stdout.
+async fn keel_ok(home: &Path, ws: &Path, args: &[&str]) -> Result<String, String> {
+    let (home, ws) = (home.to_owned(), ws.to_owned());
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        keel(&home, &ws)
+            .env("OPENAI_API_KEY", "sk-rewind-0123456789abcdefghijklmnop")
+            .args(&args)
+            .timeout(std::time::Duration::from_secs(120))
+            .output()
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(stdout)
+}
+
+/// `keel rewind --conversation` through the binary, then `keel resume`: the model's next
+/// request goes on from before turn 2 (turn 2's request is not in it); `--fork` does the same
+/// into a new session and leaves the original's log as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conversation_rewind_and_a_fork_go_on_from_before_the_turn()
+-> Result<(), Box<dyn std::error::Error>> {
+    use keel_tests::model_server::ModelServer;
+    use keel_tests::wire::oa_text;
+    let server = ModelServer::start(|_, _| oa_text(&["Noted."], "stop")).await?;
+    let (home, ws) = crate::common::homes_for_server(&server, crate::common::Wire::OpenAi)?;
+    let (home, ws) = (home.path(), ws.path());
+    keel_ok(home, ws, &["exec", "first request"]).await?;
+    let ids = session_ids(home);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let id = ids[0].clone();
+    keel_ok(home, ws, &["resume", &id, "second request"]).await?;
+    let last = |server: &ModelServer| {
+        server
+            .received()
+            .last()
+            .map(|r| user_texts(&r.json()))
+            .unwrap_or_default()
+    };
+    assert_eq!(last(&server), ["first request", "second request"]);
+
+    let said = keel_ok(
+        home,
+        ws,
+        &["rewind", &id, "--turn", "2", "--conversation", "--yes"],
+    )
+    .await?;
+    assert!(
+        said.contains("conversation rewound to the start of turn 2"),
+        "{said}"
+    );
+    keel_ok(home, ws, &["resume", &id, "third request"]).await?;
+    assert_eq!(
+        last(&server),
+        ["first request", "third request"],
+        "the request after the rewind carries turn 2"
+    );
+
+    // A fork at the start of turn 2: a new session, the original's log untouched.
+    let log = home.join(format!("data/sessions/{id}.jsonl"));
+    let original = std::fs::read(&log)?;
+    let said = keel_ok(
+        home,
+        ws,
+        &[
+            "rewind",
+            &id,
+            "--turn",
+            "2",
+            "--conversation",
+            "--fork",
+            "--yes",
+        ],
+    )
+    .await?;
+    let new = said
+        .split_whitespace()
+        .skip_while(|w| *w != "forked:")
+        .nth(2)
+        .ok_or(format!("no new session named: {said}"))?
+        .to_owned();
+    assert_ne!(new, id);
+    assert_eq!(std::fs::read(&log)?, original, "the original log changed");
+    assert_eq!(session_ids(home).len(), 2);
+    let forked = std::fs::read_to_string(home.join(format!("data/sessions/{new}.jsonl")))?;
+    let first: serde_json::Value =
+        serde_json::from_str(forked.lines().next().ok_or("an empty fork")?)?;
+    assert_eq!(first["forked_from"], id.as_str(), "{first}");
+    assert_eq!(first["session"], new.as_str(), "{first}");
+    keel_ok(home, ws, &["resume", &new, "fourth request"]).await?;
+    assert_eq!(last(&server), ["first request", "fourth request"]);
+    // The original goes on as it was.
+    keel_ok(home, ws, &["resume", &id, "fifth request"]).await?;
+    assert_eq!(
+        last(&server),
+        ["first request", "third request", "fifth request"]
+    );
+    Ok(())
+}

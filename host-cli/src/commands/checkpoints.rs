@@ -74,6 +74,10 @@ pub struct RewindArgs {
     /// Overwrite files changed outside keel since the checkpoint.
     #[arg(long)]
     force: bool,
+    /// Rewind the conversation into a new session (a copy of the log up to that point),
+    /// leaving this one as it is.
+    #[arg(long, conflicts_with = "files")]
+    fork: bool,
 }
 
 /// `keel rewind`'s subcommand entry.
@@ -297,7 +301,7 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
     };
     let mut notes = Vec::new();
     let conversation_plan = match (conversation, turn) {
-        (true, Some(turn)) => Some(conversation_plan(ctx, session, turn, false)?),
+        (true, Some(turn)) => Some(conversation_plan(ctx, session, turn, args.fork)?),
         (true, None) => {
             if args.conversation || args.both {
                 bail!(
@@ -342,8 +346,15 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
     }
     if let Some(c) = &conversation_plan {
         println!(
-            "conversation: back to the start of turn {} ({} of {} messages kept)",
-            c.turn, c.keep, c.of
+            "conversation: {} the start of turn {} ({} of {} messages kept)",
+            if args.fork {
+                "into a new session from"
+            } else {
+                "back to"
+            },
+            c.turn,
+            c.keep,
+            c.of
         );
     }
     for note in &notes {
@@ -382,7 +393,20 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
         failed = report.applied.failed.clone();
         safety = Some(report.safety.id);
     }
-    if conversation && let Some(c) = conversation_plan {
+    if conversation
+        && args.fork
+        && let Some(c) = &conversation_plan
+    {
+        let new = fork(ctx, session, c.turn)?;
+        println!(
+            "forked: session {new} goes on from the start of turn {} of session {} ({} \
+             messages); `keel resume {new}` continues it, and session {} is as it was",
+            c.turn,
+            terminal_safe(session),
+            c.keep,
+            terminal_safe(session)
+        );
+    } else if conversation && let Some(c) = conversation_plan {
         let dir = ctx.data_dir().join("sessions");
         let mut log = LogWriter::open(&dir, session)
             .with_context(|| format!("opening the log of session `{session}`"))?;
@@ -413,4 +437,82 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Copy the log of `session` up to the start of turn `turn` into a new session: every entry
+/// before that point, renamed to the new session and numbered afresh, then a `rewound` entry
+/// saying where it branched. Both the first entry and that one carry `forked_from` (the
+/// session) and `forked_at_turn`, extra fields readers of the log ignore. The new log is
+/// written whole to a temp file, synced and renamed into place; the original is only read.
+/// The new session's id.
+fn fork(ctx: &Context, session: &str, turn: u64) -> anyhow::Result<String> {
+    let dir = ctx.data_dir().join("sessions");
+    let read = session_log::read_log(&dir, session)
+        .map_err(|e| anyhow::anyhow!("cannot read the log of session `{session}`: {e}"))?;
+    let cut = turn_start(&read.lines, turn)
+        .with_context(|| format!("session `{session}` has no turn {turn} to fork at"))?;
+    let copied = &read.lines[..cut];
+    let mut rebuild = Rebuild::default();
+    for line in copied {
+        rebuild.push(line);
+    }
+    let keep = rebuild.messages();
+    let new = session_log::new_session_id(crate::session::now_ms(), std::process::id());
+    let mut text = Vec::new();
+    let mut seq = 0u64;
+    let mut add = |value: &mut serde_json::Value, note: bool| -> anyhow::Result<()> {
+        value["seq"] = seq.into();
+        value["session"] = new.clone().into();
+        if note {
+            value["forked_from"] = session.into();
+            value["forked_at_turn"] = turn.into();
+        }
+        serde_json::to_writer(&mut text, value)?;
+        text.push(b'\n');
+        seq += 1;
+        Ok(())
+    };
+    for (i, line) in copied.iter().enumerate() {
+        add(&mut serde_json::to_value(line)?, i == 0)?;
+    }
+    let branch = LogLine {
+        seq: 0,
+        time_ms: crate::session::now_ms(),
+        event: SessionEvent::Rewound {
+            session: new.clone(),
+            keep,
+            turn,
+            checkpoint: None,
+        },
+    };
+    add(&mut serde_json::to_value(&branch)?, true)?;
+    let path = dir.join(format!("{new}.jsonl"));
+    let tmp = dir.join(format!(".{new}.jsonl.tmp"));
+    let written = (|| -> std::io::Result<()> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(&text)?;
+        file.sync_all()?;
+        if path.exists() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a session with the new id exists",
+            ));
+        }
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(&dir)?.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        bail!(
+            "cannot write the forked session's log {}: {e}",
+            path.display()
+        );
+    }
+    Ok(new)
 }
