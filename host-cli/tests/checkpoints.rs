@@ -474,3 +474,163 @@ async fn a_conversation_rewind_and_a_fork_go_on_from_before_the_turn()
     );
     Ok(())
 }
+
+/// Run one turn in a new session whose only call is `exec_shell` with `command`, whatever
+/// other sessions the home has; the new session's id.
+fn another_shell_turn(home: &Path, ws: &Path, command: &str) -> String {
+    let known = session_ids(home);
+    let script = format!(
+        "{}[[step]]\ntext = \"Done.\"\n",
+        scripted_tool_step(&[("exec_shell", format!("{{ command = {command:?} }}"))])
+    );
+    use_scripted_model(home, &script).expect("script");
+    let out = keel(home, ws)
+        .args(["exec", "--approval", "auto", "do it"])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .expect("keel exec");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let new: Vec<String> = session_ids(home)
+        .into_iter()
+        .filter(|id| !known.contains(id))
+        .collect();
+    assert_eq!(new.len(), 1, "{new:?}");
+    new[0].clone()
+}
+
+/// Two sessions in one workspace: rewinding session A's files to before its turn would undo
+/// what session B's turn did since; the rewind names B and the file and refuses, and does it
+/// only when told to overwrite.
+#[test]
+fn a_rewind_names_the_other_session_whose_changes_it_would_undo() {
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = ws.path();
+    write(&ws.join("shared.txt"), "v1\n", 0o644);
+    let a = another_shell_turn(home.path(), ws, "echo A > a.txt");
+    let b = another_shell_turn(home.path(), ws, "echo B > shared.txt");
+    let after = tree(ws);
+
+    let refused = rewind(home.path(), ws, &[&a, "--turn", "1", "--files", "--yes"]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("changed by session {b} since then: shared.txt")),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("would undo what session {b} did")),
+        "{said}"
+    );
+    assert_eq!(tree(ws), after, "a refused rewind changed files");
+
+    let forced = rewind(
+        home.path(),
+        ws,
+        &[&a, "--turn", "1", "--files", "--yes", "--force"],
+    );
+    assert!(
+        forced.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&forced.stdout),
+        String::from_utf8_lossy(&forced.stderr)
+    );
+    assert!(!ws.join("a.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("shared.txt")).expect("shared"),
+        "v1\n"
+    );
+}
+
+/// `keel rewind` of a session another `keel run` is running is refused, `--force` or not, and
+/// naming the session; so is a second `keel resume` of it. Once that process has left, the
+/// same rewind goes through.
+#[test]
+fn a_rewind_waits_for_the_session_running_in_another_process() {
+    use std::io::Write as _;
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = ws.path();
+    use_scripted_model(home.path(), "[[step]]\ntext = \"Noted.\"\n").expect("script");
+    let mut running = crate::common::keel_process(home.path(), ws)
+        .arg("run")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("keel run");
+    let mut input = running.stdin.take().expect("stdin");
+    writeln!(input, "hello").expect("typing");
+    // Until its turn has ended in the log (bounded).
+    let ended = |id: &str| {
+        std::fs::read_to_string(home.path().join(format!("data/sessions/{id}.jsonl")))
+            .is_ok_and(|log| log.contains("\"turn_ended\""))
+    };
+    let started = std::time::Instant::now();
+    let id = loop {
+        if let Some(id) = session_ids(home.path()).into_iter().find(|id| ended(id)) {
+            break id;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(90),
+            "the session's turn never ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let log = home.path().join(format!("data/sessions/{id}.jsonl"));
+    let before = std::fs::read(&log).expect("log");
+    for force in [false, true] {
+        let mut args = vec![id.as_str(), "--turn", "1", "--yes"];
+        if force {
+            args.push("--force");
+        }
+        let refused = rewind(home.path(), ws, &args);
+        let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+        assert!(!refused.status.success(), "{said}");
+        assert!(
+            said.contains(&format!(
+                "not rewound: session {id} is running in another keel process; finish its turn \
+                 and leave it (`/exit`) first"
+            )),
+            "{said}"
+        );
+    }
+    let resumed = keel(home.path(), ws)
+        .args(["resume", &id, "again"])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .expect("keel resume");
+    assert!(!resumed.status.success());
+    assert!(
+        String::from_utf8_lossy(&resumed.stderr).contains("is running in another keel process"),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert_eq!(std::fs::read(&log).expect("log"), before, "the log changed");
+
+    // The session leaves (its input ends); then the rewind goes through.
+    drop(input);
+    let started = std::time::Instant::now();
+    while running.try_wait().expect("wait").is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = running.kill();
+            panic!("keel run did not leave when its input ended");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let done = rewind(home.path(), ws, &[&id, "--turn", "1", "--yes"]);
+    assert!(
+        done.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&done.stdout),
+        String::from_utf8_lossy(&done.stderr)
+    );
+}

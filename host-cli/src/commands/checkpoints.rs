@@ -14,7 +14,7 @@ use keel_kernel::checkpoints::{Checkpoint, Kind, Recorder};
 use keel_protocol::{LogLine, SessionEvent};
 
 use crate::config::Context;
-use crate::session::terminal_safe;
+use crate::session::{running, terminal_safe};
 
 /// `keel checkpoints …`
 #[derive(Subcommand)]
@@ -270,6 +270,23 @@ fn turn_start(lines: &[LogLine], turn: u64) -> Option<usize> {
 /// `keel rewind`
 pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCode> {
     let session = args.session.as_str();
+    // Never under a session still working in the workspace and writing its log: the lock is
+    // held until this rewind is done, so the session cannot be resumed meanwhile either.
+    let _running = if args.dry_run {
+        None
+    } else {
+        match running::take(&ctx.home, session) {
+            Ok(held) => Some(held),
+            Err(running::NotTaken::Held) => bail!(
+                "not rewound: {}; finish its turn and leave it (`/exit`) first, or use \
+                 `/rewind` inside it (--force does not change this)",
+                running::held_words(session)
+            ),
+            Err(running::NotTaken::Failed(why)) => {
+                bail!("not rewound: cannot tell whether session `{session}` is running: {why}")
+            }
+        }
+    };
     let recorder = recorder(ctx)?;
     let target = match (&args.turn, &args.call, &args.checkpoint) {
         (Some(n), _, _) => Target::Turn(*n),
@@ -344,6 +361,21 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
             println!("  changed outside keel since then: {}", terminal_safe(path));
         }
     }
+    let others = match (&preview, files) {
+        (Some(p), true) => other_sessions_changes(recorder.store(), session, p)?,
+        _ => Vec::new(),
+    };
+    for (other, paths) in &others {
+        println!(
+            "  changed by session {} since then: {}",
+            terminal_safe(other),
+            paths
+                .iter()
+                .map(|p| terminal_safe(p))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if let Some(c) = &conversation_plan {
         println!(
             "conversation: {} the start of turn {} ({} of {} messages kept)",
@@ -359,6 +391,17 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
     }
     for note in &notes {
         println!("{note}");
+    }
+    if files && !others.is_empty() && !args.force {
+        bail!(
+            "not rewound: it would undo what {} did to the file(s) above since the checkpoint; \
+             pass --force to overwrite them, or rewind that session first",
+            others
+                .iter()
+                .map(|(o, _)| format!("session {}", terminal_safe(o)))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        );
     }
     let conflicts = preview.as_ref().map_or(0, |p| p.conflicts.len());
     if files && conflicts > 0 && !args.force {
@@ -515,4 +558,34 @@ fn fork(ctx: &Context, session: &str, turn: u64) -> anyhow::Result<String> {
         );
     }
     Ok(new)
+}
+
+/// What other sessions of this workspace recorded as their own changes (made by their turns,
+/// not outside keel) since the checkpoint `preview` restores, among the paths the restore
+/// would change: each such session with those paths. A rewind of one session's files would
+/// undo them, so they are named and asked about like changes made outside keel.
+pub(crate) fn other_sessions_changes(
+    store: &keel_kernel::checkpoints::Store,
+    session: &str,
+    preview: &rewind::Preview,
+) -> anyhow::Result<Vec<(String, Vec<String>)>> {
+    let touched = preview.plan.paths();
+    let mut found = Vec::new();
+    for other in store.sessions().map_err(|e| anyhow::anyhow!("{e}"))? {
+        if other == session {
+            continue;
+        }
+        let index = store.index(&other).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let paths: std::collections::BTreeSet<String> = index
+            .iter()
+            .filter(|c| c.time_ms >= preview.target.time_ms && !c.outside)
+            .flat_map(|c| c.changed.iter())
+            .filter(|p| touched.contains(*p))
+            .cloned()
+            .collect();
+        if !paths.is_empty() {
+            found.push((other, paths.into_iter().collect()));
+        }
+    }
+    Ok(found)
 }

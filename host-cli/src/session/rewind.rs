@@ -401,12 +401,31 @@ impl Session {
             _ => {}
         }
         let files = files.ok();
-        let conflicts: Vec<String> = files
+        let mut conflicts: Vec<String> = files
             .as_ref()
             .map(|p| p.conflicts.clone())
             .unwrap_or_default();
         for path in &conflicts {
             eprintln!("  changed outside keel since then: {}", terminal_safe(path));
+        }
+        // Another session working in this workspace since then: its changes are named too.
+        if let (Some(preview), Some(r)) = (&files, &recorder) {
+            for (other, paths) in
+                crate::commands::checkpoints::other_sessions_changes(r.store(), &session, preview)?
+            {
+                eprintln!(
+                    "  changed by session {} since then: {}",
+                    terminal_safe(&other),
+                    paths
+                        .iter()
+                        .map(|p| terminal_safe(p))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                conflicts.extend(paths);
+            }
+            conflicts.sort();
+            conflicts.dedup();
         }
 
         // The conversation: where it stood then.
@@ -455,8 +474,8 @@ impl Session {
         let mut force = false;
         if do_files && !conflicts.is_empty() {
             eprintln!(
-                "{} file(s) above changed outside keel since the checkpoint; the rewind would \
-                 overwrite them (the safety checkpoint keeps what fits its size limit): {}",
+                "{} file(s) above changed outside keel or by another session since the \
+                 checkpoint; the rewind would overwrite them (the safety checkpoint keeps what fits its size limit): {}",
                 conflicts.len(),
                 conflicts
                     .iter()
