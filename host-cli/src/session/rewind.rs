@@ -540,6 +540,116 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keel_protocol::{Block, Message};
+
+    fn line(seq: u64, event: SessionEvent) -> LogLine {
+        LogLine {
+            seq,
+            time_ms: 0,
+            event,
+        }
+    }
+
+    fn message(message: Message) -> SessionEvent {
+        SessionEvent::Message {
+            session: "s".into(),
+            message,
+            stop_reason: None,
+            usage: None,
+        }
+    }
+
+    /// The request and the call come from the model and the person: the list shows them
+    /// with nothing that could drive the terminal, and numbers turns as the checkpoints do.
+    #[test]
+    fn the_list_numbers_turns_and_calls_and_cleans_what_it_shows() {
+        let lines = vec![
+            line(
+                0,
+                message(Message::user_text("first \x1b]0;pwned\x07request")),
+            ),
+            line(
+                1,
+                message(Message {
+                    role: Role::Assistant,
+                    content: vec![Block::ToolCall {
+                        id: "call_1".into(),
+                        name: "exec_shell\x1b[2J".into(),
+                        arguments: r#"{"command": "rm -rf src\u001b[8m && echo made"}"#.into(),
+                    }],
+                }),
+            ),
+            line(
+                2,
+                SessionEvent::TurnEnded {
+                    session: "s".into(),
+                    end: keel_protocol::TurnEnd::Completed,
+                    detail: String::new(),
+                },
+            ),
+            line(3, message(Message::user_text("second"))),
+        ];
+        let turns = turns_of(&lines, &[]);
+        assert_eq!(turns.len(), 2);
+        assert_eq!((turns[0].number, turns[1].number), (1, 2));
+        assert_eq!(turns[0].calls[0].id, "call_1");
+        let shown = listing(&turns).join("\n");
+        assert!(
+            !shown.contains('\x1b') && !shown.contains('\x07'),
+            "{shown:?}"
+        );
+        assert!(shown.contains("first"), "{shown}");
+        assert!(shown.contains("1.1"), "{shown}");
+        assert!(shown.contains("⏺ exec_shell"), "{shown}");
+        assert!(shown.contains("rm -rf src"), "{shown}");
+    }
+
+    /// The preview of a restore: a diff of a changed text file, binary and large files named
+    /// without content, a file made since then named; a file's content and name carry escape
+    /// sequences, and none reaches the lines shown.
+    #[test]
+    fn the_preview_diffs_text_names_the_rest_and_drives_no_terminal()
+    -> Result<(), Box<dyn std::error::Error>> {
+        use keel_kernel::checkpoints::Settings;
+        let home = tempfile::tempdir()?;
+        let ws = tempfile::tempdir()?;
+        let ws = ws.path();
+        std::fs::write(ws.join("notes.txt"), "one\ntwo\nthree\n")?;
+        std::fs::write(ws.join("bin.dat"), b"\0\x01\x02")?;
+        std::fs::write(ws.join("big.txt"), "x\n".repeat(200_000))?;
+        let recorder = Recorder::new(Store::open(home.path(), ws)?, Settings::default());
+        recorder.before_turn("s1")?;
+        std::fs::write(
+            ws.join("notes.txt"),
+            "one\n\x1b]0;pwned\x07TWO\x1b[2J\nthree\n",
+        )?;
+        std::fs::write(ws.join("bin.dat"), b"\0\x09")?;
+        std::fs::write(ws.join("big.txt"), "y\n")?;
+        std::fs::write(ws.join("made\x1b[31m.txt"), "new\n")?;
+        let preview = rewind::prepare(&recorder, "s1", &Target::Turn(1))?;
+        let shown = describe(recorder.store(), &preview, false).join("\n");
+        assert!(
+            !shown.contains('\x1b') && !shown.contains('\x07'),
+            "{shown:?}"
+        );
+        for wanted in [
+            "~ notes.txt",
+            "  + two",
+            "TWO",
+            "~ bin.dat",
+            "(binary, 3 bytes)",
+            "~ big.txt",
+            "(too large to show here)",
+            "- made",
+        ] {
+            assert!(shown.contains(wanted), "`{wanted}` missing:\n{shown}");
+        }
+        assert!(
+            !shown.contains("x\n  + x"),
+            "a large file's content was shown"
+        );
+        Ok(())
+    }
 
     #[test]
     fn picks_are_turns_calls_or_checkpoints() {
