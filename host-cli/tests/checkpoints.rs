@@ -325,6 +325,51 @@ fn slash_rewind_shows_the_diff_and_takes_back_files_and_conversation() -> Result
         ));
     }
 
+    // The safety checkpoint named undoes the rewind.
+    let safety = done
+        .split_whitespace()
+        .last()
+        .filter(|w| w.starts_with('c'))
+        .ok_or(format!("no safety checkpoint id:\n{done}"))?
+        .to_owned();
+    term.send_line(&format!("/rewind {safety}"))
+        .map_err(step("/rewind of the safety checkpoint"))?;
+    term.expect("[n] cancel? ").map_err(step("the question"))?;
+    term.send_line("f").map_err(step("choosing files"))?;
+    term.expect("undoes this rewind")
+        .map_err(step("the rewind undone"))?;
+    term.expect("› ")
+        .map_err(step("the prompt after the undo"))?;
+    if tree(&ws) != after {
+        return Err("the safety checkpoint did not bring back what turn 1 left".into());
+    }
+
+    // A change made outside keel is named, and overwritten only after a yes.
+    write(&ws.join("notes.txt"), "mine\n", 0o644);
+    let mine = tree(&ws);
+    for (overwrite, expected) in [("n", &mine), ("y", &before)] {
+        term.send_line("/rewind 1").map_err(step("/rewind 1"))?;
+        term.expect("changed outside keel since then: notes.txt")
+            .map_err(step("the outside change named"))?;
+        term.expect("[n] cancel? ").map_err(step("the question"))?;
+        term.send_line("f").map_err(step("choosing files"))?;
+        term.expect("overwrite them? [y/N] ")
+            .map_err(step("the overwrite question"))?;
+        term.send_line(overwrite).map_err(step("answering"))?;
+        term.expect(if overwrite == "n" {
+            "nothing changed"
+        } else {
+            "undoes this rewind"
+        })
+        .map_err(step("the answer's outcome"))?;
+        term.expect("› ").map_err(step("the prompt"))?;
+        if &tree(&ws) != expected {
+            return Err(format!(
+                "after `{overwrite}`, the files are not as expected"
+            ));
+        }
+    }
+
     // The session goes on; then its conversation goes back to the start of turn 2.
     term.send_line("again").map_err(step("typing"))?;
     term.expect("Second answer.").map_err(step("turn 2"))?;
