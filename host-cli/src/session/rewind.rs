@@ -83,6 +83,30 @@ pub(crate) fn turns_of(lines: &[LogLine], index: &[Checkpoint]) -> Vec<TurnItem>
             _ => {}
         }
     }
+    // Turns the checkpoints know and the log does not (a log that could not be read, a
+    // replaced session-log plugin): listed from the checkpoints, without their request.
+    for c in index.iter().filter(|c| c.kind == Kind::BeforeTurn) {
+        if !turns.iter().any(|t| t.number == c.turn) {
+            turns.push(TurnItem {
+                number: c.turn,
+                prompt: "(not in the log)".into(),
+                checkpoint: None,
+                calls: index
+                    .iter()
+                    .filter(|k| k.kind == Kind::BeforeCall && k.turn == c.turn)
+                    .filter_map(|k| {
+                        Some(CallItem {
+                            id: k.call.clone()?,
+                            tool: k.tool.clone().unwrap_or_default(),
+                            input: String::new(),
+                            checkpoint: None,
+                        })
+                    })
+                    .collect(),
+            });
+        }
+    }
+    turns.sort_by_key(|t| t.number);
     for turn in &mut turns {
         turn.checkpoint = index
             .iter()
@@ -305,7 +329,17 @@ impl Session {
     /// would change, and take back the files, the conversation or both.
     pub(crate) async fn rewind(&self, ctx: &Context, arg: &str) -> anyhow::Result<Option<String>> {
         let session = self.id();
-        let lines = self.log_lines(&session).await.unwrap_or_default();
+        let lines = match self.log_lines(&session).await {
+            Ok(lines) => lines,
+            Err(e) => {
+                eprintln!(
+                    "warning: {}; turns are listed from the checkpoints alone, and the \
+                     conversation cannot be rewound",
+                    terminal_safe(&format!("{e:#}"))
+                );
+                Vec::new()
+            }
+        };
         let recorder = if ctx.config.checkpoints.enabled == Some(false) {
             None
         } else {
@@ -602,6 +636,39 @@ mod tests {
         assert!(shown.contains("1.1"), "{shown}");
         assert!(shown.contains("⏺ exec_shell"), "{shown}");
         assert!(shown.contains("rm -rf src"), "{shown}");
+    }
+
+    /// A turn the checkpoints know and the log does not is still listed, with its calls.
+    #[test]
+    fn turns_missing_from_the_log_are_listed_from_the_checkpoints() {
+        let checkpoint = |seq: u64, turn: u64, kind: Kind, call: Option<&str>| Checkpoint {
+            id: format!("c{seq}"),
+            seq,
+            session: "s".into(),
+            turn,
+            kind,
+            call: call.map(str::to_owned),
+            tool: call.map(|_| "exec_shell".to_owned()),
+            time_ms: 0,
+            manifest: String::new(),
+            files: 0,
+            bytes: 0,
+            skipped: Vec::new(),
+            changed: Vec::new(),
+            changed_count: 0,
+            outside: false,
+            note: None,
+        };
+        let index = [
+            checkpoint(1, 1, Kind::BeforeTurn, None),
+            checkpoint(2, 1, Kind::BeforeCall, Some("call_1")),
+            checkpoint(3, 1, Kind::AfterTurn, None),
+        ];
+        let turns = turns_of(&[], &index);
+        assert_eq!(turns.len(), 1);
+        assert_eq!(turns[0].checkpoint.as_deref(), Some("c1"));
+        assert_eq!(turns[0].calls[0].checkpoint.as_deref(), Some("c2"));
+        assert!(listing(&turns).join("\n").contains("⏺ exec_shell"));
     }
 
     /// The preview of a restore: a diff of a changed text file, binary and large files named
