@@ -332,7 +332,7 @@ fn slash_rewind_shows_the_diff_and_takes_back_files_and_conversation() -> Result
         .filter(|w| w.starts_with('c'))
         .ok_or(format!("no safety checkpoint id:\n{done}"))?
         .to_owned();
-    term.send_line(&format!("/rewind {safety}"))
+    term.send_line(format!("/rewind {safety}"))
         .map_err(step("/rewind of the safety checkpoint"))?;
     term.expect("[n] cancel? ").map_err(step("the question"))?;
     term.send_line("f").map_err(step("choosing files"))?;
