@@ -227,3 +227,455 @@ fn a_rewind_does_not_follow_a_link_out_of_the_workspace() {
     assert_eq!(tree(&ws), before);
     assert_eq!(std::fs::read_dir(&outside).expect("outside").count(), 0);
 }
+
+/// Names the step of a terminal exchange that failed, for a readable failure.
+fn step<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
+    move |err| format!("{what}: {err}")
+}
+
+/// `/rewind` in an interactive `keel run` on a terminal: the turn's calls are listed, the
+/// picked turn's diff is shown, the files come back byte for byte, and after a conversation
+/// rewind the next request goes on from the start of the turn taken back, in the same process.
+#[test]
+fn slash_rewind_shows_the_diff_and_takes_back_files_and_conversation() -> Result<(), String> {
+    use std::time::Duration;
+    let home = tempfile::tempdir().map_err(step("home"))?;
+    let ws = tempfile::tempdir().map_err(step("workspace"))?;
+    let ws = ws.path().to_owned();
+    write(&ws.join("notes.txt"), "alpha\nbeta\ngamma\n", 0o644);
+    write(&ws.join("src/lib.rs"), "pub fn a() {}\n", 0o644);
+    write(&ws.join("src/bin/run.sh"), "#!/bin/sh\necho run\n", 0o755);
+    let before = tree(&ws);
+    // The scripted model plays the step at the index of the assistant messages in the
+    // request: a conversation rewound to the start of turn 2 plays "Second answer." again.
+    let script = format!(
+        "{}{}[[step]]\ntext = \"Turn one done.\"\n\n[[step]]\ntext = \"Second answer.\"\n\n\
+         [[step]]\ntext = \"Third answer.\"\n",
+        scripted_tool_step(&[(
+            "write_file",
+            r#"{ path = "notes.txt", content = "alpha\nBETA\ngamma\n" }"#.to_owned()
+        )]),
+        scripted_tool_step(&[(
+            "exec_shell",
+            r#"{ command = "rm -rf src && echo made > new.txt" }"#.to_owned()
+        )]),
+    );
+    use_scripted_model(home.path(), &script).map_err(step("script"))?;
+    let mut cmd = crate::common::keel_process(home.path(), &ws);
+    cmd.args(["run", "--approval", "auto"]);
+    let mut term = expectrl::Session::spawn(cmd).map_err(step("spawn"))?;
+    term.set_expect_timeout(Some(Duration::from_secs(90)));
+    term.expect("› ").map_err(step("the prompt"))?;
+    term.send_line("tidy up").map_err(step("typing"))?;
+    term.expect("Turn one done.").map_err(step("turn 1"))?;
+    term.expect("› ").map_err(step("the prompt after turn 1"))?;
+    let after = tree(&ws);
+    if after == before || ws.join("src").exists() {
+        return Err(format!("turn 1 did not run its calls: {after:?}"));
+    }
+
+    // The list: the turn with its prompt, each call with its tool and input.
+    term.send_line("/rewind").map_err(step("/rewind"))?;
+    let listed = term
+        .expect("rewind to (")
+        .map_err(step("the list and its question"))?;
+    let listed = String::from_utf8_lossy(listed.before()).into_owned();
+    for wanted in [
+        "tidy up",
+        "⏺ write_file notes.txt",
+        "⏺ exec_shell rm -rf src && echo made > new.txt",
+    ] {
+        if !listed.contains(wanted) {
+            return Err(format!("`{wanted}` is not listed:\n{listed}"));
+        }
+    }
+    term.send_line("1").map_err(step("picking turn 1"))?;
+    let preview = term
+        .expect("[n] cancel? ")
+        .map_err(step("the preview and its question"))?;
+    let preview = String::from_utf8_lossy(preview.before()).into_owned();
+    for wanted in [
+        "files: back to c1 (before turn, turn 1)",
+        "~ notes.txt",
+        "- BETA",
+        "+ beta",
+        "+ src/lib.rs (brought back)",
+        "+ pub fn a() {}",
+        "- new.txt (removed",
+        "conversation: back to the start of turn 1",
+    ] {
+        if !preview.contains(wanted) {
+            return Err(format!("`{wanted}` is not in the preview:\n{preview}"));
+        }
+    }
+    term.send_line("f").map_err(step("choosing files"))?;
+    let done = term
+        .expect("undoes this rewind")
+        .map_err(step("the files rewound"))?;
+    let done = String::from_utf8_lossy(done.before()).into_owned();
+    if !done.contains("safety checkpoint c") {
+        return Err(format!("the safety checkpoint is not named:\n{done}"));
+    }
+    term.expect("› ")
+        .map_err(step("the prompt after the rewind"))?;
+    let restored = tree(&ws);
+    if restored != before {
+        return Err(format!(
+            "the files are not back:\n{restored:?}\n!=\n{before:?}"
+        ));
+    }
+
+    // The safety checkpoint named undoes the rewind.
+    let safety = done
+        .split_whitespace()
+        .last()
+        .filter(|w| w.starts_with('c'))
+        .ok_or(format!("no safety checkpoint id:\n{done}"))?
+        .to_owned();
+    term.send_line(format!("/rewind {safety}"))
+        .map_err(step("/rewind of the safety checkpoint"))?;
+    term.expect("[n] cancel? ").map_err(step("the question"))?;
+    term.send_line("f").map_err(step("choosing files"))?;
+    term.expect("undoes this rewind")
+        .map_err(step("the rewind undone"))?;
+    term.expect("› ")
+        .map_err(step("the prompt after the undo"))?;
+    if tree(&ws) != after {
+        return Err("the safety checkpoint did not bring back what turn 1 left".into());
+    }
+
+    // A change made outside keel is named, and overwritten only after a yes.
+    write(&ws.join("notes.txt"), "mine\n", 0o644);
+    let mine = tree(&ws);
+    for (overwrite, expected) in [("n", &mine), ("y", &before)] {
+        term.send_line("/rewind 1").map_err(step("/rewind 1"))?;
+        term.expect("changed outside keel since then: notes.txt")
+            .map_err(step("the outside change named"))?;
+        term.expect("[n] cancel? ").map_err(step("the question"))?;
+        term.send_line("f").map_err(step("choosing files"))?;
+        term.expect("overwrite them? [y/N] ")
+            .map_err(step("the overwrite question"))?;
+        term.send_line(overwrite).map_err(step("answering"))?;
+        term.expect(if overwrite == "n" {
+            "nothing changed"
+        } else {
+            "undoes this rewind"
+        })
+        .map_err(step("the answer's outcome"))?;
+        term.expect("› ").map_err(step("the prompt"))?;
+        if &tree(&ws) != expected {
+            return Err(format!(
+                "after `{overwrite}`, the files are not as expected"
+            ));
+        }
+    }
+
+    // The session goes on; then its conversation goes back to the start of turn 2.
+    term.send_line("again").map_err(step("typing"))?;
+    term.expect("Second answer.").map_err(step("turn 2"))?;
+    term.expect("› ").map_err(step("the prompt after turn 2"))?;
+    term.send_line("/rewind 2").map_err(step("/rewind 2"))?;
+    term.expect("conversation: back to the start of turn 2")
+        .map_err(step("the conversation plan"))?;
+    term.expect("[n] cancel? ").map_err(step("the question"))?;
+    term.send_line("c")
+        .map_err(step("choosing the conversation"))?;
+    term.expect("conversation rewound to the start of turn 2")
+        .map_err(step("the conversation rewound"))?;
+    term.expect("› ").map_err(step("the prompt after it"))?;
+    term.send_line("once more").map_err(step("typing"))?;
+    let answer = term
+        .expect("answer.")
+        .map_err(step("the answer after the rewind"))?;
+    let answer = String::from_utf8_lossy(answer.before()).into_owned();
+    if !answer.ends_with("Second ") {
+        return Err(format!(
+            "the next request did not go on from the start of turn 2:\n{answer}"
+        ));
+    }
+    term.expect("› ").map_err(step("the last prompt"))?;
+    term.send_line("/exit").map_err(step("exit"))?;
+    term.expect("keel resume").map_err(step("leaving"))?;
+    if tree(&ws) != before {
+        return Err("a conversation rewind changed the files".into());
+    }
+    Ok(())
+}
+
+/// The texts of the user messages in a request the loopback model received.
+fn user_texts(body: &serde_json::Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter(|m| m["role"] == "user")
+                .filter_map(|m| m["content"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `keel ARGS` against the loopback model, to completion; it must succeed. Its stdout.
+async fn keel_ok(home: &Path, ws: &Path, args: &[&str]) -> Result<String, String> {
+    let (home, ws) = (home.to_owned(), ws.to_owned());
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        keel(&home, &ws)
+            .env("OPENAI_API_KEY", "sk-rewind-0123456789abcdefghijklmnop")
+            .args(&args)
+            .timeout(std::time::Duration::from_secs(120))
+            .output()
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(stdout)
+}
+
+/// `keel rewind --conversation` through the binary, then `keel resume`: the model's next
+/// request goes on from before turn 2 (turn 2's request is not in it); `--fork` does the same
+/// into a new session and leaves the original's log as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_conversation_rewind_and_a_fork_go_on_from_before_the_turn()
+-> Result<(), Box<dyn std::error::Error>> {
+    use keel_tests::model_server::ModelServer;
+    use keel_tests::wire::oa_text;
+    let server = ModelServer::start(|_, _| oa_text(&["Noted."], "stop")).await?;
+    let (home, ws) = crate::common::homes_for_server(&server, crate::common::Wire::OpenAi)?;
+    let (home, ws) = (home.path(), ws.path());
+    keel_ok(home, ws, &["exec", "first request"]).await?;
+    let ids = session_ids(home);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let id = ids[0].clone();
+    keel_ok(home, ws, &["resume", &id, "second request"]).await?;
+    let last = |server: &ModelServer| {
+        server
+            .received()
+            .last()
+            .map(|r| user_texts(&r.json()))
+            .unwrap_or_default()
+    };
+    assert_eq!(last(&server), ["first request", "second request"]);
+
+    let said = keel_ok(
+        home,
+        ws,
+        &["rewind", &id, "--turn", "2", "--conversation", "--yes"],
+    )
+    .await?;
+    assert!(
+        said.contains("conversation rewound to the start of turn 2"),
+        "{said}"
+    );
+    keel_ok(home, ws, &["resume", &id, "third request"]).await?;
+    assert_eq!(
+        last(&server),
+        ["first request", "third request"],
+        "the request after the rewind carries turn 2"
+    );
+
+    // A fork at the start of turn 2: a new session, the original's log untouched.
+    let log = home.join(format!("data/sessions/{id}.jsonl"));
+    let original = std::fs::read(&log)?;
+    let said = keel_ok(
+        home,
+        ws,
+        &[
+            "rewind",
+            &id,
+            "--turn",
+            "2",
+            "--conversation",
+            "--fork",
+            "--yes",
+        ],
+    )
+    .await?;
+    let new = said
+        .split_whitespace()
+        .skip_while(|w| *w != "forked:")
+        .nth(2)
+        .ok_or(format!("no new session named: {said}"))?
+        .to_owned();
+    assert_ne!(new, id);
+    assert_eq!(std::fs::read(&log)?, original, "the original log changed");
+    assert_eq!(session_ids(home).len(), 2);
+    let forked = std::fs::read_to_string(home.join(format!("data/sessions/{new}.jsonl")))?;
+    let first: serde_json::Value =
+        serde_json::from_str(forked.lines().next().ok_or("an empty fork")?)?;
+    assert_eq!(first["forked_from"], id.as_str(), "{first}");
+    assert_eq!(first["session"], new.as_str(), "{first}");
+    keel_ok(home, ws, &["resume", &new, "fourth request"]).await?;
+    assert_eq!(last(&server), ["first request", "fourth request"]);
+    // The original goes on as it was.
+    keel_ok(home, ws, &["resume", &id, "fifth request"]).await?;
+    assert_eq!(
+        last(&server),
+        ["first request", "third request", "fifth request"]
+    );
+    Ok(())
+}
+
+/// Run one turn in a new session whose only call is `exec_shell` with `command`, whatever
+/// other sessions the home has; the new session's id.
+fn another_shell_turn(home: &Path, ws: &Path, command: &str) -> String {
+    let known = session_ids(home);
+    let script = format!(
+        "{}[[step]]\ntext = \"Done.\"\n",
+        scripted_tool_step(&[("exec_shell", format!("{{ command = {command:?} }}"))])
+    );
+    use_scripted_model(home, &script).expect("script");
+    let out = keel(home, ws)
+        .args(["exec", "--approval", "auto", "do it"])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .expect("keel exec");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let new: Vec<String> = session_ids(home)
+        .into_iter()
+        .filter(|id| !known.contains(id))
+        .collect();
+    assert_eq!(new.len(), 1, "{new:?}");
+    new[0].clone()
+}
+
+/// Two sessions in one workspace: rewinding session A's files to before its turn would undo
+/// what session B's turn did since; the rewind names B and the file and refuses, and does it
+/// only when told to overwrite.
+#[test]
+fn a_rewind_names_the_other_session_whose_changes_it_would_undo() {
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = ws.path();
+    write(&ws.join("shared.txt"), "v1\n", 0o644);
+    let a = another_shell_turn(home.path(), ws, "echo A > a.txt");
+    let b = another_shell_turn(home.path(), ws, "echo B > shared.txt");
+    let after = tree(ws);
+
+    let refused = rewind(home.path(), ws, &[&a, "--turn", "1", "--files", "--yes"]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("changed by session {b} since then: shared.txt")),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!("would undo what session {b} did")),
+        "{said}"
+    );
+    assert_eq!(tree(ws), after, "a refused rewind changed files");
+
+    let forced = rewind(
+        home.path(),
+        ws,
+        &[&a, "--turn", "1", "--files", "--yes", "--force"],
+    );
+    assert!(
+        forced.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&forced.stdout),
+        String::from_utf8_lossy(&forced.stderr)
+    );
+    assert!(!ws.join("a.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("shared.txt")).expect("shared"),
+        "v1\n"
+    );
+}
+
+/// `keel rewind` of a session another `keel run` is running is refused, `--force` or not, and
+/// naming the session; so is a second `keel resume` of it. Once that process has left, the
+/// same rewind goes through.
+#[test]
+fn a_rewind_waits_for_the_session_running_in_another_process() {
+    use std::io::Write as _;
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = ws.path();
+    use_scripted_model(home.path(), "[[step]]\ntext = \"Noted.\"\n").expect("script");
+    let mut running = crate::common::keel_process(home.path(), ws)
+        .arg("run")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("keel run");
+    let mut input = running.stdin.take().expect("stdin");
+    writeln!(input, "hello").expect("typing");
+    // Until its turn has ended in the log (bounded).
+    let ended = |id: &str| {
+        std::fs::read_to_string(home.path().join(format!("data/sessions/{id}.jsonl")))
+            .is_ok_and(|log| log.contains("\"turn_ended\""))
+    };
+    let started = std::time::Instant::now();
+    let id = loop {
+        if let Some(id) = session_ids(home.path()).into_iter().find(|id| ended(id)) {
+            break id;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(90),
+            "the session's turn never ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let log = home.path().join(format!("data/sessions/{id}.jsonl"));
+    let before = std::fs::read(&log).expect("log");
+    for force in [false, true] {
+        let mut args = vec![id.as_str(), "--turn", "1", "--yes"];
+        if force {
+            args.push("--force");
+        }
+        let refused = rewind(home.path(), ws, &args);
+        let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+        assert!(!refused.status.success(), "{said}");
+        assert!(
+            said.contains(&format!(
+                "not rewound: session {id} is running in another keel process; finish its turn \
+                 and leave it (`/exit`) first"
+            )),
+            "{said}"
+        );
+    }
+    let resumed = keel(home.path(), ws)
+        .args(["resume", &id, "again"])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .expect("keel resume");
+    assert!(!resumed.status.success());
+    assert!(
+        String::from_utf8_lossy(&resumed.stderr).contains("is running in another keel process"),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert_eq!(std::fs::read(&log).expect("log"), before, "the log changed");
+
+    // The session leaves (its input ends); then the rewind goes through.
+    drop(input);
+    let started = std::time::Instant::now();
+    while running.try_wait().expect("wait").is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = running.kill();
+            panic!("keel run did not leave when its input ended");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let done = rewind(home.path(), ws, &[&id, "--turn", "1", "--yes"]);
+    assert!(
+        done.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&done.stdout),
+        String::from_utf8_lossy(&done.stderr)
+    );
+}

@@ -11,10 +11,10 @@ use clap::{ArgGroup, Subcommand};
 use keel_agent_kit::session_log::{self, LogWriter, Rebuild};
 use keel_kernel::checkpoints::rewind::{self, Target};
 use keel_kernel::checkpoints::{Checkpoint, Kind, Recorder};
-use keel_protocol::SessionEvent;
+use keel_protocol::{LogLine, SessionEvent};
 
 use crate::config::Context;
-use crate::session::terminal_safe;
+use crate::session::{running, terminal_safe};
 
 /// `keel checkpoints …`
 #[derive(Subcommand)]
@@ -74,6 +74,10 @@ pub struct RewindArgs {
     /// Overwrite files changed outside keel since the checkpoint.
     #[arg(long)]
     force: bool,
+    /// Rewind the conversation into a new session (a copy of the log up to that point),
+    /// leaving this one as it is.
+    #[arg(long, conflicts_with = "files")]
+    fork: bool,
 }
 
 /// `keel rewind`'s subcommand entry.
@@ -180,59 +184,109 @@ fn list(ctx: &Context, session: &str, json: bool) -> anyhow::Result<ExitCode> {
 }
 
 /// How a rewind leaves the conversation: keep its first `keep` messages of `of`.
-struct ConversationPlan {
-    turn: u64,
-    keep: usize,
-    of: usize,
+pub(crate) struct ConversationPlan {
+    pub(crate) turn: u64,
+    pub(crate) keep: usize,
+    pub(crate) of: usize,
 }
 
-/// Where the conversation of `session` stood when turn `turn` began: after the log's
-/// `turn - 1`th turn end. Refused where a compaction came after that point (the kept count
-/// would no longer line up).
-fn conversation_plan(ctx: &Context, session: &str, turn: u64) -> anyhow::Result<ConversationPlan> {
+/// Where the conversation of `session` stood when turn `turn` began, read from its log.
+fn conversation_plan(
+    ctx: &Context,
+    session: &str,
+    turn: u64,
+    forking: bool,
+) -> anyhow::Result<ConversationPlan> {
     let dir = ctx.data_dir().join("sessions");
     let read = session_log::read_log(&dir, session).map_err(|e| {
         anyhow::anyhow!("cannot read the log of session `{session}`: {e}; `keel sessions list` shows the sessions")
     })?;
-    let mut rebuild = Rebuild::default();
-    let mut ended = 0u64;
-    let mut keep = (turn == 1).then_some(0usize);
-    let mut compacted_after = false;
-    for line in &read.lines {
-        rebuild.push(line);
-        match &line.event {
-            SessionEvent::TurnEnded { .. } => {
-                ended += 1;
-                if ended + 1 == turn {
-                    keep = Some(rebuild.messages());
-                }
-            }
-            SessionEvent::Compacted { .. } if keep.is_some() => compacted_after = true,
-            _ => {}
-        }
+    conversation_plan_in(&read.lines, session, turn, forking)
+}
+
+/// Where the conversation in `lines` (a session's log) stood when turn `turn` began: after
+/// the log's `turn - 1`th turn end. Refused where a compaction came after that point (the
+/// kept count would no longer line up), unless `forking` (a fork copies the log up to that
+/// point, so what came after does not matter).
+pub(crate) fn conversation_plan_in(
+    lines: &[LogLine],
+    session: &str,
+    turn: u64,
+    forking: bool,
+) -> anyhow::Result<ConversationPlan> {
+    if turn == 0 {
+        bail!("turns count from 1; `keel checkpoints list {session}` shows them");
     }
-    let Some(keep) = keep else {
+    let Some(start) = turn_start(lines, turn) else {
+        let ended = lines
+            .iter()
+            .filter(|l| matches!(l.event, SessionEvent::TurnEnded { .. }))
+            .count();
         bail!(
             "session `{session}` has {ended} ended turn(s) in its log, so no turn {turn} to go \
              back to the start of"
         );
     };
-    if compacted_after {
+    let compacted_after = lines[start..]
+        .iter()
+        .any(|l| matches!(l.event, SessionEvent::Compacted { .. }));
+    if compacted_after && !forking {
         bail!(
             "the conversation of session `{session}` was compacted after turn {turn} began, so \
-             it cannot be rewound there; rewind the files alone with --files"
+             it cannot be rewound there; rewind the files alone"
         );
     }
+    let rebuilt = |lines: &[LogLine]| {
+        let mut rebuild = Rebuild::default();
+        for line in lines {
+            rebuild.push(line);
+        }
+        rebuild
+    };
+    let keep = rebuilt(&lines[..start]).messages();
     Ok(ConversationPlan {
         turn,
         keep,
-        of: rebuild.finish().messages.len(),
+        of: rebuilt(lines).finish().messages.len(),
     })
+}
+
+/// Where turn `turn` of the log `lines` begins: the first message after the log's
+/// `turn - 1`th turn end (so a `rewound` entry standing between two turns counts as before
+/// the next one), or the log's end when no message follows. `None` when the log has fewer
+/// turn ends.
+fn turn_start(lines: &[LogLine], turn: u64) -> Option<usize> {
+    let mut ended = 0u64;
+    for (i, line) in lines.iter().enumerate() {
+        match &line.event {
+            SessionEvent::Message { .. } if ended + 1 >= turn => return Some(i),
+            SessionEvent::TurnEnded { .. } => ended += 1,
+            _ => {}
+        }
+    }
+    (ended + 1 >= turn).then_some(lines.len())
 }
 
 /// `keel rewind`
 pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCode> {
     let session = args.session.as_str();
+    // Never under a session still working in the workspace and writing its log: the lock is
+    // held until this rewind is done, so the session cannot be resumed meanwhile either.
+    let _running = if args.dry_run {
+        None
+    } else {
+        match running::take(&ctx.home, session) {
+            Ok(held) => Some(held),
+            Err(running::NotTaken::Held) => bail!(
+                "not rewound: {}; finish its turn and leave it (`/exit`) first, or use \
+                 `/rewind` inside it (--force does not change this)",
+                running::held_words(session)
+            ),
+            Err(running::NotTaken::Failed(why)) => {
+                bail!("not rewound: cannot tell whether session `{session}` is running: {why}")
+            }
+        }
+    };
     let recorder = recorder(ctx)?;
     let target = match (&args.turn, &args.call, &args.checkpoint) {
         (Some(n), _, _) => Target::Turn(*n),
@@ -264,7 +318,7 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
     };
     let mut notes = Vec::new();
     let conversation_plan = match (conversation, turn) {
-        (true, Some(turn)) => Some(conversation_plan(ctx, session, turn)?),
+        (true, Some(turn)) => Some(conversation_plan(ctx, session, turn, args.fork)?),
         (true, None) => {
             if args.conversation || args.both {
                 bail!(
@@ -307,14 +361,47 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
             println!("  changed outside keel since then: {}", terminal_safe(path));
         }
     }
+    let others = match (&preview, files) {
+        (Some(p), true) => other_sessions_changes(recorder.store(), session, p)?,
+        _ => Vec::new(),
+    };
+    for (other, paths) in &others {
+        println!(
+            "  changed by session {} since then: {}",
+            terminal_safe(other),
+            paths
+                .iter()
+                .map(|p| terminal_safe(p))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     if let Some(c) = &conversation_plan {
         println!(
-            "conversation: back to the start of turn {} ({} of {} messages kept)",
-            c.turn, c.keep, c.of
+            "conversation: {} the start of turn {} ({} of {} messages kept)",
+            if args.fork {
+                "into a new session from"
+            } else {
+                "back to"
+            },
+            c.turn,
+            c.keep,
+            c.of
         );
     }
     for note in &notes {
         println!("{note}");
+    }
+    if files && !others.is_empty() && !args.force {
+        bail!(
+            "not rewound: it would undo what {} did to the file(s) above since the checkpoint; \
+             pass --force to overwrite them, or rewind that session first",
+            others
+                .iter()
+                .map(|(o, _)| format!("session {}", terminal_safe(o)))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        );
     }
     let conflicts = preview.as_ref().map_or(0, |p| p.conflicts.len());
     if files && conflicts > 0 && !args.force {
@@ -349,7 +436,20 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
         failed = report.applied.failed.clone();
         safety = Some(report.safety.id);
     }
-    if conversation && let Some(c) = conversation_plan {
+    if conversation
+        && args.fork
+        && let Some(c) = &conversation_plan
+    {
+        let new = fork(ctx, session, c.turn)?;
+        println!(
+            "forked: session {new} goes on from the start of turn {} of session {} ({} \
+             messages); `keel resume {new}` continues it, and session {} is as it was",
+            c.turn,
+            terminal_safe(session),
+            c.keep,
+            terminal_safe(session)
+        );
+    } else if conversation && let Some(c) = conversation_plan {
         let dir = ctx.data_dir().join("sessions");
         let mut log = LogWriter::open(&dir, session)
             .with_context(|| format!("opening the log of session `{session}`"))?;
@@ -380,4 +480,112 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Copy the log of `session` up to the start of turn `turn` into a new session: every entry
+/// before that point, renamed to the new session and numbered afresh, then a `rewound` entry
+/// saying where it branched. Both the first entry and that one carry `forked_from` (the
+/// session) and `forked_at_turn`, extra fields readers of the log ignore. The new log is
+/// written whole to a temp file, synced and renamed into place; the original is only read.
+/// The new session's id.
+fn fork(ctx: &Context, session: &str, turn: u64) -> anyhow::Result<String> {
+    let dir = ctx.data_dir().join("sessions");
+    let read = session_log::read_log(&dir, session)
+        .map_err(|e| anyhow::anyhow!("cannot read the log of session `{session}`: {e}"))?;
+    let cut = turn_start(&read.lines, turn)
+        .with_context(|| format!("session `{session}` has no turn {turn} to fork at"))?;
+    let copied = &read.lines[..cut];
+    let mut rebuild = Rebuild::default();
+    for line in copied {
+        rebuild.push(line);
+    }
+    let keep = rebuild.messages();
+    let new = session_log::new_session_id(crate::session::now_ms(), std::process::id());
+    let mut text = Vec::new();
+    let mut seq = 0u64;
+    let mut add = |value: &mut serde_json::Value, note: bool| -> anyhow::Result<()> {
+        value["seq"] = seq.into();
+        value["session"] = new.clone().into();
+        if note {
+            value["forked_from"] = session.into();
+            value["forked_at_turn"] = turn.into();
+        }
+        serde_json::to_writer(&mut text, value)?;
+        text.push(b'\n');
+        seq += 1;
+        Ok(())
+    };
+    for (i, line) in copied.iter().enumerate() {
+        add(&mut serde_json::to_value(line)?, i == 0)?;
+    }
+    let branch = LogLine {
+        seq: 0,
+        time_ms: crate::session::now_ms(),
+        event: SessionEvent::Rewound {
+            session: new.clone(),
+            keep,
+            turn,
+            checkpoint: None,
+        },
+    };
+    add(&mut serde_json::to_value(&branch)?, true)?;
+    let path = dir.join(format!("{new}.jsonl"));
+    let tmp = dir.join(format!(".{new}.jsonl.tmp"));
+    let written = (|| -> std::io::Result<()> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(&text)?;
+        file.sync_all()?;
+        if path.exists() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a session with the new id exists",
+            ));
+        }
+        std::fs::rename(&tmp, &path)?;
+        std::fs::File::open(&dir)?.sync_all()
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        bail!(
+            "cannot write the forked session's log {}: {e}",
+            path.display()
+        );
+    }
+    Ok(new)
+}
+
+/// What other sessions of this workspace recorded as their own changes (made by their turns,
+/// not outside keel) since the checkpoint `preview` restores, among the paths the restore
+/// would change: each such session with those paths. A rewind of one session's files would
+/// undo them, so they are named and asked about like changes made outside keel.
+pub(crate) fn other_sessions_changes(
+    store: &keel_kernel::checkpoints::Store,
+    session: &str,
+    preview: &rewind::Preview,
+) -> anyhow::Result<Vec<(String, Vec<String>)>> {
+    let touched = preview.plan.paths();
+    let mut found = Vec::new();
+    for other in store.sessions().map_err(|e| anyhow::anyhow!("{e}"))? {
+        if other == session {
+            continue;
+        }
+        let index = store.index(&other).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let paths: std::collections::BTreeSet<String> = index
+            .iter()
+            .filter(|c| c.time_ms >= preview.target.time_ms && !c.outside)
+            .flat_map(|c| c.changed.iter())
+            .filter(|p| touched.contains(*p))
+            .cloned()
+            .collect();
+        if !paths.is_empty() {
+            found.push((other, paths.into_iter().collect()));
+        }
+    }
+    Ok(found)
 }

@@ -197,8 +197,8 @@ pub async fn exec(
 }
 
 const HELP: &str = "commands: /plugins, /sessions, /expand, /approvals [revoke N|all], /mcp, \
-                    /compact [FOCUS], /clear, /load NAME|DIR, /unload NAME, /reload NAME, \
-                    /help, /exit";
+                    /compact [FOCUS], /clear, /rewind [N|N.M|cK], /load NAME|DIR, /unload NAME, \
+                    /reload NAME, /help, /exit";
 
 /// `/approvals`: the answers that still stand, numbered; `/approvals revoke N|all` withdraws
 /// them, so keel asks again.
@@ -400,6 +400,7 @@ pub(crate) async fn interactive(
                     )),
                 },
                 "compact" => session.compact(arg).await.map(Some),
+                "rewind" => session.rewind(ctx, arg).await,
                 "clear" => {
                     let old = session.clear();
                     Ok(Some(format!(

@@ -283,6 +283,7 @@ const COMMANDS: &[&str] = &[
     "/mcp",
     "/compact",
     "/clear",
+    "/rewind",
     "/load ",
     "/unload ",
     "/reload ",
@@ -360,7 +361,8 @@ mod tests {
     #[test]
     fn tab_completes_commands_and_plugin_names() {
         assert_eq!(complete("/lo"), ["/load "]);
-        assert_eq!(complete("/re"), ["/reload "]);
+        assert_eq!(complete("/re"), ["/rewind", "/reload "]);
+        assert_eq!(complete("/rel"), ["/reload "]);
         assert_eq!(complete("/load fs"), ["fs-tools"]);
         assert_eq!(complete("/unload s"), ["shell"]);
         assert!(complete("hello").is_empty());

@@ -10,6 +10,8 @@ mod input;
 mod loading;
 mod output;
 mod preview;
+mod rewind;
+pub(crate) mod running;
 mod signals;
 mod syntax;
 
@@ -74,6 +76,9 @@ pub struct Session {
     user_config: std::collections::BTreeMap<String, toml::Table>,
     /// `keel exec --raw`: the answer's exact bytes on a stdout that is not a terminal.
     exact_answer: bool,
+    /// The lock saying this process runs the session (`running`), so `keel rewind` refuses
+    /// to work under it; replaced by the new session's on `/clear`.
+    running: Mutex<Option<running::Running>>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -91,6 +96,20 @@ impl Session {
         let id = match &opts.resume {
             Some(id) => id.clone(),
             None => keel_agent_kit::session_log::new_session_id(now_ms(), rand_u32()),
+        };
+        let running = match running::take(&ctx.home, &id) {
+            Ok(held) => Some(held),
+            Err(running::NotTaken::Held) => anyhow::bail!(
+                "{}; it can be resumed once it has ended (leave it with `/exit`)",
+                running::held_words(&id)
+            ),
+            Err(running::NotTaken::Failed(why)) => {
+                eprintln!(
+                    "warning: session {id} is not marked as running ({why}), so `keel rewind` \
+                     cannot tell it is"
+                );
+                None
+            }
         };
         let model = choice
             .model
@@ -116,6 +135,7 @@ impl Session {
             overrides,
             user_config: ctx.config.config.clone(),
             exact_answer: false,
+            running: Mutex::new(running),
         };
         let sources = runtime::session_plugins(ctx, &session.loader)?;
         runtime::say_if_compiling(&session.loader, &sources);
@@ -172,8 +192,24 @@ impl Session {
                 .id
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
-            new,
+            new.clone(),
         );
+        let held = match running::take(&self.home, &new) {
+            Ok(held) => Some(held),
+            Err(running::NotTaken::Held) => {
+                eprintln!("warning: {}", running::held_words(&new));
+                None
+            }
+            Err(running::NotTaken::Failed(why)) => {
+                eprintln!("warning: session {new} is not marked as running ({why})");
+                None
+            }
+        };
+        // The session left is no longer running here: it may be rewound or resumed elsewhere.
+        *self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = held;
         *self
             .last_result
             .lock()

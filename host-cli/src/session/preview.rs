@@ -98,7 +98,7 @@ fn current(workspace: &Path, path: &str) -> Current {
 }
 
 /// A unified diff of `before` → `after` with two lines of context, at most [`MAX_LINES`].
-fn diff(before: &str, after: &str, colour: bool) -> String {
+pub(crate) fn diff(before: &str, after: &str, colour: bool) -> String {
     let paint = |code: &str, line: String| {
         if colour {
             format!("\x1b[{code}m{line}\x1b[0m")
