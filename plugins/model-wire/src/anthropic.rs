@@ -74,11 +74,7 @@ fn tool_input<'a>(arguments: JsonText<'a>) -> Result<Option<Cow<'a, str>>, Rende
 
 /// Render the streaming request body, the request's strings copied in as they arrived.
 pub fn render(req: &RequestView<'_>, opts: &AnthropicOptions) -> Result<Rendered, RenderError> {
-    let mut rendering = Rendering::default();
-    for message in &req.messages {
-        rendering.push(render_message(message)?);
-    }
-    assemble(req, opts, &rendering)
+    assemble(req, opts, &Rendering::of(&req.messages, render_message)?)
 }
 
 /// The content blocks one message becomes: its tool results first, then its text and tool

@@ -28,10 +28,10 @@ use thiserror::Error;
 
 use crate::anthropic::{self, AnthropicOptions};
 use crate::decode::{DecodeError, StreamDecoder};
-use crate::fragments::{ConversationCache, ConversationSource};
+use crate::fragments::{ConversationCache, ConversationSource, MessageParts, Rendering};
 use crate::openai::{self, OpenAiOptions};
 use crate::recovery::{ContextRecovery, RecoveryError, RecoveryPolicy};
-use crate::request::RequestView;
+use crate::request::{MessageView, RequestView};
 use crate::retry::{ApiFailure, ErrorClass, RetryPolicy, classify, classify_stream_error};
 use crate::sse::{DEFAULT_MAX_EVENT_BYTES, SseParser};
 use crate::{RenderError, Rendered};
@@ -215,10 +215,8 @@ impl AdapterConfig {
 
     /// Render `req` in this endpoint's dialect.
     pub fn render(&self, req: &RequestView<'_>) -> Result<Rendered, RenderError> {
-        match &self.format {
-            WireFormat::OpenAi(o) => openai::render(req, o),
-            WireFormat::Anthropic(o) => anthropic::render(req, o),
-        }
+        let rendering = Rendering::of(&req.messages, |message| self.render_message(message))?;
+        self.assemble(req, &rendering)
     }
 
     /// Render `req` in this endpoint's dialect; when it names a held conversation instead of
@@ -238,19 +236,32 @@ impl AdapterConfig {
                 "a request that names a held conversation carries no messages of its own".into(),
             ));
         }
-        let format = &self.format;
         let rendering = cache.rendering(
             &held.keeper,
             &named.session,
             held.revision,
             named.messages,
             source,
-            |message| match format {
-                WireFormat::OpenAi(_) => openai::render_message(message),
-                WireFormat::Anthropic(_) => anthropic::render_message(message),
-            },
+            |message| self.render_message(message),
         )?;
-        match format {
+        self.assemble(req, rendering)
+    }
+
+    /// The parts of the body `message` becomes in this endpoint's dialect.
+    fn render_message(&self, message: &MessageView<'_>) -> Result<MessageParts, RenderError> {
+        match &self.format {
+            WireFormat::OpenAi(_) => openai::render_message(message),
+            WireFormat::Anthropic(_) => anthropic::render_message(message),
+        }
+    }
+
+    /// The body of `req` with `rendering` as its messages, in this endpoint's dialect.
+    fn assemble(
+        &self,
+        req: &RequestView<'_>,
+        rendering: &Rendering,
+    ) -> Result<Rendered, RenderError> {
+        match &self.format {
             WireFormat::OpenAi(o) => openai::assemble(req, o, rendering),
             WireFormat::Anthropic(o) => anthropic::assemble(req, o, rendering),
         }

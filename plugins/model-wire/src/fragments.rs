@@ -80,6 +80,18 @@ pub struct Rendering {
 }
 
 impl Rendering {
+    /// `messages`, each rendered by `render`.
+    pub(crate) fn of(
+        messages: &[MessageView<'_>],
+        mut render: impl FnMut(&MessageView<'_>) -> Result<MessageParts, RenderError>,
+    ) -> Result<Rendering, RenderError> {
+        let mut rendering = Rendering::default();
+        for message in messages {
+            rendering.push(render(message)?);
+        }
+        Ok(rendering)
+    }
+
     /// How many messages are rendered.
     pub fn len(&self) -> usize {
         self.fragments.len()

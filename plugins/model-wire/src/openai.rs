@@ -74,11 +74,7 @@ pub fn render_request(req: &ModelRequest, opts: &OpenAiOptions) -> Result<Render
 
 /// Render the streaming request body, the request's strings copied in as they arrived.
 pub fn render(req: &RequestView<'_>, opts: &OpenAiOptions) -> Result<Rendered, RenderError> {
-    let mut rendering = Rendering::default();
-    for message in &req.messages {
-        rendering.push(render_message(message)?);
-    }
-    assemble(req, opts, &rendering)
+    assemble(req, opts, &Rendering::of(&req.messages, render_message)?)
 }
 
 /// The message objects one message becomes: its tool results as `tool` messages, then its
