@@ -87,21 +87,18 @@ fn clamp_ms(ms: u64) -> u32 {
 }
 
 impl Transport for SdkTransport {
-    fn send(&mut self, req: &HttpRequest) -> Result<HttpHead, TransportError> {
+    fn send(&mut self, req: HttpRequest) -> Result<HttpHead, TransportError> {
         self.close_body();
         let mut request = Request {
-            method: req.method.clone(),
-            url: req.url.clone(),
+            method: req.method,
+            url: req.url,
             headers: req
                 .headers
-                .iter()
-                .map(|(name, value)| Header {
-                    name: name.clone(),
-                    value: value.clone(),
-                })
+                .into_iter()
+                .map(|(name, value)| Header { name, value })
                 .collect(),
             secret_headers: Vec::new(),
-            body: req.body.clone(),
+            body: req.body,
             timeout_ms: clamp_ms(req.timeout_ms),
         };
         let mut result = match &req.secret {

@@ -93,8 +93,9 @@ pub enum TransportError {
 /// The I/O the driver needs. One response is read at a time: `send` starts it, `next_chunk`
 /// reads its body.
 pub trait Transport {
-    /// Send a request and wait for the response head.
-    fn send(&mut self, req: &HttpRequest) -> Result<HttpHead, TransportError>;
+    /// Send a request and wait for the response head. The request is handed over: its body
+    /// (the whole conversation, rendered) is not copied again on the way out.
+    fn send(&mut self, req: HttpRequest) -> Result<HttpHead, TransportError>;
     /// The next chunk of the current response's body, `None` at its end, or
     /// [`TransportError::TimedOut`] when nothing arrived for `idle_timeout_ms`.
     fn next_chunk(&mut self, idle_timeout_ms: u64) -> Result<Option<Vec<u8>>, TransportError>;
@@ -521,7 +522,7 @@ fn attempt<T: Transport + ?Sized>(
     on_delta: &mut dyn FnMut(StreamDelta),
 ) -> Attempt {
     let http = config.post(body, idle);
-    let head = match transport.send(&http) {
+    let head = match transport.send(http) {
         Ok(head) => head,
         Err(TransportError::TimedOut) => {
             return Ok(Err(Failure::Transient {
