@@ -14,7 +14,7 @@
 //! under the lock only after the blobs and manifest it names are on disk.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -365,37 +365,16 @@ impl Store {
             .collect())
     }
 
-    /// The last checkpoint of `session`, read from the end of its index.
+    /// The last checkpoint of `session`, read from the end of its index: the cost does not
+    /// grow with the session's length. A torn last line is skipped.
     pub fn last(&self, session: &str) -> Result<Option<Checkpoint>> {
-        use std::io::{Seek, SeekFrom};
-        const TAIL: u64 = 1 << 20;
         let path = self.index_path(session)?;
-        let mut file = match File::open(&path) {
+        let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_error(format!("reading {}", path.display()))(e)),
         };
-        let len = file
-            .metadata()
-            .map_err(io_error(format!("reading {}", path.display())))?
-            .len();
-        if len > TAIL {
-            file.seek(SeekFrom::Start(len - TAIL))
-                .map_err(io_error(format!("reading {}", path.display())))?;
-        }
-        let mut tail = Vec::new();
-        file.read_to_end(&mut tail)
-            .map_err(io_error(format!("reading {}", path.display())))?;
-        let found = tail
-            .split(|b| *b == b'\n')
-            .rev()
-            .find_map(|line| serde_json::from_slice::<Checkpoint>(line).ok());
-        match found {
-            Some(c) => Ok(Some(c)),
-            // Lines longer than the tail: read it whole.
-            None if len > TAIL => Ok(self.index(session)?.pop()),
-            None => Ok(None),
-        }
+        last_in(&file).map_err(io_error(format!("reading {}", path.display())))
     }
 
     /// The sessions with checkpoints in this store.
@@ -426,7 +405,14 @@ impl Store {
     ) -> Result<Checkpoint> {
         let path = self.index_path(session)?;
         let _lock = self.lock()?;
-        let last = self.last(session)?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .mode_private()
+            .open(&path)
+            .map_err(io_error(format!("opening {}", path.display())))?;
+        let last = last_in(&file).map_err(io_error(format!("reading {}", path.display())))?;
         let seq = last.as_ref().map_or(1, |c| c.seq + 1);
         let mut checkpoint = fill(seq, last.as_ref());
         checkpoint.seq = seq;
@@ -436,19 +422,9 @@ impl Store {
             .map_err(|e| Error(format!("encoding a checkpoint: {e}")))?;
         line.push(b'\n');
         self.sync()?;
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode_private()
-            .open(&path)
-            .map_err(io_error(format!("opening {}", path.display())))?;
         // A line torn by a killed writer is ended first, so this one parses.
-        if let Ok(meta) = file.metadata()
-            && meta.len() > 0
-            && !ends_with_newline(&path)
-        {
-            file.write_all(b"\n")
-                .map_err(io_error(format!("writing {}", path.display())))?;
+        if !ends_with_newline(&file).map_err(io_error(format!("reading {}", path.display())))? {
+            line.insert(0, b'\n');
         }
         file.write_all(&line)
             .and_then(|()| file.sync_data())
@@ -496,13 +472,59 @@ pub struct StoreLock {
     _file: File,
 }
 
-fn ends_with_newline(path: &Path) -> bool {
-    use std::io::{Seek, SeekFrom};
-    let Ok(mut f) = File::open(path) else {
-        return true;
-    };
+/// Whether `index` is empty or ends with a whole line.
+fn ends_with_newline(index: &File) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let len = index.metadata()?.len();
+    if len == 0 {
+        return Ok(true);
+    }
     let mut last = [0u8; 1];
-    f.seek(SeekFrom::End(-1)).is_err() || (f.read_exact(&mut last).is_ok() && last[0] == b'\n')
+    index.read_exact_at(&mut last, len - 1)?;
+    Ok(last[0] == b'\n')
+}
+
+/// The first chunk of an index read from its end; it doubles until it holds a whole line.
+const TAIL_CHUNK: u64 = 8 << 10;
+
+/// The last line of the index `index` that is a checkpoint, read from the end in chunks that
+/// double only while no whole line in them parses: a line torn by a writer killed mid-append
+/// (the last, or one that later appends ended) is skipped, and a line is taken as whole only
+/// when the byte before it is a newline or the start of the file.
+fn last_in(index: &File) -> std::io::Result<Option<Checkpoint>> {
+    use std::os::unix::fs::FileExt;
+    let len = index.metadata()?.len();
+    let mut chunk = TAIL_CHUNK;
+    // How far from the end lines were already tried, so a doubled chunk parses only the new.
+    let mut tried_from = len;
+    loop {
+        let start = len.saturating_sub(chunk);
+        let mut buf = vec![0u8; (len - start) as usize];
+        index.read_exact_at(&mut buf, start)?;
+        let mut end = buf.len();
+        // Whole lines end at `end`; walk back over them, newest first.
+        while end > 0 {
+            let begin = buf[..end]
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |i| i + 1);
+            if begin == 0 && start > 0 {
+                // Its beginning is before this chunk: read more.
+                break;
+            }
+            if start + (begin as u64) < tried_from
+                && let Ok(c) = serde_json::from_slice::<Checkpoint>(&buf[begin..end])
+            {
+                return Ok(Some(c));
+            }
+            end = begin.saturating_sub(1);
+        }
+        tried_from = start + end as u64;
+        if start == 0 {
+            return Ok(None);
+        }
+        chunk = chunk.saturating_mul(2);
+    }
 }
 
 trait PrivateMode {
