@@ -118,15 +118,13 @@ impl Recorder {
         tool: Option<&str>,
         note: Option<String>,
     ) -> Result<Checkpoint> {
+        // No garbage collection runs from the first object this writes until its index line
+        // is appended.
+        let _busy = self.store.busy()?;
         let session = state.session.clone().unwrap_or_default();
-        let manifest = snapshot(
-            &self.store,
-            self.store.workspace(),
-            &self.settings,
-            state.last.as_ref().map(|(_, m)| m),
-        )?;
-        // What changed since the session's last checkpoint, whoever took it (a rewind run by
-        // another keel process appends to the same index).
+        // The base of the walk and of what changed: the session's last checkpoint, whoever
+        // took it (a rewind run by another keel process appends to the same index). A
+        // collection always keeps it, so every hash the walk reuses from it is stored.
         let previous_hash = self.store.last(&session)?.map(|c| c.manifest);
         let loaded;
         let previous = match (&previous_hash, &state.last) {
@@ -137,6 +135,12 @@ impl Recorder {
             }
             (None, _) => None,
         };
+        let manifest = snapshot(
+            &self.store,
+            self.store.workspace(),
+            &self.settings,
+            previous,
+        )?;
         let changed = previous
             .map(|p| p.changed_paths(&manifest))
             .unwrap_or_default();

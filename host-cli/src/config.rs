@@ -82,6 +82,13 @@ pub struct CheckpointSettings {
     /// A workspace with more files and directories than this is not recorded (default
     /// 200,000).
     pub max_entries: Option<usize>,
+    /// The workspace's store keeps at most this many MiB: past it the oldest checkpoints of
+    /// any session are dropped when a session starts (default 2048).
+    pub max_total_mib: Option<u64>,
+    /// Checkpoints older than this many days are dropped when a session starts (default 30).
+    pub max_age_days: Option<u64>,
+    /// At most this many checkpoints per session, the newest (default 1000).
+    pub max_per_session: Option<usize>,
 }
 
 impl CheckpointSettings {
@@ -94,6 +101,22 @@ impl CheckpointSettings {
                 .map_or(defaults.max_file_bytes, |m| m.saturating_mul(1 << 20)),
             ignore: self.ignore.clone(),
             max_entries: self.max_entries.unwrap_or(defaults.max_entries),
+        }
+    }
+
+    /// What the collection a session runs when it starts keeps (each session's last
+    /// checkpoint always stays).
+    pub fn retention(&self) -> keel_kernel::checkpoints::Retention {
+        let defaults = keel_kernel::checkpoints::Retention::default();
+        keel_kernel::checkpoints::Retention {
+            max_age: self.max_age_days.map_or(defaults.max_age, |d| {
+                std::time::Duration::from_secs(d.saturating_mul(24 * 3600))
+            }),
+            per_session: self.max_per_session.unwrap_or(defaults.per_session),
+            max_total_bytes: self
+                .max_total_mib
+                .map_or(defaults.max_total_bytes, |m| m.saturating_mul(1 << 20)),
+            ..defaults
         }
     }
 }
@@ -561,9 +584,27 @@ impl Context {
             return None;
         }
         match self.checkpoint_store() {
-            Ok(store) => Some(std::sync::Arc::new(
-                keel_kernel::checkpoints::Recorder::new(store, self.config.checkpoints.settings()),
-            )),
+            Ok(store) => {
+                // The store's retention, applied as the session starts: skipped when other keel
+                // processes keep recording in this workspace (the next session runs it).
+                match store.collect_garbage_automatically(&self.config.checkpoints.retention()) {
+                    Ok(Some(done)) if done.over_by > 0 => eprintln!(
+                        "warning: the checkpoints of this workspace's sessions take {} MiB, \
+                         over `[checkpoints] max-total-mib`: each session's last checkpoint \
+                         is always kept; raise the bound, or leave large files out with \
+                         `[checkpoints] ignore` or `max-file-mib`",
+                        done.kept_bytes >> 20
+                    ),
+                    Ok(_) => {}
+                    Err(e) => eprintln!("warning: checkpoints were not collected: {e}"),
+                }
+                Some(std::sync::Arc::new(
+                    keel_kernel::checkpoints::Recorder::new(
+                        store,
+                        self.config.checkpoints.settings(),
+                    ),
+                ))
+            }
             Err(e) => {
                 eprintln!("warning: no checkpoints this session: {e}");
                 None
