@@ -135,12 +135,18 @@ impl Recorder {
             }
             (None, _) => None,
         };
-        let manifest = snapshot(
-            &self.store,
-            self.store.workspace(),
-            &self.settings,
-            previous,
-        )?;
+        // A session's first walk starts from the newest checkpoint of any session of this
+        // workspace (a collection keeps it too), so a new session reads only what changed since;
+        // what changed is still counted from the session's own checkpoints only.
+        let newest;
+        let base = match previous {
+            Some(p) => Some(p),
+            None => {
+                newest = self.store.newest_manifest();
+                newest.as_ref()
+            }
+        };
+        let manifest = snapshot(&self.store, self.store.workspace(), &self.settings, base)?;
         let changed = previous
             .map(|p| p.changed_paths(&manifest))
             .unwrap_or_default();

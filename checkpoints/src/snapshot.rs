@@ -206,6 +206,7 @@ pub fn snapshot(
         .overrides(overrides)
         .filter_entry(|entry| !(entry.depth() > 0 && never_tracked(entry.file_name())))
         .build();
+    let mut to_read: Vec<ToRead> = Vec::new();
     for item in walker {
         let entry = match item {
             Ok(entry) => entry,
@@ -224,7 +225,7 @@ pub fn snapshot(
         if entry.depth() == 0 {
             continue;
         }
-        if manifest.entries.len() >= settings.max_entries {
+        if manifest.entries.len() + to_read.len() >= settings.max_entries {
             return Err(Error(format!(
                 "the workspace {} holds more than {} files and directories, so no checkpoint \
                  is taken (one that left some out would have a rewind remove them); exclude \
@@ -311,44 +312,19 @@ pub fn snapshot(
                 }
                 _ => None,
             });
-            let hash = match unchanged {
-                Some(hash) => hash,
-                None => match record_file(
-                    store,
-                    &root,
-                    workspace,
-                    entry.path(),
-                    settings.max_file_bytes,
-                ) {
-                    Ok(Recorded::Stored { hash, .. }) => hash,
-                    Ok(Recorded::Changed) => {
-                        manifest.skipped.push(Skipped {
-                            path: rel,
-                            reason: "changed into something else while it was read".into(),
-                        });
-                        continue;
-                    }
-                    Ok(Recorded::TooLarge(size)) => {
-                        manifest.skipped.push(Skipped {
-                            path: rel,
-                            reason: format!(
-                                "{size} bytes or more, over the size limit of {}",
-                                settings.max_file_bytes
-                            ),
-                        });
-                        continue;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => {
-                        manifest.skipped.push(Skipped {
-                            path: rel,
-                            reason: format!("could not be read ({e})"),
-                        });
-                        continue;
-                    }
-                },
-            };
-            Node::File { mode, hash, stat }
+            match unchanged {
+                Some(hash) => Node::File { mode, hash, stat },
+                None => {
+                    // Read after the walk, on as many threads as there are cores.
+                    to_read.push(ToRead {
+                        rel,
+                        path: entry.into_path(),
+                        mode,
+                        stat,
+                    });
+                    continue;
+                }
+            }
         } else {
             manifest.skipped.push(Skipped {
                 path: rel,
@@ -360,7 +336,98 @@ pub fn snapshot(
         };
         manifest.entries.insert(rel, node);
     }
+    let read = read_all(store, &root, workspace, &to_read, settings.max_file_bytes);
+    for (file, result) in to_read.into_iter().zip(read) {
+        let ToRead {
+            rel, mode, stat, ..
+        } = file;
+        let reason = match result {
+            Ok(Recorded::Stored { hash }) => {
+                manifest
+                    .entries
+                    .insert(rel, Node::File { mode, hash, stat });
+                continue;
+            }
+            Ok(Recorded::Changed) => "changed into something else while it was read".to_owned(),
+            Ok(Recorded::TooLarge(size)) => format!(
+                "{size} bytes or more, over the size limit of {}",
+                settings.max_file_bytes
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => format!("could not be read ({e})"),
+        };
+        manifest.skipped.push(Skipped { path: rel, reason });
+    }
+    // In path order whichever thread found them, so two walks of one tree compare equal.
+    manifest.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(manifest)
+}
+
+/// A file the walk found new or changed, to read and store.
+struct ToRead {
+    rel: String,
+    path: std::path::PathBuf,
+    mode: u32,
+    stat: Stat,
+}
+
+/// Fewer new or changed files than this are read on the walk's thread: starting threads
+/// would cost more than it saves.
+const READ_IN_PARALLEL_FROM: usize = 16;
+
+/// The most threads reading files at once.
+const MAX_READERS: usize = 4;
+
+/// Read and store every file of `files` (hash and compress), on up to one thread per core,
+/// each taking the next file when done with one, so one large file does not hold up the rest.
+/// The results are in the order of `files`.
+fn read_all(
+    store: &Store,
+    root: &File,
+    workspace: &Path,
+    files: &[ToRead],
+    limit: u64,
+) -> Vec<std::io::Result<Recorded>> {
+    let read = |f: &ToRead| record_file(store, root, workspace, &f.path, limit);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(MAX_READERS);
+    if threads < 2 || files.len() < READ_IN_PARALLEL_FROM {
+        return files.iter().map(read).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(file) = files.get(i) else {
+                return done;
+            };
+            done.push((i, read(file)));
+        }
+    };
+    let mut results: Vec<Option<std::io::Result<Recorded>>> =
+        std::iter::repeat_with(|| None).take(files.len()).collect();
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mine = work();
+        for done in helpers
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .chain([mine])
+        {
+            for (i, result) in done {
+                results[i] = Some(result);
+            }
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(std::io::Error::other("not read"))))
+        .collect()
 }
 
 fn relative(workspace: &Path, path: &Path) -> String {

@@ -397,6 +397,24 @@ impl Store {
         Ok(out)
     }
 
+    /// The manifest of the last checkpoint of the session that appended to its index most
+    /// recently; none when there is none, or it cannot be read.
+    pub fn newest_manifest(&self) -> Option<Manifest> {
+        let newest = fs::read_dir(self.root.join("sessions"))
+            .ok()?
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.ends_with(".jsonl"))
+            })
+            .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.file_name())))
+            .max()?;
+        let session = newest.1.to_str()?.strip_suffix(".jsonl")?.to_owned();
+        let last = self.last(&session).ok()??;
+        self.manifest(&last.manifest).ok()
+    }
+
     /// Append a checkpoint of `session` under the store's lock: `fill` gets the sequence
     /// number (1 + the last one) and the last checkpoint, and returns the line to write. Everything the line names must
     /// already be stored; it is synced first.
