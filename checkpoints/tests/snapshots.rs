@@ -261,3 +261,45 @@ fn a_large_first_checkpoint_read_in_parallel_is_exact() {
     assert!(report.applied.failed.is_empty(), "{:?}", report.applied);
     assert_eq!(crate::common::tree(&fx.workspace), want);
 }
+
+/// A workspace past the size from which walks run on several threads: the second walk (on
+/// several threads, from the first's stats) finds exactly what changed, and a workspace over
+/// `max_entries` is refused, not recorded in part.
+#[test]
+fn a_walk_on_several_threads_finds_every_change() {
+    let fx = Fixture::new(Settings::default());
+    for i in 0..2500u32 {
+        let dir = format!("d{}", i % 25);
+        std::fs::create_dir_all(fx.path(&dir)).expect("dir");
+        std::fs::write(fx.path(&format!("{dir}/f{i}")), format!("file {i}")).expect("file");
+    }
+    let c1 = fx.recorder.before_turn("s").expect("first");
+    assert_eq!(c1.files, 2500);
+    std::fs::write(fx.path("d3/f3"), "changed").expect("change");
+    std::fs::remove_file(fx.path("d4/f4")).expect("delete");
+    std::fs::write(fx.path("d5/new"), "new").expect("add");
+    std::fs::set_permissions(fx.path("d6/f6"), std::fs::Permissions::from_mode(0o700))
+        .expect("chmod");
+    std::fs::rename(fx.path("d7/f7"), fx.path("d7/moved")).expect("rename");
+    let c2 = fx.recorder.after_turn().expect("second").expect("session");
+    assert_eq!(
+        c2.changed,
+        ["d3/f3", "d4/f4", "d5/new", "d6/f6", "d7/f7", "d7/moved"]
+    );
+    let manifest = fx
+        .recorder
+        .store()
+        .manifest(&c2.manifest)
+        .expect("manifest");
+    assert_manifest_is_the_tree(&fx, &manifest);
+    let small = Fixture::new(Settings {
+        max_entries: 2000,
+        ..Settings::default()
+    });
+    for i in 0..2100u32 {
+        std::fs::write(small.path(&format!("f{i}")), "x").expect("file");
+    }
+    let refused = small.recorder.before_turn("s").expect_err("too many");
+    assert!(refused.0.contains("more than 2000"), "{refused}");
+    assert!(small.recorder.store().index("s").expect("index").is_empty());
+}
