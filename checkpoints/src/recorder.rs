@@ -179,6 +179,7 @@ impl Recorder {
             outside: kind.follows_a_pause() && !changed.is_empty(),
             changed: changed.into_iter().take(MAX_CHANGED).collect(),
             note,
+            not_covered: self.settings.not_covered.clone(),
         })?;
         state.last = Some((hash, manifest));
         Ok(checkpoint)

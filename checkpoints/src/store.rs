@@ -104,6 +104,10 @@ pub struct Checkpoint {
     /// What a rewind restored (for [`Kind::Safety`] and [`Kind::Restored`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Places outside the workspace the session could change that no checkpoint records
+    /// ([`crate::Settings::not_covered`]): a rewind does not bring them back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_covered: Vec<String>,
 }
 
 /// The most changed paths an index line lists.

@@ -27,6 +27,7 @@ fn checkpoint(seq: u64, changed: usize) -> Checkpoint {
         changed_count: changed as u64,
         outside: false,
         note: None,
+        not_covered: Vec::new(),
     }
 }
 

@@ -303,3 +303,29 @@ fn a_walk_on_several_threads_finds_every_change() {
     assert!(refused.0.contains("more than 2000"), "{refused}");
     assert!(small.recorder.store().index("s").expect("index").is_empty());
 }
+
+/// What the session may write outside the workspace is named by every checkpoint (as `keel
+/// checkpoints list --json` shows it), since none records it.
+#[test]
+fn every_checkpoint_names_what_it_does_not_cover() {
+    let fx = Fixture::new(Settings {
+        not_covered: vec!["/srv/data (writable by the MCP server `files`)".into()],
+        ..Settings::default()
+    });
+    std::fs::write(fx.path("a"), "a").expect("a");
+    let c1 = fx.recorder.before_turn("s").expect("before");
+    let c2 = fx.recorder.after_turn().expect("after").expect("session");
+    for c in [c1, c2] {
+        assert_eq!(
+            c.not_covered,
+            ["/srv/data (writable by the MCP server `files`)"]
+        );
+        let json = serde_json::to_value(&c).expect("json");
+        assert_eq!(
+            json["not_covered"][0],
+            "/srv/data (writable by the MCP server `files`)"
+        );
+    }
+    let index = fx.recorder.store().index("s").expect("index");
+    assert!(index.iter().all(|c| c.not_covered.len() == 1));
+}
