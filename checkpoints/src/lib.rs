@@ -44,6 +44,10 @@ pub struct Settings {
     /// A workspace with more entries than this is not recorded at all (a checkpoint that
     /// left some out would have a restore remove them): the checkpoint fails and says so.
     pub max_entries: usize,
+    /// Places outside the workspace the session lets something write (an MCP server's
+    /// writable `dirs`, every path when the sandbox is off), each said the way a person reads
+    /// it: only the workspace is recorded, so each checkpoint names these as not covered.
+    pub not_covered: Vec<String>,
 }
 
 /// The default size limit of one recorded file: 16 MiB.
@@ -58,6 +62,7 @@ impl Default for Settings {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             ignore: Vec::new(),
             max_entries: DEFAULT_MAX_ENTRIES,
+            not_covered: Vec::new(),
         }
     }
 }

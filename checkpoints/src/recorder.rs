@@ -118,15 +118,13 @@ impl Recorder {
         tool: Option<&str>,
         note: Option<String>,
     ) -> Result<Checkpoint> {
+        // No garbage collection runs from the first object this writes until its index line
+        // is appended.
+        let _busy = self.store.busy()?;
         let session = state.session.clone().unwrap_or_default();
-        let manifest = snapshot(
-            &self.store,
-            self.store.workspace(),
-            &self.settings,
-            state.last.as_ref().map(|(_, m)| m),
-        )?;
-        // What changed since the session's last checkpoint, whoever took it (a rewind run by
-        // another keel process appends to the same index).
+        // The base of the walk and of what changed: the session's last checkpoint, whoever
+        // took it (a rewind run by another keel process appends to the same index). A
+        // collection always keeps it, so every hash the walk reuses from it is stored.
         let previous_hash = self.store.last(&session)?.map(|c| c.manifest);
         let loaded;
         let previous = match (&previous_hash, &state.last) {
@@ -137,6 +135,18 @@ impl Recorder {
             }
             (None, _) => None,
         };
+        // A session's first walk starts from the newest checkpoint of any session of this
+        // workspace (a collection keeps it too), so a new session reads only what changed since;
+        // what changed is still counted from the session's own checkpoints only.
+        let newest;
+        let base = match previous {
+            Some(p) => Some(p),
+            None => {
+                newest = self.store.newest_manifest();
+                newest.as_ref()
+            }
+        };
+        let manifest = snapshot(&self.store, self.store.workspace(), &self.settings, base)?;
         let changed = previous
             .map(|p| p.changed_paths(&manifest))
             .unwrap_or_default();
@@ -169,6 +179,7 @@ impl Recorder {
             outside: kind.follows_a_pause() && !changed.is_empty(),
             changed: changed.into_iter().take(MAX_CHANGED).collect(),
             note,
+            not_covered: self.settings.not_covered.clone(),
         })?;
         state.last = Some((hash, manifest));
         Ok(checkpoint)

@@ -97,6 +97,8 @@ pub struct Report {
 /// See what rewinding `session`'s files to `target` would change.
 pub fn prepare(recorder: &Recorder, session: &str, target: &Target) -> Result<Preview> {
     let store = recorder.store();
+    // No garbage collection drops what this reads, nor the objects its walk writes, meanwhile.
+    let _busy = store.busy()?;
     let index = store.index(session)?;
     let checkpoint = find(&index, session, target)?;
     let wanted = store.manifest(&checkpoint.manifest)?;
@@ -134,6 +136,9 @@ pub fn prepare(recorder: &Recorder, session: &str, target: &Target) -> Result<Pr
 /// Rewind `session`'s files to `target`. Refused, naming the files, when the rewind would
 /// overwrite changes made outside keel since the checkpoint, unless `force`.
 pub fn rewind(recorder: &Recorder, session: &str, target: &Target, force: bool) -> Result<Report> {
+    // Held until the restore is done: no garbage collection drops the checkpoint restored or
+    // the content it names meanwhile.
+    let _busy = recorder.store().busy()?;
     let preview = prepare(recorder, session, target)?;
     if !preview.conflicts.is_empty() && !force {
         return Err(Error(format!(

@@ -13,6 +13,8 @@ use std::fs::{File, Metadata, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -194,7 +196,8 @@ pub fn snapshot(
             workspace.display()
         ))
     })?;
-    let walker = ignore::WalkBuilder::new(workspace)
+    let mut walker = ignore::WalkBuilder::new(workspace);
+    walker
         .hidden(false)
         .parents(false)
         .ignore(false)
@@ -204,163 +207,297 @@ pub fn snapshot(
         .require_git(false)
         .follow_links(false)
         .overrides(overrides)
-        .filter_entry(|entry| !(entry.depth() > 0 && never_tracked(entry.file_name())))
-        .build();
-    for item in walker {
-        let entry = match item {
-            Ok(entry) => entry,
-            Err(e) => {
-                let path = match &e {
-                    ignore::Error::WithPath { path, .. } => relative(workspace, path),
-                    _ => String::new(),
+        .filter_entry(|entry| !(entry.depth() > 0 && never_tracked(entry.file_name())));
+    // A workspace the previous walk found small is walked on this thread; a large one (or one
+    // not walked before) on one thread per core, each stat-ing the entries it visits.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(MAX_READERS);
+    let parallel = threads > 1 && previous.is_none_or(|p| p.entries.len() >= WALK_IN_PARALLEL_FROM);
+    let kept = AtomicUsize::new(0);
+    let too_many = AtomicBool::new(false);
+    // Whether the walk may go on after `found`: false once more entries than the limit are kept.
+    let count = |found: &Found| {
+        if matches!(found, Found::Node(..) | Found::Read(..))
+            && kept.fetch_add(1, Ordering::Relaxed) >= settings.max_entries
+        {
+            too_many.store(true, Ordering::Relaxed);
+            return false;
+        }
+        true
+    };
+    let mut found: Vec<Found> = Vec::new();
+    if parallel {
+        let shared = Mutex::new(Vec::new());
+        walker.threads(threads).build_parallel().run(|| {
+            let (shared, count) = (&shared, &count);
+            Box::new(move |item| {
+                let Some(f) = visit(item, workspace, settings, previous) else {
+                    return ignore::WalkState::Continue;
                 };
-                manifest.skipped.push(Skipped {
-                    path,
-                    reason: format!("could not be read ({e})"),
-                });
-                continue;
-            }
-        };
-        if entry.depth() == 0 {
-            continue;
-        }
-        if manifest.entries.len() >= settings.max_entries {
-            return Err(Error(format!(
-                "the workspace {} holds more than {} files and directories, so no checkpoint \
-                 is taken (one that left some out would have a rewind remove them); exclude \
-                 what need not be recorded with `.gitignore` or `[checkpoints] ignore`, raise \
-                 `[checkpoints] max-entries`, or turn checkpoints off with `[checkpoints] \
-                 enabled = false`",
-                workspace.display(),
-                settings.max_entries
-            )));
-        }
-        let Some(rel) = entry
-            .path()
-            .strip_prefix(workspace)
-            .ok()
-            .and_then(|p| p.to_str())
-            .map(str::to_owned)
-        else {
-            manifest.skipped.push(Skipped {
-                path: relative(workspace, entry.path()),
-                reason: "its name is not UTF-8, which checkpoints do not record".into(),
-            });
-            continue;
-        };
-        let meta = match std::fs::symlink_metadata(entry.path()) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                manifest.skipped.push(Skipped {
-                    path: rel,
-                    reason: format!("could not be read ({e})"),
-                });
-                continue;
-            }
-        };
-        let mode = meta.mode() & 0o7777;
-        let ft = meta.file_type();
-        let node = if ft.is_dir() {
-            Node::Dir { mode }
-        } else if ft.is_symlink() {
-            match std::fs::read_link(entry.path()) {
-                Ok(target) => match target.to_str() {
-                    Some(t) => Node::Symlink {
-                        target: t.to_owned(),
-                    },
-                    None => {
-                        manifest.skipped.push(Skipped {
-                            path: rel,
-                            reason: "a link whose target is not UTF-8".into(),
-                        });
-                        continue;
-                    }
-                },
-                Err(e) => {
-                    manifest.skipped.push(Skipped {
-                        path: rel,
-                        reason: format!("could not be read ({e})"),
-                    });
-                    continue;
+                if !count(&f) {
+                    return ignore::WalkState::Quit;
                 }
-            }
-        } else if ft.is_file() {
-            let stat = Stat::of(&meta);
-            if stat.size > settings.max_file_bytes {
-                manifest.skipped.push(Skipped {
-                    path: rel,
-                    reason: format!(
-                        "{} bytes, over the size limit of {} (`[checkpoints] max-file-mib`)",
-                        stat.size, settings.max_file_bytes
-                    ),
-                });
+                shared
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(f);
+                ignore::WalkState::Continue
+            })
+        });
+        found = shared.into_inner().unwrap_or_else(PoisonError::into_inner);
+    } else {
+        for item in walker.build() {
+            let Some(f) = visit(item, workspace, settings, previous) else {
                 continue;
-            }
-            let unchanged = previous.and_then(|p| match p.entries.get(&rel) {
-                Some(Node::File {
-                    mode: m,
-                    hash,
-                    stat: s,
-                }) if *m == mode
-                    && *s == stat
-                    && s.mtime_ns < p.taken_ns - RACY_NS
-                    && s.ctime_ns < p.taken_ns - RACY_NS =>
-                {
-                    Some(hash.clone())
-                }
-                _ => None,
-            });
-            let hash = match unchanged {
-                Some(hash) => hash,
-                None => match record_file(
-                    store,
-                    &root,
-                    workspace,
-                    entry.path(),
-                    settings.max_file_bytes,
-                ) {
-                    Ok(Recorded::Stored { hash, .. }) => hash,
-                    Ok(Recorded::Changed) => {
-                        manifest.skipped.push(Skipped {
-                            path: rel,
-                            reason: "changed into something else while it was read".into(),
-                        });
-                        continue;
-                    }
-                    Ok(Recorded::TooLarge(size)) => {
-                        manifest.skipped.push(Skipped {
-                            path: rel,
-                            reason: format!(
-                                "{size} bytes or more, over the size limit of {}",
-                                settings.max_file_bytes
-                            ),
-                        });
-                        continue;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => {
-                        manifest.skipped.push(Skipped {
-                            path: rel,
-                            reason: format!("could not be read ({e})"),
-                        });
-                        continue;
-                    }
-                },
             };
-            Node::File { mode, hash, stat }
-        } else {
-            manifest.skipped.push(Skipped {
-                path: rel,
-                reason: "a special file (socket, FIFO or device), which checkpoints do not \
-                         record"
-                    .into(),
-            });
-            continue;
-        };
-        manifest.entries.insert(rel, node);
+            if !count(&f) {
+                break;
+            }
+            found.push(f);
+        }
     }
+    if too_many.load(Ordering::Relaxed) {
+        return Err(Error(format!(
+            "the workspace {} holds more than {} files and directories, so no checkpoint \
+             is taken (one that left some out would have a rewind remove them); exclude \
+             what need not be recorded with `.gitignore` or `[checkpoints] ignore`, raise \
+             `[checkpoints] max-entries`, or turn checkpoints off with `[checkpoints] \
+             enabled = false`",
+            workspace.display(),
+            settings.max_entries
+        )));
+    }
+    let mut to_read: Vec<ToRead> = Vec::new();
+    for f in found {
+        match f {
+            Found::Node(rel, node) => {
+                manifest.entries.insert(rel, node);
+            }
+            Found::Read(file) => to_read.push(file),
+            Found::Skipped(skipped) => manifest.skipped.push(skipped),
+        }
+    }
+    let read = read_all(store, &root, workspace, &to_read, settings.max_file_bytes);
+    for (file, result) in to_read.into_iter().zip(read) {
+        let ToRead {
+            rel, mode, stat, ..
+        } = file;
+        let reason = match result {
+            Ok(Recorded::Stored { hash }) => {
+                manifest
+                    .entries
+                    .insert(rel, Node::File { mode, hash, stat });
+                continue;
+            }
+            Ok(Recorded::Changed) => "changed into something else while it was read".to_owned(),
+            Ok(Recorded::TooLarge(size)) => format!(
+                "{size} bytes or more, over the size limit of {}",
+                settings.max_file_bytes
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => format!("could not be read ({e})"),
+        };
+        manifest.skipped.push(Skipped { path: rel, reason });
+    }
+    // In path order whichever thread found them, so two walks of one tree compare equal.
+    manifest.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(manifest)
+}
+
+/// A file the walk found new or changed, to read and store.
+struct ToRead {
+    rel: String,
+    path: std::path::PathBuf,
+    mode: u32,
+    stat: Stat,
+}
+
+/// Fewer new or changed files than this are read on the walk's thread: starting threads
+/// would cost more than it saves.
+const READ_IN_PARALLEL_FROM: usize = 16;
+
+/// The most threads reading files at once.
+const MAX_READERS: usize = 4;
+
+/// Read and store every file of `files` (hash and compress), on up to one thread per core,
+/// each taking the next file when done with one, so one large file does not hold up the rest.
+/// The results are in the order of `files`.
+fn read_all(
+    store: &Store,
+    root: &File,
+    workspace: &Path,
+    files: &[ToRead],
+    limit: u64,
+) -> Vec<std::io::Result<Recorded>> {
+    let read = |f: &ToRead| record_file(store, root, workspace, &f.path, limit);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(MAX_READERS);
+    if threads < 2 || files.len() < READ_IN_PARALLEL_FROM {
+        return files.iter().map(read).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(file) = files.get(i) else {
+                return done;
+            };
+            done.push((i, read(file)));
+        }
+    };
+    let mut results: Vec<Option<std::io::Result<Recorded>>> =
+        std::iter::repeat_with(|| None).take(files.len()).collect();
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..threads).map(|_| scope.spawn(work)).collect();
+        let mine = work();
+        for done in helpers
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .chain([mine])
+        {
+            for (i, result) in done {
+                results[i] = Some(result);
+            }
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(std::io::Error::other("not read"))))
+        .collect()
+}
+
+/// What the walk found at one path.
+enum Found {
+    Node(String, Node),
+    /// A new or changed file, read after the walk.
+    Read(ToRead),
+    Skipped(Skipped),
+}
+
+/// Walks of workspaces with fewer entries than this the last time run on one thread.
+const WALK_IN_PARALLEL_FROM: usize = 2000;
+
+/// What one entry of the walk is; none for the workspace itself and what vanished meanwhile.
+fn visit(
+    item: std::result::Result<ignore::DirEntry, ignore::Error>,
+    workspace: &Path,
+    settings: &Settings,
+    previous: Option<&Manifest>,
+) -> Option<Found> {
+    let entry = match item {
+        Ok(entry) => entry,
+        Err(e) => {
+            let path = match &e {
+                ignore::Error::WithPath { path, .. } => relative(workspace, path),
+                _ => String::new(),
+            };
+            return Some(Found::Skipped(Skipped {
+                path,
+                reason: format!("could not be read ({e})"),
+            }));
+        }
+    };
+    if entry.depth() == 0 {
+        return None;
+    }
+    let Some(rel) = entry
+        .path()
+        .strip_prefix(workspace)
+        .ok()
+        .and_then(|p| p.to_str())
+        .map(str::to_owned)
+    else {
+        return Some(Found::Skipped(Skipped {
+            path: relative(workspace, entry.path()),
+            reason: "its name is not UTF-8, which checkpoints do not record".into(),
+        }));
+    };
+    let meta = match std::fs::symlink_metadata(entry.path()) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            return Some(Found::Skipped(Skipped {
+                path: rel,
+                reason: format!("could not be read ({e})"),
+            }));
+        }
+    };
+    let mode = meta.mode() & 0o7777;
+    let ft = meta.file_type();
+    let node = if ft.is_dir() {
+        Node::Dir { mode }
+    } else if ft.is_symlink() {
+        match std::fs::read_link(entry.path()) {
+            Ok(target) => match target.to_str() {
+                Some(t) => Node::Symlink {
+                    target: t.to_owned(),
+                },
+                None => {
+                    return Some(Found::Skipped(Skipped {
+                        path: rel,
+                        reason: "a link whose target is not UTF-8".into(),
+                    }));
+                }
+            },
+            Err(e) => {
+                return Some(Found::Skipped(Skipped {
+                    path: rel,
+                    reason: format!("could not be read ({e})"),
+                }));
+            }
+        }
+    } else if ft.is_file() {
+        let stat = Stat::of(&meta);
+        if stat.size > settings.max_file_bytes {
+            return Some(Found::Skipped(Skipped {
+                path: rel,
+                reason: format!(
+                    "{} bytes, over the size limit of {} (`[checkpoints] max-file-mib`)",
+                    stat.size, settings.max_file_bytes
+                ),
+            }));
+        }
+        let unchanged = previous.and_then(|p| match p.entries.get(&rel) {
+            Some(Node::File {
+                mode: m,
+                hash,
+                stat: s,
+            }) if *m == mode
+                && *s == stat
+                && s.mtime_ns < p.taken_ns - RACY_NS
+                && s.ctime_ns < p.taken_ns - RACY_NS =>
+            {
+                Some(hash.clone())
+            }
+            _ => None,
+        });
+        match unchanged {
+            Some(hash) => Node::File { mode, hash, stat },
+            None => {
+                // Read after the walk, on as many threads as there are cores.
+                return Some(Found::Read(ToRead {
+                    rel,
+                    path: entry.into_path(),
+                    mode,
+                    stat,
+                }));
+            }
+        }
+    } else {
+        return Some(Found::Skipped(Skipped {
+            path: rel,
+            reason: "a special file (socket, FIFO or device), which checkpoints do not \
+                         record"
+                .into(),
+        }));
+    };
+    Some(Found::Node(rel, node))
 }
 
 fn relative(workspace: &Path, path: &Path) -> String {

@@ -6,15 +6,17 @@
 //! blobs/ab/<sha256>    a file's content, zstd-compressed, named by the SHA-256 of the content
 //! manifests/ab/<sha256> a snapshot's manifest (JSON, zstd), named by the hash of its JSON
 //! sessions/<id>.jsonl  a session's checkpoints, one line each, append-only
-//! lock                 held (flock) around every index append
+//! lock                 held (flock) around every index append and a garbage collection
+//! busy                 flock shared by recordings and rewinds, exclusive for a collection
 //! ```
 //!
 //! Content-addressed files are written to a temp name and renamed into place, so two sessions
 //! writing the same blob at once both leave it whole; an index line is appended and synced
 //! under the lock only after the blobs and manifest it names are on disk.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -102,6 +104,10 @@ pub struct Checkpoint {
     /// What a rewind restored (for [`Kind::Safety`] and [`Kind::Restored`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Places outside the workspace the session could change that no checkpoint records
+    /// ([`crate::Settings::not_covered`]): a rewind does not bring them back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_covered: Vec<String>,
 }
 
 /// The most changed paths an index line lists.
@@ -365,37 +371,16 @@ impl Store {
             .collect())
     }
 
-    /// The last checkpoint of `session`, read from the end of its index.
+    /// The last checkpoint of `session`, read from the end of its index: the cost does not
+    /// grow with the session's length. A torn last line is skipped.
     pub fn last(&self, session: &str) -> Result<Option<Checkpoint>> {
-        use std::io::{Seek, SeekFrom};
-        const TAIL: u64 = 1 << 20;
         let path = self.index_path(session)?;
-        let mut file = match File::open(&path) {
+        let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_error(format!("reading {}", path.display()))(e)),
         };
-        let len = file
-            .metadata()
-            .map_err(io_error(format!("reading {}", path.display())))?
-            .len();
-        if len > TAIL {
-            file.seek(SeekFrom::Start(len - TAIL))
-                .map_err(io_error(format!("reading {}", path.display())))?;
-        }
-        let mut tail = Vec::new();
-        file.read_to_end(&mut tail)
-            .map_err(io_error(format!("reading {}", path.display())))?;
-        let found = tail
-            .split(|b| *b == b'\n')
-            .rev()
-            .find_map(|line| serde_json::from_slice::<Checkpoint>(line).ok());
-        match found {
-            Some(c) => Ok(Some(c)),
-            // Lines longer than the tail: read it whole.
-            None if len > TAIL => Ok(self.index(session)?.pop()),
-            None => Ok(None),
-        }
+        last_in(&file).map_err(io_error(format!("reading {}", path.display())))
     }
 
     /// The sessions with checkpoints in this store.
@@ -416,6 +401,24 @@ impl Store {
         Ok(out)
     }
 
+    /// The manifest of the last checkpoint of the session that appended to its index most
+    /// recently; none when there is none, or it cannot be read.
+    pub fn newest_manifest(&self) -> Option<Manifest> {
+        let newest = fs::read_dir(self.root.join("sessions"))
+            .ok()?
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.ends_with(".jsonl"))
+            })
+            .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.file_name())))
+            .max()?;
+        let session = newest.1.to_str()?.strip_suffix(".jsonl")?.to_owned();
+        let last = self.last(&session).ok()??;
+        self.manifest(&last.manifest).ok()
+    }
+
     /// Append a checkpoint of `session` under the store's lock: `fill` gets the sequence
     /// number (1 + the last one) and the last checkpoint, and returns the line to write. Everything the line names must
     /// already be stored; it is synced first.
@@ -426,7 +429,14 @@ impl Store {
     ) -> Result<Checkpoint> {
         let path = self.index_path(session)?;
         let _lock = self.lock()?;
-        let last = self.last(session)?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .mode_private()
+            .open(&path)
+            .map_err(io_error(format!("opening {}", path.display())))?;
+        let last = last_in(&file).map_err(io_error(format!("reading {}", path.display())))?;
         let seq = last.as_ref().map_or(1, |c| c.seq + 1);
         let mut checkpoint = fill(seq, last.as_ref());
         checkpoint.seq = seq;
@@ -436,19 +446,9 @@ impl Store {
             .map_err(|e| Error(format!("encoding a checkpoint: {e}")))?;
         line.push(b'\n');
         self.sync()?;
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode_private()
-            .open(&path)
-            .map_err(io_error(format!("opening {}", path.display())))?;
         // A line torn by a killed writer is ended first, so this one parses.
-        if let Ok(meta) = file.metadata()
-            && meta.len() > 0
-            && !ends_with_newline(&path)
-        {
-            file.write_all(b"\n")
-                .map_err(io_error(format!("writing {}", path.display())))?;
+        if !ends_with_newline(&file).map_err(io_error(format!("reading {}", path.display())))? {
+            line.insert(0, b'\n');
         }
         file.write_all(&line)
             .and_then(|()| file.sync_data())
@@ -458,7 +458,21 @@ impl Store {
 
     /// The store's lock, held by one keel process at a time (around index appends and GC).
     pub fn lock(&self) -> Result<StoreLock> {
-        let path = self.root.join("lock");
+        self.flock("lock", LockHow::Exclusive, LOCK_WAIT)?
+            .ok_or_else(|| {
+                Error(format!(
+                    "another keel process has held the checkpoint lock {} for over {} s; \
+                     wait for it to finish, or end it if it hangs",
+                    self.root.join("lock").display(),
+                    LOCK_WAIT.as_secs()
+                ))
+            })
+    }
+
+    /// The `flock` on the store's file `name`, waiting at most `wait`; `None` when it is still
+    /// held the other way after that.
+    fn flock(&self, name: &str, how: LockHow, wait: Duration) -> Result<Option<StoreLock>> {
+        let path = self.root.join(name);
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -467,22 +481,19 @@ impl Store {
             .open(&path)
             .map_err(io_error(format!("opening {}", path.display())))?;
         let started = Instant::now();
-        let mut pause = Duration::from_millis(2);
+        let mut pause = Duration::from_millis(1);
         loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(StoreLock { _file: file }),
-                Err(fs::TryLockError::WouldBlock) if started.elapsed() < LOCK_WAIT => {
+            let tried = match how {
+                LockHow::Shared => file.try_lock_shared(),
+                LockHow::Exclusive => file.try_lock(),
+            };
+            match tried {
+                Ok(()) => return Ok(Some(StoreLock { _file: file })),
+                Err(fs::TryLockError::WouldBlock) if started.elapsed() < wait => {
                     std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(50));
+                    pause = (pause * 2).min(Duration::from_millis(20));
                 }
-                Err(fs::TryLockError::WouldBlock) => {
-                    return Err(Error(format!(
-                        "another keel process has held the checkpoint lock {} for over {} s; \
-                         wait for it to finish, or end it if it hangs",
-                        path.display(),
-                        LOCK_WAIT.as_secs()
-                    )));
-                }
+                Err(fs::TryLockError::WouldBlock) => return Ok(None),
                 Err(fs::TryLockError::Error(e)) => {
                     return Err(io_error(format!("locking {}", path.display()))(e));
                 }
@@ -491,18 +502,70 @@ impl Store {
     }
 }
 
+#[derive(Debug, Clone, Copy)]
+enum LockHow {
+    Shared,
+    Exclusive,
+}
+
 /// The store's lock; released when dropped.
 pub struct StoreLock {
     _file: File,
 }
 
-fn ends_with_newline(path: &Path) -> bool {
-    use std::io::{Seek, SeekFrom};
-    let Ok(mut f) = File::open(path) else {
-        return true;
-    };
+/// Whether `index` is empty or ends with a whole line.
+fn ends_with_newline(index: &File) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let len = index.metadata()?.len();
+    if len == 0 {
+        return Ok(true);
+    }
     let mut last = [0u8; 1];
-    f.seek(SeekFrom::End(-1)).is_err() || (f.read_exact(&mut last).is_ok() && last[0] == b'\n')
+    index.read_exact_at(&mut last, len - 1)?;
+    Ok(last[0] == b'\n')
+}
+
+/// The first chunk of an index read from its end; it doubles until it holds a whole line.
+const TAIL_CHUNK: u64 = 8 << 10;
+
+/// The last line of the index `index` that is a checkpoint, read from the end in chunks that
+/// double only while no whole line in them parses: a line torn by a writer killed mid-append
+/// (the last, or one that later appends ended) is skipped, and a line is taken as whole only
+/// when the byte before it is a newline or the start of the file.
+fn last_in(index: &File) -> std::io::Result<Option<Checkpoint>> {
+    use std::os::unix::fs::FileExt;
+    let len = index.metadata()?.len();
+    let mut chunk = TAIL_CHUNK;
+    // How far from the end lines were already tried, so a doubled chunk parses only the new.
+    let mut tried_from = len;
+    loop {
+        let start = len.saturating_sub(chunk);
+        let mut buf = vec![0u8; (len - start) as usize];
+        index.read_exact_at(&mut buf, start)?;
+        let mut end = buf.len();
+        // Whole lines end at `end`; walk back over them, newest first.
+        while end > 0 {
+            let begin = buf[..end]
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |i| i + 1);
+            if begin == 0 && start > 0 {
+                // Its beginning is before this chunk: read more.
+                break;
+            }
+            if start + (begin as u64) < tried_from
+                && let Ok(c) = serde_json::from_slice::<Checkpoint>(&buf[begin..end])
+            {
+                return Ok(Some(c));
+            }
+            end = begin.saturating_sub(1);
+        }
+        tried_from = start + end as u64;
+        if start == 0 {
+            return Ok(None);
+        }
+        chunk = chunk.saturating_mul(2);
+    }
 }
 
 trait PrivateMode {
@@ -557,17 +620,26 @@ pub struct Retention {
     pub max_age: Duration,
     /// At most this many checkpoints per session, the newest.
     pub per_session: usize,
-    /// Objects nothing names are deleted only once this old: a keel process may have written
-    /// them for a checkpoint whose index line is not appended yet.
+    /// At most this many bytes of stored objects in the whole store: past it the oldest
+    /// checkpoints of any session are dropped (a session's last one is always kept, so the
+    /// store may stay above it when those alone are larger; [`Collected::over_by`] says so).
+    pub max_total_bytes: u64,
+    /// Objects nothing names are deleted only once this old. No keel process records while a
+    /// collection runs ([`Store::busy`]), so no grace is needed for them; a longer one keeps
+    /// what a crashed recording left a little longer.
     pub grace: Duration,
 }
+
+/// The default bound of a store's total bytes: 2 GiB.
+pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 2 << 30;
 
 impl Default for Retention {
     fn default() -> Self {
         Retention {
             max_age: Duration::from_secs(30 * 24 * 3600),
             per_session: 1000,
-            grace: Duration::from_secs(3600),
+            max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
+            grace: Duration::ZERO,
         }
     }
 }
@@ -581,86 +653,279 @@ pub struct Collected {
     pub objects: usize,
     /// Their bytes (as stored).
     pub bytes: u64,
+    /// The stored bytes the kept checkpoints name.
+    pub kept_bytes: u64,
+    /// By how much the kept checkpoints exceed [`Retention::max_total_bytes`]: the sessions'
+    /// last checkpoints alone are larger (0 when the bound is held).
+    pub over_by: u64,
+}
+
+/// How long an automatic collection waits for keel processes recording in this store.
+const AUTOMATIC_WAIT: Duration = Duration::from_secs(2);
+
+/// One stored object, as a collection sees it.
+struct Object {
+    path: PathBuf,
+    bytes: u64,
+    age: Duration,
 }
 
 impl Store {
+    /// Held (shared) while a keel process records a checkpoint or rewinds: from its first
+    /// object written until its index line is appended, or from reading the checkpoint to
+    /// restore until the restore is done. A garbage collection holds it exclusively, so it
+    /// never deletes an object a recording is about to name nor drops a checkpoint a rewind is
+    /// restoring.
+    pub fn busy(&self) -> Result<StoreLock> {
+        self.flock("busy", LockHow::Shared, LOCK_WAIT)?
+            .ok_or_else(|| {
+                Error(format!(
+                    "a garbage collection of the checkpoint store {} has run for over {} s; wait \
+                 for it to finish, or end the keel process running it if it hangs",
+                    self.root.display(),
+                    LOCK_WAIT.as_secs()
+                ))
+            })
+    }
+
     /// Drop the checkpoints `retention` does not keep and delete what no kept checkpoint
-    /// names, under the store's lock. A session's last checkpoint always stays (it is the base
-    /// of its next walk and of the check for changes made outside keel).
+    /// names, waiting for keel processes that are recording in this store.
     pub fn collect_garbage(&self, retention: &Retention) -> Result<Collected> {
+        let busy = self
+            .flock("busy", LockHow::Exclusive, LOCK_WAIT)?
+            .ok_or_else(|| {
+                Error(format!(
+                    "keel processes kept recording in the checkpoint store {} for over {} s; \
+                     run the collection again when they are done",
+                    self.root.display(),
+                    LOCK_WAIT.as_secs()
+                ))
+            })?;
+        self.collect_holding(retention, busy)
+    }
+
+    /// The collection a session runs when it starts: skipped (`None`) when other keel
+    /// processes keep recording in this store for a while, and cheap when nothing is due: the
+    /// manifests are read only when a checkpoint is to be dropped by age or count, or the
+    /// stored objects exceed the bound.
+    pub fn collect_garbage_automatically(
+        &self,
+        retention: &Retention,
+    ) -> Result<Option<Collected>> {
+        let Some(busy) = self.flock("busy", LockHow::Exclusive, AUTOMATIC_WAIT)? else {
+            return Ok(None);
+        };
+        if !self.collection_due(retention)? {
+            return Ok(Some(Collected::default()));
+        }
+        self.collect_holding(retention, busy).map(Some)
+    }
+
+    /// Whether a checkpoint is to be dropped by age or count, or the store is over its bound.
+    fn collection_due(&self, retention: &Retention) -> Result<bool> {
+        let now_ms = crate::now_ms();
+        let max_age_ms = retention.max_age.as_millis() as u64;
+        for session in self.sessions()? {
+            let index = self.index(&session)?;
+            if index.len() > retention.per_session.max(1)
+                || index.len() > 1 && now_ms.saturating_sub(index[0].time_ms) > max_age_ms
+            {
+                return Ok(true);
+            }
+        }
+        let stored: u64 = self
+            .objects("manifests")
+            .values()
+            .map(|o| o.bytes)
+            .sum::<u64>()
+            + self.objects("blobs").values().map(|o| o.bytes).sum::<u64>();
+        Ok(stored > retention.max_total_bytes)
+    }
+
+    /// Every object of `kind` (`blobs` or `manifests`), by hash.
+    fn objects(&self, kind: &str) -> BTreeMap<String, Object> {
+        let mut out = BTreeMap::new();
+        let Ok(fans) = fs::read_dir(self.root.join(kind)) else {
+            return out;
+        };
+        for fan in fans.flatten() {
+            let prefix = fan.file_name().to_string_lossy().into_owned();
+            let Ok(objects) = fs::read_dir(fan.path()) else {
+                continue;
+            };
+            for object in objects.flatten() {
+                let name = object.file_name().to_string_lossy().into_owned();
+                let hash = format!("{prefix}{name}");
+                // Temp files of writes in progress or killed are not objects.
+                if valid_hash(&hash).is_err() {
+                    continue;
+                }
+                let Ok(meta) = object.metadata() else {
+                    continue;
+                };
+                let age = meta
+                    .modified()
+                    .ok()
+                    .and_then(|m| m.elapsed().ok())
+                    .unwrap_or_default();
+                out.insert(
+                    hash,
+                    Object {
+                        path: object.path(),
+                        bytes: meta.len(),
+                        age,
+                    },
+                );
+            }
+        }
+        out
+    }
+
+    /// The collection itself, `busy` held exclusively. Crash-safe in this order: every
+    /// index is rewritten (temp, sync, rename, directory synced) before any object is deleted,
+    /// and only objects no line of the rewritten indexes names are deleted; a collection killed
+    /// at any point leaves every kept checkpoint whole.
+    fn collect_holding(&self, retention: &Retention, _busy: StoreLock) -> Result<Collected> {
         let _lock = self.lock()?;
         let mut collected = Collected::default();
         let now_ms = crate::now_ms();
         let max_age_ms = retention.max_age.as_millis() as u64;
-        let mut manifests = std::collections::BTreeSet::new();
+        let manifest_objects = self.objects("manifests");
+        let blob_objects = self.objects("blobs");
+        // Each session's index, and which of its lines age and count keep.
+        let mut sessions: Vec<(String, Vec<Checkpoint>, Vec<bool>)> = Vec::new();
         for session in self.sessions()? {
             let index = self.index(&session)?;
             let n = index.len();
-            let kept: Vec<&Checkpoint> = index
+            let keep = index
                 .iter()
                 .enumerate()
-                .filter(|(i, c)| {
-                    *i + 1 == n
+                .map(|(i, c)| {
+                    i + 1 == n
                         || (n - i <= retention.per_session
                             && now_ms.saturating_sub(c.time_ms) <= max_age_ms)
                 })
-                .map(|(_, c)| c)
                 .collect();
-            collected.checkpoints += n - kept.len();
-            if kept.len() < n {
-                let mut text = Vec::new();
-                for c in &kept {
-                    serde_json::to_writer(&mut text, c)
-                        .map_err(|e| Error(format!("encoding a checkpoint: {e}")))?;
-                    text.push(b'\n');
-                }
-                write_atomic(&self.index_path(&session)?, &text, true)?;
-            }
-            manifests.extend(kept.iter().map(|c| c.manifest.clone()));
+            sessions.push((session, index, keep));
         }
-        let mut blobs = std::collections::BTreeSet::new();
-        for hash in &manifests {
-            // A manifest that cannot be read names nothing more; its blobs may go, and the
-            // restore that needs it fails with the reason.
-            if let Ok(m) = self.manifest(hash) {
-                for node in m.entries.values() {
-                    if let crate::Node::File { hash, .. } = node {
-                        blobs.insert(hash.clone());
+        // How many kept lines name each manifest, and how many kept manifests each blob.
+        let mut manifest_refs: BTreeMap<String, usize> = BTreeMap::new();
+        for (_, index, keep) in &sessions {
+            for (c, _) in index.iter().zip(keep).filter(|(_, k)| **k) {
+                *manifest_refs.entry(c.manifest.clone()).or_default() += 1;
+            }
+        }
+        // The blobs each manifest names. A manifest that cannot be read names nothing more;
+        // its blobs may go, and the restore that needs it fails with the reason.
+        let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut blob_refs: BTreeMap<String, usize> = BTreeMap::new();
+        for hash in manifest_refs.keys() {
+            let blobs: Vec<String> = match self.manifest(hash) {
+                Ok(m) => {
+                    let set: std::collections::BTreeSet<&String> = m
+                        .entries
+                        .values()
+                        .filter_map(|node| match node {
+                            crate::Node::File { hash, .. } => Some(hash),
+                            _ => None,
+                        })
+                        .collect();
+                    set.into_iter().cloned().collect()
+                }
+                Err(_) => Vec::new(),
+            };
+            for b in &blobs {
+                *blob_refs.entry(b.clone()).or_default() += 1;
+            }
+            names.insert(hash.clone(), blobs);
+        }
+        let size = |objects: &BTreeMap<String, Object>, hash: &str| {
+            objects.get(hash).map_or(0, |o| o.bytes)
+        };
+        let mut kept_bytes: u64 = manifest_refs
+            .keys()
+            .map(|h| size(&manifest_objects, h))
+            .sum::<u64>()
+            + blob_refs
+                .keys()
+                .map(|h| size(&blob_objects, h))
+                .sum::<u64>();
+        // Over the bound: drop the oldest checkpoints of any session (never a session's last)
+        // until what the rest name fits.
+        if kept_bytes > retention.max_total_bytes {
+            let mut candidates: Vec<(u64, u64, usize, usize)> = Vec::new();
+            for (s, (_, index, keep)) in sessions.iter().enumerate() {
+                for (i, c) in index.iter().enumerate() {
+                    if keep[i] && i + 1 < index.len() {
+                        candidates.push((c.time_ms, c.seq, s, i));
                     }
                 }
             }
-        }
-        for (kind, keep) in [("manifests", &manifests), ("blobs", &blobs)] {
-            let dir = self.root.join(kind);
-            let Ok(fans) = fs::read_dir(&dir) else {
-                continue;
-            };
-            for fan in fans.flatten() {
-                let prefix = fan.file_name().to_string_lossy().into_owned();
-                let Ok(objects) = fs::read_dir(fan.path()) else {
+            candidates.sort_unstable();
+            for (_, _, s, i) in candidates {
+                if kept_bytes <= retention.max_total_bytes {
+                    break;
+                }
+                let (_, index, keep) = &mut sessions[s];
+                keep[i] = false;
+                let manifest = &index[i].manifest;
+                let Some(refs) = manifest_refs.get_mut(manifest) else {
                     continue;
                 };
-                for object in objects.flatten() {
-                    let name = object.file_name().to_string_lossy().into_owned();
-                    let hash = format!("{prefix}{name}");
-                    if keep.contains(&hash) {
-                        continue;
+                *refs -= 1;
+                if *refs > 0 {
+                    continue;
+                }
+                manifest_refs.remove(manifest);
+                kept_bytes -= size(&manifest_objects, manifest);
+                for b in names.remove(manifest).unwrap_or_default() {
+                    if let Some(n) = blob_refs.get_mut(&b) {
+                        *n -= 1;
+                        if *n == 0 {
+                            blob_refs.remove(&b);
+                            kept_bytes -= size(&blob_objects, &b);
+                        }
                     }
-                    let Ok(meta) = object.metadata() else {
-                        continue;
-                    };
-                    let age = meta
-                        .modified()
-                        .ok()
-                        .and_then(|m| m.elapsed().ok())
-                        .unwrap_or_default();
-                    if age < retention.grace {
-                        continue;
-                    }
-                    if fs::remove_file(object.path()).is_ok() {
-                        collected.objects += 1;
-                        collected.bytes += meta.len();
-                    }
+                }
+            }
+        }
+        collected.kept_bytes = kept_bytes;
+        collected.over_by = kept_bytes.saturating_sub(retention.max_total_bytes);
+        // First the indexes, durably…
+        let mut rewrote = false;
+        for (session, index, keep) in &sessions {
+            let dropped = keep.iter().filter(|k| !**k).count();
+            if dropped == 0 {
+                continue;
+            }
+            collected.checkpoints += dropped;
+            let mut text = Vec::new();
+            for (c, _) in index.iter().zip(keep).filter(|(_, k)| **k) {
+                serde_json::to_writer(&mut text, c)
+                    .map_err(|e| Error(format!("encoding a checkpoint: {e}")))?;
+                text.push(b'\n');
+            }
+            write_atomic(&self.index_path(session)?, &text, true)?;
+            rewrote = true;
+        }
+        if rewrote {
+            let dir = self.root.join("sessions");
+            File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_error(format!("syncing {}", dir.display())))?;
+        }
+        // …then what no kept line names.
+        for (objects, keep) in [
+            (&manifest_objects, &manifest_refs),
+            (&blob_objects, &blob_refs),
+        ] {
+            for (hash, object) in objects {
+                if keep.contains_key(hash) || object.age < retention.grace {
+                    continue;
+                }
+                if fs::remove_file(&object.path).is_ok() {
+                    collected.objects += 1;
+                    collected.bytes += object.bytes;
                 }
             }
         }

@@ -2,6 +2,7 @@
 
 mod common;
 mod hostile;
+mod index;
 mod retention;
 mod rewind_properties;
 mod snapshots;

@@ -82,6 +82,13 @@ pub struct CheckpointSettings {
     /// A workspace with more files and directories than this is not recorded (default
     /// 200,000).
     pub max_entries: Option<usize>,
+    /// The workspace's store keeps at most this many MiB: past it the oldest checkpoints of
+    /// any session are dropped when a session starts (default 2048).
+    pub max_total_mib: Option<u64>,
+    /// Checkpoints older than this many days are dropped when a session starts (default 30).
+    pub max_age_days: Option<u64>,
+    /// At most this many checkpoints per session, the newest (default 1000).
+    pub max_per_session: Option<usize>,
 }
 
 impl CheckpointSettings {
@@ -94,6 +101,23 @@ impl CheckpointSettings {
                 .map_or(defaults.max_file_bytes, |m| m.saturating_mul(1 << 20)),
             ignore: self.ignore.clone(),
             max_entries: self.max_entries.unwrap_or(defaults.max_entries),
+            not_covered: Vec::new(),
+        }
+    }
+
+    /// What the collection a session runs when it starts keeps (each session's last
+    /// checkpoint always stays).
+    pub fn retention(&self) -> keel_kernel::checkpoints::Retention {
+        let defaults = keel_kernel::checkpoints::Retention::default();
+        keel_kernel::checkpoints::Retention {
+            max_age: self.max_age_days.map_or(defaults.max_age, |d| {
+                std::time::Duration::from_secs(d.saturating_mul(24 * 3600))
+            }),
+            per_session: self.max_per_session.unwrap_or(defaults.per_session),
+            max_total_bytes: self
+                .max_total_mib
+                .map_or(defaults.max_total_bytes, |m| m.saturating_mul(1 << 20)),
+            ..defaults
         }
     }
 }
@@ -561,14 +585,73 @@ impl Context {
             return None;
         }
         match self.checkpoint_store() {
-            Ok(store) => Some(std::sync::Arc::new(
-                keel_kernel::checkpoints::Recorder::new(store, self.config.checkpoints.settings()),
-            )),
+            Ok(store) => {
+                // The store's retention, applied as the session starts: skipped when other keel
+                // processes keep recording in this workspace (the next session runs it).
+                match store.collect_garbage_automatically(&self.config.checkpoints.retention()) {
+                    Ok(Some(done)) if done.over_by > 0 => eprintln!(
+                        "warning: the checkpoints of this workspace's sessions take {} MiB, \
+                         over `[checkpoints] max-total-mib`: each session's last checkpoint \
+                         is always kept; raise the bound, or leave large files out with \
+                         `[checkpoints] ignore` or `max-file-mib`",
+                        done.kept_bytes >> 20
+                    ),
+                    Ok(_) => {}
+                    Err(e) => eprintln!("warning: checkpoints were not collected: {e}"),
+                }
+                let settings = keel_kernel::checkpoints::Settings {
+                    not_covered: self.writable_outside_the_workspace(),
+                    ..self.config.checkpoints.settings()
+                };
+                Some(std::sync::Arc::new(
+                    keel_kernel::checkpoints::Recorder::new(store, settings),
+                ))
+            }
             Err(e) => {
                 eprintln!("warning: no checkpoints this session: {e}");
                 None
             }
         }
+    }
+
+    /// What a session may write outside the workspace, which checkpoints do not record: every
+    /// path when `[sandbox] mode = "off"`, and each MCP server's writable `dirs` elsewhere
+    /// (commands otherwise write the workspace and a private `/tmp` only).
+    fn writable_outside_the_workspace(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.config.sandbox.mode.as_deref().map(str::trim) == Some("off") {
+            out.push(
+                "everything outside the workspace (`[sandbox] mode = \"off\"` lets commands \
+                 write anywhere)"
+                    .to_owned(),
+            );
+        }
+        // A configuration error here is reported where the session builds its servers.
+        if let Ok(entries) = crate::settings::mcp_entries(self) {
+            for (name, entry) in entries {
+                for dir in entry.dirs {
+                    // `data/../..` is not inside the workspace, though it starts with it.
+                    let dir = dir.canonicalize().unwrap_or_else(|_| {
+                        dir.components().fold(PathBuf::new(), |mut p, c| {
+                            match c {
+                                std::path::Component::ParentDir => {
+                                    p.pop();
+                                }
+                                c => p.push(c),
+                            }
+                            p
+                        })
+                    });
+                    if !dir.starts_with(&self.workspace) {
+                        out.push(format!(
+                            "{} (writable by the MCP server `{name}`)",
+                            dir.display()
+                        ));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Directory of the compiled-component cache.
@@ -733,6 +816,29 @@ mod tests {
             .map(Path::to_path_buf)
             .unwrap_or_default();
         assert_eq!(ctx.home, parent.join("h"));
+        Ok(())
+    }
+
+    /// Each checkpoint names what the session may write outside the workspace, which it does
+    /// not record: every path with the sandbox off, an MCP server's `dirs` elsewhere (one
+    /// reached through `..` too), not its `dirs` inside the workspace.
+    #[test]
+    fn what_checkpoints_do_not_cover_is_named() -> anyhow::Result<()> {
+        let home = tempfile::tempdir()?;
+        let ws = tempfile::tempdir()?;
+        let mut ctx = Context::new(Some(home.path().to_path_buf()), ws.path().to_path_buf())?;
+        assert_eq!(ctx.writable_outside_the_workspace(), Vec::<String>::new());
+        ctx.config = toml::from_str(
+            "[sandbox]\nmode = \"off\"\n[mcp.servers.files]\ncommand = \"node\"\n\
+             dirs = [\"data\", \"data/../../elsewhere\"]\n",
+        )?;
+        let named = ctx.writable_outside_the_workspace();
+        assert_eq!(named.len(), 2, "{named:?}");
+        assert!(named[0].contains("mode = \"off\""), "{named:?}");
+        assert!(
+            named[1].contains("elsewhere") && named[1].contains("MCP server `files`"),
+            "{named:?}"
+        );
         Ok(())
     }
 
