@@ -1,5 +1,6 @@
 //! The `keel` command line.
 
+mod acp;
 mod commands;
 mod config;
 mod project_approvals;
@@ -124,6 +125,9 @@ enum Command {
     },
     /// Check the config, keys, the model endpoint and the sandbox.
     Doctor(commands::doctor::DoctorArgs),
+    /// Serve an editor over the Agent Client Protocol on stdin/stdout (Zed, JetBrains,
+    /// Neovim …): each of its sessions is a keel session with this config's gates.
+    Acp(acp::AcpArgs),
 }
 
 #[derive(Subcommand)]
@@ -262,6 +266,7 @@ fn main() -> ExitCode {
             }
             Command::Demo { keep } => commands::run::demo(&ctx, keep).await,
             Command::Doctor(args) => commands::doctor::run(&ctx, args).await,
+            Command::Acp(args) => acp::serve(&ctx, args).await,
             Command::Registry(cmd) => commands::registry::run(&ctx, cmd).await,
             Command::Tool(cmd) => commands::tool::run(&ctx, cmd).await,
             Command::Mcp(cmd) => commands::mcp::run(&ctx, cmd).await,

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod acp;
 mod agent;
 mod agent_wire;
 mod checkpoints;

@@ -170,15 +170,62 @@ pub(crate) fn now() -> u64 {
         .unwrap_or(0)
 }
 
-/// SHA-256 over the canonical JSON of `caps`: the lockfile's capability digest.
+/// SHA-256 over the canonical JSON of `caps` (every object's keys sorted, no whitespace):
+/// the lockfile's capability digest.
 pub fn capability_digest(kind: PluginKind, caps: &Capabilities) -> String {
     let json = serde_json::json!({ "kind": kind, "capabilities": caps });
-    sha256_hex(json.to_string().as_bytes())
+    sha256_hex(sorted_keys(json).to_string().as_bytes())
+}
+
+/// `value` with every object's keys in sorted order. serde_json's map keeps insertion order
+/// when a dependency turns on its `preserve_order` (`agent-client-protocol` does, for the
+/// whole workspace), so a digest must sort for itself to stay the one lockfiles hold.
+fn sorted_keys(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<(String, serde_json::Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(key, value)| (key, sorted_keys(value)))
+                    .collect(),
+            )
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(sorted_keys).collect())
+        }
+        other => other,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_capability_digest_is_over_sorted_keys_whatever_the_map_keeps() {
+        let caps = Capabilities::default();
+        let mut fields: Vec<(String, serde_json::Value)> = match serde_json::to_value(&caps) {
+            Ok(serde_json::Value::Object(map)) => map.into_iter().collect(),
+            other => panic!("capabilities are an object: {other:?}"),
+        };
+        fields.sort_by(|a, b| a.0.cmp(&b.0));
+        let inner: Vec<String> = fields
+            .iter()
+            .map(|(k, v)| format!("{}:{}", serde_json::json!(k), sorted_keys(v.clone())))
+            .collect();
+        let kind = serde_json::to_value(PluginKind::Wasm).unwrap_or_default();
+        let canonical = format!(
+            "{{\"capabilities\":{{{}}},\"kind\":{kind}}}",
+            inner.join(",")
+        );
+        assert_eq!(
+            capability_digest(PluginKind::Wasm, &caps),
+            sha256_hex(canonical.as_bytes()),
+            "{canonical}"
+        );
+    }
 
     fn record() -> Record {
         Record {

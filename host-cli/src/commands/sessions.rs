@@ -98,6 +98,11 @@ async fn session_log(ctx: &Context) -> anyhow::Result<Runtime> {
     )
 }
 
+/// A kernel holding only this config's `session-log` plugin (`keel acp`'s `session/list`).
+pub(crate) async fn session_log_kernel(ctx: &Context) -> anyhow::Result<keel_kernel::Kernel> {
+    Ok(session_log(ctx).await?.kernel)
+}
+
 /// Call the session log's `method`.
 async fn ask<T: serde::de::DeserializeOwned>(
     kernel: &keel_kernel::Kernel,

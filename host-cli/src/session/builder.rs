@@ -11,6 +11,9 @@
 //!   child agent, a turn);
 //! - the plugin loader with the person's `[limits.<plugin>]` and grants.
 
+use std::sync::Arc;
+
+use keel_kernel::gates::approvals::Approver;
 use keel_kernel::gates::exec_policy::ApprovalMode;
 use keel_kernel::{Kernel, KernelConfig};
 
@@ -25,6 +28,7 @@ use crate::settings::ModelChoice;
 pub struct KernelBuilder<'a> {
     ctx: &'a Context,
     approval: Option<ApprovalMode>,
+    asker: Option<Arc<dyn Approver>>,
 }
 
 impl<'a> KernelBuilder<'a> {
@@ -33,6 +37,7 @@ impl<'a> KernelBuilder<'a> {
         KernelBuilder {
             ctx,
             approval: None,
+            asker: None,
         }
     }
 
@@ -43,10 +48,17 @@ impl<'a> KernelBuilder<'a> {
         self
     }
 
+    /// Who answers approval questions under `ask` in place of the terminal (an editor over
+    /// ACP). The gates are the same; only the one asked changes.
+    pub fn asker(mut self, asker: Option<Arc<dyn Approver>>) -> Self {
+        self.asker = asker;
+        self
+    }
+
     /// The kernel, empty, and the loader for its plugins.
     pub fn build(self) -> anyhow::Result<Runtime> {
         let ctx = self.ctx;
-        let gates = gates::gate_config(ctx, &ModelChoice::from(ctx), self.approval)?;
+        let gates = gates::gate_config(ctx, &ModelChoice::from(ctx), self.approval, self.asker)?;
         let config = KernelConfig {
             deadlines: ctx.config.timeouts.deadlines()?,
             ..KernelConfig::default()

@@ -17,17 +17,23 @@ use super::{preview, terminal_safe};
 use crate::config::Context;
 use crate::settings::{self, ModelChoice};
 
-/// The sealed gates of a session of `ctx`, `approval` overriding the config's.
+/// The sealed gates of a session of `ctx`, `approval` overriding the config's. `asker`, when
+/// given, is who answers the questions of `ask` in place of the terminal (an editor over ACP);
+/// under `auto` and `never` the policy answers as it always does.
 pub(crate) fn gate_config(
     ctx: &Context,
     choice: &ModelChoice,
     approval: Option<ApprovalMode>,
+    asker: Option<Arc<dyn Approver>>,
 ) -> anyhow::Result<GateConfig> {
     let mut policy = settings::load_policy(ctx)?;
     if let Some(mode) = approval {
         policy = policy.with_approval(mode);
     }
-    let approver = approver_for(policy.approval(), &ctx.workspace);
+    let approver = match asker {
+        Some(asker) if policy.approval() == ApprovalMode::Ask => asker,
+        _ => approver_for(policy.approval(), &ctx.workspace),
+    };
     let grants = match GrantStore::open_in_home(&ctx.grants_file(), &ctx.workspace, Some(&ctx.home))
     {
         Ok((store, warnings)) => {
@@ -72,7 +78,11 @@ struct TerminalApprover {
 /// The question for `request`, each answer saying in words what it lets run; a file change is
 /// shown as a diff against `workspace`'s file. Every word from the request passed through a
 /// plugin or the model, so it is made safe to print.
-fn approval_question(request: &ApprovalRequest, workspace: &Path, colour: bool) -> String {
+pub(crate) fn approval_question(
+    request: &ApprovalRequest,
+    workspace: &Path,
+    colour: bool,
+) -> String {
     let safe = |text: &str| terminal_safe(text);
     // A call without an approval key (a file write, a rerun outside the sandbox) cannot be
     // remembered, so only "this once" is offered.

@@ -9,7 +9,7 @@ pub(crate) mod gates;
 mod input;
 mod loading;
 mod output;
-mod preview;
+pub(crate) mod preview;
 mod rewind;
 pub(crate) mod running;
 mod signals;
@@ -90,9 +90,22 @@ pub(crate) fn now_ms() -> u64 {
 impl Session {
     /// Start (or resume) a session in `ctx.workspace`.
     pub async fn start(ctx: &Context, opts: SessionOptions) -> anyhow::Result<Session> {
+        Session::start_asking(ctx, opts, None).await
+    }
+
+    /// [`Session::start`] with `asker` answering approval questions under `ask` in place of
+    /// the terminal (an editor over ACP); everything else, the gates included, is built as
+    /// for `keel run`.
+    pub async fn start_asking(
+        ctx: &Context,
+        opts: SessionOptions,
+        asker: Option<std::sync::Arc<dyn keel_kernel::gates::approvals::Approver>>,
+    ) -> anyhow::Result<Session> {
         let choice = ModelChoice::from(ctx);
-        let runtime::Runtime { kernel, loader } =
-            KernelBuilder::new(ctx).approval(opts.approval).build()?;
+        let runtime::Runtime { kernel, loader } = KernelBuilder::new(ctx)
+            .approval(opts.approval)
+            .asker(asker)
+            .build()?;
         let id = match &opts.resume {
             Some(id) => id.clone(),
             None => keel_agent_kit::session_log::new_session_id(now_ms(), rand_u32()),
@@ -345,6 +358,50 @@ impl Session {
         let report: TurnReport = serde_json::from_str(&answer)
             .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
         self.show_report(&report);
+        self.check_log().await?;
+        Ok(report)
+    }
+
+    /// Run one turn for a client other than the terminal (an editor over ACP). Nothing is
+    /// shown or asked here: the client reads the turn's events from `self.kernel.events()`,
+    /// subscribed before this call, and answers approvals through the asker it started the
+    /// session with. `cancel` finishing cancels the turn as Ctrl-C does in `keel run`. The
+    /// same checkpoints and log check as [`Session::turn`].
+    pub async fn turn_for_client(
+        &self,
+        input: &str,
+        cancel: impl std::future::Future<Output = ()>,
+    ) -> anyhow::Result<TurnReport> {
+        let request = TurnRequest {
+            session: self.id(),
+            input: input.to_owned(),
+        };
+        if let Some(Err(e)) = self.kernel.checkpoint_before_turn(&request.session) {
+            eprintln!("warning: no checkpoint before this turn: {e}");
+        }
+        self.kernel.begin_turn();
+        let payload = serde_json::to_string(&request)?;
+        let call = self.kernel.call_service(services::AGENT, "turn", &payload);
+        tokio::pin!(call);
+        tokio::pin!(cancel);
+        let mut cancelled = false;
+        let answer = loop {
+            tokio::select! {
+                answer = &mut call => break answer,
+                () = &mut cancel, if !cancelled => {
+                    cancelled = true;
+                    self.kernel.cancel_turn();
+                }
+            }
+        };
+        if let Some(Err(e)) = self.kernel.checkpoint_after_turn() {
+            eprintln!("warning: no checkpoint after this turn: {e}");
+        }
+        let answer = answer.map_err(|e| {
+            anyhow::anyhow!("the turn failed: {}", failure::turn_failure(&e, &self.id()))
+        })?;
+        let report: TurnReport = serde_json::from_str(&answer)
+            .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
         self.check_log().await?;
         Ok(report)
     }

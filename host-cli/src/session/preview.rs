@@ -63,6 +63,16 @@ enum Current {
     Unreadable(String),
 }
 
+/// The text of the file at `path` as it is now, read as for a preview (only inside the
+/// workspace, at most 1 MiB, UTF-8); `None` when it is missing or cannot be shown. An editor's
+/// diff (`keel acp`) starts from it.
+pub(crate) fn current_text(workspace: &Path, path: &str) -> Option<String> {
+    match current(workspace, path) {
+        Current::Text(text) => Some(text),
+        Current::Missing | Current::Unreadable(_) => None,
+    }
+}
+
 /// The file at `path` as it is now, read only inside the workspace (the tool itself is confined
 /// there; a path leading out is not read for the person either).
 fn current(workspace: &Path, path: &str) -> Current {

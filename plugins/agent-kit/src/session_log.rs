@@ -551,6 +551,10 @@ pub struct SessionSummary {
     pub entries: usize,
     /// The start of the first user message, flattened to one line.
     pub preview: Option<String>,
+    /// The workspace the session began in, as its first `session_started` entry says (an
+    /// editor lists a project's sessions by it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
     /// Lines skipped while reading.
     pub warnings: usize,
     /// Why the log could not be read (the others are still listed).
@@ -571,6 +575,7 @@ fn summarize(id: &str, path: &Path) -> SessionSummary {
         last_time_ms: None,
         entries: 0,
         preview: None,
+        workspace: None,
         warnings: 0,
         error: None,
     };
@@ -579,6 +584,11 @@ fn summarize(id: &str, path: &Path) -> SessionSummary {
             summary.entries += 1;
             summary.first_time_ms.get_or_insert(line.time_ms);
             summary.last_time_ms = summary.last_time_ms.max(Some(line.time_ms));
+            if summary.workspace.is_none()
+                && let SessionEvent::SessionStarted { workspace, .. } = &line.event
+            {
+                summary.workspace = Some(workspace.clone());
+            }
             if summary.preview.is_none() {
                 summary.preview = first_user_text(std::slice::from_ref(&line))
                     .map(|t| crate::text::preview(&t, PREVIEW_CHARS));

@@ -242,7 +242,22 @@ fn colliding_keys_keep_the_first_and_number_the_rest() {
     });
     assert_eq!(out.get("path"), first_plain.as_ref());
     assert_eq!(out.len(), 4);
-    assert_eq!(report.renamed_keys, 2);
+    // The literal `path~2` is renamed too when a cleaned key claimed that name before it, which
+    // depends on the map's order (sorted, or kept as inserted under serde_json's
+    // `preserve_order`).
+    let literal_after_a_claim = v.as_object().is_some_and(|m| {
+        let keys: Vec<&String> = m.keys().collect();
+        let literal = keys.iter().position(|k| k.as_str() == "path~2");
+        let claimed = keys
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| clean(k) == "path")
+            .map(|(i, _)| i)
+            .nth(1);
+        matches!((literal, claimed), (Some(l), Some(c)) if c < l)
+    });
+    let renamed = if literal_after_a_claim { 3 } else { 2 };
+    assert_eq!(report.renamed_keys, renamed);
     let mut values: Vec<_> = out.values().filter_map(Value::as_str).collect();
     values.sort_unstable();
     assert_eq!(values, ["literal", "plain", "zwnj", "zwsp"]);
@@ -250,7 +265,7 @@ fn colliding_keys_keep_the_first_and_number_the_rest() {
     assert!(
         report
             .notice()
-            .is_some_and(|n| n.contains("renamed 2 object keys"))
+            .is_some_and(|n| n.contains(&format!("renamed {renamed} object keys")))
     );
 }
 

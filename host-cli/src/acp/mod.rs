@@ -1,0 +1,923 @@
+//! `keel acp`: keel as an Agent Client Protocol agent on stdio, for editors (Zed, JetBrains,
+//! Neovim …). Each ACP session is a keel session built by [`Session::start_asking`] — the
+//! person's config, gates, sandbox and approvals exactly as `keel run` builds them — logged
+//! where `keel sessions list` and `keel resume` find it. Approval questions go to the editor
+//! as `session/request_permission`; `session/cancel` is Ctrl-C.
+//!
+//! The protocol is the `agent-client-protocol` crate's (its v1 agent side); keel's words are
+//! put into its types in [`map`], and the approver bridging the kernel's blocking questions
+//! to the client is [`asker`]. stdout carries only the protocol: keel's own output (a stray
+//! print, a plugin's notice) goes to stderr, as fd 1 is pointed there before anything runs.
+
+mod asker;
+mod map;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use agent_client_protocol::v1::schema as acp;
+use agent_client_protocol::{Agent as AgentRole, Client, Error, Lines};
+use keel_kernel::gates::approvals::Answer;
+use keel_kernel::gates::exec_policy::ApprovalMode;
+use keel_protocol::services;
+
+use crate::config::Context;
+use crate::session::{Display, Session, SessionOptions};
+
+/// The largest message keel reads from the client; a longer line is dropped whole and
+/// answered with a parse error, and keel goes on serving.
+pub const MAX_MESSAGE_BYTES: usize = 8 << 20;
+
+/// The most sessions one `keel acp` keeps open at once (each is a kernel with its plugins).
+const MAX_SESSIONS: usize = 16;
+
+/// `keel acp`'s options.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AcpArgs {
+    /// How approvals are answered: `ask` puts each question to the editor, `never` refuses
+    /// what needs approval, `auto` approves it (forbidden commands stay forbidden).
+    #[arg(long, value_parser = crate::settings::approval_parser())]
+    pub approval: Option<ApprovalMode>,
+}
+
+type Connection = agent_client_protocol::v1::ConnectionTo<Client>;
+
+/// A session the editor drives.
+struct Live {
+    session: Session,
+    asker: Arc<asker::EditorAsker>,
+    /// The questions of this session's asker; held by the turn running.
+    questions: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<asker::Question>>,
+    /// Held while a prompt runs: one turn at a time.
+    turn: tokio::sync::Mutex<()>,
+    /// Set to cancel the turn running (`session/cancel`), `None` between turns.
+    cancel: std::sync::Mutex<Option<tokio::sync::watch::Sender<bool>>>,
+    workspace: PathBuf,
+    /// The approval mode the session's kernel runs with; the editor may choose only among
+    /// [`map::approval_modes`] of it.
+    configured: ApprovalMode,
+}
+
+impl Live {
+    /// The approval mode the editor sees as current.
+    fn mode(&self) -> &'static str {
+        match self.configured {
+            ApprovalMode::Ask if self.asker.is_never() => "never",
+            ApprovalMode::Ask => "ask",
+            ApprovalMode::Never => "never",
+            ApprovalMode::Auto => "auto",
+        }
+    }
+
+    /// Choose approval mode `id` for this session: only one of [`map::approval_modes`].
+    fn choose_mode(&self, id: &str) -> Result<(), Error> {
+        if !map::approval_modes(self.configured)
+            .iter()
+            .any(|m| m.0 == id)
+        {
+            return Err(invalid_params(format!(
+                "approval mode `{id}` is not offered for this session; keel runs with `{}`, \
+                 and an editor may only choose a stricter mode",
+                match self.configured {
+                    ApprovalMode::Ask => "ask",
+                    ApprovalMode::Never => "never",
+                    ApprovalMode::Auto => "auto",
+                }
+            )));
+        }
+        self.asker
+            .set_never(id == "never" && self.configured == ApprovalMode::Ask);
+        Ok(())
+    }
+}
+
+/// The agent's state: the process's context and the sessions open.
+struct State {
+    base: Context,
+    approval: Option<ApprovalMode>,
+    initialized: AtomicBool,
+    sessions: tokio::sync::Mutex<HashMap<String, Arc<Live>>>,
+    /// Sessions being started (counted against [`MAX_SESSIONS`]).
+    starting: std::sync::atomic::AtomicUsize,
+}
+
+/// `keel acp`: serve the client on stdin/stdout until it closes stdin.
+pub async fn serve(ctx: &Context, args: AcpArgs) -> anyhow::Result<ExitCode> {
+    let protocol_out = claim_stdout()?;
+    let state = Arc::new(State {
+        base: Context::new(Some(ctx.home.clone()), ctx.workspace.clone())?,
+        approval: args.approval,
+        initialized: AtomicBool::new(false),
+        sessions: tokio::sync::Mutex::new(HashMap::new()),
+        starting: std::sync::atomic::AtomicUsize::new(0),
+    });
+    eprintln!("keel acp: serving the Agent Client Protocol on stdio");
+    let transport = Lines::new(line_sink(protocol_out), line_stream(std::io::stdin()));
+    let result = agent(state.clone()).connect_to(transport).await;
+    // The client went away: every session closes, so its log is flushed.
+    let sessions: Vec<Arc<Live>> = state
+        .sessions
+        .lock()
+        .await
+        .drain()
+        .map(|(_, l)| l)
+        .collect();
+    for live in sessions {
+        live.session.close().await;
+    }
+    match result {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => anyhow::bail!("the ACP connection failed: {e}"),
+    }
+}
+
+/// The protocol's own copy of stdout; fd 1 then points at stderr, so nothing else keel
+/// prints can corrupt the protocol stream.
+fn claim_stdout() -> anyhow::Result<std::fs::File> {
+    use std::os::fd::AsFd as _;
+    let stdout = std::io::stdout();
+    let _locked = stdout.lock();
+    let protocol = nix::unistd::dup(stdout.as_fd())
+        .map_err(|e| anyhow::anyhow!("cannot duplicate stdout for the protocol: {e}"))?;
+    nix::unistd::dup2_stdout(std::io::stderr().as_fd())
+        .map_err(|e| anyhow::anyhow!("cannot point stdout at stderr: {e}"))?;
+    Ok(std::fs::File::from(protocol))
+}
+
+/// Lines written to the protocol's stdout, each flushed.
+fn line_sink(
+    out: std::fs::File,
+) -> std::pin::Pin<Box<dyn futures::Sink<String, Error = std::io::Error> + Send>> {
+    let out = tokio::fs::File::from_std(out);
+    Box::pin(futures::sink::unfold(out, async |mut out, line: String| {
+        use tokio::io::AsyncWriteExt as _;
+        out.write_all(line.as_bytes()).await?;
+        out.write_all(b"\n").await?;
+        out.flush().await?;
+        Ok::<_, std::io::Error>(out)
+    }))
+}
+
+/// The client's lines, read on a thread of their own, each at most [`MAX_MESSAGE_BYTES`]: a
+/// longer one is skipped to its end and stands as a line that is not JSON, so the client is
+/// answered with a parse error saying why, and the next message is read as usual.
+fn line_stream(
+    input: impl std::io::Read + Send + 'static,
+) -> std::pin::Pin<Box<dyn futures::Stream<Item = std::io::Result<String>> + Send>> {
+    let (lines, received) = futures::channel::mpsc::channel::<std::io::Result<String>>(16);
+    std::thread::spawn(move || {
+        let mut reader = std::io::BufReader::with_capacity(64 << 10, input);
+        let mut lines = lines;
+        loop {
+            let line = match read_bounded_line(&mut reader, MAX_MESSAGE_BYTES) {
+                Ok(Some(line)) => Ok(line),
+                Ok(None) => break,
+                Err(e) => Err(e),
+            };
+            let failed = line.is_err();
+            if futures::executor::block_on(futures::SinkExt::send(&mut lines, line)).is_err()
+                || failed
+            {
+                break;
+            }
+        }
+    });
+    Box::pin(received)
+}
+
+/// One line of `reader` without its end, `None` at the end of input. A line longer than
+/// `max` bytes is read past and replaced by a note that is not JSON.
+fn read_bounded_line(
+    reader: &mut impl std::io::BufRead,
+    max: usize,
+) -> std::io::Result<Option<String>> {
+    let mut line = Vec::new();
+    let mut too_long = false;
+    let mut any = false;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            break;
+        }
+        any = true;
+        let (taken, done) = match memchr_newline(buf) {
+            Some(at) => (at + 1, true),
+            None => (buf.len(), false),
+        };
+        if !too_long {
+            let body = &buf[..if done { taken - 1 } else { taken }];
+            if line.len() + body.len() > max {
+                too_long = true;
+                line = Vec::new();
+            } else {
+                line.extend_from_slice(body);
+            }
+        }
+        reader.consume(taken);
+        if done {
+            break;
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    if too_long {
+        return Ok(Some(format!(
+            "keel: a message over {} MiB was dropped unread",
+            max >> 20
+        )));
+    }
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    Ok(Some(String::from_utf8_lossy(&line).into_owned()))
+}
+
+fn memchr_newline(buf: &[u8]) -> Option<usize> {
+    buf.iter().position(|&b| b == b'\n')
+}
+
+/// An error for the client, in words that say what to do.
+fn error(code: agent_client_protocol::ErrorCode, message: impl Into<String>) -> Error {
+    Error::new(code, message)
+}
+
+fn invalid_params(message: impl Into<String>) -> Error {
+    error(agent_client_protocol::ErrorCode::INVALID_PARAMS, message)
+}
+
+fn internal(message: impl Into<String>) -> Error {
+    error(agent_client_protocol::ErrorCode::INTERNAL_ERROR, message)
+}
+
+impl State {
+    /// Refuse a call before `initialize`.
+    fn check_initialized(&self) -> Result<(), Error> {
+        if self.initialized.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(error(
+                agent_client_protocol::ErrorCode::INVALID_REQUEST,
+                "call `initialize` first",
+            ))
+        }
+    }
+
+    async fn live(&self, id: &acp::SessionId) -> Result<Arc<Live>, Error> {
+        self.check_initialized()?;
+        self.sessions
+            .lock()
+            .await
+            .get(id.0.as_ref())
+            .cloned()
+            .ok_or_else(|| {
+                invalid_params(format!(
+                    "there is no open session `{}`; start one with `session/new` or open a \
+                     logged one with `session/load`",
+                    id.0
+                ))
+            })
+    }
+
+    /// The context of a session in `cwd`: the person's home and config, the project config
+    /// of that workspace.
+    fn context_for(&self, cwd: &Path) -> Result<Context, Error> {
+        if !cwd.is_absolute() {
+            return Err(invalid_params("`cwd` must be an absolute path"));
+        }
+        if !cwd.is_dir() {
+            return Err(invalid_params(format!(
+                "`cwd` {} is not a directory",
+                cwd.display()
+            )));
+        }
+        Context::new(Some(self.base.home.clone()), cwd.to_owned())
+            .map_err(|e| invalid_params(format!("cannot use {}: {e:#}", cwd.display())))
+    }
+
+    /// Start (or, with `resume`, load) a keel session in `cwd` for the client.
+    async fn open(&self, cwd: &Path, resume: Option<String>) -> Result<Arc<Live>, Error> {
+        self.check_initialized()?;
+        let ctx = self.context_for(cwd)?;
+        let configured = match self.approval {
+            Some(mode) => mode,
+            None => crate::settings::load_policy(&ctx)
+                .map_err(|e| internal(format!("{e:#}")))?
+                .approval(),
+        };
+        let open = self.sessions.lock().await.len();
+        if open + self.starting.fetch_add(1, Ordering::SeqCst) >= MAX_SESSIONS {
+            self.starting.fetch_sub(1, Ordering::SeqCst);
+            return Err(internal(format!(
+                "{MAX_SESSIONS} sessions are open in this agent; close one first"
+            )));
+        }
+        let (editor, questions) = asker::EditorAsker::new();
+        let editor = Arc::new(editor);
+        let started = Session::start_asking(
+            &ctx,
+            SessionOptions {
+                approval: self.approval,
+                extra_plugins: Vec::new(),
+                display: Display::Answer,
+                resume,
+                overrides: Vec::new(),
+            },
+            Some(editor.clone()),
+        )
+        .await;
+        self.starting.fetch_sub(1, Ordering::SeqCst);
+        let session = started.map_err(|e| internal(format!("{e:#}")))?;
+        let live = Arc::new(Live {
+            session,
+            asker: editor,
+            questions: tokio::sync::Mutex::new(questions),
+            turn: tokio::sync::Mutex::new(()),
+            cancel: std::sync::Mutex::new(None),
+            workspace: ctx.workspace.clone(),
+            configured,
+        });
+        self.sessions
+            .lock()
+            .await
+            .insert(live.session.id(), live.clone());
+        Ok(live)
+    }
+}
+
+/// The MCP servers a client passes are not connected yet: said on stderr, so the person
+/// knows to configure them in keel.
+fn note_mcp_servers(servers: &[acp::McpServer]) {
+    if !servers.is_empty() {
+        eprintln!(
+            "keel acp: the client passed {} MCP server(s); keel connects only the servers of \
+             its own config (`keel mcp add`), so these are not used",
+            servers.len()
+        );
+    }
+}
+
+/// The slash commands that make sense from an editor: `/compact [focus]`. The terminal's
+/// others manage the terminal session (`/load`, `/reload`, `/expand`, `/exit` …) or have the
+/// editor's own controls (`/sessions`, `/clear`: its session list and new thread).
+fn available_commands() -> Vec<acp::AvailableCommand> {
+    vec![
+        acp::AvailableCommand::new(
+            "compact",
+            "compact the conversation now: its oldest turns replaced by a summary",
+        )
+        .input(acp::AvailableCommandInput::Unstructured(
+            acp::UnstructuredCommandInput::new("what the summary should keep in focus (optional)"),
+        )),
+    ]
+}
+
+/// A prompt that is one of [`available_commands`]: `/compact [focus]`.
+fn command(input: &str) -> Option<&str> {
+    let rest = input.trim_start().strip_prefix("/compact")?;
+    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
+}
+
+fn agent(
+    state: Arc<State>,
+) -> agent_client_protocol::v1::Builder<
+    AgentRole,
+    impl agent_client_protocol::HandleDispatchFrom<Client> + 'static,
+> {
+    let s_init = state.clone();
+    let s_auth = state.clone();
+    let s_new = state.clone();
+    let s_load = state.clone();
+    let s_list = state.clone();
+    let s_prompt = state.clone();
+    let s_cancel = state.clone();
+    let s_mode = state.clone();
+    let s_option = state.clone();
+    AgentRole
+        .v1()
+        .name("keel")
+        .on_receive_request(
+            async move |request: acp::InitializeRequest, responder, _cx| {
+                s_init.initialized.store(true, Ordering::SeqCst);
+                responder.respond(initialize(&s_init.base, &request))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::AuthenticateRequest, responder, _cx| {
+                responder.respond_with_result(
+                    s_auth
+                        .check_initialized()
+                        .and_then(|()| authenticate(&s_auth.base, &request)),
+                )
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::NewSessionRequest, responder, cx: Connection| {
+                let state = s_new.clone();
+                // Loading a session's plugins takes a moment: not on the dispatch loop.
+                cx.clone().spawn(async move {
+                    note_mcp_servers(&request.mcp_servers);
+                    let live = match state.open(&request.cwd, None).await {
+                        Ok(live) => live,
+                        Err(e) => return responder.respond_with_error(e),
+                    };
+                    let id = live.session.id();
+                    responder.respond(
+                        acp::NewSessionResponse::new(id.clone())
+                            .modes(map::mode_state(live.configured, live.mode()))
+                            .config_options(map::config_options(live.configured, live.mode())),
+                    )?;
+                    announce_commands(&cx, &id)
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::LoadSessionRequest, responder, cx: Connection| {
+                let state = s_load.clone();
+                cx.clone().spawn(async move {
+                    note_mcp_servers(&request.mcp_servers);
+                    let id = request.session_id.0.to_string();
+                    match load(&state, &cx, &request.cwd, &id).await {
+                        Ok(live) => {
+                            responder.respond(
+                                acp::LoadSessionResponse::new()
+                                    .modes(map::mode_state(live.configured, live.mode()))
+                                    .config_options(map::config_options(
+                                        live.configured,
+                                        live.mode(),
+                                    )),
+                            )?;
+                            announce_commands(&cx, &id)
+                        }
+                        Err(e) => responder.respond_with_error(e),
+                    }
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::ListSessionsRequest, responder, cx: Connection| {
+                let state = s_list.clone();
+                cx.spawn(async move { responder.respond_with_result(list(&state, &request).await) })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::PromptRequest, responder, cx: Connection| {
+                let state = s_prompt.clone();
+                cx.clone().spawn(async move {
+                    let live = match state.live(&request.session_id).await {
+                        Ok(live) => live,
+                        Err(e) => return responder.respond_with_error(e),
+                    };
+                    responder.respond_with_result(prompt(&live, &cx, &request).await)
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::SetSessionModeRequest, responder, _cx| {
+                let chosen = match s_mode.live(&request.session_id).await {
+                    Ok(live) => live.choose_mode(&request.mode_id.0),
+                    Err(e) => Err(e),
+                };
+                responder.respond_with_result(chosen.map(|()| acp::SetSessionModeResponse::new()))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::SetSessionConfigOptionRequest, responder, _cx| {
+                let chosen = async {
+                    let live = s_option.live(&request.session_id).await?;
+                    if request.config_id.0.as_ref() != map::APPROVAL_OPTION {
+                        return Err(invalid_params(format!(
+                            "keel has no config option `{}`",
+                            request.config_id.0
+                        )));
+                    }
+                    let acp::SessionConfigOptionValue::ValueId { value } = &request.value else {
+                        return Err(invalid_params("`approval` takes one of its values"));
+                    };
+                    live.choose_mode(&value.0)?;
+                    Ok(acp::SetSessionConfigOptionResponse::new(
+                        map::config_options(live.configured, live.mode()),
+                    ))
+                };
+                responder.respond_with_result(chosen.await)
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            async move |notification: acp::CancelNotification, _cx| {
+                if let Ok(live) = s_cancel.live(&notification.session_id).await {
+                    live.cancel_turn();
+                }
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+}
+
+fn initialize(ctx: &Context, request: &acp::InitializeRequest) -> acp::InitializeResponse {
+    let _ = request;
+    let capabilities = acp::AgentCapabilities::new()
+        .load_session(true)
+        .prompt_capabilities(
+            acp::PromptCapabilities::new()
+                .image(false)
+                .audio(false)
+                .embedded_context(true),
+        )
+        .mcp_capabilities(acp::McpCapabilities::new().http(false).sse(false))
+        .session_capabilities(
+            acp::SessionCapabilities::new().list(acp::SessionListCapabilities::new()),
+        );
+    acp::InitializeResponse::new(agent_client_protocol::schema::ProtocolVersion::V1)
+        .agent_capabilities(capabilities)
+        .auth_methods(auth_methods(ctx))
+        .agent_info(acp::Implementation::new("keel", env!("CARGO_PKG_VERSION")).title("keel"))
+}
+
+/// The way to give keel the configured provider's key: the environment variable, or the
+/// `[secrets]` entry of the same name in keel's config.
+fn auth_methods(ctx: &Context) -> Vec<acp::AuthMethod> {
+    let choice = crate::settings::ModelChoice::from(ctx);
+    let Some(name) = choice.secret_name() else {
+        return Vec::new();
+    };
+    vec![acp::AuthMethod::Agent(
+        acp::AuthMethodAgent::new(name.to_owned(), format!("Set {name}")).description(format!(
+            "keel reads the key of the model provider `{}` from the environment variable \
+                 {name}, or from the entry {name} under [secrets] in {}; set one, then start \
+                 the agent again",
+            choice.provider,
+            ctx.home.join("config.toml").display()
+        )),
+    )]
+}
+
+/// `authenticate`: keel never takes a key over the protocol; this says whether the key of
+/// the configured provider is set, and where to set it when it is not.
+fn authenticate(
+    ctx: &Context,
+    request: &acp::AuthenticateRequest,
+) -> Result<acp::AuthenticateResponse, Error> {
+    let choice = crate::settings::ModelChoice::from(ctx);
+    let Some(name) = choice.secret_name() else {
+        return Ok(acp::AuthenticateResponse::new());
+    };
+    if request.method_id.0.as_ref() != name {
+        return Err(invalid_params(format!(
+            "keel offers the method `{name}` only (see `authMethods`)"
+        )));
+    }
+    if choice.base_url.is_some() || crate::settings::secrets(ctx).contains(name) {
+        return Ok(acp::AuthenticateResponse::new());
+    }
+    Err(Error::auth_required().data(serde_json::json!({
+        "message": format!(
+            "no API key for the model provider `{}`: set {name} in the environment keel is \
+             started with, or add {name} under [secrets] in {}, then start the agent again",
+            choice.provider,
+            ctx.home.join("config.toml").display()
+        )
+    })))
+}
+
+fn announce_commands(cx: &Connection, session: &str) -> Result<(), Error> {
+    cx.send_notification(acp::SessionNotification::new(
+        session.to_owned(),
+        acp::SessionUpdate::AvailableCommandsUpdate(acp::AvailableCommandsUpdate::new(
+            available_commands(),
+        )),
+    ))
+}
+
+impl Live {
+    fn cancel_turn(&self) {
+        self.asker.set_cancelled(true);
+        if let Some(cancel) = self
+            .cancel
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            let _ = cancel.send(true);
+        }
+    }
+}
+
+/// `session/prompt`: one turn, its events streamed as updates, its approval questions put to
+/// the client; the answer once every update is sent.
+async fn prompt(
+    live: &Arc<Live>,
+    cx: &Connection,
+    request: &acp::PromptRequest,
+) -> Result<acp::PromptResponse, Error> {
+    let input = map::prompt_text(&request.prompt).map_err(invalid_params)?;
+    let Ok(_turn) = live.turn.try_lock() else {
+        return Err(error(
+            agent_client_protocol::ErrorCode::INVALID_REQUEST,
+            "a prompt is already running in this session; wait for it or cancel it",
+        ));
+    };
+    if let Some(focus) = command(&input) {
+        let said = live
+            .session
+            .compact(focus)
+            .await
+            .unwrap_or_else(|e| format!("compaction failed: {e:#}"));
+        cx.send_notification(acp::SessionNotification::new(
+            live.session.id(),
+            acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(acp::ContentBlock::Text(
+                acp::TextContent::new(said),
+            ))),
+        ))?;
+        return Ok(acp::PromptResponse::new(acp::StopReason::EndTurn));
+    }
+    let (cancel, mut cancelled) = tokio::sync::watch::channel(false);
+    *live
+        .cancel
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(cancel);
+    live.asker.set_cancelled(false);
+    let events = live.session.kernel.events();
+    let mut questions = live.questions.lock().await;
+    let (over, turn_over) = tokio::sync::oneshot::channel::<()>();
+    let session_id = live.session.id();
+    let pump = pump(
+        cx,
+        &session_id,
+        &live.workspace,
+        events,
+        &mut questions,
+        &live.asker,
+        cancelled.clone(),
+        turn_over,
+    );
+    let turn = async {
+        let cancel = async move {
+            if cancelled.wait_for(|c| *c).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let report = live.session.turn_for_client(&input, cancel).await;
+        let _ = over.send(());
+        report
+    };
+    let (view, report) = tokio::join!(pump, turn);
+    *live
+        .cancel
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    let report = report.map_err(|e| internal(format!("{e:#}")))?;
+    match map::stop_reason(&report, view.last_stop) {
+        Some(stop) => Ok(acp::PromptResponse::new(stop)),
+        None => Err(internal(format!(
+            "the model call failed: {}",
+            if report.detail.is_empty() {
+                "no detail"
+            } else {
+                &report.detail
+            }
+        ))),
+    }
+}
+
+/// Forward the turn's events as updates and put its questions to the client until the turn
+/// is over, then send what it emitted last. What it showed, for the stop reason.
+#[allow(clippy::too_many_arguments)]
+async fn pump(
+    cx: &Connection,
+    session: &str,
+    workspace: &Path,
+    mut events: tokio::sync::broadcast::Receiver<keel_kernel::Event>,
+    questions: &mut tokio::sync::mpsc::UnboundedReceiver<asker::Question>,
+    editor: &asker::EditorAsker,
+    mut cancelled: tokio::sync::watch::Receiver<bool>,
+    mut turn_over: tokio::sync::oneshot::Receiver<()>,
+) -> map::TurnView {
+    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+    let mut view = map::TurnView::default();
+    let send = |view: &mut map::TurnView, event: &keel_kernel::Event| {
+        for update in view.updates(workspace, &event.topic, &event.payload) {
+            let _ = cx.send_notification(acp::SessionNotification::new(session.to_owned(), update));
+        }
+    };
+    loop {
+        tokio::select! {
+            next = events.recv() => match next {
+                Ok(event) => send(&mut view, &event),
+                Err(RecvError::Lagged(n)) => eprintln!("keel acp: {n} events skipped"),
+                Err(RecvError::Closed) => break,
+            },
+            Some(question) = questions.recv() => {
+                // What the turn emitted before it asked reaches the client first.
+                while let Ok(event) = events.try_recv() {
+                    send(&mut view, &event);
+                }
+                let answer = ask(cx, session, workspace, &mut view, &question.request, editor, &mut cancelled).await;
+                let _ = question.answer.send(answer);
+            }
+            _ = &mut turn_over => break,
+        }
+    }
+    loop {
+        match events.try_recv() {
+            Ok(event) => send(&mut view, &event),
+            Err(TryRecvError::Lagged(_)) => {}
+            Err(_) => break,
+        }
+    }
+    // A question asked as the turn ended (none should be) is a no.
+    while let Ok(question) = questions.try_recv() {
+        let _ = question.answer.send(Answer::Deny);
+    }
+    view
+}
+
+/// Put one approval question to the client; a cancel while it waits is a no at once.
+#[allow(clippy::too_many_arguments)]
+async fn ask(
+    cx: &Connection,
+    session: &str,
+    workspace: &Path,
+    view: &mut map::TurnView,
+    request: &keel_kernel::gates::approvals::ApprovalRequest,
+    editor: &asker::EditorAsker,
+    cancelled: &mut tokio::sync::watch::Receiver<bool>,
+) -> Answer {
+    if *cancelled.borrow() {
+        return Answer::Deny;
+    }
+    let call_id = view.call_asked_about(request);
+    let call = map::permission_call(workspace, call_id.clone(), request);
+    let sent = cx
+        .send_request(acp::RequestPermissionRequest::new(
+            session.to_owned(),
+            call,
+            map::permission_options(request),
+        ))
+        .block_task();
+    let outcome = tokio::select! {
+        outcome = sent => outcome,
+        _ = cancelled.wait_for(|c| *c) => return Answer::Deny,
+    };
+    let Ok(response) = outcome else {
+        return Answer::Deny;
+    };
+    let (answer, refuse_key) = map::answer(request, &response.outcome);
+    if refuse_key && let Some(key) = &request.key {
+        editor.refuse(key);
+    }
+    // A yes starts the call: the editor shows it running from now on.
+    if answer != Answer::Deny
+        && let Some(id) = call_id
+    {
+        let _ = cx.send_notification(acp::SessionNotification::new(
+            session.to_owned(),
+            acp::SessionUpdate::ToolCallUpdate(acp::ToolCallUpdate::new(
+                id,
+                acp::ToolCallUpdateFields::new().status(acp::ToolCallStatus::InProgress),
+            )),
+        ));
+    }
+    answer
+}
+
+/// `session/load`: open the logged session `id` (its conversation given back to the agent,
+/// as `keel resume` does) and replay its whole history to the client.
+async fn load(state: &State, cx: &Connection, cwd: &Path, id: &str) -> Result<Arc<Live>, Error> {
+    if state.sessions.lock().await.contains_key(id) {
+        return Err(invalid_params(format!("session `{id}` is already open")));
+    }
+    let live = state.open(cwd, Some(id.to_owned())).await?;
+    let answer = live
+        .session
+        .kernel
+        .call_service(
+            services::SESSION_LOG,
+            "resume",
+            &serde_json::json!({ "session": id }).to_string(),
+        )
+        .await
+        .map_err(|e| internal(format!("cannot read session `{id}`: {e}")))?;
+    #[derive(serde::Deserialize)]
+    struct Conversation {
+        messages: Vec<keel_protocol::Message>,
+    }
+    let conversation: Conversation = serde_json::from_str(&answer)
+        .map_err(|e| internal(format!("the session log answered malformed JSON: {e}")))?;
+    for update in map::replay(&live.workspace, &conversation.messages) {
+        cx.send_notification(acp::SessionNotification::new(id.to_owned(), update))?;
+    }
+    Ok(live)
+}
+
+/// `session/list`: the sessions of keel's log, those begun in `cwd` when it is given.
+async fn list(
+    state: &State,
+    request: &acp::ListSessionsRequest,
+) -> Result<acp::ListSessionsResponse, Error> {
+    state.check_initialized()?;
+    #[derive(serde::Deserialize)]
+    struct Listed {
+        id: String,
+        last_time_ms: Option<u64>,
+        preview: Option<String>,
+        workspace: Option<String>,
+    }
+    let kernel = crate::commands::sessions::session_log_kernel(&state.base)
+        .await
+        .map_err(|e| internal(format!("{e:#}")))?;
+    let answer = kernel
+        .call_service(services::SESSION_LOG, "list", "{}")
+        .await
+        .map_err(|e| internal(format!("cannot list the sessions: {e}")));
+    let _ = kernel.shutdown().await;
+    let listed: Vec<Listed> = serde_json::from_str(&answer?)
+        .map_err(|e| internal(format!("the session log answered malformed JSON: {e}")))?;
+    let wanted = request
+        .cwd
+        .as_ref()
+        .map(|c| c.canonicalize().unwrap_or(c.clone()));
+    let sessions = listed
+        .into_iter()
+        .filter_map(|s| {
+            let workspace = PathBuf::from(s.workspace?);
+            if wanted.as_ref().is_some_and(|w| *w != workspace) {
+                return None;
+            }
+            Some(
+                acp::SessionInfo::new(s.id, workspace)
+                    .title(s.preview)
+                    .updated_at(s.last_time_ms.map(rfc3339)),
+            )
+        })
+        .collect();
+    Ok(acp::ListSessionsResponse::new(sessions))
+}
+
+/// Milliseconds since the epoch as an RFC 3339 UTC time.
+fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_over_the_bound_is_dropped_and_the_next_read() -> std::io::Result<()> {
+        let input = format!("{}\n{{\"ok\":1}}\r\nlast", "x".repeat(100));
+        let mut reader = std::io::BufReader::with_capacity(8, input.as_bytes());
+        let first = read_bounded_line(&mut reader, 50)?.unwrap_or_default();
+        assert!(first.starts_with("keel: a message over"), "{first}");
+        assert_eq!(
+            read_bounded_line(&mut reader, 50)?.as_deref(),
+            Some("{\"ok\":1}")
+        );
+        assert_eq!(read_bounded_line(&mut reader, 50)?.as_deref(), Some("last"));
+        assert_eq!(read_bounded_line(&mut reader, 50)?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn only_compact_is_a_command() {
+        assert_eq!(command("/compact"), Some(""));
+        assert_eq!(command(" /compact the API design "), Some("the API design"));
+        assert_eq!(command("/compaction is what?"), None);
+        assert_eq!(command("please /compact"), None);
+        assert_eq!(command("/clear"), None);
+    }
+
+    #[test]
+    fn times_are_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_764_892_800_000), "2025-12-05T00:00:00Z");
+    }
+}

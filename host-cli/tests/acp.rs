@@ -1,0 +1,814 @@
+//! `keel acp` driven by the `agent-client-protocol` crate's own client side over the real
+//! process's stdio: permission asked and answered both ways, a cancel in the middle of a
+//! command, a logged session loaded and replayed, and a hostile client's raw bytes.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_client_protocol::v1::schema as acp;
+use agent_client_protocol::{Agent, Client, Lines};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+
+use crate::common::{keel_process, scripted_tool_step, use_scripted_model};
+
+/// Every wait in these tests ends within this.
+const BOUND: Duration = Duration::from_secs(120);
+
+/// `keel acp` started in `workspace` with `home`, its stdio piped.
+fn start(home: &Path, workspace: &Path, extra: &[&str]) -> std::io::Result<tokio::process::Child> {
+    start_with(home, workspace, extra, &[])
+}
+
+/// [`start`] with environment variables set.
+fn start_with(
+    home: &Path,
+    workspace: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> std::io::Result<tokio::process::Child> {
+    let mut cmd = tokio::process::Command::from(keel_process(home, workspace));
+    cmd.envs(env.iter().copied());
+    cmd.arg("acp")
+        .args(extra)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true);
+    cmd.spawn()
+}
+
+/// The child's stdio as the crate's line transport.
+fn transport(
+    child: &mut tokio::process::Child,
+) -> Result<
+    Lines<
+        impl futures::Sink<String, Error = std::io::Error> + Send + 'static,
+        impl futures::Stream<Item = std::io::Result<String>> + Send + 'static,
+    >,
+    String,
+> {
+    let stdin = child.stdin.take().ok_or("no stdin")?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let sink = Box::pin(futures::sink::unfold(stdin, async |mut w, line: String| {
+        w.write_all(line.as_bytes()).await?;
+        w.write_all(b"\n").await?;
+        w.flush().await?;
+        Ok::<_, std::io::Error>(w)
+    }));
+    let lines = tokio::io::BufReader::new(stdout).lines();
+    let stream = Box::pin(futures::stream::unfold(
+        lines,
+        async |mut lines| match lines.next_line().await {
+            Ok(Some(line)) => Some((Ok(line), lines)),
+            Ok(None) => None,
+            Err(e) => Some((Err(e), lines)),
+        },
+    ));
+    Ok(Lines::new(sink, stream))
+}
+
+/// What the client saw of a session: every update, and the permission requests.
+#[derive(Default)]
+struct Seen {
+    updates: Vec<acp::SessionUpdate>,
+    asked: Vec<acp::RequestPermissionRequest>,
+}
+
+type Shared = Arc<Mutex<Seen>>;
+
+fn seen(shared: &Shared) -> std::sync::MutexGuard<'_, Seen> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// How the test's client answers a permission request: the option id it picks, or `None` to
+/// answer "cancelled".
+type Answerer = Arc<dyn Fn(&acp::RequestPermissionRequest) -> Option<String> + Send + Sync>;
+
+/// Connect a client that records what it sees and answers permission with `answer`, then run
+/// `body` with the connection.
+async fn with_client<T: Send + 'static>(
+    child: &mut tokio::process::Child,
+    shared: Shared,
+    answer: Answerer,
+    body: impl AsyncFnOnce(
+        agent_client_protocol::v1::ConnectionTo<Agent>,
+    ) -> Result<T, agent_client_protocol::Error>
+    + Send,
+) -> Result<T, String> {
+    let transport = transport(child)?;
+    let on_update = shared.clone();
+    let on_ask = shared.clone();
+    let run = Client
+        .v1()
+        .name("keel-acp-test")
+        .on_receive_notification(
+            async move |notification: acp::SessionNotification, _cx| {
+                seen(&on_update).updates.push(notification.update);
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            async move |request: acp::RequestPermissionRequest, responder, _cx| {
+                let chosen = answer(&request);
+                seen(&on_ask).asked.push(request);
+                responder.respond(acp::RequestPermissionResponse::new(match chosen {
+                    Some(id) => acp::RequestPermissionOutcome::Selected(
+                        acp::SelectedPermissionOutcome::new(id),
+                    ),
+                    None => acp::RequestPermissionOutcome::Cancelled,
+                }))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_with(transport, body);
+    tokio::time::timeout(BOUND, run)
+        .await
+        .map_err(|_| "the client did not finish in time".to_owned())?
+        .map_err(|e| format!("client: {e}"))
+}
+
+async fn initialize(
+    cx: &agent_client_protocol::v1::ConnectionTo<Agent>,
+) -> Result<acp::InitializeResponse, agent_client_protocol::Error> {
+    cx.send_request(acp::InitializeRequest::new(
+        agent_client_protocol::schema::ProtocolVersion::V1,
+    ))
+    .block_task()
+    .await
+}
+
+async fn new_session(
+    cx: &agent_client_protocol::v1::ConnectionTo<Agent>,
+    workspace: &Path,
+) -> Result<acp::SessionId, agent_client_protocol::Error> {
+    Ok(cx
+        .send_request(acp::NewSessionRequest::new(workspace.to_owned()))
+        .block_task()
+        .await?
+        .session_id)
+}
+
+async fn prompt(
+    cx: &agent_client_protocol::v1::ConnectionTo<Agent>,
+    session: &acp::SessionId,
+    text: &str,
+) -> Result<acp::StopReason, agent_client_protocol::Error> {
+    Ok(cx
+        .send_request(acp::PromptRequest::new(
+            session.clone(),
+            vec![acp::ContentBlock::Text(acp::TextContent::new(
+                text.to_owned(),
+            ))],
+        ))
+        .block_task()
+        .await?
+        .stop_reason)
+}
+
+/// The statuses the updates gave call `id`, in order.
+fn statuses(updates: &[acp::SessionUpdate], id: &str) -> Vec<acp::ToolCallStatus> {
+    updates
+        .iter()
+        .filter_map(|u| match u {
+            acp::SessionUpdate::ToolCall(c) if c.tool_call_id.0.as_ref() == id => Some(c.status),
+            acp::SessionUpdate::ToolCallUpdate(u) if u.tool_call_id.0.as_ref() == id => {
+                u.fields.status
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn agent_text(updates: &[acp::SessionUpdate]) -> String {
+    updates
+        .iter()
+        .filter_map(|u| match u {
+            acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk {
+                content: acp::ContentBlock::Text(t),
+                ..
+            }) => Some(t.text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A home whose scripted model asks for `touch made.txt` and then answers.
+fn touch_script() -> String {
+    format!(
+        "{}[[step]]\ntext = \"Done.\"\n",
+        scripted_tool_step(&[("exec_shell", "{ command = \"touch made.txt\" }".to_owned())])
+    )
+}
+
+async fn one_touch_turn(
+    option: Option<&'static str>,
+) -> Result<(Seen, acp::StopReason, bool), String> {
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let workspace = ws.path().canonicalize().map_err(|e| e.to_string())?;
+    use_scripted_model(home.path(), &touch_script()).map_err(|e| e.to_string())?;
+    let mut child =
+        start(home.path(), &workspace, &["--approval", "ask"]).map_err(|e| e.to_string())?;
+    let shared = Shared::default();
+    let answer: Answerer = Arc::new(move |_| option.map(str::to_owned));
+    let ws_for_body = workspace.clone();
+    let stop = with_client(&mut child, shared.clone(), answer, async move |cx| {
+        initialize(&cx).await?;
+        let session = new_session(&cx, &ws_for_body).await?;
+        prompt(&cx, &session, "make the file").await
+    })
+    .await?;
+    let made = workspace.join("made.txt").exists();
+    let seen = std::mem::take(&mut *seen(&shared));
+    Ok((seen, stop, made))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_needing_approval_is_asked_in_the_editor_and_runs_only_on_yes()
+-> Result<(), String> {
+    // Yes, this once.
+    let (seen, stop, made) = one_touch_turn(Some("allow-once")).await?;
+    assert_eq!(stop, acp::StopReason::EndTurn);
+    assert!(made, "the approved command ran");
+    assert_eq!(seen.asked.len(), 1, "asked once");
+    let asked = &seen.asked[0];
+    // The question the terminal shows: the exact command, why, and each answer's scope.
+    let title = asked.tool_call.fields.title.clone().unwrap_or_default();
+    assert!(title.contains("wants to run: touch made.txt"), "{title}");
+    let words =
+        serde_json::to_string(&asked.tool_call.fields.content).map_err(|e| e.to_string())?;
+    assert!(words.contains("why: "), "{words}");
+    assert!(words.contains("$ touch made.txt"), "{words}");
+    let kinds: Vec<_> = asked.options.iter().map(|o| o.kind).collect();
+    assert!(kinds.contains(&acp::PermissionOptionKind::AllowOnce));
+    assert!(kinds.contains(&acp::PermissionOptionKind::RejectOnce));
+    assert!(
+        asked.options.iter().any(|o| o
+            .name
+            .contains("for the rest of this session: any `touch …`")),
+        "{:?}",
+        asked.options
+    );
+    // The permission names the call the editor was shown, which ends completed.
+    let id = asked.tool_call.tool_call_id.0.to_string();
+    assert_eq!(id, "call_1_1");
+    let states = statuses(&seen.updates, &id);
+    assert_eq!(
+        states.first(),
+        Some(&acp::ToolCallStatus::Pending),
+        "{states:?}"
+    );
+    assert_eq!(
+        states.last(),
+        Some(&acp::ToolCallStatus::Completed),
+        "{states:?}"
+    );
+    let call = seen.updates.iter().find_map(|u| match u {
+        acp::SessionUpdate::ToolCall(c) if c.tool_call_id.0.as_ref() == id => Some(c.clone()),
+        _ => None,
+    });
+    let call = call.ok_or("no tool_call update")?;
+    assert_eq!(call.kind, acp::ToolKind::Execute);
+    assert!(call.title.contains("touch made.txt"), "{}", call.title);
+    assert!(
+        agent_text(&seen.updates).contains("Done."),
+        "the answer streamed"
+    );
+
+    // No: the command does not run and the call fails.
+    let (seen, stop, made) = one_touch_turn(Some("reject-once")).await?;
+    assert_eq!(stop, acp::StopReason::EndTurn);
+    assert!(!made, "a refused command must not run");
+    assert_eq!(
+        statuses(&seen.updates, "call_1_1").last(),
+        Some(&acp::ToolCallStatus::Failed)
+    );
+
+    // An answer that was not offered (a made-up option) is a no.
+    let (_, _, made) = one_touch_turn(Some("allow-everything")).await?;
+    assert!(!made, "an option keel did not offer must not approve");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancel_stops_a_running_command_and_the_turn_ends_cancelled() -> Result<(), String> {
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let workspace = ws.path().canonicalize().map_err(|e| e.to_string())?;
+    let script = format!(
+        "{}[[step]]\ntext = \"never reached\"\n",
+        scripted_tool_step(&[(
+            "exec_shell",
+            "{ command = \"touch started.txt && sleep 60\" }".to_owned()
+        )])
+    );
+    use_scripted_model(home.path(), &script).map_err(|e| e.to_string())?;
+    let mut child =
+        start(home.path(), &workspace, &["--approval", "ask"]).map_err(|e| e.to_string())?;
+    let shared = Shared::default();
+    let watch = shared.clone();
+    let marker = workspace.join("started.txt");
+    let ws_for_body = workspace.clone();
+    let started = std::time::Instant::now();
+    let yes: Answerer = Arc::new(|_| Some("allow-once".to_owned()));
+    let stop = with_client(&mut child, shared.clone(), yes, async move |cx| {
+        initialize(&cx).await?;
+        let session = new_session(&cx, &ws_for_body).await?;
+        let turn = cx
+            .send_request(acp::PromptRequest::new(
+                session.clone(),
+                vec![acp::ContentBlock::Text(acp::TextContent::new(
+                    "wait".to_owned(),
+                ))],
+            ))
+            .block_task();
+        // Cancel once the command is running (approved, shown running, its first part done).
+        let cancel = async {
+            loop {
+                let running = statuses(&seen(&watch).updates, "call_1_1")
+                    .contains(&acp::ToolCallStatus::InProgress);
+                if running && marker.exists() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            cx.send_notification(acp::CancelNotification::new(session.clone()))
+        };
+        let (answer, sent) = tokio::join!(turn, cancel);
+        sent?;
+        Ok(answer?.stop_reason)
+    })
+    .await?;
+    assert_eq!(stop, acp::StopReason::Cancelled);
+    assert!(
+        started.elapsed() < Duration::from_secs(50),
+        "the command was stopped, not waited for ({:?})",
+        started.elapsed()
+    );
+    assert!(!agent_text(&seen(&shared).updates).contains("never reached"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_logged_session_loads_with_its_tool_calls_and_is_listed() -> Result<(), String> {
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let workspace = ws.path().canonicalize().map_err(|e| e.to_string())?;
+    std::fs::write(workspace.join("notes.txt"), "remember the milk\n")
+        .map_err(|e| e.to_string())?;
+    let script = format!(
+        "{}[[step]]\ntext = \"It says to remember the milk.\"\n[[step]]\ntext = \"Still here.\"\n",
+        scripted_tool_step(&[("read_file", "{ path = \"notes.txt\" }".to_owned())])
+    );
+    use_scripted_model(home.path(), &script).map_err(|e| e.to_string())?;
+
+    // First agent: a turn with a tool call, then the agent goes away.
+    let mut child = start(home.path(), &workspace, &[]).map_err(|e| e.to_string())?;
+    let ws_for_body = workspace.clone();
+    let session = with_client(
+        &mut child,
+        Shared::default(),
+        Arc::new(|_| None),
+        async move |cx| {
+            initialize(&cx).await?;
+            let session = new_session(&cx, &ws_for_body).await?;
+            prompt(&cx, &session, "what do my notes say?").await?;
+            Ok(session)
+        },
+    )
+    .await?;
+    drop(child.stdin.take());
+    let _ = tokio::time::timeout(BOUND, child.wait()).await;
+
+    // The terminal lists it.
+    let listed = crate::common::keel(home.path(), &workspace)
+        .args(["sessions", "list"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains(session.0.as_ref()),
+        "{}",
+        String::from_utf8_lossy(&listed.stdout)
+    );
+
+    // A second agent lists it for this workspace and replays it whole.
+    let mut child = start(home.path(), &workspace, &[]).map_err(|e| e.to_string())?;
+    let shared = Shared::default();
+    let ws_for_body = workspace.clone();
+    let id = session.clone();
+    let (listing, stop) = with_client(
+        &mut child,
+        shared.clone(),
+        Arc::new(|_| None),
+        async move |cx| {
+            let init = initialize(&cx).await?;
+            assert!(init.agent_capabilities.load_session);
+            let listing = cx
+                .send_request(acp::ListSessionsRequest::new().cwd(ws_for_body.clone()))
+                .block_task()
+                .await?;
+            cx.send_request(acp::LoadSessionRequest::new(
+                id.clone(),
+                ws_for_body.clone(),
+            ))
+            .block_task()
+            .await?;
+            // The loaded session goes on.
+            let stop = prompt(&cx, &id, "still there?").await?;
+            Ok((listing, stop))
+        },
+    )
+    .await?;
+    assert!(
+        listing
+            .sessions
+            .iter()
+            .any(|s| s.session_id == session && s.cwd == workspace),
+        "{:?}",
+        listing.sessions
+    );
+    assert_eq!(stop, acp::StopReason::EndTurn);
+    let updates = std::mem::take(&mut seen(&shared).updates);
+    let user = updates.iter().any(|u| {
+        matches!(u, acp::SessionUpdate::UserMessageChunk(acp::ContentChunk {
+            content: acp::ContentBlock::Text(t), ..
+        }) if t.text.contains("what do my notes say?"))
+    });
+    assert!(user, "the person's words replayed");
+    let call = updates.iter().find_map(|u| match u {
+        acp::SessionUpdate::ToolCall(c) if c.tool_call_id.0.as_ref() == "call_1_1" => {
+            Some(c.clone())
+        }
+        _ => None,
+    });
+    let call = call.ok_or("the tool call replayed")?;
+    assert_eq!(call.kind, acp::ToolKind::Read);
+    assert_eq!(
+        call.locations.first().map(|l| l.path.clone()),
+        Some(workspace.join("notes.txt"))
+    );
+    let result = updates.iter().find_map(|u| match u {
+        acp::SessionUpdate::ToolCallUpdate(c) if c.tool_call_id.0.as_ref() == "call_1_1" => {
+            Some(c.clone())
+        }
+        _ => None,
+    });
+    let result = result.ok_or("the tool result replayed")?;
+    assert_eq!(result.fields.status, Some(acp::ToolCallStatus::Completed));
+    assert!(
+        serde_json::to_string(&result.fields.content)
+            .map_err(|e| e.to_string())?
+            .contains("remember the milk"),
+        "{result:?}"
+    );
+    assert!(agent_text(&updates).contains("It says to remember the milk."));
+    assert!(
+        agent_text(&updates).contains("Still here."),
+        "the next turn ran"
+    );
+    Ok(())
+}
+
+/// Send raw lines to a fresh `keel acp`, a phase at a time: each phase's lines, then its
+/// number of answers read (a real client waits for `initialize`'s answer before going on).
+/// The answers, in the order they came.
+async fn raw_exchange(phases: &[(Vec<Vec<u8>>, usize)]) -> Result<Vec<serde_json::Value>, String> {
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
+    use_scripted_model(home.path(), "[[step]]\ntext = \"hi\"\n").map_err(|e| e.to_string())?;
+    let mut child = start(home.path(), ws.path(), &[]).map_err(|e| e.to_string())?;
+    let mut stdin = child.stdin.take().ok_or("stdin")?;
+    let stdout = child.stdout.take().ok_or("stdout")?;
+    let mut reader = tokio::io::BufReader::new(stdout).lines();
+    let mut got = Vec::new();
+    for (lines, answers) in phases {
+        let lines = lines.clone();
+        let writer = tokio::spawn(async move {
+            for line in lines {
+                stdin.write_all(&line).await?;
+                stdin.write_all(b"\n").await?;
+            }
+            stdin.flush().await?;
+            Ok::<_, std::io::Error>(stdin)
+        });
+        let until = got.len() + answers;
+        while got.len() < until {
+            let line = tokio::time::timeout(BOUND, reader.next_line())
+                .await
+                .map_err(|_| format!("no answer after {got:?}"))?
+                .map_err(|e| e.to_string())?
+                .ok_or(format!("keel acp closed stdout after {got:?}"))?;
+            let value: serde_json::Value = serde_json::from_str(&line)
+                .map_err(|e| format!("not JSON on stdout: {line}: {e}"))?;
+            if value.get("id").is_some() && value.get("method").is_none() {
+                got.push(value);
+            }
+        }
+        stdin = writer
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+    }
+    drop(stdin);
+    let status = tokio::time::timeout(BOUND, child.wait())
+        .await
+        .map_err(|_| "keel acp did not end when its input did")?
+        .map_err(|e| e.to_string())?;
+    assert!(status.success(), "keel acp ended with {status}");
+    Ok(got)
+}
+
+fn line(value: serde_json::Value) -> Vec<u8> {
+    value.to_string().into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_client_gets_errors_and_the_agent_goes_on_serving() -> Result<(), String> {
+    let ws = std::env::temp_dir();
+    let mut oversized =
+        br#"{"jsonrpc":"2.0","id":99,"method":"initialize","params":{"protocolVersion":1,"x":""#
+            .to_vec();
+    oversized.extend(std::iter::repeat_n(b'a', 9 << 20));
+    oversized.extend_from_slice(b"\"}}");
+    let before_initialize = vec![
+        // Before initialize.
+        line(
+            serde_json::json!({"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd": ws, "mcpServers": []}}),
+        ),
+        // Not JSON.
+        b"{this is not json".to_vec(),
+        // Over the size bound: dropped unread, answered as a parse error.
+        oversized,
+        line(
+            serde_json::json!({"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":1}}),
+        ),
+    ];
+    let after = vec![
+        // A method nobody knows.
+        line(serde_json::json!({"jsonrpc":"2.0","id":3,"method":"keel/rm_rf","params":{}})),
+        // A session that does not exist.
+        line(
+            serde_json::json!({"jsonrpc":"2.0","id":4,"method":"session/prompt","params":{"sessionId":"no-such-session","prompt":[{"type":"text","text":"hi"}]}}),
+        ),
+        // Parameters of the wrong shape.
+        line(
+            serde_json::json!({"jsonrpc":"2.0","id":5,"method":"session/new","params":{"cwd": 7}}),
+        ),
+        // A relative cwd.
+        line(
+            serde_json::json!({"jsonrpc":"2.0","id":6,"method":"session/new","params":{"cwd": "relative/dir", "mcpServers": []}}),
+        ),
+        // And still serving.
+        line(
+            serde_json::json!({"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":1}}),
+        ),
+    ];
+    let got = raw_exchange(&[(before_initialize, 4), (after, 5)]).await?;
+    let by_id = |id: serde_json::Value| {
+        got.iter()
+            .find(|a| a["id"] == id)
+            .cloned()
+            .ok_or(format!("no answer for id {id} in {got:?}"))
+    };
+    let code = |a: &serde_json::Value| a["error"]["code"].as_i64();
+    let before = by_id(serde_json::json!(1))?;
+    assert_eq!(code(&before), Some(-32600), "{before}");
+    assert!(before.to_string().contains("initiali"), "{before}");
+    let parse_errors: Vec<_> = got.iter().filter(|a| code(a) == Some(-32700)).collect();
+    assert_eq!(parse_errors.len(), 2, "{got:?}");
+    assert!(
+        parse_errors
+            .iter()
+            .any(|a| a.to_string().contains("over 8 MiB")),
+        "{parse_errors:?}"
+    );
+    assert!(
+        parse_errors.iter().all(|a| a.to_string().len() < 4096),
+        "an oversized message is not echoed back"
+    );
+    assert!(by_id(serde_json::json!(2))?["result"]["protocolVersion"] == 1);
+    let unknown_method = by_id(serde_json::json!(3))?;
+    assert_eq!(code(&unknown_method), Some(-32601), "{unknown_method}");
+    let unknown = by_id(serde_json::json!(4))?;
+    assert_eq!(code(&unknown), Some(-32602), "{unknown}");
+    assert!(unknown.to_string().contains("no-such-session"), "{unknown}");
+    assert!(code(&by_id(serde_json::json!(5))?).is_some());
+    assert_eq!(code(&by_id(serde_json::json!(6))?), Some(-32602));
+    assert!(by_id(serde_json::json!(7))?["result"].is_object());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_ends_with_the_models_own_stop_and_authenticate_names_the_key() -> Result<(), String>
+{
+    use keel_tests::model_server::ModelServer;
+    use keel_tests::wire::{oa, oa_done, oa_text};
+    let server = ModelServer::start(|_, request| {
+        let asked = request.body.clone();
+        if asked.contains("think first") {
+            let mut steps = vec![
+                keel_tests::model_server::sse_head(),
+                oa(serde_json::json!({"reasoning_content": "pondering"}), None),
+                oa(serde_json::json!({"content": "Thought it over."}), None),
+                oa(serde_json::json!({}), Some("stop")),
+            ];
+            steps.extend(oa_done());
+            return steps;
+        }
+        // The body holds the earlier turns too: the latest request's words are checked first.
+        let finish = if asked.contains("say no") {
+            "content_filter"
+        } else if asked.contains("cut me off") {
+            "length"
+        } else {
+            "stop"
+        };
+        oa_text(&["Some", " text"], finish)
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let workspace = ws.path().canonicalize().map_err(|e| e.to_string())?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+            server.url("/v1")
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+
+    // Without a key in its environment, `authenticate` says which variable to set.
+    let mut child = start(home.path(), &workspace, &[]).map_err(|e| e.to_string())?;
+    let (methods, refused) = with_client(
+        &mut child,
+        Shared::default(),
+        Arc::new(|_| None),
+        async move |cx| {
+            let init = initialize(&cx).await?;
+            let refused = cx
+                .send_request(acp::AuthenticateRequest::new("OPENAI_API_KEY"))
+                .block_task()
+                .await;
+            Ok((init.auth_methods, refused))
+        },
+    )
+    .await?;
+    let methods = serde_json::to_string(&methods).map_err(|e| e.to_string())?;
+    assert!(
+        methods.contains("OPENAI_API_KEY") && methods.contains("[secrets]"),
+        "{methods}"
+    );
+    drop(child);
+    // A base URL is configured, which may need no key: `authenticate` accepts, as `keel run`
+    // starts. The refusal is checked against a home without one below.
+    let refused = refused.err().map(|e| e.to_string());
+    assert!(refused.is_none(), "{refused:?}");
+
+    let keyless = tempfile::tempdir().map_err(|e| e.to_string())?;
+    std::fs::write(
+        keyless.path().join("config.toml"),
+        "[model]\nprovider = \"openai\"\n",
+    )
+    .map_err(|e| e.to_string())?;
+    let mut child = start(keyless.path(), &workspace, &[]).map_err(|e| e.to_string())?;
+    let refused = with_client(
+        &mut child,
+        Shared::default(),
+        Arc::new(|_| None),
+        async move |cx| {
+            initialize(&cx).await?;
+            Ok(cx
+                .send_request(acp::AuthenticateRequest::new("OPENAI_API_KEY"))
+                .block_task()
+                .await)
+        },
+    )
+    .await?;
+    let refused = refused
+        .err()
+        .ok_or("authenticate without a key must fail")?;
+    assert_eq!(
+        refused.code,
+        agent_client_protocol::ErrorCode::AUTH_REQUIRED
+    );
+    let said = format!("{refused:?}");
+    assert!(
+        said.contains("set OPENAI_API_KEY") && said.contains("[secrets]"),
+        "{said}"
+    );
+    drop(child);
+
+    let mut child = start_with(
+        home.path(),
+        &workspace,
+        &[],
+        &[("OPENAI_API_KEY", "sk-acp-test-0123456789abcdef")],
+    )
+    .map_err(|e| e.to_string())?;
+    let shared = Shared::default();
+    let ws_for_body = workspace.clone();
+    let stops = with_client(
+        &mut child,
+        shared.clone(),
+        Arc::new(|_| None),
+        async move |cx| {
+            initialize(&cx).await?;
+            let session = new_session(&cx, &ws_for_body).await?;
+            let mut stops = Vec::new();
+            for text in ["hello", "cut me off", "say no", "think first"] {
+                stops.push(prompt(&cx, &session, text).await?);
+            }
+            Ok(stops)
+        },
+    )
+    .await?;
+    assert_eq!(
+        stops,
+        [
+            acp::StopReason::EndTurn,
+            acp::StopReason::MaxTokens,
+            acp::StopReason::Refusal,
+            acp::StopReason::EndTurn
+        ]
+    );
+    let updates = std::mem::take(&mut seen(&shared).updates);
+    assert!(agent_text(&updates).contains("Some text"));
+    assert!(agent_text(&updates).contains("Thought it over."));
+    let thought = updates.iter().any(|u| {
+        matches!(u, acp::SessionUpdate::AgentThoughtChunk(acp::ContentChunk {
+            content: acp::ContentBlock::Text(t), ..
+        }) if t.text.contains("pondering"))
+    });
+    assert!(thought, "the model's reasoning streams as thought");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_editor_may_choose_only_a_stricter_approval_mode() -> Result<(), String> {
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let workspace = ws.path().canonicalize().map_err(|e| e.to_string())?;
+    use_scripted_model(home.path(), &touch_script()).map_err(|e| e.to_string())?;
+    let mut child =
+        start(home.path(), &workspace, &["--approval", "ask"]).map_err(|e| e.to_string())?;
+    let shared = Shared::default();
+    let ws_for_body = workspace.clone();
+    let (offered, looser, stop) = with_client(
+        &mut child,
+        shared.clone(),
+        Arc::new(|_| Some("allow-once".to_owned())),
+        async move |cx| {
+            initialize(&cx).await?;
+            let created = cx
+                .send_request(acp::NewSessionRequest::new(ws_for_body.clone()))
+                .block_task()
+                .await?;
+            let session = created.session_id.clone();
+            let offered = serde_json::to_value(&created.config_options).unwrap_or_default();
+            let looser = cx
+                .send_request(acp::SetSessionConfigOptionRequest::new(
+                    session.clone(),
+                    "approval",
+                    acp::SessionConfigOptionValue::value_id("auto"),
+                ))
+                .block_task()
+                .await;
+            cx.send_request(acp::SetSessionConfigOptionRequest::new(
+                session.clone(),
+                "approval",
+                acp::SessionConfigOptionValue::value_id("never"),
+            ))
+            .block_task()
+            .await?;
+            let stop = prompt(&cx, &session, "make the file").await?;
+            Ok((offered, looser, stop))
+        },
+    )
+    .await?;
+    let offered = offered.to_string();
+    assert!(
+        offered.contains("\"ask\"") && offered.contains("\"never\""),
+        "{offered}"
+    );
+    assert!(!offered.contains("\"auto\""), "{offered}");
+    let looser = looser
+        .err()
+        .ok_or("choosing `auto` under `ask` must be refused")?;
+    assert!(format!("{looser:?}").contains("stricter"), "{looser:?}");
+    assert_eq!(stop, acp::StopReason::EndTurn);
+    assert!(
+        seen(&shared).asked.is_empty(),
+        "under `never` nothing is asked"
+    );
+    assert!(
+        !workspace.join("made.txt").exists(),
+        "under `never` nothing needing approval runs"
+    );
+    Ok(())
+}
