@@ -658,6 +658,7 @@ mod tests {
             changed_count: 0,
             outside: false,
             note: None,
+            not_covered: Vec::new(),
         };
         let index = [
             checkpoint(1, 1, Kind::BeforeTurn, None),
