@@ -52,9 +52,28 @@ fn lock_path(home: &Path, id: &str) -> Result<PathBuf, NotTaken> {
     Ok(home.join("running").join(format!("{id}.lock")))
 }
 
-/// Take the lock of session `id` without waiting. The file is empty (it takes no space on a
-/// full disk beyond its entry).
+/// How long [`take`] lets a lock held by another process go before it says the session is
+/// running. A keel process that was killed lets go at once, but a child it was starting when it
+/// died holds a copy of the descriptor until that child execs or exits (a fraction of a
+/// second): a resume right after a kill must not be refused for it.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Take the lock of session `id`, waiting at most [`GRACE`] for another process to let go.
+/// The file is empty (it takes no space on a full disk beyond its entry).
 pub(crate) fn take(home: &Path, id: &str) -> Result<Running, NotTaken> {
+    let until = std::time::Instant::now() + GRACE;
+    loop {
+        match try_take(home, id) {
+            Err(NotTaken::Held) if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// [`take`] without waiting.
+fn try_take(home: &Path, id: &str) -> Result<Running, NotTaken> {
     use std::os::unix::fs::MetadataExt as _;
     let path = lock_path(home, id)?;
     let failed = |e: std::io::Error| NotTaken::Failed(format!("{}: {e}", path.display()));
