@@ -336,13 +336,14 @@ async fn a_thousand_tool_calls_in_one_turn(wire: Wire) -> R {
         keel_with(home.path(), ws.path(), wire, &["resume", &id, "and now?"]).await?;
     assert_eq!(code, Some(0), "{}\n{}", tail(&stdout), tail(&stderr));
     assert!(stdout.contains("ALL-READ"), "{stdout}");
-    let seen_now = seen.lock().unwrap_or_else(PoisonError::into_inner);
-    assert!(seen_now.refused <= 1, "resume was refused for length");
-    let last = seen_now
-        .last
-        .as_ref()
-        .ok_or("no request after the turn")?
-        .to_string();
+    let last = {
+        let seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+        assert!(seen.refused <= 1, "resume was refused for length");
+        seen.last
+            .as_ref()
+            .ok_or("no request after the turn")?
+            .to_string()
+    };
     assert!(
         last.contains("SUMMARY-OF-THE-TASK"),
         "the summary is carried on"
@@ -354,7 +355,6 @@ async fn a_thousand_tool_calls_in_one_turn(wire: Wire) -> R {
     assert!(last.contains("and now?"));
     assert!(!last.contains("call_5\""), "early steps are compacted away");
     assert!(last.len() <= LIMIT);
-    drop(seen_now);
 
     // A later resume whose conversation outgrows the window again: the window the refusal
     // showed was recorded, so the resumed loop compacts before the provider has to refuse
