@@ -679,3 +679,40 @@ fn a_rewind_waits_for_the_session_running_in_another_process() {
         String::from_utf8_lossy(&done.stderr)
     );
 }
+
+/// `keel checkpoints gc` keeps what `[checkpoints]` in keel's config says, unless told
+/// otherwise on the command line (its flags used to override the config with their defaults).
+#[test]
+fn gc_by_hand_follows_the_configured_retention() {
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = ws.path();
+    write(&ws.join("a.txt"), "a\n", 0o644);
+    let id = shell_turn(home.path(), ws, "echo b > b.txt");
+    let listed = |home: &Path| -> Vec<serde_json::Value> {
+        let out = keel(home, ws)
+            .args(["checkpoints", "list", &id, "--json"])
+            .output()
+            .expect("list");
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    assert_eq!(listed(home.path()).len(), 3);
+    let config = home.path().join("config.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("\n[checkpoints]\nmax-per-session = 1\n");
+    std::fs::write(&config, text).expect("config");
+    let out = keel(home.path(), ws)
+        .args(["checkpoints", "gc"])
+        .output()
+        .expect("gc");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("dropped 2 checkpoint(s)"), "{stdout}");
+    let kept = listed(home.path());
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0]["kind"], "after-turn");
+}

@@ -28,14 +28,16 @@ pub enum CheckpointsCommand {
         json: bool,
     },
     /// Drop old checkpoints of this workspace's sessions and delete the stored content no
-    /// kept checkpoint names (each session's last checkpoint always stays).
+    /// kept checkpoint names (each session's last checkpoint always stays), by the retention
+    /// of `[checkpoints]` in keel's config unless told otherwise.
     Gc {
-        /// Drop checkpoints older than this many days.
-        #[arg(long, default_value_t = 30)]
-        days: u64,
-        /// Keep at most this many checkpoints per session, the newest.
-        #[arg(long, default_value_t = 1000)]
-        keep: usize,
+        /// Drop checkpoints older than this many days (default: `max-age-days`, 30).
+        #[arg(long)]
+        days: Option<u64>,
+        /// Keep at most this many checkpoints per session, the newest (default:
+        /// `max-per-session`, 1000).
+        #[arg(long)]
+        keep: Option<usize>,
     },
 }
 
@@ -86,11 +88,14 @@ pub fn run(ctx: &Context, cmd: CheckpointsCommand) -> anyhow::Result<ExitCode> {
         CheckpointsCommand::List { session, json } => list(ctx, &session, json),
         CheckpointsCommand::Gc { days, keep } => {
             let store = ctx.checkpoint_store()?;
+            let configured = ctx.config.checkpoints.retention();
             let done = store
                 .collect_garbage(&keel_kernel::checkpoints::Retention {
-                    max_age: std::time::Duration::from_secs(days.saturating_mul(24 * 3600)),
-                    per_session: keep,
-                    ..keel_kernel::checkpoints::Retention::default()
+                    max_age: days.map_or(configured.max_age, |d| {
+                        std::time::Duration::from_secs(d.saturating_mul(24 * 3600))
+                    }),
+                    per_session: keep.unwrap_or(configured.per_session),
+                    ..configured
                 })
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             println!(
