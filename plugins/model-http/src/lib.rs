@@ -24,6 +24,44 @@ pub const MODEL_SERVICE_VERSION: &str = "1.0.0";
 /// ([`keel_model_wire::fragments::ConversationCache`]).
 pub const HTTP_MODEL_SERVICE_VERSION: &str = keel_protocol::services::MODEL_READS_CONVERSATIONS;
 
+/// An HTTP model adapter as a plugin holds it: the endpoint's configuration and the rendering
+/// of the conversation the kernel holds, kept between calls.
+pub struct HttpModel {
+    adapter: keel_model_wire::driver::AdapterConfig,
+    conversation: keel_model_wire::fragments::ConversationCache,
+}
+
+impl HttpModel {
+    /// Provide the `model` service ([`HTTP_MODEL_SERVICE_VERSION`]) through `adapter`.
+    pub fn activate(adapter: keel_model_wire::driver::AdapterConfig) -> Result<Self, String> {
+        keel_sdk::services::provide(services::MODEL, HTTP_MODEL_SERVICE_VERSION)?;
+        Ok(HttpModel {
+            adapter,
+            conversation: keel_model_wire::fragments::ConversationCache::default(),
+        })
+    }
+
+    /// Serve one call to the `model` service over the kernel-mediated HTTP client.
+    pub fn handle_call(
+        &mut self,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, String> {
+        serve(service, method, payload, |request, on_delta| {
+            let mut transport = transport::SdkTransport::new();
+            keel_model_wire::driver::complete(
+                &mut transport,
+                &self.adapter,
+                &mut self.conversation,
+                request,
+                on_delta,
+            )
+            .map_err(|e| e.to_string())
+        })
+    }
+}
+
 /// Emit `delta` on [`topics::MODEL_DELTA`] for live display. A full subscriber queue is not
 /// worth failing the model call for, so emit errors are dropped.
 pub fn emit_delta(delta: &StreamDelta) {

@@ -9,28 +9,15 @@
 //! requests go out without it (local servers need none). Configuration: see
 //! [`keel_model_http::settings`].
 
-use keel_model_http::settings;
-use keel_model_http::transport::SdkTransport;
-use keel_model_wire::driver::{self, AdapterConfig};
-use keel_model_wire::fragments::ConversationCache;
-use keel_protocol::services;
+use keel_model_http::{HttpModel, settings};
 use keel_sdk::Plugin;
 
 /// The active adapter.
-struct OpenAiModel {
-    adapter: AdapterConfig,
-    /// The rendering of the conversation the kernel holds, kept between calls.
-    conversation: ConversationCache,
-}
+struct OpenAiModel(HttpModel);
 
 impl Plugin for OpenAiModel {
     fn activate(config: &str) -> Result<Self, String> {
-        let adapter = settings::openai(config)?;
-        keel_sdk::services::provide(services::MODEL, keel_model_http::HTTP_MODEL_SERVICE_VERSION)?;
-        Ok(OpenAiModel {
-            adapter,
-            conversation: ConversationCache::default(),
-        })
+        HttpModel::activate(settings::openai(config)?).map(OpenAiModel)
     }
 
     fn handle_call(
@@ -39,17 +26,7 @@ impl Plugin for OpenAiModel {
         method: &str,
         payload: &str,
     ) -> Result<String, String> {
-        keel_model_http::serve(service, method, payload, |request, on_delta| {
-            let mut transport = SdkTransport::new();
-            driver::complete(
-                &mut transport,
-                &self.adapter,
-                &mut self.conversation,
-                request,
-                on_delta,
-            )
-            .map_err(|e| e.to_string())
-        })
+        self.0.handle_call(service, method, payload)
     }
 }
 
