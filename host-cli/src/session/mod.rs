@@ -341,14 +341,27 @@ impl Session {
             session: self.id(),
             input: input.to_owned(),
         };
-        // The workspace before the turn and after it (what its commands left): the states
-        // `keel rewind` goes back to. A checkpoint that fails is said, and the turn still runs.
-        if let Some(Err(e)) = self.kernel.checkpoint_before_turn(&request.session) {
+        let payload = serde_json::to_string(&request)?;
+        let report = self
+            .checkpointed_turn(&request.session, self.agent_call("turn", payload))
+            .await?;
+        self.show_report(&report);
+        self.check_log().await?;
+        Ok(report)
+    }
+
+    /// The turn `call` runs in `session`, between the workspace's checkpoints before and after
+    /// it (what its commands left: the states `keel rewind` goes back to; a checkpoint that
+    /// fails is said, and the turn still runs): its report.
+    async fn checkpointed_turn(
+        &self,
+        session: &str,
+        call: impl std::future::Future<Output = Result<String, keel_kernel::KernelError>>,
+    ) -> anyhow::Result<TurnReport> {
+        if let Some(Err(e)) = self.kernel.checkpoint_before_turn(session) {
             eprintln!("warning: no checkpoint before this turn: {e}");
         }
-        let answer = self
-            .agent_call("turn", serde_json::to_string(&request)?)
-            .await;
+        let answer = call.await;
         if let Some(Err(e)) = self.kernel.checkpoint_after_turn() {
             eprintln!("warning: no checkpoint after this turn: {e}");
         }
@@ -357,8 +370,6 @@ impl Session {
         })?;
         let report: TurnReport = serde_json::from_str(&answer)
             .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
-        self.show_report(&report);
-        self.check_log().await?;
         Ok(report)
     }
 
@@ -376,32 +387,24 @@ impl Session {
             session: self.id(),
             input: input.to_owned(),
         };
-        if let Some(Err(e)) = self.kernel.checkpoint_before_turn(&request.session) {
-            eprintln!("warning: no checkpoint before this turn: {e}");
-        }
-        self.kernel.begin_turn();
         let payload = serde_json::to_string(&request)?;
-        let call = self.kernel.call_service(services::AGENT, "turn", &payload);
-        tokio::pin!(call);
-        tokio::pin!(cancel);
-        let mut cancelled = false;
-        let answer = loop {
-            tokio::select! {
-                answer = &mut call => break answer,
-                () = &mut cancel, if !cancelled => {
-                    cancelled = true;
-                    self.kernel.cancel_turn();
+        let call = async {
+            self.kernel.begin_turn();
+            let call = self.kernel.call_service(services::AGENT, "turn", &payload);
+            tokio::pin!(call);
+            tokio::pin!(cancel);
+            let mut cancelled = false;
+            loop {
+                tokio::select! {
+                    answer = &mut call => break answer,
+                    () = &mut cancel, if !cancelled => {
+                        cancelled = true;
+                        self.kernel.cancel_turn();
+                    }
                 }
             }
         };
-        if let Some(Err(e)) = self.kernel.checkpoint_after_turn() {
-            eprintln!("warning: no checkpoint after this turn: {e}");
-        }
-        let answer = answer.map_err(|e| {
-            anyhow::anyhow!("the turn failed: {}", failure::turn_failure(&e, &self.id()))
-        })?;
-        let report: TurnReport = serde_json::from_str(&answer)
-            .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
+        let report = self.checkpointed_turn(&request.session, call).await?;
         self.check_log().await?;
         Ok(report)
     }
