@@ -7,6 +7,11 @@
 //! with a 200k-token window (the turn is compacted inside itself, the history stays under
 //! about 650 KB) and once with a window it never fills (the history grows to about 5 MB).
 //!
+//! Beside the gaps it reports how many times a step copies the history across the plugin
+//! boundary: the bytes the kernel counted crossing it during the step (its `keel::boundary`
+//! log) over the size of that step's request. The request body itself crosses once, on its
+//! way out of the model adapter, so the aim of at most one copy reads as a ratio near 1.
+//!
 //! `cargo bench -p keel --bench long_turn` (release); one run of each.
 
 use std::path::Path;
@@ -33,7 +38,7 @@ struct Seen {
     compactions: usize,
 }
 
-fn run(window: u64) -> (Vec<Seen>, usize) {
+fn run(window: u64) -> (Vec<Seen>, usize, Vec<u64>) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     let compactions = Arc::new(Mutex::new(0usize));
@@ -82,7 +87,7 @@ fn run(window: u64) -> (Vec<Seen>, usize) {
     for n in 0..CALLS {
         std::fs::write(ws.join(format!("f{n:04}.txt")), line.repeat(100)).expect("file");
     }
-    keel(
+    let crossed = keel(
         &home,
         &ws,
         &[
@@ -94,24 +99,43 @@ fn run(window: u64) -> (Vec<Seen>, usize) {
     let compactions = *compactions.lock().unwrap_or_else(PoisonError::into_inner);
     drop(server);
     drop(runtime);
-    (seen, compactions)
+    (seen, compactions, crossed)
 }
 
-fn keel(home: &Path, ws: &Path, args: &[&str]) {
-    let status = Command::new(env!("CARGO_BIN_EXE_keel"))
+/// Run keel; the bytes the kernel counted across the plugin boundary in each step, in order.
+fn keel(home: &Path, ws: &Path, args: &[&str]) -> Vec<u64> {
+    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
         .arg("--home")
         .arg(home)
         .arg("--workspace")
         .arg(ws)
         .args(args)
         .env("OPENAI_API_KEY", KEY)
-        .env_remove("KEEL_LOG")
+        .env("KEEL_LOG", "warn,keel::boundary=debug")
+        .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
+        .stderr(Stdio::piped())
+        .output()
         .expect("keel runs");
-    assert!(status.success(), "keel {args:?} failed");
+    assert!(out.status.success(), "keel {args:?} failed");
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.contains("across the plugin boundary"))
+        .filter_map(|l| {
+            let at = l.find("bytes=")? + "bytes=".len();
+            let digits: String = l[at..].chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect()
+}
+
+/// How many times step `around`'s request crossed the boundary: what crossed during that step
+/// (logged when the next step began) over the request's size.
+fn copies_at(seen: &[Seen], crossed: &[u64], around: usize) -> Option<f64> {
+    let bytes = seen.get(around)?.bytes as f64;
+    let during = *crossed.get(around + 1)? as f64;
+    Some(during / bytes)
 }
 
 /// The gaps (ms) before requests `around - 5 ..= around + 5`, leaving out any that followed a
@@ -128,7 +152,7 @@ fn main() {
     println!("a long turn, whole process ({CALLS} read_file calls of 10 KB, one run each)");
     for (label, window) in [("200k window", 200_000u64), ("no compaction", 100_000_000)] {
         let started = Instant::now();
-        let (seen, compactions) = run(window);
+        let (seen, compactions, crossed) = run(window);
         let took = started.elapsed();
         assert_eq!(seen.len(), CALLS + 1, "every step asked the model");
         println!(
@@ -143,6 +167,12 @@ fn main() {
                 "ms",
                 &mut gaps,
             );
+            match copies_at(&seen, &crossed, step) {
+                Some(copies) => println!(
+                    "  bytes across the plugin boundary in step {step}: {copies:.2}× its request"
+                ),
+                None => println!("  (no boundary count for step {step}: the log had none)"),
+            }
         }
     }
 }

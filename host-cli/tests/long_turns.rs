@@ -5,7 +5,9 @@
 //! window from it and compacts inside the turn from then on); every request keeps calls and
 //! results paired; the session log records the compactions; `keel resume` continues from the
 //! compacted conversation, and a later resume that outgrows the window again is not refused
-//! (the window the refusal showed is in the log).
+//! (the window the refusal showed is in the log). Across the turn, the bytes the kernel counts
+//! crossing the plugin boundary stay near the bytes of the requests sent: the history crosses
+//! once a step, as the request body, not once per door it passes.
 //!
 //! The OpenAI run has no window configured (the model's name is unknown to keel), the
 //! Anthropic one a window larger than the provider's real limit: both learn the real limit from
@@ -51,6 +53,8 @@ struct Seen {
     summarized: usize,
     /// The largest request body answered.
     largest: usize,
+    /// The bytes of every request body received.
+    bodies: usize,
     /// The first request that broke the pairing of calls and results.
     malformed: Option<String>,
     /// The first request that was not the conversation as it stands: one without the latest
@@ -135,6 +139,7 @@ fn last_result(wire: Wire, body: &Value) -> Option<String> {
 async fn provider(wire: Wire, seen: Arc<Mutex<Seen>>) -> std::io::Result<ModelServer> {
     ModelServer::start_forgetting_bodies(move |_, r| {
         let mut seen = seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.bodies += r.body.len();
         if r.body.len() > LIMIT {
             seen.refused += 1;
             return overflow(wire);
@@ -217,6 +222,8 @@ async fn keel_with(
 ) -> Result<(Option<i32>, String, String), Box<dyn std::error::Error>> {
     let mut cmd = keel(home, ws);
     cmd.env(key_var(wire), KEY)
+        .env("KEEL_LOG", "warn,keel::boundary=debug")
+        .env("NO_COLOR", "1")
         .args(args)
         .timeout(std::time::Duration::from_secs(600));
     let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
@@ -306,6 +313,29 @@ async fn a_thousand_tool_calls_in_one_turn(wire: Wire) -> R {
         assert!(seen.compactions >= 1);
         assert!(seen.malformed.is_none(), "{:?}", seen.malformed);
         assert!(seen.stale.is_none(), "{:?}", seen.stale);
+        // The history crosses the plugin boundary once a step, as the request body: the
+        // kernel's count of bytes across it, every door together, stays near the bytes sent.
+        // Were the conversation carried through the loop's model request and on to the
+        // adapter, it would be at least twice.
+        let crossed: u64 = stderr
+            .lines()
+            .filter(|l| l.contains("across the plugin boundary"))
+            .filter_map(|l| {
+                let at = l.find("bytes=")? + "bytes=".len();
+                let digits: String = l[at..].chars().take_while(char::is_ascii_digit).collect();
+                digits.parse::<u64>().ok()
+            })
+            .sum();
+        let copies = crossed as f64 / seen.bodies as f64;
+        eprintln!(
+            "{wire:?}: {crossed} bytes across the plugin boundary for {} bytes of requests ({copies:.2}×)",
+            seen.bodies
+        );
+        assert!(
+            (0.9..1.5).contains(&copies),
+            "{crossed} bytes crossed the plugin boundary for {} bytes of requests",
+            seen.bodies
+        );
     }
     // The log: every tool outcome, the compactions, a completed turn.
     let entries = crate::common::only_session_log(home.path())?;

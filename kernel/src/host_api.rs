@@ -53,6 +53,11 @@ impl HostHandle {
         }
     }
 
+    /// Count `bytes` that crossed between this plugin and the kernel.
+    fn crossed(&self, shared: &Shared, bytes: usize) {
+        shared.boundary.crossed(bytes);
+    }
+
     /// The plugin this handle belongs to.
     pub fn plugin(&self) -> &str {
         &self.plugin
@@ -188,13 +193,17 @@ impl HostHandle {
 
     /// The value of `key` in this plugin's kernel-held state.
     pub fn state_get(&self, key: &str) -> Option<Vec<u8>> {
-        self.shared().ok()?.state_get(&self.plugin, key)
+        let shared = self.shared().ok()?;
+        let value = shared.state_get(&self.plugin, key);
+        self.crossed(&shared, value.as_ref().map_or(0, Vec::len));
+        value
     }
 
     /// Store `value` under `key` in this plugin's kernel-held state.
     pub fn state_set(&self, key: &str, value: Vec<u8>) -> Result<(), KernelError> {
-        self.shared()?
-            .state_set(&self.plugin, self.generation, key, value)
+        let shared = self.shared()?;
+        self.crossed(&shared, value.len());
+        shared.state_set(&self.plugin, self.generation, key, value)
     }
 
     /// Remove `key` from this plugin's kernel-held state.
@@ -228,9 +237,14 @@ impl HostHandle {
                 self.plugin
             )));
         }
-        shared
+        let answer = shared
             .call_service(&self.chain, name, method, payload)
-            .await
+            .await;
+        self.crossed(
+            &shared,
+            payload.len() + answer.as_ref().map_or(0, String::len),
+        );
+        answer
     }
 
     /// Every registered tool, sorted by name.
@@ -263,6 +277,7 @@ impl HostHandle {
                 self.plugin
             )));
         }
+        self.crossed(&shared, request.body.len());
         let gates = shared.gates.clone();
         let send = gates.net.send(
             &self.plugin,
@@ -290,7 +305,11 @@ impl HostHandle {
         let shared = self.shared()?;
         let gates = shared.gates.clone();
         let chunk = gates.net.next_chunk(&self.plugin, body, idle);
-        gates.unless_cancelled("the response stream", chunk).await
+        let chunk = gates.unless_cancelled("the response stream", chunk).await;
+        if let Ok(Some(bytes)) = &chunk {
+            self.crossed(&shared, bytes.len());
+        }
+        chunk
     }
 
     /// Release an HTTP response body.
@@ -310,8 +329,13 @@ impl HostHandle {
                 self.plugin
             )));
         }
+        self.crossed(&shared, command.line.len());
         let gates = shared.gates.clone();
-        gates.run_exec(&self.plugin, command).await
+        let outcome = gates.run_exec(&self.plugin, command).await;
+        if let Ok(outcome) = &outcome {
+            self.crossed(&shared, outcome.output.len());
+        }
+        outcome
     }
 
     /// The shared kernel, if this plugin declared `processes`.
@@ -486,15 +510,26 @@ impl HostHandle {
 
     /// Ask the model for the next assistant message (the kernel records its tool calls).
     pub async fn agent_complete(&self, request: &str) -> Result<String, KernelError> {
-        self.driver_shared()?
+        let shared = self.driver_shared()?;
+        shared.boundary.step_begins(&self.plugin);
+        let answer = shared
             .agent_complete(&self.chain, Some(&self.plugin), request)
-            .await
+            .await;
+        self.crossed(
+            &shared,
+            request.len() + answer.as_ref().map_or(0, String::len),
+        );
+        answer
     }
 
     /// Dispatch recorded tool calls through the gate pipeline.
     pub async fn agent_dispatch(&self, call_ids: &[String]) -> Vec<String> {
         match self.driver_shared() {
-            Ok(shared) => shared.agent_dispatch(&self.chain, call_ids).await,
+            Ok(shared) => {
+                let outcomes = shared.agent_dispatch(&self.chain, call_ids).await;
+                self.crossed(&shared, outcomes.iter().map(String::len).sum());
+                outcomes
+            }
             Err(e) => call_ids
                 .iter()
                 .map(|id| {

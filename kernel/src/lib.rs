@@ -5,6 +5,7 @@
 //! [`Kernel`].
 
 mod agents;
+mod boundary;
 mod call_chain;
 pub mod consent;
 mod dispatch;

@@ -223,6 +223,8 @@ pub(crate) struct Shared {
     host_events: broadcast::Sender<Event>,
     /// Bytes of events queued for all subscribers (see [`Backlog`]).
     queued_events: Arc<AtomicUsize>,
+    /// Bytes across the plugin boundary (see [`crate::boundary`]).
+    pub(crate) boundary: crate::boundary::BoundaryMeter,
     me: Weak<Shared>,
 }
 
@@ -261,9 +263,16 @@ impl Kernel {
                 config,
                 host_events,
                 queued_events: Arc::default(),
+                boundary: Default::default(),
                 me: me.clone(),
             }),
         }
+    }
+
+    /// Every byte that crossed between the kernel and its plugins so far, either way (see
+    /// `boundary.rs`): what a bench divides by the steps of a turn.
+    pub fn boundary_bytes(&self) -> u64 {
+        self.shared.boundary.total()
     }
 
     /// Load a plugin. It activates now if every required provider is active, otherwise it

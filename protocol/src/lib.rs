@@ -165,24 +165,6 @@ pub mod topics {
     pub const SUBAGENT_EVENT: &str = "subagent.event";
 }
 
-/// How the kernel words a call that a plugin failed: the plugin and the door it was called
-/// through, then the plugin's own message. [`failure_message`] takes the plugin's words back
-/// out, for a person who needs the problem, not the routing.
-pub mod call_failure {
-    /// `plugin `NAME` (WHAT): MESSAGE`, where WHAT names the door (`service `model`, method
-    /// `complete``, `tool `read_file``, …).
-    pub fn describe(plugin: &str, what: &str, message: &str) -> String {
-        format!("plugin `{plugin}` ({what}): {message}")
-    }
-
-    /// The plugin's own message in a text [`describe`] made; any other text as it is.
-    pub fn failure_message(text: &str) -> &str {
-        text.strip_prefix("plugin `")
-            .and_then(|rest| rest.split_once("): "))
-            .map_or(text, |(_, own)| own)
-    }
-}
-
 /// Who said a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -981,23 +963,6 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(old.capabilities, ToolCapabilities::READS_FILES);
         assert!(!old.parallel_safe);
-    }
-
-    #[test]
-    fn a_failure_gives_back_the_plugins_own_words() {
-        let text = call_failure::describe(
-            "model-openai",
-            "service `model`, method `complete`",
-            "the provider rejected the API key (HTTP 401): check it",
-        );
-        assert_eq!(
-            call_failure::failure_message(&text),
-            "the provider rejected the API key (HTTP 401): check it"
-        );
-        assert_eq!(
-            call_failure::failure_message("stream closed"),
-            "stream closed"
-        );
     }
 
     #[test]

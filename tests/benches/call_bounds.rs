@@ -66,7 +66,7 @@ fn call_bounds(c: &mut Criterion) {
                 let started = Instant::now();
                 for _ in 0..iterations {
                     let outcome = h.kernel.call_tool("stall_sleep", "{}").await;
-                    assert!(outcome.contains("did not finish within"), "{outcome}");
+                    assert!(outcome.contains("did not finish"), "{outcome}");
                 }
                 started.elapsed()
             })

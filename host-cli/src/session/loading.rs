@@ -224,6 +224,16 @@ impl Session {
         self.kernel.env().services().contains_key(services::AGENT)
     }
 
+    /// The plugin that provides the agent service, which runs the turns (`agent-loop` when
+    /// none does: the name the person would add).
+    pub(crate) fn agent_plugin(&self) -> String {
+        self.kernel
+            .env()
+            .services()
+            .get(services::AGENT)
+            .map_or_else(|| "agent-loop".to_owned(), |entry| entry.provider.clone())
+    }
+
     /// Every plugin the session needs is active, or say what is missing and how to fix it.
     pub(crate) fn check_ready(&self) -> anyhow::Result<()> {
         let mut problems = Vec::new();

@@ -366,7 +366,11 @@ impl Session {
             eprintln!("warning: no checkpoint after this turn: {e}");
         }
         let answer = answer.map_err(|e| {
-            anyhow::anyhow!("the turn failed: {}", failure::turn_failure(&e, &self.id()))
+            let agent = self.agent_plugin();
+            anyhow::anyhow!(
+                "the turn failed: {}",
+                failure::turn_failure(&e, &agent, &self.id())
+            )
         })?;
         let report: TurnReport = serde_json::from_str(&answer)
             .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;

@@ -167,6 +167,7 @@ impl Shared {
         {
             kind = CallKind::Child;
         }
+        let plain = request.plain(kind);
         let callee = chain.enter(
             plugin,
             kind,
@@ -180,8 +181,8 @@ impl Shared {
             // again gets nothing more out of the chain's spent account.
             tracing::info!(plugin, door = what, %chain, "not called: the chain's CPU is spent");
             return Err(KernelError::Failed(format!(
-                "plugin `{plugin}` was not called: the calls this one is part of already used \
-                 {:.2} s of guest CPU, over their limit of {}",
+                "plugin `{plugin}` was not called for {plain}: the work it is part of already \
+                 used {:.2} s of guest CPU, over its limit of {}",
                 callee.cpu().spent().as_secs_f64(),
                 crate::wasm_host::limits::format_limit(limit)
             )));
@@ -220,7 +221,10 @@ impl Shared {
             tokio::select! {
                 biased;
                 result = self.run_seated(&callee, plugin, seat, request) => result,
-                d = overdue => Err(overdue_error(plugin, &what, kind, d)),
+                d = overdue => {
+                    tracing::info!(plugin, door = what, %chain, "stopped at its deadline");
+                    Err(overdue_error(plugin, &plain, kind, d))
+                }
             }
         };
         if !callee.interruptible() {
@@ -228,7 +232,7 @@ impl Shared {
         }
         let stopped = || {
             KernelError::Denied(format!(
-                "plugin `{plugin}` ({what}) was stopped: the person cancelled the turn (Ctrl-C)"
+                "plugin `{plugin}` was stopped in {plain}: the person cancelled the turn (Ctrl-C)"
             ))
         };
         // The agent ends a cancelled turn itself, recording it, once what it waits on has
@@ -315,7 +319,9 @@ impl Shared {
             what: &what,
             armed: true,
         };
-        let outcome = request.serve(instance.as_mut(), callee).await;
+        let outcome = request
+            .serve(instance.as_mut(), callee, &self.boundary)
+            .await;
         halfway.armed = false;
         match outcome {
             Ok(out) => Ok(out),
@@ -373,7 +379,9 @@ impl Shared {
                     })?
             }
         };
-        let outcome = request.serve(instance.as_mut(), callee).await;
+        let outcome = request
+            .serve(instance.as_mut(), callee, &self.boundary)
+            .await;
         match outcome {
             Ok(out) => {
                 *guard = Some((generation, instance));
@@ -527,7 +535,7 @@ const CANCEL_GRACE: Duration = Duration::from_millis(50);
 const TURN_CANCEL_GRACE: Duration = Duration::from_secs(2);
 
 /// The error of a call stopped at its chain's deadline.
-fn overdue_error(plugin: &str, what: &str, kind: CallKind, deadline: Deadline) -> KernelError {
+fn overdue_error(plugin: &str, plain: &str, kind: CallKind, deadline: Deadline) -> KernelError {
     let (name, key) = deadline.kind.deadline_name();
     let whose = if deadline.kind == kind {
         String::new()
@@ -535,9 +543,10 @@ fn overdue_error(plugin: &str, what: &str, kind: CallKind, deadline: Deadline) -
         format!(" of the {name} it is part of")
     };
     KernelError::TimedOut(format!(
-        "plugin `{plugin}` ({what}) did not finish within {} s, the {name} deadline{whose}; it \
-         was stopped and starts afresh for its next call (the person running keel can raise \
+        "plugin `{plugin}` did not finish {} within {} s, the {name} deadline{whose}; it was \
+         stopped and starts afresh for its next call (the person running keel can raise \
          [timeouts] {key} in keel's config)",
+        plain,
         deadline.length.as_secs_f64()
     ))
 }
@@ -596,6 +605,27 @@ impl Request<'_> {
         &self,
         instance: &mut dyn PluginInstance,
         callee: &CallChain,
+        meter: &crate::boundary::BoundaryMeter,
+    ) -> Result<String, crate::instance::InstanceError> {
+        meter.crossed(self.bytes_in());
+        let answer = self.serve_unmetered(instance, callee).await;
+        meter.crossed(answer.as_ref().map_or(0, String::len));
+        answer
+    }
+
+    /// What the request hands the plugin, in bytes.
+    fn bytes_in(&self) -> usize {
+        match self {
+            Request::Service { payload, .. } => payload.len(),
+            Request::Tool { input, .. } | Request::Guard { input, .. } => input.len(),
+            Request::Event { event } => event.payload.len(),
+        }
+    }
+
+    async fn serve_unmetered(
+        &self,
+        instance: &mut dyn PluginInstance,
+        callee: &CallChain,
     ) -> Result<String, crate::instance::InstanceError> {
         match self {
             Request::Service {
@@ -630,6 +660,24 @@ impl Request<'_> {
             Request::Tool { .. } => CallKind::Tool,
             Request::Guard { .. } => CallKind::Guard,
             Request::Event { .. } => CallKind::Event,
+        }
+    }
+
+    /// The call in a person's words, for the errors its caller reads: what was asked of the
+    /// plugin, not the door the kernel routed it through (that is `describe`, for the log).
+    fn plain(&self, kind: CallKind) -> String {
+        match (self, kind) {
+            (_, CallKind::Turn) => "the turn".into(),
+            (_, CallKind::Model) => "the model call".into(),
+            (Request::Tool { name, .. }, CallKind::Child) => {
+                format!("the subagent's run for the tool call `{name}`")
+            }
+            (Request::Tool { name, .. }, _) => format!("the tool call `{name}`"),
+            (Request::Guard { guard, tool, .. }, _) => {
+                format!("its check `{guard}` of the tool call `{tool}`")
+            }
+            (Request::Event { event }, _) => format!("its handler of `{}` events", event.topic),
+            (Request::Service { service, .. }, _) => format!("a call to its `{service}` service"),
         }
     }
 

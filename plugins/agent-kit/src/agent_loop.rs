@@ -1039,17 +1039,15 @@ impl<D: AgentDoors> AgentLoop<D> {
 }
 
 /// What a failed model call tells the person: the model plugin's own words ("the model provider
-/// rejected the API key …"), without the kernel's routing (``plugin `model-openai` (service
-/// `model`, method `complete`): ``), which names plumbing, not the problem.
+/// rejected the API key …"), which the kernel passes on as the plugin said them.
 fn model_failure(e: &DoorError) -> String {
-    keel_protocol::call_failure::failure_message(&e.message).to_owned()
+    e.message.clone()
 }
 
 /// Whether a failed model call is the provider refusing the request as too long, in the words
 /// a model adapter uses when asked to say so ([`keel_protocol::CONTEXT_OVERFLOW`]).
 fn is_overflow(e: &DoorError) -> bool {
-    keel_protocol::call_failure::failure_message(&e.message)
-        .starts_with(keel_protocol::CONTEXT_OVERFLOW)
+    e.message.starts_with(keel_protocol::CONTEXT_OVERFLOW)
 }
 
 /// Why a final answer may be incomplete, for the person: it is kept as it arrived (an

@@ -444,15 +444,11 @@ fn a_model_error_ends_the_turn_with_its_message() {
 }
 
 #[test]
-fn a_model_error_reads_as_the_model_plugin_said_it_without_the_kernels_routing() {
+fn a_model_error_reads_as_the_model_plugin_said_it() {
     let mut k = FakeKernel::default();
     k.responses.push_back(Err(DoorError {
         kind: "failed",
-        message: keel_protocol::call_failure::describe(
-            "model-openai",
-            "service `model`, method `complete`",
-            "the model provider rejected the API key (HTTP 401): check it",
-        ),
+        message: "the model provider rejected the API key (HTTP 401): check it".into(),
     }));
     let mut a = agent(k, "{}");
     let r = turn(&mut a, "go");
@@ -621,8 +617,8 @@ fn a_provider_overflow_mid_turn_compacts_the_turn_for_good_and_asks_once_more() 
         Err(DoorError {
             kind: "failed",
             message: format!(
-                "plugin `model-openai` (service `model`, method `complete`): {} (the provider \
-                 said, HTTP 400: This model's maximum context length is 128000 tokens.)",
+                "{} (the provider said, HTTP 400: This model's maximum context length is \
+                 128000 tokens.)",
                 keel_protocol::CONTEXT_OVERFLOW
             ),
         }),
