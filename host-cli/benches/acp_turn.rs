@@ -6,9 +6,10 @@
 //! the turn's end is visible to whoever drives keel: for `keel exec --json` the `turn.report`
 //! line on its stdout, for `keel acp` the `session/prompt` response (every update of the turn
 //! was sent before it). The model's answer, the agent loop and the session log are the same in
-//! both; the difference is what the editor path adds (the events put into ACP's updates, the
-//! JSON-RPC lines, the turn's own bookkeeping), aimed at ≤ 1 ms. A warm ACP session's whole
-//! turn (prompt sent → response) is shown too.
+//! both, and each is the first turn of a fresh process (`keel exec` is one); the difference is
+//! what the editor path adds (the events put into ACP's updates, the JSON-RPC lines, the
+//! turn's own bookkeeping), aimed at ≤ 1 ms. A warm ACP session's turns (the same tail, and
+//! prompt sent → answer) are shown too.
 //!
 //! `cargo bench -p keel --bench acp_turn` (release); `KEEL_BENCH_RUNS` sets the runs per
 //! figure (default 30).
@@ -153,15 +154,11 @@ async fn main() {
         }
     }
 
-    // keel acp: one session, a turn a prompt; a warm-up first.
+    // keel acp, as exec runs: a fresh process for one turn (initialize, session/new, the
+    // prompt); then a warm session, a turn a prompt. A warm-up first in each.
     let s = server.clone();
-    let (mut acp_tails, mut acp_turns) = tokio::task::spawn_blocking(move || {
-        let mut acp = Acp::start(&home, &ws);
-        acp.call("initialize", json!({"protocolVersion": 1}));
-        let session =
-            acp.call("session/new", json!({"cwd": ws, "mcpServers": []}))["sessionId"].clone();
-        let (mut tails, mut turns) = (Vec::new(), Vec::new());
-        for i in 0..=runs {
+    let (mut acp_cold, mut acp_warm, mut acp_turns) = tokio::task::spawn_blocking(move || {
+        let prompt = |acp: &mut Acp, session: &Value| {
             let before = s.received().len();
             let sent = Instant::now();
             let answer = acp.call(
@@ -171,25 +168,57 @@ async fn main() {
             );
             let ended = Instant::now();
             assert_eq!(answer["stopReason"], "end_turn", "{answer}");
+            (
+                millis(ended - s.received()[before].at),
+                millis(ended - sent),
+            )
+        };
+        let open = |acp: &mut Acp| {
+            acp.call("initialize", json!({"protocolVersion": 1}));
+            acp.call("session/new", json!({"cwd": ws, "mcpServers": []}))["sessionId"].clone()
+        };
+        let mut cold = Vec::new();
+        for i in 0..=runs {
+            let mut acp = Acp::start(&home, &ws);
+            let session = open(&mut acp);
+            let (tail, _) = prompt(&mut acp, &session);
             if i > 0 {
-                tails.push(millis(ended - s.received()[before].at));
-                turns.push(millis(ended - sent));
+                cold.push(tail);
             }
         }
-        (tails, turns)
+        let mut acp = Acp::start(&home, &ws);
+        let session = open(&mut acp);
+        let (mut tails, mut turns) = (Vec::new(), Vec::new());
+        for i in 0..=runs {
+            let (tail, turn) = prompt(&mut acp, &session);
+            if i > 0 {
+                tails.push(tail);
+                turns.push(turn);
+            }
+        }
+        (cold, tails, turns)
     })
     .await
     .expect("join");
 
     println!("keel acp against keel exec ({runs} turns each, loopback model server)");
     let (exec_median, _, _) = summary(&mut exec);
-    let (acp_median, _, _) = summary(&mut acp_tails);
+    let (acp_median, _, _) = summary(&mut acp_cold);
     report("exec: model request → turn report line", "ms", &mut exec);
-    report("acp: model request → prompt response", "ms", &mut acp_tails);
-    report("acp: whole turn, warm session", "ms", &mut acp_turns);
+    report(
+        "acp, fresh process: request → prompt answer",
+        "ms",
+        &mut acp_cold,
+    );
     println!(
         "{:<44} {:>+9.2} ms (aim ≤ 1 ms)",
         "added by ACP (difference of medians)",
         acp_median - exec_median
     );
+    report(
+        "acp, warm session: request → prompt answer",
+        "ms",
+        &mut acp_warm,
+    );
+    report("acp, warm session: whole turn", "ms", &mut acp_turns);
 }
