@@ -31,6 +31,12 @@ const FILE: &str = "mcp-editor-approvals.json";
 /// At most this many pending requests are kept (the oldest go first).
 const MAX_PENDING: usize = 64;
 
+/// At most this many servers are taken from one request; the rest are refused.
+const MAX_SERVERS: usize = 32;
+
+/// The largest server keel takes: its command, arguments and environment together, in bytes.
+const MAX_SERVER_BYTES: usize = 64 << 10;
+
 /// A server the editor passed, in keel's terms.
 #[derive(Debug, Clone)]
 pub struct Offered {
@@ -48,7 +54,14 @@ pub struct Offered {
 pub fn offered(servers: &[acp::McpServer]) -> (Vec<Offered>, Vec<String>) {
     let mut taken: Vec<Offered> = Vec::new();
     let mut refused = Vec::new();
-    for server in servers {
+    for (at, server) in servers.iter().enumerate() {
+        if at == MAX_SERVERS {
+            refused.push(format!(
+                "{} more: keel takes at most {MAX_SERVERS} servers from an editor",
+                servers.len() - MAX_SERVERS
+            ));
+            break;
+        }
         let stdio = match server {
             acp::McpServer::Stdio(stdio) => stdio,
             acp::McpServer::Http(http) => {
@@ -94,6 +107,20 @@ pub fn offered(servers: &[acp::McpServer]) -> (Vec<Offered>, Vec<String>) {
             ));
             continue;
         };
+        let size = command.len()
+            + stdio.args.iter().map(String::len).sum::<usize>()
+            + stdio
+                .env
+                .iter()
+                .map(|v| v.name.len() + v.value.len())
+                .sum::<usize>();
+        if size > MAX_SERVER_BYTES {
+            refused.push(format!(
+                "`{name}`: its command, arguments and environment exceed {} KiB",
+                MAX_SERVER_BYTES >> 10
+            ));
+            continue;
+        }
         let env: BTreeMap<String, String> = stdio
             .env
             .iter()
@@ -376,6 +403,17 @@ mod tests {
         let s = &a[0].server;
         assert!(s.from_project && s.dirs.is_empty() && s.hosts.is_empty());
         assert!(s.read.is_empty() && s.allow.is_empty() && s.url.is_none());
+    }
+
+    #[test]
+    fn too_many_or_too_large_servers_are_refused() {
+        let many: Vec<_> = (0..40).map(|i| stdio(&format!("s{i}"), &[], &[])).collect();
+        let (taken, refused) = offered(&many);
+        assert_eq!(taken.len(), MAX_SERVERS);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        let big = "x".repeat(MAX_SERVER_BYTES);
+        let (taken, refused) = offered(&[stdio("big", &[&big], &[])]);
+        assert!(taken.is_empty() && refused.len() == 1, "{refused:?}");
     }
 
     #[test]

@@ -349,8 +349,12 @@ impl State {
         }
         let notices =
             editor_mcp::add_approved(&ctx.home, &ctx.workspace, mcp_servers, &mut ctx.config);
+        // The servers' names, commands and arguments came from the client.
         for notice in &notices {
-            eprintln!("keel acp: MCP server {notice}");
+            eprintln!(
+                "keel acp: MCP server {}",
+                crate::session::terminal_safe(notice)
+            );
         }
         let configured = match self.approval {
             Some(mode) => mode,
