@@ -49,7 +49,7 @@ pub struct Project {
 }
 
 /// The server name `name` becomes: lowercase letters, digits and `-`.
-fn keel_name(name: &str) -> String {
+pub(crate) fn keel_name(name: &str) -> String {
     let cleaned: String = name
         .chars()
         .map(|c| match c.to_ascii_lowercase() {

@@ -361,17 +361,27 @@ async fn a_logged_session_loads_with_its_tool_calls_and_is_listed() -> Result<()
     std::fs::write(workspace.join("notes.txt"), "remember the milk\n")
         .map_err(|e| e.to_string())?;
     let script = format!(
-        "{}[[step]]\ntext = \"It says to remember the milk.\"\n[[step]]\ntext = \"Still here.\"\n",
+        "{}[[step]]\ntext = \"It says to remember the milk.\"\n[[step]]\ntext = \"Still here.\"\n\
+         [[step]]\ntext = \"Resumed.\"\n",
         scripted_tool_step(&[("read_file", "{ path = \"notes.txt\" }".to_owned())])
     );
     use_scripted_model(home.path(), &script).map_err(|e| e.to_string())?;
+    // A known context window, so the editor is shown how full it is.
+    let config = home.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
+    std::fs::write(
+        &config,
+        text.replace("[model]\n", "[model]\ncontext-window = 100000\n"),
+    )
+    .map_err(|e| e.to_string())?;
 
     // First agent: a turn with a tool call, then the agent goes away.
     let mut child = start(home.path(), &workspace, &[]).map_err(|e| e.to_string())?;
     let ws_for_body = workspace.clone();
+    let first = Shared::default();
     let session = with_client(
         &mut child,
-        Shared::default(),
+        first.clone(),
         Arc::new(|_| None),
         async move |cx| {
             initialize(&cx).await?;
@@ -383,6 +393,23 @@ async fn a_logged_session_loads_with_its_tool_calls_and_is_listed() -> Result<()
     .await?;
     drop(child.stdin.take());
     let _ = tokio::time::timeout(BOUND, child.wait()).await;
+    // Each model call showed how full the context is, against the configured window.
+    let usage: Vec<(u64, u64)> = seen(&first)
+        .updates
+        .iter()
+        .filter_map(|u| match u {
+            acp::SessionUpdate::UsageUpdate(u) => Some((u.used, u.size)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(usage.len(), 2, "one per model call: {usage:?}");
+    assert!(
+        usage
+            .iter()
+            .all(|&(used, size)| size == 100_000 && used > 0),
+        "{usage:?}"
+    );
+    assert!(usage[1].0 > usage[0].0, "the context grew: {usage:?}");
 
     // The terminal lists it.
     let listed = crate::common::keel(home.path(), &workspace)
@@ -470,6 +497,60 @@ async fn a_logged_session_loads_with_its_tool_calls_and_is_listed() -> Result<()
         agent_text(&updates).contains("Still here."),
         "the next turn ran"
     );
+    // Its slash commands are offered after the load too.
+    assert!(
+        updates
+            .iter()
+            .any(|u| matches!(u, acp::SessionUpdate::AvailableCommandsUpdate(_))),
+        "available commands after session/load"
+    );
+    drop(child.stdin.take());
+    let _ = tokio::time::timeout(BOUND, child.wait()).await;
+
+    // A third agent resumes it: no replay, its commands offered, the conversation goes on.
+    let mut child = start(home.path(), &workspace, &[]).map_err(|e| e.to_string())?;
+    let shared = Shared::default();
+    let ws_for_body = workspace.clone();
+    let id = session.clone();
+    let (resumable, stop) = with_client(
+        &mut child,
+        shared.clone(),
+        Arc::new(|_| None),
+        async move |cx| {
+            let init = initialize(&cx).await?;
+            let resumable = init
+                .agent_capabilities
+                .session_capabilities
+                .resume
+                .is_some();
+            cx.send_request(acp::ResumeSessionRequest::new(
+                id.clone(),
+                ws_for_body.clone(),
+            ))
+            .block_task()
+            .await?;
+            let stop = prompt(&cx, &id, "and now?").await?;
+            Ok((resumable, stop))
+        },
+    )
+    .await?;
+    assert!(resumable, "session/resume is advertised");
+    assert_eq!(stop, acp::StopReason::EndTurn);
+    let updates = std::mem::take(&mut seen(&shared).updates);
+    assert!(
+        !updates
+            .iter()
+            .any(|u| matches!(u, acp::SessionUpdate::UserMessageChunk(_))),
+        "a resume replays nothing: {updates:?}"
+    );
+    assert!(
+        updates
+            .iter()
+            .any(|u| matches!(u, acp::SessionUpdate::AvailableCommandsUpdate(_))),
+        "available commands after session/resume"
+    );
+    // The model was given the whole conversation back: the script's fourth answer.
+    assert_eq!(agent_text(&updates), "Resumed.");
     Ok(())
 }
 
@@ -810,5 +891,229 @@ async fn the_editor_may_choose_only_a_stricter_approval_mode() -> Result<(), Str
         !workspace.join("made.txt").exists(),
         "under `never` nothing needing approval runs"
     );
+    Ok(())
+}
+
+/// A directory outside `/tmp`: the sandbox gives an MCP server a private `/tmp`, which would
+/// hide a workspace there.
+fn outside_tmp() -> Result<tempfile::TempDir, String> {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).map_err(|e| e.to_string())
+}
+
+/// One agent: a session in `workspace` with `servers` passed, one prompt answered with
+/// `allow-once`; what the client saw.
+async fn session_with_servers(
+    home: &Path,
+    workspace: &Path,
+    servers: Vec<acp::McpServer>,
+) -> Result<Seen, String> {
+    let mut child = start(home, workspace, &["--approval", "ask"]).map_err(|e| e.to_string())?;
+    let shared = Shared::default();
+    let ws_for_body = workspace.to_owned();
+    with_client(
+        &mut child,
+        shared.clone(),
+        Arc::new(|_| Some("allow-once".to_owned())),
+        async move |cx| {
+            initialize(&cx).await?;
+            let session = cx
+                .send_request(acp::NewSessionRequest::new(ws_for_body).mcp_servers(servers))
+                .block_task()
+                .await?
+                .session_id;
+            prompt(&cx, &session, "echo through the editor's server").await
+        },
+    )
+    .await?;
+    drop(child.stdin.take());
+    let _ = tokio::time::timeout(BOUND, child.wait()).await;
+    Ok(std::mem::take(&mut *seen(&shared)))
+}
+
+/// The text of call `id`'s last update.
+fn call_output(updates: &[acp::SessionUpdate], id: &str) -> String {
+    updates
+        .iter()
+        .rev()
+        .find_map(|u| match u {
+            acp::SessionUpdate::ToolCallUpdate(u) if u.tool_call_id.0.as_ref() == id => {
+                serde_json::to_string(&u.fields.content).ok()
+            }
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_editors_mcp_server_starts_only_once_approved_and_is_granted_nothing()
+-> Result<(), String> {
+    let home = outside_tmp()?;
+    let ws = outside_tmp()?;
+    let workspace = ws.path().canonicalize().map_err(|e| e.to_string())?;
+    // The server lies in the workspace: a server the editor passes is granted no folder to
+    // read beyond the sandbox's defaults.
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mcp_echo_minimal.py");
+    std::fs::copy(&fixture, workspace.join("echo.py")).map_err(|e| e.to_string())?;
+    let script = format!(
+        "{}[[step]]\ntext = \"Done.\"\n",
+        scripted_tool_step(&[(
+            "mcp__echo__echo",
+            "{ text = \"through the editor\" }".to_owned()
+        )])
+    );
+    use_scripted_model(home.path(), &script).map_err(|e| e.to_string())?;
+    let server = |token: &str| {
+        vec![acp::McpServer::Stdio(
+            acp::McpServerStdio::new("Echo", "python3")
+                .args(vec![workspace.join("echo.py").display().to_string()])
+                .env(vec![acp::EnvVariable::new("TOKEN", token)]),
+        )]
+    };
+
+    // Not approved: not started, and the editor is told how to approve it.
+    let seen = session_with_servers(home.path(), &workspace, server("one")).await?;
+    let said = agent_text(&seen.updates);
+    assert!(
+        said.contains("not started") && said.contains("keel mcp approve --editor"),
+        "{said}"
+    );
+    assert!(
+        seen.asked.is_empty(),
+        "nothing to ask about: {:?}",
+        seen.asked
+    );
+    assert_eq!(
+        statuses(&seen.updates, "call_1_1").last(),
+        Some(&acp::ToolCallStatus::Failed)
+    );
+    assert!(!call_output(&seen.updates, "call_1_1").contains("echo: through the editor"));
+    // The token's value is never written to keel's home.
+    let recorded = std::fs::read_to_string(home.path().join("mcp-editor-approvals.json"))
+        .map_err(|e| e.to_string())?;
+    assert!(
+        recorded.contains("TOKEN") && !recorded.contains("\"one\""),
+        "{recorded}"
+    );
+
+    // Approving needs a terminal or --yes; then the same server starts.
+    let keel_mcp = |args: &[&str]| {
+        crate::common::keel(home.path(), &workspace)
+            .args(["mcp", "approve", "--editor"])
+            .args(args)
+            .output()
+            .map_err(|e| e.to_string())
+    };
+    assert!(!keel_mcp(&[])?.status.success());
+    let approved = keel_mcp(&["--yes"])?;
+    let listed = String::from_utf8_lossy(&approved.stdout);
+    assert!(approved.status.success(), "{listed}");
+    assert!(
+        listed.contains("echo: python3") && listed.contains("TOKEN"),
+        "{listed}"
+    );
+
+    let seen = session_with_servers(home.path(), &workspace, server("one")).await?;
+    assert!(!agent_text(&seen.updates).contains("not started"));
+    // Granted nothing: its tool asks before it runs, then runs.
+    assert_eq!(seen.asked.len(), 1, "asked once: {:?}", seen.asked);
+    assert_eq!(
+        statuses(&seen.updates, "call_1_1").last(),
+        Some(&acp::ToolCallStatus::Completed)
+    );
+    let output = call_output(&seen.updates, "call_1_1");
+    assert!(output.contains("echo: through the editor"), "{output}");
+
+    // A changed server (another environment value) is a new request.
+    let seen = session_with_servers(home.path(), &workspace, server("two")).await?;
+    assert!(
+        agent_text(&seen.updates).contains("not started"),
+        "{:?}",
+        seen.updates
+    );
+    assert!(!call_output(&seen.updates, "call_1_1").contains("echo: through the editor"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stricter_sandbox_chosen_before_the_first_prompt_confines_the_sessions_commands()
+-> Result<(), String> {
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let workspace = ws.path().canonicalize().map_err(|e| e.to_string())?;
+    use_scripted_model(home.path(), &touch_script()).map_err(|e| e.to_string())?;
+    // `auto`: the command runs without asking, so only the sandbox can stop it.
+    let mut child =
+        start(home.path(), &workspace, &["--approval", "auto"]).map_err(|e| e.to_string())?;
+    let ws_for_body = workspace.clone();
+    let marker = workspace.join("made.txt");
+    let set = |session: &acp::SessionId, value: &str| {
+        acp::SetSessionConfigOptionRequest::new(
+            session.clone(),
+            "sandbox",
+            acp::SessionConfigOptionValue::value_id(value.to_owned()),
+        )
+    };
+    let (offered, looser, chosen, confined, later, unconfined) = with_client(
+        &mut child,
+        Shared::default(),
+        Arc::new(|_| None),
+        async move |cx| {
+            initialize(&cx).await?;
+            let created = cx
+                .send_request(acp::NewSessionRequest::new(ws_for_body.clone()))
+                .block_task()
+                .await?;
+            let session = created.session_id.clone();
+            let offered = serde_json::to_value(&created.config_options).unwrap_or_default();
+            let looser = cx.send_request(set(&session, "off")).block_task().await;
+            let chosen = cx
+                .send_request(set(&session, "read-only"))
+                .block_task()
+                .await?;
+            let chosen = serde_json::to_value(&chosen.config_options).unwrap_or_default();
+            prompt(&cx, &session, "make the file").await?;
+            let confined = !ws_for_body.join("made.txt").exists();
+            let later = cx
+                .send_request(set(&session, "workspace-write"))
+                .block_task()
+                .await;
+            // Another session, as keel was started: the same command writes.
+            let other = new_session(&cx, &ws_for_body).await?;
+            prompt(&cx, &other, "make the file").await?;
+            let unconfined = ws_for_body.join("made.txt").exists();
+            Ok((offered, looser, chosen, confined, later, unconfined))
+        },
+    )
+    .await?;
+    let offered = offered.to_string();
+    assert!(
+        offered.contains("\"workspace-write\"") && offered.contains("\"read-only\""),
+        "{offered}"
+    );
+    assert!(!offered.contains("\"off\""), "{offered}");
+    let looser = looser
+        .err()
+        .ok_or("choosing `off` under `workspace-write` must be refused")?;
+    assert!(format!("{looser:?}").contains("stricter"), "{looser:?}");
+    assert!(
+        chosen
+            .to_string()
+            .contains("\"currentValue\":\"read-only\""),
+        "{chosen}"
+    );
+    assert!(
+        confined,
+        "a read-only session's command wrote the workspace"
+    );
+    let later = later
+        .err()
+        .ok_or("a sandbox change after the first prompt must be refused")?;
+    assert!(
+        format!("{later:?}").contains("once a prompt ran"),
+        "{later:?}"
+    );
+    assert!(unconfined, "the other session's command ran as configured");
+    assert!(marker.exists());
     Ok(())
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use agent_client_protocol::v1::schema as acp;
 use keel_kernel::gates::approvals::{Answer, ApprovalRequest, Preview};
 use keel_kernel::gates::exec_policy::ApprovalMode;
+use keel_kernel::sandbox::SandboxMode;
 use keel_protocol::{
     Block, Message, OutcomeStatus, Role, SessionEvent, StopReason, StreamDelta, ToolOutcome,
     TurnEnd, TurnReport, topics,
@@ -217,6 +218,15 @@ fn chunk(text: String) -> acp::ContentChunk {
     acp::ContentChunk::new(acp::ContentBlock::Text(acp::TextContent::new(text)))
 }
 
+/// How full the model's context is after a model call, as ACP's usage update: the tokens the
+/// call read (its whole prompt: keel's `input_tokens` counts cached tokens too) and wrote,
+/// against the window. `None` when the window is unknown or the call reported nothing.
+pub fn context_usage(usage: &keel_protocol::Usage, window: u64) -> Option<acp::SessionUpdate> {
+    let used = usage.input_tokens.saturating_add(usage.output_tokens);
+    (window > 0 && used > 0)
+        .then(|| acp::SessionUpdate::UsageUpdate(acp::UsageUpdate::new(used.min(window), window)))
+}
+
 /// What a turn has shown so far: the calls announced and not yet ended (with what they
 /// showed, so their end keeps the diff), the last model stop, whether a compaction or a
 /// subagent is speaking (its text is not the answer).
@@ -224,6 +234,9 @@ fn chunk(text: String) -> acp::ContentChunk {
 pub struct TurnView {
     pub open_calls: Vec<(String, String, Vec<acp::ToolCallContent>)>,
     pub last_stop: Option<StopReason>,
+    /// The model's context window in tokens (0: unknown, and no usage is shown: ACP's usage
+    /// update needs the window's size).
+    pub window: u64,
     compacting: bool,
     tasks_running: usize,
     asked: Vec<String>,
@@ -266,10 +279,19 @@ impl TurnView {
             SessionEvent::Message {
                 message,
                 stop_reason,
+                usage,
                 ..
             } if message.role == Role::Assistant => {
                 self.last_stop = stop_reason;
                 let mut updates = Vec::new();
+                // Only the session's own calls (a subagent's or a compaction's are not its
+                // context), as with their text.
+                if !self.compacting
+                    && self.tasks_running == 0
+                    && let Some(update) = usage.and_then(|u| context_usage(&u, self.window))
+                {
+                    updates.push(update);
+                }
                 for block in &message.content {
                     if let Block::ToolCall {
                         id,
@@ -569,16 +591,65 @@ pub fn mode_state(configured: ApprovalMode, current: &str) -> acp::SessionModeSt
     )
 }
 
-/// The session's approval mode as a config option.
-pub fn config_options(configured: ApprovalMode, current: &str) -> Vec<acp::SessionConfigOption> {
+/// The id of the sandbox config option.
+pub const SANDBOX_OPTION: &str = "sandbox";
+
+/// The sandboxes an editor may choose for a session's commands: the one keel runs with
+/// (`[sandbox] mode`) and those stricter than it, never a looser one.
+pub fn sandbox_modes(configured: SandboxMode) -> Vec<(SandboxMode, &'static str, &'static str)> {
+    const READ_ONLY: (SandboxMode, &str, &str) = (
+        SandboxMode::ReadOnly,
+        "Read-only",
+        "commands may write nothing (but a private /tmp)",
+    );
+    const WORKSPACE_WRITE: (SandboxMode, &str, &str) = (
+        SandboxMode::WorkspaceWrite,
+        "Workspace write",
+        "commands may write the workspace (not its control folders)",
+    );
+    const OFF: (SandboxMode, &str, &str) = (
+        SandboxMode::Off,
+        "Off",
+        "commands run unconfined, as keel's config chose",
+    );
+    match configured {
+        SandboxMode::ReadOnly => vec![READ_ONLY],
+        SandboxMode::WorkspaceWrite => vec![WORKSPACE_WRITE, READ_ONLY],
+        SandboxMode::Off => vec![OFF, WORKSPACE_WRITE, READ_ONLY],
+    }
+}
+
+/// The session's approval mode and sandbox as config options.
+pub fn config_options(
+    configured: ApprovalMode,
+    current: &str,
+    sandbox_configured: SandboxMode,
+    sandbox: SandboxMode,
+) -> Vec<acp::SessionConfigOption> {
     let choices: Vec<acp::SessionConfigSelectOption> = approval_modes(configured)
         .into_iter()
         .map(|(id, name, about)| acp::SessionConfigSelectOption::new(id, name).description(about))
+        .collect();
+    let sandboxes: Vec<acp::SessionConfigSelectOption> = sandbox_modes(sandbox_configured)
+        .into_iter()
+        .map(|(mode, name, about)| {
+            acp::SessionConfigSelectOption::new(mode.as_str(), name).description(about)
+        })
         .collect();
     vec![
         acp::SessionConfigOption::select(APPROVAL_OPTION, "Approvals", current.to_owned(), choices)
             .description("how keel's approval questions are answered in this session")
             .category(acp::SessionConfigOptionCategory::Mode),
+        acp::SessionConfigOption::select(
+            SANDBOX_OPTION,
+            "Sandbox",
+            sandbox.as_str().to_owned(),
+            sandboxes,
+        )
+        .description(
+            "what this session's commands may write; chosen before its first prompt (the \
+             sandbox is sealed into the session's kernel)",
+        ),
     ]
 }
 

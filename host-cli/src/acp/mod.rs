@@ -10,6 +10,7 @@
 //! print, a plugin's notice) goes to stderr, as fd 1 is pointed there before anything runs.
 
 mod asker;
+pub(crate) mod editor_mcp;
 mod map;
 
 use std::collections::HashMap;
@@ -22,6 +23,7 @@ use agent_client_protocol::v1::schema as acp;
 use agent_client_protocol::{Agent as AgentRole, Client, Error, Lines};
 use keel_kernel::gates::approvals::Answer;
 use keel_kernel::gates::exec_policy::ApprovalMode;
+use keel_kernel::sandbox::SandboxMode;
 use keel_protocol::services;
 
 use crate::config::Context;
@@ -59,6 +61,18 @@ struct Live {
     /// The approval mode the session's kernel runs with; the editor may choose only among
     /// [`map::approval_modes`] of it.
     configured: ApprovalMode,
+    /// The model's context window in tokens, as the agent loop compacts against it (0:
+    /// unknown), for the usage updates.
+    window: u64,
+    /// The sandbox keel runs commands in (`[sandbox] mode`); the editor may choose only among
+    /// [`map::sandbox_modes`] of it.
+    sandbox_configured: SandboxMode,
+    /// The sandbox sealed into this session's kernel.
+    sandbox: SandboxMode,
+    /// Whether a prompt ran: the sandbox is fixed from then on.
+    prompted: AtomicBool,
+    /// The MCP servers the editor passed, for a kernel built again with another sandbox.
+    mcp_servers: Vec<acp::McpServer>,
 }
 
 impl Live {
@@ -70,6 +84,16 @@ impl Live {
             ApprovalMode::Never => "never",
             ApprovalMode::Auto => "auto",
         }
+    }
+
+    /// The session's config options as the editor is shown them.
+    fn options(&self) -> Vec<acp::SessionConfigOption> {
+        map::config_options(
+            self.configured,
+            self.mode(),
+            self.sandbox_configured,
+            self.sandbox,
+        )
     }
 
     /// Choose approval mode `id` for this session: only one of [`map::approval_modes`].
@@ -298,10 +322,40 @@ impl State {
             .map_err(|e| invalid_params(format!("cannot use {}: {e:#}", cwd.display())))
     }
 
-    /// Start (or, with `resume`, load) a keel session in `cwd` for the client.
-    async fn open(&self, cwd: &Path, resume: Option<String>) -> Result<Arc<Live>, Error> {
+    /// Start (or, with `resume`, reopen) a keel session in `cwd` for the client, with the
+    /// MCP servers it passed that the person approved ([`editor_mcp`]); the session, and what
+    /// to tell the person about the servers not started.
+    /// `sandbox`, one of [`map::sandbox_modes`], replaces the configured one for this session.
+    async fn open(
+        &self,
+        cwd: &Path,
+        resume: Option<String>,
+        mcp_servers: &[acp::McpServer],
+        sandbox: Option<SandboxMode>,
+    ) -> Result<(Arc<Live>, Vec<String>), Error> {
         self.check_initialized()?;
-        let ctx = self.context_for(cwd)?;
+        let mut ctx = self.context_for(cwd)?;
+        let sandbox_configured = match &ctx.config.sandbox.mode {
+            Some(mode) => SandboxMode::parse(mode).map_err(|e| {
+                internal(format!(
+                    "{}: [sandbox] mode: {e}",
+                    ctx.home.join("config.toml").display()
+                ))
+            })?,
+            None => SandboxMode::default(),
+        };
+        if let Some(chosen) = sandbox {
+            ctx.config.sandbox.mode = Some(chosen.as_str().to_owned());
+        }
+        let notices =
+            editor_mcp::add_approved(&ctx.home, &ctx.workspace, mcp_servers, &mut ctx.config);
+        // The servers' names, commands and arguments came from the client.
+        for notice in &notices {
+            eprintln!(
+                "keel acp: MCP server {}",
+                crate::session::terminal_safe(notice)
+            );
+        }
         let configured = match self.approval {
             Some(mode) => mode,
             None => crate::settings::load_policy(&ctx)
@@ -339,25 +393,51 @@ impl State {
             cancel: std::sync::Mutex::new(None),
             workspace: ctx.workspace.clone(),
             configured,
+            window: context_window(&ctx),
+            sandbox_configured,
+            sandbox: sandbox.unwrap_or(sandbox_configured),
+            prompted: AtomicBool::new(false),
+            mcp_servers: mcp_servers.to_vec(),
         });
         self.sessions
             .lock()
             .await
             .insert(live.session.id(), live.clone());
-        Ok(live)
+        Ok((live, notices))
     }
 }
 
-/// The MCP servers a client passes are not connected yet: said on stderr, so the person
-/// knows to configure them in keel.
-fn note_mcp_servers(servers: &[acp::McpServer]) {
-    if !servers.is_empty() {
-        eprintln!(
-            "keel acp: the client passed {} MCP server(s); keel connects only the servers of \
-             its own config (`keel mcp add`), so these are not used",
-            servers.len()
-        );
+/// The context window the session's agent loop compacts against: `[model] context-window`,
+/// or the model's as keel knows it by name; 0 when unknown.
+fn context_window(ctx: &Context) -> u64 {
+    ctx.config
+        .model
+        .context_window
+        .or_else(|| {
+            crate::settings::ModelChoice::from(ctx)
+                .model
+                .as_deref()
+                .and_then(keel_agent_kit::compaction::known_context_window)
+        })
+        .unwrap_or(0)
+}
+
+/// Tell the person, in the editor's thread, what became of the MCP servers the editor passed
+/// that keel did not start, and how to approve them.
+fn tell_mcp_notices(cx: &Connection, session: &str, notices: &[String]) -> Result<(), Error> {
+    if notices.is_empty() {
+        return Ok(());
     }
+    let text = notices
+        .iter()
+        .map(|n| format!("keel: MCP server {n}\n"))
+        .collect::<String>();
+    cx.send_notification(acp::SessionNotification::new(
+        session.to_owned(),
+        acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(acp::ContentBlock::Text(
+            acp::TextContent::new(text),
+        ))),
+    ))
 }
 
 /// The slash commands that make sense from an editor: `/compact [focus]`. The terminal's
@@ -391,6 +471,7 @@ fn agent(
     let s_auth = state.clone();
     let s_new = state.clone();
     let s_load = state.clone();
+    let s_resume = state.clone();
     let s_list = state.clone();
     let s_prompt = state.clone();
     let s_cancel = state.clone();
@@ -421,18 +502,21 @@ fn agent(
                 let state = s_new.clone();
                 // Loading a session's plugins takes a moment: not on the dispatch loop.
                 cx.clone().spawn(async move {
-                    note_mcp_servers(&request.mcp_servers);
-                    let live = match state.open(&request.cwd, None).await {
-                        Ok(live) => live,
+                    let (live, notices) = match state
+                        .open(&request.cwd, None, &request.mcp_servers, None)
+                        .await
+                    {
+                        Ok(opened) => opened,
                         Err(e) => return responder.respond_with_error(e),
                     };
                     let id = live.session.id();
                     responder.respond(
                         acp::NewSessionResponse::new(id.clone())
                             .modes(map::mode_state(live.configured, live.mode()))
-                            .config_options(map::config_options(live.configured, live.mode())),
+                            .config_options(live.options()),
                     )?;
-                    announce_commands(&cx, &id)
+                    announce_commands(&cx, &id)?;
+                    tell_mcp_notices(&cx, &id, &notices)
                 })
             },
             agent_client_protocol::on_receive_request!(),
@@ -441,19 +525,38 @@ fn agent(
             async move |request: acp::LoadSessionRequest, responder, cx: Connection| {
                 let state = s_load.clone();
                 cx.clone().spawn(async move {
-                    note_mcp_servers(&request.mcp_servers);
                     let id = request.session_id.0.to_string();
-                    match load(&state, &cx, &request.cwd, &id).await {
-                        Ok(live) => {
+                    match load(&state, &cx, &request.cwd, &id, &request.mcp_servers, true).await {
+                        Ok((live, notices)) => {
                             responder.respond(
                                 acp::LoadSessionResponse::new()
                                     .modes(map::mode_state(live.configured, live.mode()))
-                                    .config_options(map::config_options(
-                                        live.configured,
-                                        live.mode(),
-                                    )),
+                                    .config_options(live.options()),
                             )?;
-                            announce_commands(&cx, &id)
+                            announce_commands(&cx, &id)?;
+                            tell_mcp_notices(&cx, &id, &notices)
+                        }
+                        Err(e) => responder.respond_with_error(e),
+                    }
+                })
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::ResumeSessionRequest, responder, cx: Connection| {
+                let state = s_resume.clone();
+                // `session/load` without the replay: the editor still shows the thread.
+                cx.clone().spawn(async move {
+                    let id = request.session_id.0.to_string();
+                    match load(&state, &cx, &request.cwd, &id, &request.mcp_servers, false).await {
+                        Ok((live, notices)) => {
+                            responder.respond(
+                                acp::ResumeSessionResponse::new()
+                                    .modes(map::mode_state(live.configured, live.mode()))
+                                    .config_options(live.options()),
+                            )?;
+                            announce_commands(&cx, &id)?;
+                            tell_mcp_notices(&cx, &id, &notices)
                         }
                         Err(e) => responder.respond_with_error(e),
                     }
@@ -492,24 +595,35 @@ fn agent(
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |request: acp::SetSessionConfigOptionRequest, responder, _cx| {
-                let chosen = async {
-                    let live = s_option.live(&request.session_id).await?;
-                    if request.config_id.0.as_ref() != map::APPROVAL_OPTION {
-                        return Err(invalid_params(format!(
-                            "keel has no config option `{}`",
-                            request.config_id.0
-                        )));
-                    }
-                    let acp::SessionConfigOptionValue::ValueId { value } = &request.value else {
-                        return Err(invalid_params("`approval` takes one of its values"));
+            async move |request: acp::SetSessionConfigOptionRequest, responder, cx: Connection| {
+                let state = s_option.clone();
+                // A sandbox chosen builds the session's kernel again: not on the dispatch loop.
+                cx.spawn(async move {
+                    let chosen = async {
+                        let live = state.live(&request.session_id).await?;
+                        let acp::SessionConfigOptionValue::ValueId { value } = &request.value
+                        else {
+                            return Err(invalid_params(format!(
+                                "`{}` takes one of its values",
+                                request.config_id.0
+                            )));
+                        };
+                        let live = match request.config_id.0.as_ref() {
+                            map::APPROVAL_OPTION => {
+                                live.choose_mode(&value.0)?;
+                                live
+                            }
+                            map::SANDBOX_OPTION => choose_sandbox(&state, live, &value.0).await?,
+                            other => {
+                                return Err(invalid_params(format!(
+                                    "keel has no config option `{other}`"
+                                )));
+                            }
+                        };
+                        Ok(acp::SetSessionConfigOptionResponse::new(live.options()))
                     };
-                    live.choose_mode(&value.0)?;
-                    Ok(acp::SetSessionConfigOptionResponse::new(
-                        map::config_options(live.configured, live.mode()),
-                    ))
-                };
-                responder.respond_with_result(chosen.await)
+                    responder.respond_with_result(chosen.await)
+                })
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -536,7 +650,9 @@ fn initialize(ctx: &Context, request: &acp::InitializeRequest) -> acp::Initializ
         )
         .mcp_capabilities(acp::McpCapabilities::new().http(false).sse(false))
         .session_capabilities(
-            acp::SessionCapabilities::new().list(acp::SessionListCapabilities::new()),
+            acp::SessionCapabilities::new()
+                .list(acp::SessionListCapabilities::new())
+                .resume(acp::SessionResumeCapabilities::new()),
         );
     acp::InitializeResponse::new(agent_client_protocol::schema::ProtocolVersion::V1)
         .agent_capabilities(capabilities)
@@ -627,6 +743,7 @@ async fn prompt(
             "a prompt is already running in this session; wait for it or cancel it",
         ));
     };
+    live.prompted.store(true, Ordering::SeqCst);
     if let Some(focus) = command(&input) {
         let said = live
             .session
@@ -655,6 +772,7 @@ async fn prompt(
         cx,
         &session_id,
         &live.workspace,
+        live.window,
         events,
         &mut questions,
         &live.asker,
@@ -690,6 +808,57 @@ async fn prompt(
     }
 }
 
+/// Choose sandbox `value` for a session that has not prompted yet. The sandbox is sealed into
+/// a kernel when it is built, so the session's kernel is built again with it, the same session
+/// resumed (its log, its id); after the first prompt a change is refused, plainly.
+async fn choose_sandbox(state: &State, live: Arc<Live>, value: &str) -> Result<Arc<Live>, Error> {
+    let Some(mode) = map::sandbox_modes(live.sandbox_configured)
+        .into_iter()
+        .map(|(mode, _, _)| mode)
+        .find(|mode| mode.as_str() == value)
+    else {
+        return Err(invalid_params(format!(
+            "sandbox `{value}` is not offered for this session; keel runs commands in `{}`, and \
+             an editor may only choose a stricter one",
+            live.sandbox_configured.as_str()
+        )));
+    };
+    if mode == live.sandbox {
+        return Ok(live);
+    }
+    let (id, workspace, servers, never) = {
+        let Ok(_turn) = live.turn.try_lock() else {
+            return Err(error(
+                agent_client_protocol::ErrorCode::INVALID_REQUEST,
+                "a prompt is running in this session; its sandbox cannot change",
+            ));
+        };
+        if live.prompted.load(Ordering::SeqCst) {
+            return Err(invalid_params(
+                "a session's sandbox is fixed once a prompt ran in it (it is sealed into the \
+                 session's kernel); start a new session and choose the sandbox before its first \
+                 prompt",
+            ));
+        }
+        let id = live.session.id();
+        state.sessions.lock().await.remove(&id);
+        live.session.close().await;
+        (
+            id,
+            live.workspace.clone(),
+            live.mcp_servers.clone(),
+            live.asker.is_never(),
+        )
+    };
+    // The session ends here (its kernel, its mark as running) before it is opened again.
+    drop(live);
+    let (live, _) = state
+        .open(&workspace, Some(id), &servers, Some(mode))
+        .await?;
+    live.asker.set_never(never);
+    Ok(live)
+}
+
 /// Forward the turn's events as updates and put its questions to the client until the turn
 /// is over, then send what it emitted last. What it showed, for the stop reason.
 #[allow(clippy::too_many_arguments)]
@@ -697,6 +866,7 @@ async fn pump(
     cx: &Connection,
     session: &str,
     workspace: &Path,
+    window: u64,
     mut events: tokio::sync::broadcast::Receiver<keel_kernel::Event>,
     questions: &mut tokio::sync::mpsc::UnboundedReceiver<asker::Question>,
     editor: &asker::EditorAsker,
@@ -705,6 +875,7 @@ async fn pump(
 ) -> map::TurnView {
     use tokio::sync::broadcast::error::{RecvError, TryRecvError};
     let mut view = map::TurnView::default();
+    view.window = window;
     let send = |view: &mut map::TurnView, event: &keel_kernel::Event| {
         for update in view.updates(workspace, &event.topic, &event.payload) {
             let _ = cx.send_notification(acp::SessionNotification::new(session.to_owned(), update));
@@ -791,13 +962,26 @@ async fn ask(
     answer
 }
 
-/// `session/load`: open the logged session `id` (its conversation given back to the agent,
-/// as `keel resume` does) and replay its whole history to the client.
-async fn load(state: &State, cx: &Connection, cwd: &Path, id: &str) -> Result<Arc<Live>, Error> {
+/// `session/load` (`replay`) and `session/resume`: open the logged session `id` (its
+/// conversation given back to the agent, as `keel resume` does); for a load, replay its whole
+/// history to the client.
+async fn load(
+    state: &State,
+    cx: &Connection,
+    cwd: &Path,
+    id: &str,
+    mcp_servers: &[acp::McpServer],
+    replay: bool,
+) -> Result<(Arc<Live>, Vec<String>), Error> {
     if state.sessions.lock().await.contains_key(id) {
         return Err(invalid_params(format!("session `{id}` is already open")));
     }
-    let live = state.open(cwd, Some(id.to_owned())).await?;
+    let (live, notices) = state
+        .open(cwd, Some(id.to_owned()), mcp_servers, None)
+        .await?;
+    if !replay {
+        return Ok((live, notices));
+    }
     let answer = live
         .session
         .kernel
@@ -817,7 +1001,7 @@ async fn load(state: &State, cx: &Connection, cwd: &Path, id: &str) -> Result<Ar
     for update in map::replay(&live.workspace, &conversation.messages) {
         cx.send_notification(acp::SessionNotification::new(id.to_owned(), update))?;
     }
-    Ok(live)
+    Ok((live, notices))
 }
 
 /// `session/list`: the sessions of keel's log, those begun in `cwd` when it is given.

@@ -38,11 +38,15 @@ pub enum McpCommand {
         name: String,
     },
     /// Approve this workspace's `.mcp.json` (its current content) so sessions here start its
-    /// servers; a changed file needs approving again.
+    /// servers; a changed file needs approving again. With `--editor`: the MCP servers an
+    /// editor passed to `keel acp` in this workspace that are waiting for approval.
     Approve {
         /// Approve without asking (for scripts).
         #[arg(long)]
         yes: bool,
+        /// Approve the servers an editor passed (`keel acp`), not the `.mcp.json`.
+        #[arg(long)]
+        editor: bool,
     },
     /// Serve this session's tools to an MCP client over stdio; every call passes keel's gates.
     Serve {
@@ -60,6 +64,9 @@ pub async fn run(ctx: &Context, cmd: McpCommand) -> anyhow::Result<ExitCode> {
         McpCommand::List { json } => servers::list(ctx, json).await,
         McpCommand::Add { name, added } => servers::add(ctx, &name, added),
         McpCommand::Remove { name } => servers::remove(ctx, &name),
-        McpCommand::Approve { yes } => servers::approve(ctx, yes),
+        McpCommand::Approve { yes, editor: false } => servers::approve(ctx, yes),
+        McpCommand::Approve { yes, editor: true } => {
+            crate::acp::editor_mcp::approve_command(ctx, yes)
+        }
     }
 }
