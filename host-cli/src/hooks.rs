@@ -40,17 +40,18 @@ pub const WIRED_EVENTS: &[&str] = &["pre-tool-use", "post-tool-use"];
 
 /// The script each hook's process runs (`sh -c WRAPPER keel-hook COMMAND`): it reads one line
 /// (the event's JSON) into a file that becomes the hook's stdin, so the hook sees its input end;
-/// runs the command with stdout and stderr into files of the sandbox's private `/tmp`; then
-/// writes `keel-hook CODE OUTLEN ERRLEN`, the first 64 KiB of stdout and 16 KiB of stderr — the
-/// framing the `hooks` plugin reads (`plugins/hooks/src/logic.rs`, `parse_framed`).
-pub const WRAPPER: &str = r#"in=$(mktemp) && out=$(mktemp) && err=$(mktemp) || exit 125
-head -n 1 > "$in"
-sh -c "$1" < "$in" > "$out" 2> "$err"
+/// runs the command with stdout and stderr into files of a directory in the sandbox's private
+/// `/tmp`; then writes `keel-hook CODE OUTLEN ERRLEN` and the first 64 KiB of each — the
+/// framing the `hooks` plugin reads (`plugins/hooks/src/logic.rs`, `parse_framed`). Six
+/// processes besides the hook's own: a process start is most of what a hook costs.
+pub const WRAPPER: &str = r#"d=$(mktemp -d) || exit 125
+head -n 1 > "$d/i"
+sh -c "$1" < "$d/i" > "$d/o" 2> "$d/e"
 code=$?
-printf 'keel-hook %s %s %s\n' "$code" "$(wc -c < "$out")" "$(wc -c < "$err")"
-head -c 65536 "$out"
-head -c 16384 "$err"
-rm -f "$in" "$out" "$err"
+set -- $(stat -c %s "$d/o" "$d/e")
+printf 'keel-hook %s %s %s\n' "$code" "$1" "$2"
+head -q -c 65536 "$d/o" "$d/e"
+rm -rf "$d"
 "#;
 
 /// Where a hook comes from.

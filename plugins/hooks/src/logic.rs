@@ -10,8 +10,8 @@ use serde_json::{Map, Value, json};
 /// Longest stdout of a hook keel reads (the wrapper cuts it there); the same number is in the
 /// host's wrapper script.
 pub const STDOUT_CAP: usize = 64 * 1024;
-/// Longest stderr of a hook keel reads.
-pub const STDERR_CAP: usize = 16 * 1024;
+/// Longest stderr of a hook keel reads (the wrapper cuts both streams with one `head`).
+pub const STDERR_CAP: usize = 64 * 1024;
 /// Longest tool result handed to a post-tool-use hook.
 pub const RESULT_CAP: usize = 64 * 1024;
 /// Longest reason or context keel passes on from a hook.
@@ -262,7 +262,8 @@ pub struct Exited {
 }
 
 /// Read the wrapper's framed answer: `keel-hook CODE OUTLEN ERRLEN\n`, then at most
-/// [`STDOUT_CAP`] bytes of stdout and [`STDERR_CAP`] of stderr.
+/// [`STDOUT_CAP`] bytes of stdout and [`STDERR_CAP`] of stderr (the lengths are the whole
+/// streams'; what is past a cap was cut).
 pub fn parse_framed(bytes: &[u8]) -> Result<Exited, String> {
     let newline = bytes
         .iter()
