@@ -44,10 +44,13 @@ pub fn run(ctx: &Context, cmd: HooksCommand) -> anyhow::Result<ExitCode> {
 
 /// One hook in a line: event, matcher, timeout, network, command.
 fn line(h: &SessionHook) -> String {
-    let matcher = if h.matcher.is_empty() {
-        "every tool".to_owned()
+    // Only tool events have a tool to match.
+    let matcher = if !h.event.ends_with("tool-use") {
+        String::new()
+    } else if h.matcher.is_empty() || h.matcher == "*" {
+        "every tool, ".to_owned()
     } else {
-        format!("matcher `{}`", terminal_safe(&h.matcher))
+        format!("matcher `{}`, ", terminal_safe(&h.matcher))
     };
     let network = if h.network { ", network" } else { "" };
     let wired = if hooks::WIRED_EVENTS.contains(&h.event) {
@@ -56,7 +59,7 @@ fn line(h: &SessionHook) -> String {
         " (not run yet: keel runs pre-tool-use and post-tool-use hooks so far)"
     };
     format!(
-        "{} ({matcher}, {} s{network}){wired}: {}",
+        "{} ({matcher}{} s{network}){wired}: {}",
         h.event,
         h.timeout_secs,
         terminal_safe(&h.command)
@@ -70,7 +73,8 @@ fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
         println!(
             "{}",
             serde_json::json!({
-                "running": ctx.config.session_hooks,
+                "session_hooks": ctx.config.session_hooks,
+                "events_run": hooks::WIRED_EVENTS,
                 "workspace": {
                     "hooks": found.hooks,
                     "approved": approved,
