@@ -6,6 +6,8 @@
 //! - a one-shot answer, launch to exit, warm;
 //! - the harness gap: from the model's request that answers with three parallel `read_file`
 //!   calls to the next request (the reads, the gates and the turn's bookkeeping);
+//! - the gap around one `read_file` call with no hook and with one no-op `pre-tool-use` hook
+//!   (what a hook adds to a tool call: its process started in the OS sandbox);
 //! - peak RSS of the process, fresh and warm (`wait4`'s `ru_maxrss`);
 //! - the size of the first request's body.
 //!
@@ -181,6 +183,53 @@ async fn main() {
         gap.push(millis(received[before + 1].at - received[before].at));
     }
 
+    // One read_file call, then the answer: the gap between the two requests with no hook and
+    // with one no-op pre-tool-use hook (`true`, started in the OS sandbox for the call).
+    let one_read = ModelServer::start(|n, _| {
+        if n % 2 == 1 {
+            return oa_text(&["Read", " it."], "stop");
+        }
+        let mut steps = vec![sse_head()];
+        steps.push(oa(
+            json!({"tool_calls": [{"index": 0, "id": "call_0", "type": "function",
+                    "function": {"name": "read_file",
+                                 "arguments": json!({"path": "a.txt"}).to_string()}}]}),
+            None,
+        ));
+        steps.push(oa(json!({}), Some("tool_calls")));
+        steps.extend(oa_done());
+        steps
+    })
+    .await
+    .expect("server");
+    let mut hook_gaps = Vec::new();
+    for (name, hooks) in [
+        ("no hook", ""),
+        (
+            "one no-op hook",
+            "[[hooks.pre-tool-use]]\nmatcher = \"read_file\"\ncommand = \"true\"\n",
+        ),
+    ] {
+        let home = dir.path().join(format!("hooks-{}", hook_gaps.len()));
+        config(&home, &one_read);
+        let mut text = std::fs::read_to_string(home.join("config.toml")).expect("config");
+        text.push_str(hooks);
+        std::fs::write(home.join("config.toml"), text).expect("config");
+        blocking(home.clone(), ws.clone(), "Read the file.")
+            .await
+            .expect("warm-up");
+        let mut gap = Vec::new();
+        for _ in 0..runs {
+            let before = one_read.received().len();
+            blocking(home.clone(), ws.clone(), "Read the file.")
+                .await
+                .expect("join");
+            let received = one_read.received();
+            gap.push(millis(received[before + 1].at - received[before].at));
+        }
+        hook_gaps.push((name, gap));
+    }
+
     println!("keel, whole process ({runs} runs per figure, loopback model server)");
     report(
         "launch → first model request, fresh home",
@@ -194,6 +243,9 @@ async fn main() {
         &mut total_warm,
     );
     report("harness gap after 3 parallel reads, warm", "ms", &mut gap);
+    for (name, gap) in &mut hook_gaps {
+        report(&format!("one read_file call, {name}, warm"), "ms", gap);
+    }
     report("peak RSS, fresh home", "MiB", &mut rss_cold);
     report("peak RSS, warm", "MiB", &mut rss_warm);
     println!("{:<44} {request_bytes} bytes", "first request body");

@@ -64,6 +64,67 @@ pub struct UserConfig {
     /// Workspace checkpoints, `[checkpoints]`.
     #[serde(default)]
     pub checkpoints: CheckpointSettings,
+    /// Commands run at points of a session, `[[hooks.EVENT]]` (the `hooks` plugin).
+    #[serde(default)]
+    pub hooks: HookSettings,
+    /// The hooks a session here runs: these and the workspace's approved ones, read once when
+    /// the context is made (`crate::hooks::session_hooks`).
+    #[serde(skip)]
+    pub session_hooks: Vec<crate::hooks::SessionHook>,
+}
+
+/// `[hooks]`: the person's hooks by event, `[[hooks.pre-tool-use]]` and so on; each a
+/// command run in the OS sandbox (see `crate::hooks`).
+#[derive(Debug, Default, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HookSettings {
+    #[serde(default)]
+    pub session_start: Vec<HookSetting>,
+    #[serde(default)]
+    pub user_prompt_submit: Vec<HookSetting>,
+    #[serde(default)]
+    pub pre_tool_use: Vec<HookSetting>,
+    #[serde(default)]
+    pub post_tool_use: Vec<HookSetting>,
+    #[serde(default)]
+    pub pre_compact: Vec<HookSetting>,
+    #[serde(default)]
+    pub stop: Vec<HookSetting>,
+    #[serde(default)]
+    pub subagent_stop: Vec<HookSetting>,
+}
+
+impl HookSettings {
+    /// Every hook with its event's name, in the order of the events and of the file.
+    pub fn by_event(&self) -> Vec<(&'static str, &HookSetting)> {
+        let events: [(&'static str, &Vec<HookSetting>); 7] = [
+            ("session-start", &self.session_start),
+            ("user-prompt-submit", &self.user_prompt_submit),
+            ("pre-tool-use", &self.pre_tool_use),
+            ("post-tool-use", &self.post_tool_use),
+            ("pre-compact", &self.pre_compact),
+            ("stop", &self.stop),
+            ("subagent-stop", &self.subagent_stop),
+        ];
+        events
+            .into_iter()
+            .flat_map(|(event, hooks)| hooks.iter().map(move |h| (event, h)))
+            .collect()
+    }
+}
+
+/// One hook: `matcher` (a regular expression the whole tool name must match; empty or `*`
+/// for every tool), `command` (run with `sh -c` in the workspace), `timeout-secs` (default
+/// 10) and `network` (default `false`: the hook reaches no network).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HookSetting {
+    #[serde(default)]
+    pub matcher: String,
+    pub command: String,
+    pub timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub network: bool,
 }
 
 /// `[checkpoints]`: the workspace recorded before each turn and each tool call that may change
@@ -511,6 +572,8 @@ impl Context {
         let (mut config, config_text) = load_config(&home.join("config.toml"))?;
         crate::project_mcp::add_approved(&home, &workspace, &mut config)?;
         config.configure_mcp_plugin();
+        config.session_hooks = crate::hooks::session_hooks(&home, &workspace, &config);
+        crate::hooks::configure_hooks_plugin(&workspace, &mut config);
         crate::commands::skills::configure_skills_plugin(&home, &workspace, &mut config);
         crate::commands::memory::configure_memory_plugin(&home, &workspace, &mut config);
         Ok(Context {

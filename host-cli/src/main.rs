@@ -3,6 +3,7 @@
 mod acp;
 mod commands;
 mod config;
+mod hooks;
 mod project_approvals;
 mod project_mcp;
 mod runtime;
@@ -57,6 +58,10 @@ enum Command {
     /// Skills: folders with a SKILL.md, offered to the model by name and read on demand.
     #[command(subcommand)]
     Skills(commands::skills::SkillsCommand),
+    /// Hooks: commands run before and after tool calls; `list` shows what runs when, `approve`
+    /// runs a workspace's own.
+    #[command(subcommand)]
+    Hooks(commands::hooks::HooksCommand),
     /// Run an agent session: one turn with PROMPT, or an interactive session without.
     Run {
         /// What to ask the agent.
@@ -273,6 +278,7 @@ fn main() -> ExitCode {
             Command::Memory(cmd) => commands::memory::run(&ctx, cmd).await,
             Command::Review(args) => commands::review::run(&ctx, args).await,
             Command::Skills(cmd) => commands::skills::run(&ctx, cmd),
+            Command::Hooks(cmd) => commands::hooks::run(&ctx, cmd),
         }
     });
     match result {

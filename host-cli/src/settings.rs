@@ -39,7 +39,7 @@ pub fn default_profile(provider: &str) -> Vec<String> {
 }
 
 /// The plugins of a session: `[profile] plugins`, or the default set for the provider; with
-/// the MCP client when servers are configured.
+/// the MCP client when servers are configured, and the `hooks` plugin when hooks are.
 pub fn profile(ctx: &Context) -> Vec<String> {
     let mut plugins = if ctx.config.profile.plugins.is_empty() {
         default_profile(&ModelChoice::from(ctx).provider)
@@ -48,6 +48,9 @@ pub fn profile(ctx: &Context) -> Vec<String> {
     };
     if !ctx.config.mcp.servers.is_empty() && !plugins.iter().any(|p| p == "mcp") {
         plugins.push("mcp".into());
+    }
+    if crate::hooks::any_running(&ctx.config) && !plugins.iter().any(|p| p == "hooks") {
+        plugins.push("hooks".into());
     }
     plugins
 }

@@ -10,6 +10,7 @@ mod checkpoints;
 mod cli;
 mod crash_safety;
 mod exit_codes;
+mod hooks;
 mod interactive;
 mod learning;
 mod long_sessions;

@@ -481,6 +481,7 @@ async fn run_tool(
     input: &Value,
     approved_command: Option<String>,
 ) -> ToolOutcome {
+    let outer = chain;
     let chain = chain.serving_call(id, owner);
     let input_text = input.to_string();
     // A plugin that acts outside its sandbox serves one call at a time, so the approved
@@ -500,7 +501,13 @@ async fn run_tool(
         Ok(text) => (OutcomeStatus::Ok, text),
         Err(e) => (OutcomeStatus::Error, tool_failure(&e)),
     };
-    let text = gates.redact(&text);
+    let mut text = gates.redact(&text);
+    if let Some(context) = post_tool_hooks(gates, m, outer, tool, input, status, &text).await {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&context);
+    }
     // Output can neither hide text from the person reading the transcript nor pass for a role
     // turn, a tool call or a notice of keel's; what was changed is said at the end.
     let sanitized = sanitize::sanitize_tool_output(&text);
@@ -535,6 +542,53 @@ async fn run_tool(
         exec: inflight.execs,
         spill,
     }
+}
+
+/// The service a plugin provides to hear of every tool call the kernel ran (the bundled
+/// `hooks` plugin, for the person's `post-tool-use` hooks).
+pub(crate) const HOOKS_SERVICE: &str = "hooks";
+
+/// Ask the `hooks` service, if one is provided, about a call that just ran, before its result
+/// goes back to the agent loop: a hook that formats the file an edit wrote has done so before
+/// the model's next request. The service sees the (redacted) result and may answer text to
+/// append to it (`{"context": …}`), which is cleaned with the rest of the result. It is bounded
+/// by the guard timeout; a failure or time-out is said in the result, never fatal to the call.
+async fn post_tool_hooks(
+    gates: &SessionGates,
+    m: &dyn Mediator,
+    chain: &crate::call_chain::CallChain,
+    tool: &str,
+    input: &Value,
+    status: OutcomeStatus,
+    result: &str,
+) -> Option<String> {
+    if !m.has_service(HOOKS_SERVICE) {
+        return None;
+    }
+    let payload = serde_json::json!({
+        "tool": tool,
+        "arguments": input,
+        "result": result,
+        "status": if status == OutcomeStatus::Ok { "ok" } else { "error" },
+    })
+    .to_string();
+    let answer = tokio::time::timeout(
+        gates.guard_timeout,
+        m.call_service(chain, HOOKS_SERVICE, "post-tool-use", &payload),
+    )
+    .await;
+    let context = match answer {
+        Ok(Ok(answer)) => serde_json::from_str::<Value>(&answer)
+            .ok()
+            .and_then(|v| v.get("context")?.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        Ok(Err(e)) => format!("[keel] the post-tool-use hooks failed: {e}"),
+        Err(_) => format!(
+            "[keel] the post-tool-use hooks did not finish within {} ms",
+            gates.guard_timeout.as_millis()
+        ),
+    };
+    (!context.is_empty()).then_some(context)
 }
 
 /// What the model reads when a tool call did not return a result: the plugin's own words, of

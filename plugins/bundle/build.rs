@@ -28,13 +28,21 @@ const BUNDLED: &[&str] = &[
     "skills",
     "review",
     "subagents",
+    "hooks",
 ];
 
 /// Bundled plugins no default session loads (the examples; `review`, loaded by `keel review`;
-/// `mcp`, loaded only when MCP servers are configured):
+/// `mcp`, loaded only when MCP servers are configured; `hooks`, only when hooks are):
 /// they ship as components only and are compiled into the component cache on first use,
 /// which keeps their machine code (about 0.7 MB) out of the binary.
-const COMPILED_ON_FIRST_USE: &[&str] = &["greeter", "greeter-client", "echo-tool", "review", "mcp"];
+const COMPILED_ON_FIRST_USE: &[&str] = &[
+    "greeter",
+    "greeter-client",
+    "echo-tool",
+    "review",
+    "mcp",
+    "hooks",
+];
 
 fn main() {
     let plugins = workspace_root().join("plugins");

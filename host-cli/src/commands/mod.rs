@@ -3,6 +3,7 @@
 pub mod checkpoints;
 pub mod dev;
 pub mod doctor;
+pub mod hooks;
 pub mod key;
 pub mod mcp;
 pub mod memory;

@@ -57,12 +57,19 @@ pub(crate) fn gate_config(
             secrets: settings::secrets(ctx),
             audit_log: Some(ctx.audit_log()),
         },
-        guard_timeout: std::time::Duration::from_secs(2),
+        // Two seconds, or long enough for the hooks of one event to run in turn.
+        guard_timeout: crate::hooks::guard_timeout(&ctx.config),
         sandbox: settings::sandbox_config(ctx)?,
-        processes: [("mcp".to_owned(), settings::mcp_entries(ctx)?)]
-            .into_iter()
-            .filter(|(_, entries)| !entries.is_empty())
-            .collect(),
+        processes: [
+            ("mcp".to_owned(), settings::mcp_entries(ctx)?),
+            (
+                "hooks".to_owned(),
+                crate::hooks::entries(&ctx.workspace, &ctx.config),
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, entries)| !entries.is_empty())
+        .collect(),
         subagents: ctx.config.subagents.policy(),
         checkpoints: ctx.checkpoint_recorder(),
     })

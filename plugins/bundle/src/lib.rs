@@ -99,6 +99,7 @@ mod tests {
                 "skills",
                 "review",
                 "subagents",
+                "hooks",
             ]
         );
         for bundled in all() {
@@ -131,7 +132,16 @@ mod tests {
         for bundled in all() {
             let shipped = bundled.shipped();
             // What no default session loads is compiled on first use instead.
-            if ["greeter", "greeter-client", "echo-tool", "review", "mcp"].contains(&bundled.name) {
+            if [
+                "greeter",
+                "greeter-client",
+                "echo-tool",
+                "review",
+                "mcp",
+                "hooks",
+            ]
+            .contains(&bundled.name)
+            {
                 assert!(shipped.code.is_none(), "{}", bundled.name);
                 continue;
             }

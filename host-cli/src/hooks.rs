@@ -1,0 +1,539 @@
+//! Hooks: the commands a session runs at its points (`pre-tool-use`, `post-tool-use`, …), from
+//! the person's `[[hooks.EVENT]]` and, once approved, from the workspace: its
+//! `.keel/config.toml` `[hooks]` and Claude Code's `.claude/settings.json` `hooks`.
+//!
+//! A workspace's hooks are commands whoever wrote the repository chose, so a session runs them
+//! only after the person approved them (`keel hooks approve`, which lists each command), as
+//! `.mcp.json` servers are: the approval names the SHA-256 of the workspace's hooks as keel read
+//! them (event, matcher, command, timeout), so a changed, added or removed hook asks again.
+//! They only tighten: a workspace hook gets no network whatever it says, and what any hook
+//! answers is combined with the exec policy by maximum.
+//!
+//! Each hook becomes a process entry of the bundled `hooks` plugin (`GateConfig.processes`):
+//! `sh -c` of [`WRAPPER`], run by the kernel in the OS sandbox with the workspace writable and
+//! no network unless the person's hook says `network = true`. The plugin names the entry, never
+//! a command line. The list is read once, when the context is made, so the plugin's config and
+//! the entries the kernel may start are the same hooks (a file changed in between changes
+//! neither).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{HookSetting, HookSettings, UserConfig};
+use crate::project_approvals;
+
+/// A hook's timeout when it names none, in seconds.
+const DEFAULT_TIMEOUT_SECS: u64 = 10;
+/// Claude Code's default timeout for a command hook, in seconds.
+const CLAUDE_DEFAULT_TIMEOUT_SECS: u64 = 60;
+/// The longest a hook may run (the kernel's longest wait on a process).
+const MAX_TIMEOUT_SECS: u64 = 600;
+/// Largest `.claude/settings.json` keel reads.
+const MAX_SETTINGS_BYTES: u64 = 1024 * 1024;
+/// Claude Code's project settings, relative to the workspace.
+pub const CLAUDE_SETTINGS: &str = ".claude/settings.json";
+/// The events keel runs hooks at today; the others are read, listed, and not run.
+pub const WIRED_EVENTS: &[&str] = &["pre-tool-use", "post-tool-use"];
+
+/// The script each hook's process runs (`sh -c WRAPPER keel-hook COMMAND`): it reads one line
+/// (the event's JSON) into a file that becomes the hook's stdin, so the hook sees its input end;
+/// runs the command with stdout and stderr into files of a directory in the sandbox's private
+/// `/tmp`; then writes `keel-hook CODE OUTLEN ERRLEN` and the first 64 KiB of each — the
+/// framing the `hooks` plugin reads (`plugins/hooks/src/logic.rs`, `parse_framed`). Six
+/// processes besides the hook's own: a process start is most of what a hook costs.
+pub const WRAPPER: &str = r#"d=$(mktemp -d) || exit 125
+head -n 1 > "$d/i"
+sh -c "$1" < "$d/i" > "$d/o" 2> "$d/e"
+code=$?
+set -- $(stat -c %s "$d/o" "$d/e")
+printf 'keel-hook %s %s %s\n' "$code" "$1" "$2"
+head -q -c 65536 "$d/o" "$d/e"
+rm -rf "$d"
+"#;
+
+/// Where a hook comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// The person's `config.toml`.
+    Config,
+    /// The workspace's `.keel/config.toml`.
+    Workspace,
+    /// The workspace's `.claude/settings.json`.
+    Claude,
+}
+
+impl Source {
+    fn words(self) -> &'static str {
+        match self {
+            Source::Config => "your config",
+            Source::Workspace => ".keel/config.toml",
+            Source::Claude => CLAUDE_SETTINGS,
+        }
+    }
+}
+
+/// One hook as a session runs it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionHook {
+    pub source: Source,
+    /// keel's event name.
+    pub event: &'static str,
+    pub matcher: String,
+    pub command: String,
+    pub timeout_secs: u64,
+    pub network: bool,
+}
+
+impl SessionHook {
+    fn from_setting(source: Source, event: &'static str, h: &HookSetting) -> SessionHook {
+        SessionHook {
+            source,
+            event,
+            matcher: h.matcher.clone(),
+            command: h.command.clone(),
+            timeout_secs: h
+                .timeout_secs
+                .unwrap_or(DEFAULT_TIMEOUT_SECS)
+                .clamp(1, MAX_TIMEOUT_SECS),
+            // Only the person's own hooks may reach the network.
+            network: h.network && source == Source::Config,
+        }
+    }
+}
+
+/// The workspace's own hooks as read now, and their digest.
+pub struct WorkspaceHooks {
+    pub hooks: Vec<SessionHook>,
+    /// The SHA-256 an approval names; `None` when the workspace has no hooks.
+    pub digest: Option<String>,
+    /// What could not be read, and why (those files' hooks are not used).
+    pub problems: Vec<String>,
+}
+
+/// `[hooks]` of the workspace's `.keel/config.toml`, read as the person's own is.
+#[derive(Deserialize)]
+struct ProjectFile {
+    #[serde(default)]
+    hooks: HookSettings,
+}
+
+/// Claude Code's settings: only `hooks` is read.
+#[derive(Deserialize)]
+struct ClaudeSettings {
+    #[serde(default)]
+    hooks: BTreeMap<String, Vec<ClaudeMatcher>>,
+}
+
+#[derive(Deserialize)]
+struct ClaudeMatcher {
+    #[serde(default)]
+    matcher: String,
+    #[serde(default)]
+    hooks: Vec<ClaudeHook>,
+}
+
+#[derive(Deserialize)]
+struct ClaudeHook {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    command: String,
+    timeout: Option<f64>,
+}
+
+/// keel's name for a Claude Code event.
+fn keel_event(claude: &str) -> Option<&'static str> {
+    Some(match claude {
+        "SessionStart" => "session-start",
+        "UserPromptSubmit" => "user-prompt-submit",
+        "PreToolUse" => "pre-tool-use",
+        "PostToolUse" => "post-tool-use",
+        "PreCompact" => "pre-compact",
+        "Stop" => "stop",
+        "SubagentStop" => "subagent-stop",
+        _ => return None,
+    })
+}
+
+/// The hooks of Claude Code's `settings.json` text, and what was left out.
+fn claude_hooks(text: &str) -> anyhow::Result<(Vec<SessionHook>, Vec<String>)> {
+    let settings: ClaudeSettings = serde_json::from_str(text)
+        .context("not Claude Code settings ({\"hooks\": {\"PreToolUse\": [...]}})")?;
+    let mut hooks = Vec::new();
+    let mut skipped = Vec::new();
+    for (event, matchers) in &settings.hooks {
+        let Some(keel) = keel_event(event) else {
+            skipped.push(format!("`{event}`: keel has no such event"));
+            continue;
+        };
+        for m in matchers {
+            for h in &m.hooks {
+                if h.kind != "command" || h.command.trim().is_empty() {
+                    skipped.push(format!(
+                        "a `{event}` hook of type `{}`: only `command` hooks run",
+                        h.kind
+                    ));
+                    continue;
+                }
+                let timeout = h
+                    .timeout
+                    .filter(|t| t.is_finite() && *t > 0.0)
+                    .map_or(CLAUDE_DEFAULT_TIMEOUT_SECS, |t| t.ceil() as u64);
+                hooks.push(SessionHook {
+                    source: Source::Claude,
+                    event: keel,
+                    matcher: m.matcher.clone(),
+                    command: h.command.clone(),
+                    timeout_secs: timeout.clamp(1, MAX_TIMEOUT_SECS),
+                    network: false,
+                });
+            }
+        }
+    }
+    Ok((hooks, skipped))
+}
+
+/// A workspace file keel reads for hooks: a regular file inside the workspace, not through a
+/// link, bounded.
+fn read_workspace_file(workspace: &Path, rel: &str) -> anyhow::Result<Option<String>> {
+    use std::io::Read as _;
+    let path = workspace.join(rel);
+    let file = match project_approvals::open_no_follow(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => bail!(
+            "{}: cannot read it ({e}); keel reads it only as a regular file inside the \
+             workspace, not through a link",
+            path.display()
+        ),
+    };
+    let inside = match (path.canonicalize(), workspace.canonicalize()) {
+        (Ok(real), Ok(workspace)) => real.starts_with(workspace),
+        _ => false,
+    };
+    if !inside || !file.metadata().is_ok_and(|m| m.is_file()) {
+        bail!(
+            "{}: not a regular file inside the workspace; keel does not read it",
+            path.display()
+        );
+    }
+    let mut text = String::new();
+    file.take(MAX_SETTINGS_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("{}: cannot read it", path.display()))?;
+    if text.len() as u64 > MAX_SETTINGS_BYTES {
+        bail!(
+            "{}: larger than {} KiB; keel does not read it",
+            path.display(),
+            MAX_SETTINGS_BYTES >> 10
+        );
+    }
+    Ok(Some(text))
+}
+
+/// The workspace's hooks: `.keel/config.toml` `[hooks]` and `.claude/settings.json` `hooks`.
+pub fn workspace_hooks(workspace: &Path) -> WorkspaceHooks {
+    let mut hooks = Vec::new();
+    let mut problems = Vec::new();
+    match read_workspace_file(workspace, ".keel/config.toml") {
+        Ok(Some(text)) => match toml::from_str::<ProjectFile>(&text) {
+            Ok(file) => hooks.extend(
+                file.hooks
+                    .by_event()
+                    .into_iter()
+                    .map(|(event, h)| SessionHook::from_setting(Source::Workspace, event, h)),
+            ),
+            Err(e) => problems.push(format!(
+                "{}: its [hooks] cannot be read: {}",
+                workspace.join(".keel/config.toml").display(),
+                e.message()
+            )),
+        },
+        Ok(None) => {}
+        Err(e) => problems.push(format!("{e:#}")),
+    }
+    match read_workspace_file(workspace, CLAUDE_SETTINGS) {
+        Ok(Some(text)) => match claude_hooks(&text) {
+            Ok((found, skipped)) => {
+                hooks.extend(found);
+                problems.extend(
+                    skipped
+                        .into_iter()
+                        .map(|s| format!("{CLAUDE_SETTINGS}: {s}")),
+                );
+            }
+            Err(e) => problems.push(format!(
+                "{}: {e:#}",
+                workspace.join(CLAUDE_SETTINGS).display()
+            )),
+        },
+        Ok(None) => {}
+        Err(e) => problems.push(format!("{e:#}")),
+    }
+    let digest = (!hooks.is_empty()).then(|| digest(&hooks));
+    WorkspaceHooks {
+        hooks,
+        digest,
+        problems,
+    }
+}
+
+/// The SHA-256 of hooks as a session would run them.
+fn digest(hooks: &[SessionHook]) -> String {
+    let canonical = serde_json::to_vec(hooks).unwrap_or_default();
+    keel_registry::sha256_hex(&canonical)
+}
+
+/// The person's approvals of workspaces' hooks, by digest, in keel's sealed home.
+fn store(home: &Path) -> project_approvals::Store {
+    project_approvals::Store::new(home, "hook-approvals.json")
+}
+
+/// Whether the person approved these workspace hooks.
+pub fn is_approved(home: &Path, workspace: &Path, found: &WorkspaceHooks) -> bool {
+    found
+        .digest
+        .as_deref()
+        .is_some_and(|d| store(home).is_approved(workspace, d))
+}
+
+/// Record the approval of the hooks with `digest` for `workspace`.
+pub fn approve(home: &Path, workspace: &Path, digest: &str) -> anyhow::Result<()> {
+    store(home).set(workspace, Some(digest))
+}
+
+/// Withdraw the approval of the workspace's hooks.
+pub fn revoke(home: &Path, workspace: &Path) -> anyhow::Result<()> {
+    store(home).set(workspace, None)
+}
+
+/// Whether an approval of an earlier content of this workspace's hooks exists.
+pub fn approved_before(home: &Path, workspace: &Path) -> bool {
+    store(home).has_any(workspace)
+}
+
+/// The hooks a session in `workspace` runs: the person's, then the workspace's if approved.
+/// Read once here; `configure_hooks_plugin` and [`entries`] both use this list.
+pub fn session_hooks(home: &Path, workspace: &Path, config: &UserConfig) -> Vec<SessionHook> {
+    let mut hooks: Vec<SessionHook> = config
+        .hooks
+        .by_event()
+        .into_iter()
+        .map(|(event, h)| SessionHook::from_setting(Source::Config, event, h))
+        .collect();
+    let found = workspace_hooks(workspace);
+    if is_approved(home, workspace, &found) {
+        hooks.extend(found.hooks);
+    }
+    hooks
+}
+
+/// The name of the process entry of the `n`th hook.
+fn entry_name(n: usize) -> String {
+    format!("hook-{}", n + 1)
+}
+
+/// The hooks a session runs today (the events keel has wired).
+fn running(hooks: &[SessionHook]) -> impl Iterator<Item = (usize, &SessionHook)> {
+    hooks
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| WIRED_EVENTS.contains(&h.event))
+}
+
+/// Lay the session's hooks into the `hooks` plugin's config (`[config.hooks]`).
+pub fn configure_hooks_plugin(workspace: &Path, config: &mut UserConfig) {
+    let hooks: Vec<toml::Value> = running(&config.session_hooks)
+        .map(|(n, h)| {
+            let mut t = toml::Table::new();
+            t.insert("event".into(), h.event.into());
+            t.insert("matcher".into(), h.matcher.clone().into());
+            t.insert("entry".into(), entry_name(n).into());
+            t.insert("command".into(), h.command.clone().into());
+            t.insert(
+                "timeout_ms".into(),
+                toml::Value::Integer((h.timeout_secs * 1000) as i64),
+            );
+            let dialect = if h.source == Source::Claude {
+                "claude"
+            } else {
+                "keel"
+            };
+            t.insert("dialect".into(), dialect.into());
+            toml::Value::Table(t)
+        })
+        .collect();
+    if hooks.is_empty() {
+        return;
+    }
+    let table = config.config.entry("hooks".to_owned()).or_default();
+    table.insert(
+        "workspace".into(),
+        workspace.to_string_lossy().into_owned().into(),
+    );
+    table.insert("hooks".into(), toml::Value::Array(hooks));
+}
+
+/// Whether a session loads the `hooks` plugin.
+pub fn any_running(config: &UserConfig) -> bool {
+    running(&config.session_hooks).next().is_some()
+}
+
+/// The process entries the `hooks` plugin may start: one per running hook, its command under
+/// [`WRAPPER`], the workspace writable, network only for the person's hook that asks for it.
+pub fn entries(
+    workspace: &Path,
+    config: &UserConfig,
+) -> BTreeMap<String, keel_kernel::ProcessEntry> {
+    running(&config.session_hooks)
+        .map(|(n, h)| {
+            let ws = workspace.to_string_lossy().into_owned();
+            let entry = keel_kernel::ProcessEntry {
+                command: "sh".into(),
+                args: vec![
+                    "-c".into(),
+                    WRAPPER.into(),
+                    "keel-hook".into(),
+                    h.command.clone(),
+                ],
+                env: [
+                    ("KEEL_WORKSPACE".to_owned(), ws.clone()),
+                    ("CLAUDE_PROJECT_DIR".to_owned(), ws),
+                ]
+                .into_iter()
+                .collect(),
+                dirs: vec![workspace.to_path_buf()],
+                hosts: if h.network {
+                    vec!["*".into()]
+                } else {
+                    Vec::new()
+                },
+                ..keel_kernel::ProcessEntry::default()
+            };
+            (entry_name(n), entry)
+        })
+        .collect()
+}
+
+/// How long the kernel waits for the hooks of one event: every hook of the busiest event in
+/// turn, and a margin; never less than the kernel's usual two seconds for a guard.
+pub fn guard_timeout(config: &UserConfig) -> std::time::Duration {
+    let longest = WIRED_EVENTS
+        .iter()
+        .map(|event| {
+            running(&config.session_hooks)
+                .filter(|(_, h)| h.event == *event)
+                .map(|(_, h)| h.timeout_secs)
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0);
+    std::time::Duration::from_secs((longest + 2).max(2))
+}
+
+/// One line for the workspace's hooks when they wait for approval, for the start of `keel run`
+/// and `keel exec`.
+pub fn ignored_notice(home: &Path, workspace: &Path) -> Option<String> {
+    let found = workspace_hooks(workspace);
+    if found.hooks.is_empty() || is_approved(home, workspace, &found) {
+        return None;
+    }
+    let changed = if approved_before(home, workspace) {
+        " (changed since you approved them)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "ignored this workspace's {} hook(s){changed}: a repository's commands run only once you \
+         approve them; read them with `keel hooks list`, then run `keel hooks approve`",
+        found.hooks.len()
+    ))
+}
+
+/// Where the person's hooks are configured.
+pub fn config_file(home: &Path) -> PathBuf {
+    home.join("config.toml")
+}
+
+/// A hook's source in words, for listings.
+pub fn source_words(source: Source) -> &'static str {
+    source.words()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claude_settings_map_events_fields_and_timeouts() -> anyhow::Result<()> {
+        let (hooks, skipped) = claude_hooks(
+            r#"{"permissions": {}, "hooks": {
+                "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "guard.sh", "timeout": 5}]}],
+                "PostToolUse": [{"matcher": "Edit|Write", "hooks": [{"type": "command", "command": "fmt.sh"}, {"type": "prompt", "prompt": "x"}]}],
+                "Notification": [{"hooks": [{"type": "command", "command": "n.sh"}]}]
+            }}"#,
+        )?;
+        assert_eq!(hooks.len(), 2);
+        assert_eq!(
+            (
+                hooks[1].event,
+                hooks[1].matcher.as_str(),
+                hooks[1].timeout_secs
+            ),
+            ("pre-tool-use", "Bash", 5)
+        );
+        assert_eq!(
+            (
+                hooks[0].event,
+                hooks[0].command.as_str(),
+                hooks[0].timeout_secs
+            ),
+            ("post-tool-use", "fmt.sh", CLAUDE_DEFAULT_TIMEOUT_SECS)
+        );
+        assert!(
+            hooks
+                .iter()
+                .all(|h| !h.network && h.source == Source::Claude)
+        );
+        assert_eq!(skipped.len(), 2, "{skipped:?}");
+        Ok(())
+    }
+
+    /// A workspace's hooks run only as approved: an edit to a command is a new digest.
+    #[test]
+    fn a_changed_workspace_hook_is_not_approved() -> anyhow::Result<()> {
+        let home = tempfile::tempdir()?;
+        let ws = tempfile::tempdir()?;
+        std::fs::create_dir_all(ws.path().join(".keel"))?;
+        let write = |command: &str| {
+            std::fs::write(
+                ws.path().join(".keel/config.toml"),
+                format!("[[hooks.pre-tool-use]]\ncommand = {command:?}\nnetwork = true\n[exec]\n"),
+            )
+        };
+        write("check.sh")?;
+        let found = workspace_hooks(ws.path());
+        assert_eq!(found.hooks.len(), 1);
+        assert!(!found.hooks[0].network, "a workspace hook gets no network");
+        assert!(!is_approved(home.path(), ws.path(), &found));
+        approve(
+            home.path(),
+            ws.path(),
+            found.digest.as_deref().expect("digest"),
+        )?;
+        assert!(is_approved(
+            home.path(),
+            ws.path(),
+            &workspace_hooks(ws.path())
+        ));
+        write("check.sh; curl evil")?;
+        let changed = workspace_hooks(ws.path());
+        assert!(!is_approved(home.path(), ws.path(), &changed));
+        assert!(ignored_notice(home.path(), ws.path()).is_some_and(|n| n.contains("changed")));
+        Ok(())
+    }
+}

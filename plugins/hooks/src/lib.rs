@@ -1,0 +1,341 @@
+//! keel plugin `hooks`: commands a person configured (`[[hooks.pre-tool-use]]` and the other
+//! events in `config.toml`), and a workspace's own (`.keel/config.toml`, `.claude/settings.json`)
+//! once the person approved them, run at points of a session.
+//!
+//! Each hook is a process entry keel's host made for this plugin: the plugin names the entry,
+//! never a command line, and the kernel starts it in the OS sandbox (the workspace writable,
+//! no network unless the hook says so). The host wraps the command in a small shell script
+//! that reads one line (the event as JSON) for the hook's stdin and answers with a framed
+//! header — the hook's exit code and the lengths of its stdout and stderr — then both, cut;
+//! so the plugin learns the exit code and stderr through the one pipe the `processes` door
+//! gives it, and the hook's stdin ends as a file's does.
+//!
+//! `pre-tool-use` is a guard (`hooks.pre-tool-use`): the kernel combines its answer with the
+//! exec policy by maximum, so `allow` never loosens anything; a deny, `exit 2` or a hook that
+//! fails or runs past its timeout (killed) refuses the call, with the reason the model is told.
+//! `post-tool-use` is the `hooks` service's method the kernel calls after a tool ran and before
+//! its result goes back, so a formatter's change is in place for the next step; what a hook
+//! says comes back as context appended to the result.
+
+mod logic;
+
+use std::time::{Duration, Instant};
+
+use keel_sdk::{GuardDecision, GuardVerdict, Plugin, guards, log, processes, services};
+use serde_json::{Value, json};
+
+use logic::{Config, Decision, Event, Facts, Hook, Said, event_line, parse_framed};
+
+/// The guard the kernel asks before every tool call.
+const GUARD: &str = "hooks.pre-tool-use";
+/// The service the kernel calls after a tool ran.
+const SERVICE: &str = "hooks";
+/// The most a hook's framed answer can be: the header and both capped streams.
+const MAX_FRAMED: usize = logic::STDOUT_CAP + logic::STDERR_CAP + 256;
+
+#[derive(Debug)]
+struct Hooks {
+    workspace: String,
+    hooks: Vec<Hook>,
+}
+
+/// How a hook's run ended.
+enum Ran {
+    Exited(logic::Exited),
+    /// It ran past its timeout and was killed.
+    TimedOut,
+    /// It could not be run or its answer could not be read.
+    Failed(String),
+}
+
+fn run(hook: &Hook, line: &str) -> Ran {
+    let timeout = Duration::from_millis(u64::from(hook.config.timeout_ms));
+    let deadline = Instant::now() + timeout;
+    let left_ms = || {
+        let left = deadline.saturating_duration_since(Instant::now());
+        u32::try_from(left.as_millis()).unwrap_or(u32::MAX)
+    };
+    let process = match processes::start(&hook.config.entry) {
+        Ok(p) => p,
+        Err(e) => return Ran::Failed(format!("it could not start: {}", e.message())),
+    };
+    let mut input = line.as_bytes().to_vec();
+    input.push(b'\n');
+    if let Err(e) = processes::write(process, &input, left_ms().max(1)) {
+        processes::kill(process);
+        if left_ms() == 0 {
+            return Ran::TimedOut;
+        }
+        return Ran::Failed(format!("it did not take its input: {}", e.message()));
+    }
+    let mut framed = Vec::new();
+    loop {
+        let wait = left_ms();
+        if wait == 0 {
+            processes::kill(process);
+            return Ran::TimedOut;
+        }
+        match processes::read(process, 64 * 1024, wait) {
+            Ok(Some(bytes)) => {
+                framed.extend_from_slice(&bytes);
+                if framed.len() > MAX_FRAMED {
+                    processes::kill(process);
+                    return Ran::Failed("its wrapper wrote more than it may".to_owned());
+                }
+            }
+            Ok(None) => break,
+            Err(_) if left_ms() == 0 => {
+                processes::kill(process);
+                return Ran::TimedOut;
+            }
+            Err(e) => {
+                processes::kill(process);
+                return Ran::Failed(format!("its output could not be read: {}", e.message()));
+            }
+        }
+    }
+    // It ended; releasing the handle.
+    processes::kill(process);
+    match parse_framed(&framed) {
+        Ok(exited) => Ran::Exited(exited),
+        Err(e) => Ran::Failed(e),
+    }
+}
+
+/// What one hook's run means; a hook that timed out or could not run is a hook error.
+fn said(hook: &Hook, ran: Ran) -> Said {
+    let command = &hook.config.command;
+    match ran {
+        Ran::Exited(exited) => logic::interpret(&exited, command),
+        Ran::TimedOut => Said {
+            error: Some(format!(
+                "the hook `{command}` did not finish within {} s and was killed",
+                hook.config.timeout_ms.div_ceil(1000)
+            )),
+            ..Said::default()
+        },
+        Ran::Failed(why) => Said {
+            error: Some(format!("the hook `{command}` did not run: {why}")),
+            ..Said::default()
+        },
+    }
+}
+
+impl Hooks {
+    /// Run every hook of `event` that matches, in order, until one denies.
+    fn run_event(&self, event: Event, facts: &Facts) -> Vec<Said> {
+        let mut answers = Vec::new();
+        for hook in self.hooks.iter().filter(|h| h.matches(event, facts.tool)) {
+            let line = event_line(event, hook.config.dialect, &self.workspace, facts);
+            let answer = said(hook, run(hook, &line));
+            if let Some(error) = &answer.error {
+                log::warn(error);
+            }
+            let denied = answer.decision == Some(Decision::Deny);
+            answers.push(answer);
+            if denied {
+                break;
+            }
+        }
+        answers
+    }
+}
+
+/// The answers of a `pre-tool-use` as a guard's verdict. A hook error counts as a deny: a
+/// guard that cannot answer must not let a call through (the kernel does the same with a
+/// guard that fails), and the person sees the refusal and its reason in the transcript.
+fn verdict(answers: &[Said]) -> GuardVerdict {
+    let mut decision = Decision::Allow;
+    let mut reasons = Vec::new();
+    for answer in answers {
+        let this = if answer.error.is_some() {
+            Decision::Deny
+        } else {
+            answer.decision.unwrap_or(Decision::Allow)
+        };
+        if this > Decision::Allow {
+            let why = answer
+                .error
+                .clone()
+                .unwrap_or_else(|| answer.reason.clone());
+            if !why.is_empty() {
+                reasons.push(why);
+            }
+        }
+        decision = decision.max(this);
+    }
+    GuardVerdict {
+        decision: match decision {
+            Decision::Allow => GuardDecision::Allow,
+            Decision::Ask => GuardDecision::Prompt,
+            Decision::Deny => GuardDecision::Forbid,
+        },
+        reason: if reasons.is_empty() {
+            "a hook refused it".to_owned()
+        } else {
+            reasons.join("; ")
+        },
+    }
+}
+
+/// What the hooks of a `post-tool-use` said, as text appended to the tool's result: context,
+/// a hook's objection (Claude Code's `decision: "block"` after a tool is feedback for the
+/// model) and hook errors, each labelled.
+fn post_context(answers: &[Said]) -> String {
+    let mut lines = Vec::new();
+    for answer in answers {
+        if !answer.context.is_empty() {
+            lines.push(format!("[post-tool-use hook] {}", answer.context));
+        }
+        if answer.decision == Some(Decision::Deny) && !answer.reason.is_empty() {
+            lines.push(format!("[post-tool-use hook objects] {}", answer.reason));
+        }
+        if let Some(error) = &answer.error {
+            lines.push(format!("[post-tool-use hook error] {error}"));
+        }
+    }
+    lines.join("\n")
+}
+
+impl Plugin for Hooks {
+    fn activate(config: &str) -> Result<Self, String> {
+        let config: Config = serde_json::from_str(config)
+            .map_err(|e| format!("the hooks configuration keel made is not valid: {e}"))?;
+        let hooks = config
+            .hooks
+            .into_iter()
+            .map(Hook::new)
+            .collect::<Result<Vec<_>, _>>()?;
+        if hooks.iter().any(|h| h.config.event == Event::PreToolUse) {
+            guards::register(GUARD).map_err(|e| e.message().to_owned())?;
+        }
+        services::provide(SERVICE, "1.0.0").map_err(|e| e.message().to_owned())?;
+        Ok(Hooks {
+            workspace: config.workspace,
+            hooks,
+        })
+    }
+
+    fn check_tool_call(&mut self, guard: &str, tool: &str, input: &str) -> GuardVerdict {
+        if guard != GUARD {
+            return GuardVerdict {
+                decision: GuardDecision::Forbid,
+                reason: format!("no guard `{guard}` here"),
+            };
+        }
+        let arguments: Value = serde_json::from_str(input).unwrap_or(Value::Null);
+        let facts = Facts {
+            tool: Some(tool),
+            arguments: Some(&arguments),
+            ..Facts::default()
+        };
+        verdict(&self.run_event(Event::PreToolUse, &facts))
+    }
+
+    fn handle_call(
+        &mut self,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, String> {
+        if service != SERVICE {
+            return Err(format!("no such service: {service}"));
+        }
+        let payload: Value = serde_json::from_str(payload)
+            .map_err(|e| format!("`{method}` takes a JSON object: {e}"))?;
+        let text = |key: &str| payload.get(key).and_then(Value::as_str);
+        match method {
+            "post-tool-use" => {
+                let facts = Facts {
+                    tool: text("tool"),
+                    arguments: payload.get("arguments"),
+                    result: text("result"),
+                    status: text("status"),
+                    prompt: None,
+                };
+                let answers = self.run_event(Event::PostToolUse, &facts);
+                Ok(json!({ "context": post_context(&answers) }).to_string())
+            }
+            other => Err(format!(
+                "the hooks service has no method `{other}`; it serves `post-tool-use`"
+            )),
+        }
+    }
+}
+
+keel_sdk::export_plugin!(Hooks);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_sdk::mock;
+
+    fn config(hooks: Value) -> String {
+        json!({"workspace": "/ws", "hooks": hooks}).to_string()
+    }
+
+    /// A hook the kernel cannot start (the mock host starts no process) refuses the call: a
+    /// guard that cannot answer must not let it through.
+    #[test]
+    fn a_hook_that_cannot_run_refuses_the_call() {
+        let plugin = mock::activate::<Hooks>(&config(json!([{
+            "event": "pre-tool-use", "matcher": "exec_shell", "entry": "hook-1",
+            "command": "guard.sh", "timeout_ms": 1000
+        }])))
+        .expect("activate");
+        let v = plugin.check_tool_call(GUARD, "exec_shell", r#"{"command": "ls"}"#);
+        assert_eq!(v.decision, GuardDecision::Forbid);
+        assert!(
+            v.reason.contains("guard.sh") && v.reason.contains("did not run"),
+            "{}",
+            v.reason
+        );
+        // A tool the matcher does not name runs no hook.
+        let v = plugin.check_tool_call(GUARD, "read_file", r#"{"path": "a"}"#);
+        assert_eq!(v.decision, GuardDecision::Allow);
+        let post = plugin
+            .handle_call(
+                SERVICE,
+                "post-tool-use",
+                r#"{"tool": "read_file", "result": "x"}"#,
+            )
+            .expect("post");
+        assert_eq!(post, r#"{"context":""}"#);
+    }
+
+    #[test]
+    fn a_bad_matcher_fails_activation_with_the_hook_named() {
+        let err = mock::activate::<Hooks>(&config(json!([{
+            "event": "pre-tool-use", "matcher": "(", "entry": "hook-1",
+            "command": "guard.sh", "timeout_ms": 1000
+        }])))
+        .expect_err("bad matcher");
+        assert!(format!("{err:?}").contains("guard.sh"), "{err:?}");
+    }
+
+    #[test]
+    fn answers_combine_by_the_strictest_and_allow_loosens_nothing() {
+        let allow = Said {
+            decision: Some(Decision::Allow),
+            ..Said::default()
+        };
+        let ask = Said {
+            decision: Some(Decision::Ask),
+            reason: "sure?".into(),
+            ..Said::default()
+        };
+        let error = Said {
+            error: Some("the hook `x` failed".into()),
+            ..Said::default()
+        };
+        assert_eq!(verdict(&[]).decision, GuardDecision::Allow);
+        let v = verdict(&[ask, allow]);
+        assert_eq!(
+            (v.decision, v.reason.as_str()),
+            (GuardDecision::Prompt, "sure?")
+        );
+        let v = verdict(&[error]);
+        assert_eq!(v.decision, GuardDecision::Forbid);
+        assert!(v.reason.contains("failed"));
+    }
+}
