@@ -442,7 +442,9 @@ impl NetClient {
         let head_timeout = or_default(req.timeout, DEFAULT_HEAD_TIMEOUT);
 
         let mut url = req.url;
-        let mut body = req.body;
+        // Shared, not copied, by each attempt (a redirect repeats it): a model request's body
+        // is the whole conversation.
+        let mut body = bytes::Bytes::from(req.body);
         let mut origin: Option<(String, u16)> = None;
         let mut with_secrets = true;
         let mut hop = 0usize;
@@ -520,7 +522,7 @@ impl NetClient {
                         && method == reqwest::Method::POST);
                 if to_get && method != reqwest::Method::HEAD {
                     method = reqwest::Method::GET;
-                    body = Vec::new();
+                    body = bytes::Bytes::new();
                     headers.remove(reqwest::header::CONTENT_TYPE);
                 }
                 continue;
