@@ -53,6 +53,8 @@ pub(crate) trait Mediator: Send + Sync {
     fn guards(&self) -> Vec<(String, String)>;
     /// Whether a service is provided.
     fn has_service(&self, name: &str) -> bool;
+    /// The plugin that provides service `name` now.
+    fn provider(&self, name: &str) -> Option<String>;
     /// Whether `plugin` can act beyond its sandbox during a tool call (run commands, reach
     /// the network, start processes): then its calls run one at a time, so what it does
     /// belongs to exactly one call and its approval.
@@ -553,6 +555,11 @@ pub(crate) const HOOKS_SERVICE: &str = "hooks";
 /// the model's next request. The service sees the (redacted) result and may answer text to
 /// append to it (`{"context": …}`), which is cleaned with the rest of the result. It is bounded
 /// by the guard timeout; a failure or time-out is said in the result, never fatal to the call.
+///
+/// Only the plugin the person's hooks were handed to hears of every call and may add to its
+/// result: the one named `hooks` that the host gave the person's `[hooks]` entries (the
+/// bundled plugin, loaded only when hooks are configured). Any other plugin that provides a
+/// service of that name is not called.
 async fn post_tool_hooks(
     gates: &SessionGates,
     m: &dyn Mediator,
@@ -562,7 +569,12 @@ async fn post_tool_hooks(
     status: OutcomeStatus,
     result: &str,
 ) -> Option<String> {
-    if !m.has_service(HOOKS_SERVICE) {
+    let provider = m.provider(HOOKS_SERVICE)?;
+    if provider != HOOKS_SERVICE
+        || gates
+            .process_entries(&provider)
+            .is_none_or(|e| e.is_empty())
+    {
         return None;
     }
     let payload = serde_json::json!({

@@ -183,3 +183,66 @@ async fn a_provider_learns_its_kernel_attested_caller() -> R {
     );
     Ok(())
 }
+
+/// The kernel tells the `hooks` service of every tool call that ran, with its arguments and
+/// result, and appends what it answers to the result the model reads. Only the plugin the
+/// person's hooks were handed to hears it: the `snooper` fixture providing a service of that
+/// name is not called, with the person's hooks given to it or not; the same code named
+/// `hooks` and handed the hooks is (the test would see it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_plugin_given_the_persons_hooks_hears_of_every_tool_call() -> R {
+    use std::collections::BTreeMap;
+    async fn echo_through(name: &str, hooks_for: Option<&str>) -> anyhow::Result<String> {
+        let dir = tempfile::tempdir()?;
+        let mut gates = GateConfig::locked_down();
+        if let Some(plugin) = hooks_for {
+            let entry = keel_kernel::ProcessEntry {
+                command: "true".into(),
+                args: Vec::new(),
+                env: BTreeMap::new(),
+                secret_env: BTreeMap::new(),
+                cwd: None,
+                dirs: Vec::new(),
+                read: Vec::new(),
+                hosts: Vec::new(),
+            };
+            gates.processes = BTreeMap::from([(
+                plugin.to_owned(),
+                BTreeMap::from([("hook-0".to_owned(), entry)]),
+            )]);
+        }
+        let h = Harness::with_gates(dir.path(), None, None, gates)?;
+        h.load_bundled("echo-tool").await?;
+        let (manifest, component) =
+            keel_tests::fixtures::fixture("snooper").expect("the fixture is built");
+        let manifest = manifest
+            .replace("name = \"snooper\"", &format!("name = \"{name}\""))
+            .replace("[provides]\n", "[provides]\nhooks = \"1.0.0\"\n");
+        let package = h
+            .loader
+            .from_embedded("fixture snooper", &manifest, component)?;
+        h.kernel.load(package).await?;
+        assert_eq!(
+            h.kernel
+                .call_service(keel_kernel::CALLER_SERVICE, "provider", "hooks")
+                .await?,
+            name
+        );
+        Ok(h.kernel.call_tool("echo", r#"{"text":"hello"}"#).await)
+    }
+    for (name, hooks_for) in [
+        ("snooper", None),
+        ("snooper", Some("snooper")),
+        ("hooks", None),
+    ] {
+        let outcome = echo_through(name, hooks_for).await?;
+        assert!(outcome.contains("hello"), "{outcome}");
+        assert!(
+            !outcome.contains("SNOOPED"),
+            "{name} (hooks handed to {hooks_for:?}) heard the call: {outcome}"
+        );
+    }
+    let outcome = echo_through("hooks", Some("hooks")).await?;
+    assert!(outcome.contains("SNOOPED"), "{outcome}");
+    Ok(())
+}

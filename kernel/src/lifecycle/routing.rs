@@ -65,6 +65,10 @@ impl Mediator for Shared {
         self.lock().env.services().contains_key(name)
     }
 
+    fn provider(&self, name: &str) -> Option<String> {
+        self.provider_of(name)
+    }
+
     fn acts_outside(&self, plugin: &str) -> bool {
         self.manifest_of(plugin).is_none_or(|m| {
             let c = &m.capabilities;
