@@ -86,12 +86,7 @@ fn serve(requests: &Receiver<Request>) {
                 reply,
             } => {
                 let answer = match &mut editor {
-                    Some((ed, history)) => match {
-                        PROMPTING.store(remember, Ordering::SeqCst);
-                        let read = ed.readline_with_initial(&prompt, (&initial, ""));
-                        PROMPTING.store(false, Ordering::SeqCst);
-                        read
-                    } {
+                    Some((ed, history)) => match edit_line(ed, &prompt, &initial, remember) {
                         Ok(line) if PLAN_KEY.swap(false, Ordering::SeqCst) => Reply::PlanKey(line),
                         Ok(line) => {
                             let line = line.replace("\\\n", "\n");
@@ -155,6 +150,20 @@ impl rustyline::ConditionalEventHandler for PlanKey {
         PLAN_KEY.store(true, Ordering::SeqCst);
         Some(rustyline::Cmd::AcceptLine)
     }
+}
+
+/// One line from the line editor, `initial` already typed; Shift-Tab acts only on a
+/// request (`remember`).
+fn edit_line(
+    ed: &mut Editor<Completion, DefaultHistory>,
+    prompt: &str,
+    initial: &str,
+    remember: bool,
+) -> rustyline::Result<String> {
+    PROMPTING.store(remember, Ordering::SeqCst);
+    let read = ed.readline_with_initial(prompt, (initial, ""));
+    PROMPTING.store(false, Ordering::SeqCst);
+    read
 }
 
 /// Read the rest of the session with the line editor, its history in `history`; Tab
