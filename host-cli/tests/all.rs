@@ -18,6 +18,7 @@ mod long_turns;
 mod mcp;
 mod mcp_client;
 mod nothing_lost;
+mod plan_mode;
 mod registry;
 mod session_builder;
 mod subagents;

@@ -59,6 +59,9 @@ pub(crate) trait Mediator: Send + Sync {
     /// the network, start processes): then its calls run one at a time, so what it does
     /// belongs to exactly one call and its approval.
     fn acts_outside(&self, plugin: &str) -> bool;
+    /// Whether `plugin` can reach the network or start programs of its own (what plan mode
+    /// cannot confine; its commands go through the exec gate and are judged there).
+    fn reaches_out(&self, plugin: &str) -> bool;
 }
 
 fn outcome(call_id: &str, tool: &str, status: OutcomeStatus, content: String) -> ToolOutcome {
@@ -151,6 +154,13 @@ pub(crate) async fn dispatch_one(
             ),
         );
     }
+    // Plan mode: what may change something is refused here, before guards and approval, in
+    // every agent (a child's tools are narrowed further, never widened).
+    if gates.plan_mode()
+        && let Some(refusal) = plan_refusal(m, &tool, &spec, &owner, &input)
+    {
+        return outcome(id, &tool, OutcomeStatus::Refused, refusal);
+    }
     if let Err(problem) = check_schema(&spec, &input) {
         return outcome(
             id,
@@ -219,6 +229,11 @@ pub(crate) async fn replay(
             "tool `{tool}` is no longer registered"
         )));
     };
+    if gates.plan_mode()
+        && let Some(refusal) = plan_refusal(m, &tool, &spec, &owner, &input)
+    {
+        return Err(KernelError::Denied(refusal));
+    }
     let command = command_of(&spec, &input);
     // The earlier approval covers exactly this input; forbidden stays forbidden and guards
     // are asked again.
@@ -315,6 +330,30 @@ fn control_write_refusal(
          write there and why, and let them do it",
         sanitize::sanitize_for_display(&path)
     ))
+}
+
+/// Why a call may not run in plan mode, or `None` when it may (see [`crate::plan_mode`]): a
+/// tool that writes or reaches out is refused; a command tool's command must be one the
+/// built-in policy knows to only read (the exec gate checks it again and confines it).
+fn plan_refusal(
+    m: &dyn Mediator,
+    tool: &str,
+    spec: &ToolSpec,
+    owner: &str,
+    input: &Value,
+) -> Option<String> {
+    use crate::plan_mode::{PlanTool, judge_command, judge_tool, refusal};
+    match judge_tool(spec, m.reaches_out(owner)) {
+        PlanTool::Reads => None,
+        PlanTool::Refused(why) => Some(refusal(tool, why)),
+        PlanTool::Commands => match command_of(spec, input) {
+            None => Some(refusal(
+                tool,
+                "it runs code and names no `command` keel could judge as read-only",
+            )),
+            Some(command) => judge_command(&command).err().map(|why| refusal(tool, &why)),
+        },
+    }
 }
 
 /// Whether a call of this tool may change the workspace's files, so a checkpoint precedes it:

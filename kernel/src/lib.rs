@@ -18,6 +18,7 @@ mod loader;
 mod manifest;
 mod native_host;
 mod net_client;
+mod plan_mode;
 mod processes;
 pub mod quotas;
 pub mod sandbox;

@@ -400,6 +400,19 @@ impl Kernel {
         self.shared.gates.checkpoint_after_turn()
     }
 
+    /// Switch plan mode on or off (see `plan_mode.rs`): while on, the model is offered only
+    /// read-only tools, other calls are refused before approval, and commands run only when
+    /// they only read, in the read-only sandbox without network. The host's door alone: no
+    /// plugin import reaches it. Switch between turns.
+    pub fn set_plan_mode(&self, on: bool) {
+        self.shared.gates.set_plan_mode(on);
+    }
+
+    /// Whether plan mode is on.
+    pub fn plan_mode(&self) -> bool {
+        self.shared.gates.plan_mode()
+    }
+
     /// Which confinement the commands of this session run under (see
     /// [`crate::sandbox::Confinement::describe`] for the words).
     pub fn confinement(&self) -> crate::sandbox::Confinement {

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -205,6 +205,9 @@ pub(crate) struct SessionGates {
     next_child: AtomicU64,
     /// The workspace's checkpoints (see [`SessionGates::checkpoint_before_call`]).
     checkpoints: Option<Arc<keel_checkpoints::Recorder>>,
+    /// Plan mode ([`crate::plan_mode`]): read-only tools and commands until the person
+    /// accepts a plan. Set only by the host, through `Kernel::set_plan_mode`.
+    plan: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -304,7 +307,18 @@ impl SessionGates {
             subagents: config.subagents,
             next_child: AtomicU64::new(1),
             checkpoints: config.checkpoints,
+            plan: AtomicBool::new(false),
         }
+    }
+
+    /// Whether plan mode is on.
+    pub(crate) fn plan_mode(&self) -> bool {
+        self.plan.load(Ordering::SeqCst)
+    }
+
+    /// Switch plan mode (the host's door only; see [`crate::plan_mode`]).
+    pub(crate) fn set_plan_mode(&self, on: bool) {
+        self.plan.store(on, Ordering::SeqCst);
     }
 
     /// The kernel-held secrets' names (removed from every process's environment).
@@ -499,6 +513,21 @@ impl SessionGates {
         })
     }
 
+    /// The sandbox a plan-mode command runs in: the session's, read-only and without
+    /// network. Only called once [`SessionGates::check_exec_in`] saw bubblewrap in use.
+    fn read_only_containment(&self) -> Containment {
+        let mut config = self.sandbox.clone();
+        config.mode = crate::sandbox::SandboxMode::ReadOnly;
+        config.network = CommandNetwork::None;
+        Containment {
+            config,
+            confinement: Confinement::Bubblewrap(
+                crate::sandbox::SandboxMode::ReadOnly,
+                CommandNetwork::None,
+            ),
+        }
+    }
+
     /// Which confinement commands run under.
     pub(crate) fn confinement(&self) -> &Confinement {
         &self.containment().confinement
@@ -517,12 +546,31 @@ impl SessionGates {
         verdict
     }
 
+    /// [`SessionGates::check_exec_in`] under the mode now (the unit tests' door).
+    #[cfg(test)]
+    pub(crate) fn check_exec(&self, plugin: &str, line: &str) -> Result<bool, KernelError> {
+        self.check_exec_in(plugin, line, self.plan_mode())
+    }
+
     /// The exec gate: may `plugin` run `line` now? Forbidden never; allowed always; prompt
     /// only when it is exactly the command approved for the call being served. `Ok(true)`
     /// when the command may also use the network (through keel's proxy): the sandbox setting
     /// allows every command, or the policy asked because the command talks to the network and
-    /// the approval it passed included that.
-    pub(crate) fn check_exec(&self, plugin: &str, line: &str) -> Result<bool, KernelError> {
+    /// the approval it passed included that. `plan` is plan mode as the caller read it: then
+    /// only a command the built-in policy knows to only read, only when the sandbox can hold
+    /// it read-only, and never with network.
+    fn check_exec_in(&self, plugin: &str, line: &str, plan: bool) -> Result<bool, KernelError> {
+        if plan {
+            crate::plan_mode::judge_command(line)
+                .map_err(|why| KernelError::Denied(format!("plan mode: {why}")))?;
+            if !matches!(self.confinement(), Confinement::Bubblewrap(..)) {
+                return Err(KernelError::Denied(format!(
+                    "plan mode: `{line}` was not run: in plan mode commands run only inside \
+                     keel's read-only sandbox, and commands here are not sandboxed ({})",
+                    self.confinement().describe()
+                )));
+            }
+        }
         let verdict = self.decide_exec(line);
         // Unconfined commands have the whole network anyway; no proxy is put in front.
         let network = match self.containment().confinement {
@@ -534,7 +582,7 @@ impl SessionGates {
                 .segments
                 .iter()
                 .any(|s| s.rule.as_deref() == Some(NETWORK_RULE)),
-        };
+        } && !plan;
         match verdict.decision {
             Decision::Allow => Ok(network),
             Decision::Forbid => Err(KernelError::Denied(refusal_text(&verdict))),
@@ -569,9 +617,18 @@ impl SessionGates {
                     .into(),
             ));
         };
+        // Read once: the command is judged and confined under the same mode.
+        let plan = self.plan_mode();
         let network = self
-            .check_exec(plugin, &cmd.line)?
+            .check_exec_in(plugin, &cmd.line, plan)?
             .then(|| CommandNet::new(&self.net, plugin, self.approver.clone()));
+        let read_only;
+        let containment = if plan {
+            read_only = self.read_only_containment();
+            &read_only
+        } else {
+            self.containment()
+        };
         if self.is_cancelled() {
             return Err(KernelError::Denied(
                 "the command was not started: the person cancelled the turn (Ctrl-C)".into(),
@@ -581,15 +638,17 @@ impl SessionGates {
             workspace,
             &cmd,
             &self.secret_names,
-            self.containment(),
+            containment,
             network.as_ref(),
             self.until_cancelled(),
         )
         .await
         .map_err(|e| KernelError::Invalid(e.to_string()))?;
-        if let Some(rerun) = self
-            .offer_unconfined(plugin, workspace, &cmd, &outcome, network.is_some())
-            .await
+        // Plan mode never offers a run outside the sandbox.
+        if !plan
+            && let Some(rerun) = self
+                .offer_unconfined(plugin, workspace, &cmd, &outcome, network.is_some())
+                .await
         {
             outcome = rerun;
         }
@@ -800,6 +859,22 @@ mod tests {
         let serving = Serving::start(&gates, "tool", Some(line.to_owned()));
         assert_eq!(serving.finish().approved_command.as_deref(), Some(line));
         assert!(gates.check_exec("tool", line).is_err());
+    }
+
+    #[test]
+    fn in_plan_mode_a_writing_command_is_refused_even_as_the_approved_one() {
+        let gates = SessionGates::new(GateConfig::locked_down());
+        let line = "touch made.txt";
+        let _serving = Serving::start(&gates, "tool", Some(line.to_owned()));
+        assert!(
+            gates.check_exec("tool", line).is_ok(),
+            "approved for the call"
+        );
+        gates.set_plan_mode(true);
+        let refused = gates.check_exec("tool", line).expect_err("plan mode");
+        assert!(refused.to_string().contains("plan mode"), "{refused}");
+        gates.set_plan_mode(false);
+        assert!(gates.check_exec("tool", line).is_ok());
     }
 
     #[test]

@@ -8,3 +8,4 @@ mod door_properties;
 mod gate_pipeline;
 mod lifecycle;
 mod native_host;
+mod plan_mode;

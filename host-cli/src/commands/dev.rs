@@ -63,6 +63,7 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
         )
         .await?,
     );
+    session.kernel.set_plan_mode(args.plan);
     say_session(&session);
     super::run::say_ignored(ctx);
     let live = Arc::new(AtomicU32::new(1));

@@ -23,6 +23,11 @@ pub struct SessionArgs {
     /// Load the plugin in DIR for this session only (its capabilities are shown first).
     #[arg(long = "plugin", value_name = "DIR")]
     pub plugins: Vec<PathBuf>,
+    /// Start in plan mode: the model only reads (files, searches, read-only commands in a
+    /// read-only sandbox) and ends with a plan, which you accept or keep refining. `/plan`
+    /// or Shift-Tab switches it during a session.
+    #[arg(long)]
+    pub plan: bool,
 }
 
 /// keel's exit statuses, the same for `run`, `exec`, `resume` and `demo` (README: "Exit
@@ -92,10 +97,13 @@ pub async fn run(
         },
     )
     .await?;
+    session.kernel.set_plan_mode(args.plan);
     say_session(&session);
     say_ignored(ctx);
     let code = match prompt {
-        Some(p) => session.turn(&p).await.map(|report| exit_for(report.end)),
+        Some(p) => one_turn(&session, &p)
+            .await
+            .map(|report| exit_for(report.end)),
         None => interactive(ctx, &session, &|| "› ".to_owned())
             .await
             .map(|()| ExitCode::SUCCESS),
@@ -115,7 +123,19 @@ pub(crate) fn leave_if_signalled() {
     }
 }
 
-/// The session's header: its id, workspace and the confinement of its commands.
+/// `keel run PROMPT`: the turn, and in plan mode the offer to carry out its plan (on a
+/// terminal); the report of the last turn run.
+async fn one_turn(session: &Session, prompt: &str) -> anyhow::Result<keel_protocol::TurnReport> {
+    use std::io::IsTerminal as _;
+    let report = session.turn(prompt).await?;
+    if !std::io::stdin().is_terminal() {
+        return Ok(report);
+    }
+    Ok(offer_plan(session, &report).await?.unwrap_or(report))
+}
+
+/// The session's header: its id, workspace, the confinement of its commands, and plan mode
+/// when it is on.
 pub(crate) fn say_session(session: &Session) {
     eprintln!(
         "session {} in {}\n{}",
@@ -123,6 +143,73 @@ pub(crate) fn say_session(session: &Session) {
         session.workspace().display(),
         session.kernel.confinement().describe()
     );
+    if session.kernel.plan_mode() {
+        eprintln!("{PLAN_ON}");
+    }
+}
+
+/// What the person is told when plan mode comes on (the header, `/plan`, Shift-Tab).
+const PLAN_ON: &str = "plan mode: on — the model only reads (files, searches, read-only \
+                       commands in a read-only sandbox without network) and ends with a plan \
+                       for you to accept; /plan or Shift-Tab leaves it";
+/// … and when it goes off.
+const PLAN_OFF: &str = "plan mode: off — tools and commands as the session allows, through \
+                        the usual approvals";
+
+/// The mode's name in `--json` output.
+fn mode_name(session: &Session) -> &'static str {
+    if session.kernel.plan_mode() {
+        "plan"
+    } else {
+        "default"
+    }
+}
+
+/// The request that carries out an accepted plan, as the next turn's input.
+fn carry_out(plan: &str) -> String {
+    format!(
+        "The plan below is accepted and plan mode is off. Carry out this plan now, step by \
+         step:\n\n{}",
+        plan.trim()
+    )
+}
+
+/// After a turn in plan mode that ended with a plan (its final text, already shown): ask the
+/// person to accept it — plan mode goes off and the next turn carries it out — or to keep
+/// planning (the mode stays on and they type more). The report of the turn that carried
+/// the plan out, when it was accepted.
+async fn offer_plan(
+    session: &Session,
+    report: &keel_protocol::TurnReport,
+) -> anyhow::Result<Option<keel_protocol::TurnReport>> {
+    if !session.kernel.plan_mode()
+        || report.end != TurnEnd::Completed
+        || report.text.trim().is_empty()
+    {
+        return Ok(None);
+    }
+    eprintln!(
+        "[plan mode] the plan is above.\n  [y] accept: leave plan mode and carry it out\n  \
+         [n] keep planning: stay in plan mode and say what to change"
+    );
+    let accepted = matches!(
+        crate::session::answer("accept the plan? [y/N] "),
+        Reply::Line(line) if matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+    );
+    if !accepted {
+        eprintln!("[still in plan mode: say what to change, or /plan to leave it]");
+        return Ok(None);
+    }
+    session.kernel.set_plan_mode(false);
+    eprintln!("[plan accepted; {PLAN_OFF}]");
+    session.turn(&carry_out(&report.text)).await.map(Some)
+}
+
+/// Switch plan mode and say so.
+fn switch_plan_mode(session: &Session) {
+    let on = !session.kernel.plan_mode();
+    session.kernel.set_plan_mode(on);
+    eprintln!("{}", if on { PLAN_ON } else { PLAN_OFF });
 }
 
 /// The project files keel is not using until the person approves them, once, on stderr.
@@ -166,9 +253,14 @@ pub async fn exec(
     )
     .await?;
     session.print_exact_answer(raw);
+    // `keel exec --plan`: a read-only one-shot; its answer is the plan.
+    session.kernel.set_plan_mode(args.plan);
     let sandbox = session.kernel.confinement().describe();
     if !json {
         eprintln!("{sandbox}");
+        if args.plan {
+            eprintln!("plan mode: on — the model only reads and answers with a plan");
+        }
     }
     say_ignored(ctx);
     let report = match session.turn(&prompt).await {
@@ -187,6 +279,7 @@ pub async fn exec(
                 "topic": "turn.report",
                 "session": session.id(),
                 "sandbox": sandbox,
+                "mode": mode_name(&session),
                 "report": report,
             })
         );
@@ -197,8 +290,8 @@ pub async fn exec(
 }
 
 const HELP: &str = "commands: /plugins, /sessions, /expand, /approvals [revoke N|all], /mcp, \
-                    /compact [FOCUS], /clear, /rewind [N|N.M|cK], /load NAME|DIR, /unload NAME, \
-                    /reload NAME, /help, /exit";
+                    /compact [FOCUS], /clear, /rewind [N|N.M|cK], /plan [REQUEST] (or \
+                    Shift-Tab), /load NAME|DIR, /unload NAME, /reload NAME, /help, /exit";
 
 /// `/approvals`: the answers that still stand, numbered; `/approvals revoke N|all` withdraws
 /// them, so keel asks again.
@@ -287,6 +380,8 @@ pub(crate) async fn interactive(
     // The line being waited for survives a Ctrl-C at the prompt, so no typed line is lost.
     let mut pending: Option<tokio::task::JoinHandle<Reply>> = None;
     let mut interrupts = 0;
+    // What was typed before Shift-Tab switched plan mode, offered again at the next prompt.
+    let mut typed = String::new();
     loop {
         let waiting = match &mut pending {
             Some(waiting) => waiting,
@@ -302,9 +397,15 @@ pub(crate) async fn interactive(
                 *names
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = known;
-                let label = label();
+                // The mode is in the prompt, so it is never a surprise.
+                let label = if session.kernel.plan_mode() {
+                    format!("[plan] {}", label())
+                } else {
+                    label()
+                };
+                let initial = std::mem::take(&mut typed);
                 pending.insert(tokio::task::spawn_blocking(move || {
-                    crate::session::prompt(&label)
+                    crate::session::prompt_from(&label, &initial)
                 }))
             }
         };
@@ -318,6 +419,12 @@ pub(crate) async fn interactive(
         };
         let line = match reply {
             Reply::Line(line) => line,
+            Reply::PlanKey(line) => {
+                pending = None;
+                switch_plan_mode(session);
+                typed = line;
+                continue;
+            }
             Reply::End => return Ok(()),
             Reply::Interrupted | Reply::Cancelled => {
                 if pending.as_ref().is_none_or(|p| p.is_finished()) {
@@ -400,6 +507,20 @@ pub(crate) async fn interactive(
                     )),
                 },
                 "compact" => session.compact(arg).await.map(Some),
+                "plan" if arg.is_empty() => {
+                    switch_plan_mode(session);
+                    Ok(None)
+                }
+                // `/plan REQUEST`: plan mode on, and the request asked in it.
+                "plan" => {
+                    if !session.kernel.plan_mode() {
+                        switch_plan_mode(session);
+                    }
+                    match session.turn(arg).await {
+                        Ok(report) => offer_plan(session, &report).await.map(|_| None),
+                        Err(e) => Err(e),
+                    }
+                }
                 "rewind" => session.rewind(ctx, arg).await,
                 "clear" => {
                     let old = session.clear();
@@ -439,7 +560,11 @@ pub(crate) async fn interactive(
             );
             continue;
         }
-        if let Err(e) = session.turn(line).await {
+        let done = match session.turn(line).await {
+            Ok(report) => offer_plan(session, &report).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = done {
             eprintln!("error: {}", terminal_safe(&format!("{e:#}")));
         }
     }

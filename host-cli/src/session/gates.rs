@@ -163,7 +163,8 @@ impl Approver for TerminalApprover {
         let colour = crate::colour_on_stderr();
         input::show_question(&approval_question(request, &self.workspace, colour));
         let line = match input::answer_unless_cancelled("  answer: ") {
-            Reply::Line(line) => line,
+            // Shift-Tab switches plan mode only at a request; an answer is read as typed.
+            Reply::Line(line) | Reply::PlanKey(line) => line,
             Reply::End => return (Answer::Deny, None),
             Reply::Cancelled => {
                 let _ = writeln!(err, "\n[denied: the turn is being cancelled]");

@@ -35,12 +35,16 @@ pub(crate) enum Reply {
     Interrupted,
     /// The turn was cancelled (Ctrl-C as a signal) while a question waited.
     Cancelled,
+    /// Shift-Tab at the prompt: switch plan mode. What was typed so far, to be offered again.
+    PlanKey(String),
 }
 
 enum Request {
-    /// Read one line after `prompt`; `remember` adds it to the history.
+    /// Read one line after `prompt`, starting from `initial`; `remember` adds it to the
+    /// history (and marks a request, where Shift-Tab switches plan mode).
     Read {
         prompt: String,
+        initial: String,
         remember: bool,
         reply: Sender<Reply>,
     },
@@ -68,16 +72,22 @@ fn serve(requests: &Receiver<Request>) {
             Request::Edit { history, names } => {
                 let Ok(mut ed) = Editor::new() else { continue };
                 ed.set_helper(Some(Completion { names }));
+                ed.bind_sequence(
+                    rustyline::KeyEvent(rustyline::KeyCode::BackTab, rustyline::Modifiers::NONE),
+                    rustyline::EventHandler::Conditional(Box::new(PlanKey)),
+                );
                 let _ = ed.load_history(&history);
                 editor = Some((ed, history));
             }
             Request::Read {
                 prompt,
+                initial,
                 remember,
                 reply,
             } => {
                 let answer = match &mut editor {
-                    Some((ed, history)) => match ed.readline(&prompt) {
+                    Some((ed, history)) => match edit_line(ed, &prompt, &initial, remember) {
+                        Ok(line) if PLAN_KEY.swap(false, Ordering::SeqCst) => Reply::PlanKey(line),
                         Ok(line) => {
                             let line = line.replace("\\\n", "\n");
                             // Leaving is not worth recalling.
@@ -115,6 +125,47 @@ fn serve(requests: &Receiver<Request>) {
     }
 }
 
+/// Set while the line editor reads a request (not an answer to a question): only then does
+/// Shift-Tab switch plan mode.
+static PROMPTING: AtomicBool = AtomicBool::new(false);
+/// Set by Shift-Tab at a request; the line read is then [`Reply::PlanKey`].
+static PLAN_KEY: AtomicBool = AtomicBool::new(false);
+
+/// Shift-Tab, as in other agents' terminals: at a request it ends the read so the session can
+/// switch plan mode (the text typed so far is kept for the next prompt); elsewhere it does
+/// what it always did.
+struct PlanKey;
+
+impl rustyline::ConditionalEventHandler for PlanKey {
+    fn handle(
+        &self,
+        _event: &rustyline::Event,
+        _n: rustyline::RepeatCount,
+        _positive: bool,
+        _ctx: &rustyline::EventContext<'_>,
+    ) -> Option<rustyline::Cmd> {
+        if !PROMPTING.load(Ordering::SeqCst) {
+            return None;
+        }
+        PLAN_KEY.store(true, Ordering::SeqCst);
+        Some(rustyline::Cmd::AcceptLine)
+    }
+}
+
+/// One line from the line editor, `initial` already typed; Shift-Tab acts only on a
+/// request (`remember`).
+fn edit_line(
+    ed: &mut Editor<Completion, DefaultHistory>,
+    prompt: &str,
+    initial: &str,
+    remember: bool,
+) -> rustyline::Result<String> {
+    PROMPTING.store(remember, Ordering::SeqCst);
+    let read = ed.readline_with_initial(prompt, (initial, ""));
+    PROMPTING.store(false, Ordering::SeqCst);
+    read
+}
+
 /// Read the rest of the session with the line editor, its history in `history`; Tab
 /// completes slash commands and the plugin names in `names`.
 pub(crate) fn use_line_editor(history: PathBuf, names: Arc<Mutex<Vec<String>>>) {
@@ -129,6 +180,10 @@ pub(crate) fn use_line_editor(history: PathBuf, names: Arc<Mutex<Vec<String>>>) 
 static LEFTOVER: Mutex<Option<Receiver<Reply>>> = Mutex::new(None);
 
 fn ask(prompt: &str, remember: bool) -> Receiver<Reply> {
+    ask_from(prompt, "", remember)
+}
+
+fn ask_from(prompt: &str, initial: &str, remember: bool) -> Receiver<Reply> {
     if let Some(pending) = LEFTOVER
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -142,6 +197,7 @@ fn ask(prompt: &str, remember: bool) -> Receiver<Reply> {
         .unwrap_or_else(PoisonError::into_inner)
         .send(Request::Read {
             prompt: prompt.to_owned(),
+            initial: initial.to_owned(),
             remember,
             reply: reply.clone(),
         });
@@ -151,9 +207,10 @@ fn ask(prompt: &str, remember: bool) -> Receiver<Reply> {
     answer
 }
 
-/// The person's next request after `prompt`, remembered in the history.
-pub(crate) fn prompt(prompt: &str) -> Reply {
-    ask(prompt, true).recv().unwrap_or(Reply::End)
+/// The person's next request after `prompt`, remembered in the history, with `initial`
+/// already typed (on the line editor; a plain read ignores it).
+pub(crate) fn prompt_from(prompt: &str, initial: &str) -> Reply {
+    ask_from(prompt, initial, true).recv().unwrap_or(Reply::End)
 }
 
 /// An answer to a question, after `prompt`.
@@ -284,6 +341,7 @@ const COMMANDS: &[&str] = &[
     "/compact",
     "/clear",
     "/rewind",
+    "/plan",
     "/load ",
     "/unload ",
     "/reload ",

@@ -31,7 +31,7 @@ use crate::runtime;
 use crate::runtime::Origin;
 use crate::settings::{ModelChoice, model_overrides};
 pub use builder::KernelBuilder;
-pub(crate) use input::{Reply, prompt, use_line_editor};
+pub(crate) use input::{Reply, answer, prompt_from, use_line_editor};
 use output::Printer;
 pub(crate) use output::terminal_safe;
 pub use output::{Display, JSON_VERSION};

@@ -75,6 +75,13 @@ impl Mediator for Shared {
             c.exec || c.processes || !c.network.is_empty()
         })
     }
+
+    fn reaches_out(&self, plugin: &str) -> bool {
+        self.manifest_of(plugin).is_none_or(|m| {
+            let c = &m.capabilities;
+            c.processes || !c.network.is_empty()
+        })
+    }
 }
 
 /// The doors of a turn (model completion, tool dispatch, replay) and what the gate pipeline
@@ -155,20 +162,27 @@ impl Shared {
             None => request,
         };
         let narrowed;
-        let request = match chain.opened_agent() {
+        let child = chain.opened_agent();
+        let plan = self.gates.plan_mode();
+        let request = if child.is_some() || plan {
             // A child's model is offered the child's tools and no others, whatever the
-            // plugin driving it put in the request.
-            Some(child) => {
-                let mut parsed: keel_protocol::ModelRequest = serde_json::from_str(request)
-                    .map_err(|e| {
-                        KernelError::Invalid(format!("`agent.complete` takes a ModelRequest: {e}"))
-                    })?;
+            // plugin driving it put in the request; in plan mode, only the tools plan mode
+            // keeps (crate::plan_mode).
+            let mut parsed: keel_protocol::ModelRequest =
+                serde_json::from_str(request).map_err(|e| {
+                    KernelError::Invalid(format!("`agent.complete` takes a ModelRequest: {e}"))
+                })?;
+            if let Some(child) = child {
                 parsed.tools.retain(|t| child.tools.contains(&t.name));
-                narrowed = serde_json::to_string(&parsed)
-                    .map_err(|e| KernelError::Failed(format!("cannot encode the request: {e}")))?;
-                narrowed.as_str()
             }
-            None => request,
+            if plan {
+                parsed.tools.retain(|t| self.plan_keeps(&t.name));
+            }
+            narrowed = serde_json::to_string(&parsed)
+                .map_err(|e| KernelError::Failed(format!("cannot encode the request: {e}")))?;
+            narrowed.as_str()
+        } else {
+            request
         };
         let model_chain;
         let chain_to_model = match reading {
@@ -197,6 +211,18 @@ impl Shared {
         let response = self.gates.record_response(response, scope);
         serde_json::to_string(&response)
             .map_err(|e| KernelError::Failed(format!("cannot encode the response: {e}")))
+    }
+
+    /// Whether plan mode offers the registered tool `name` to the model (an unknown name is
+    /// not offered).
+    fn plan_keeps(&self, name: &str) -> bool {
+        let Some((spec, owner)) = Mediator::tool(self, name) else {
+            return false;
+        };
+        !matches!(
+            crate::plan_mode::judge_tool(&spec, Mediator::reaches_out(self, &owner)),
+            crate::plan_mode::PlanTool::Refused(_)
+        )
     }
 
     /// When the model service's provider reads conversations itself and `agent` holds the one
@@ -306,7 +332,7 @@ impl Shared {
                  `provider`"
             ))),
             (keel_protocol::services::PROMPT, "fragments") => {
-                let fragments: Vec<keel_protocol::PromptFragment> = self
+                let mut fragments: Vec<keel_protocol::PromptFragment> = self
                     .lock()
                     .env
                     .prompt_fragments()
@@ -316,13 +342,27 @@ impl Shared {
                         text: text.to_owned(),
                     })
                     .collect();
+                // Plan mode's instructions, the kernel's own, after every plugin's.
+                if self.gates.plan_mode() {
+                    fragments.push(keel_protocol::PromptFragment {
+                        plugin: "keel".into(),
+                        id: "plan-mode".into(),
+                        text: crate::plan_mode::PROMPT.into(),
+                    });
+                }
                 serde_json::to_string(&fragments).map_err(|e| {
                     KernelError::Failed(format!("cannot encode the prompt fragments: {e}"))
                 })
             }
             // What the agent caches its tool list and system prompt by.
+            // Plan mode changes the prompt and the tools offered, so it is part of it.
             (keel_protocol::services::PROMPT, "generation") => {
-                Ok(self.lock().env.generation().to_string())
+                let generation = self.lock().env.generation();
+                Ok(if self.gates.plan_mode() {
+                    format!("{generation}+plan")
+                } else {
+                    generation.to_string()
+                })
             }
             (keel_protocol::services::PROMPT, "fence") => {
                 let request: keel_protocol::FenceRequest =

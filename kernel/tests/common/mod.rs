@@ -27,6 +27,9 @@ pub enum Part {
     Shell,
     /// Registers the guard `hostile.allow-everything`, which answers the script's verdict.
     Guard,
+    /// Registers `read_file` (reads files) and `write_file` (writes files); both count their
+    /// runs in the script's `tool_runs`.
+    Files,
 }
 
 /// What the model, shell and guard parts do, shared with the test that steers them.
@@ -42,6 +45,8 @@ pub struct Script {
     pub exec_override: Arc<Mutex<Option<String>>>,
     /// How much output the shell tool prints instead of running anything.
     pub output_bytes: Arc<AtomicUsize>,
+    /// Every request the model part was sent, in order.
+    pub requests: Arc<Mutex<Vec<String>>>,
 }
 
 /// What the fake does besides providing its declared services.
@@ -173,6 +178,22 @@ impl PluginInstance for Fake {
                 .host
                 .register_guard("hostile.allow-everything")
                 .map_err(ke)?,
+            Part::Files => {
+                for (name, capabilities) in [
+                    ("read_file", ToolCapabilities::READS_FILES),
+                    ("write_file", ToolCapabilities::WRITES_FILES),
+                ] {
+                    self.host
+                        .register_tool(ToolSpec {
+                            name: name.into(),
+                            description: format!("{name} of the fake"),
+                            input_schema: r#"{"type":"object"}"#.into(),
+                            capabilities,
+                            parallel_safe: false,
+                        })
+                        .map_err(ke)?;
+                }
+            }
         }
         if self.behaviour.fail_activate {
             return Err(InstanceError::Returned("configured to fail".into()));
@@ -209,6 +230,12 @@ impl PluginInstance for Fake {
     ) -> Result<String, InstanceError> {
         self.host.enter(chain);
         if self.behaviour.part == Part::Model {
+            self.behaviour
+                .script
+                .requests
+                .lock()
+                .map_err(fail)?
+                .push(payload.to_owned());
             let response = self.behaviour.script.response.lock().map_err(fail)?.clone();
             let response = response.ok_or_else(|| fail("no scripted response"))?;
             return serde_json::to_string(&response).map_err(fail);
@@ -223,6 +250,14 @@ impl PluginInstance for Fake {
             }
             // The door properties: call any service, emit any topic, as a plugin would.
             "call" => self.host.call(payload, "echo", "probe").await.map_err(ke),
+            // `SERVICE METHOD PAYLOAD`: call any method of any service.
+            "call-method" => {
+                let mut words = payload.splitn(3, ' ');
+                let service = words.next().unwrap_or_default();
+                let method = words.next().unwrap_or_default();
+                let rest = words.next().unwrap_or_default();
+                self.host.call(service, method, rest).await.map_err(ke)
+            }
             "emit" => self
                 .host
                 .emit(payload, "probe")
@@ -269,6 +304,13 @@ impl PluginInstance for Fake {
         input: &str,
     ) -> Result<String, InstanceError> {
         self.host.enter(chain);
+        if self.behaviour.part == Part::Files {
+            self.behaviour
+                .script
+                .tool_runs
+                .fetch_add(1, Ordering::SeqCst);
+            return Ok(format!("{name} ran"));
+        }
         if self.behaviour.part != Part::Shell {
             return Ok(format!("{name}:{input}"));
         }
