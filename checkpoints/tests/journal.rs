@@ -232,3 +232,28 @@ fn changed_ignore_rules_make_a_walk_of_everything() {
     assert_eq!(c.changed, ["d"]);
     assert!(walk_note(&c).starts_with("journal:"), "{:?}", c.walk);
 }
+
+/// A file with a second name outside the workspace changes through that name without an
+/// event in the workspace: a file with more than one link is stat-ed at every checkpoint.
+#[test]
+fn a_file_linked_from_outside_is_looked_at_every_time() {
+    let fx = Fixture::new(Settings::default());
+    std::fs::write(fx.path("shared.txt"), "one").expect("file");
+    let other_name = fx.outside().join("other-name.txt");
+    std::fs::hard_link(fx.path("shared.txt"), &other_name).expect("hard link");
+    fx.recorder.before_turn("s").expect("first");
+    fx.recorder
+        .before_call("c1", "t")
+        .expect("call")
+        .expect("session");
+    std::fs::write(&other_name, "changed through the other name").expect("write");
+    let c = fx
+        .recorder
+        .before_call("c2", "t")
+        .expect("call")
+        .expect("session");
+    assert_eq!(walk_note(&c), "journal: 1 paths looked at");
+    assert_eq!(c.changed, ["shared.txt"]);
+    let (recorded, walked) = recorded_and_walked(&fx, &c);
+    assert_eq!(recorded.entries, walked.entries);
+}
