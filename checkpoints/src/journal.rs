@@ -301,7 +301,12 @@ impl Journal {
         {
             let shared = Arc::clone(&self.set);
             let mut set = shared.lock().unwrap_or_else(PoisonError::into_inner);
-            self.replaced = Some(std::mem::take(&mut set.by_wd));
+            let mut replaced = std::mem::take(&mut set.by_wd);
+            // A walk of everything that failed left the watches before it unremoved.
+            if let Some(earlier) = self.replaced.take() {
+                replaced.extend(earlier);
+            }
+            self.replaced = Some(replaced);
             set.failed = None;
             let root = self.root.clone();
             set.add_dir(&root, "");

@@ -834,3 +834,45 @@ fn the_text_list_says_what_is_not_covered_and_not_recorded() {
         "{text}"
     );
 }
+
+/// The retention runs as a session ends, not only as the next one starts: a turn's three
+/// checkpoints (before it, before its call, after it) are two once `keel exec` has exited
+/// with `[checkpoints] max-per-session = 2`.
+#[test]
+fn a_session_applies_the_retention_as_it_ends() {
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = ws.path();
+    write(&ws.join("a.txt"), "a\n", 0o644);
+    let script = format!(
+        "{}[[step]]\ntext = \"Done.\"\n",
+        scripted_tool_step(&[("exec_shell", "{ command = \"echo b > b.txt\" }".into())])
+    );
+    use_scripted_model(home.path(), &script).expect("script");
+    let config = home.path().join("config.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("\n[checkpoints]\nmax-per-session = 2\n");
+    std::fs::write(&config, text).expect("config");
+    let out = keel(home.path(), ws)
+        .args(["exec", "--json", "--approval", "auto", "make b"])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .expect("keel exec");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids = session_ids(home.path());
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let out = keel(home.path(), ws)
+        .args(["checkpoints", "list", &ids[0], "--json"])
+        .output()
+        .expect("list");
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
+    let kinds: Vec<&str> = list
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, ["before-call", "after-turn"], "{list:?}");
+}
