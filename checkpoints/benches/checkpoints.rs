@@ -1,6 +1,7 @@
 //! What checkpoints cost a session: the first checkpoint of a workspace of 10,000 files
 //! (100 MB), one after a turn changed ten of them, and one before a tool call that changed
-//! nothing (the time added to every file-changing call). Aims: 2 s, 50 ms, 5 ms.
+//! nothing (the time added to every file-changing call) or one file. Aims: 2 s, 50 ms, 5 ms.
+//! After the first, the change journal names what changed; no walk of the whole tree.
 //!
 //! Run in release: `cargo bench --workspace --bench checkpoints`.
 
@@ -92,6 +93,18 @@ fn main() {
     });
     group.bench_function("before_a_call_nothing_changed", |b| {
         b.iter(|| rec.before_call("call", "exec_shell").expect("checkpoint"))
+    });
+    // The call before wrote one file (as a file tool does): the journal names it, and only
+    // it is read again.
+    group.bench_function("before_a_call_one_file_changed", |b| {
+        b.iter_batched(
+            || {
+                round += 1;
+                std::fs::write(ws.join("d05/f00505.dat"), format!("round {round}")).expect("write");
+            },
+            |()| rec.before_call("call", "write_file").expect("checkpoint"),
+            BatchSize::PerIteration,
+        )
     });
     group.finish();
     c.final_summary();

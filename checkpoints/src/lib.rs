@@ -15,15 +15,18 @@
 //!
 //! Module map: [`store`] (blobs, manifests, session indexes, the lock), [`snapshot`] (the
 //! walk and the manifest), [`restore`] (the plan between two manifests and applying it),
-//! [`recorder`] (a session's checkpoints, as the kernel takes them), [`rewind`] (the whole
+//! [`recorder`] (a session's checkpoints, as the kernel takes them), [`journal`] (the inotify
+//! change journal that spares a checkpoint the walk of everything), [`rewind`] (the whole
 //! rewind, as the CLI runs it).
 
+pub mod journal;
 pub mod recorder;
 pub mod restore;
 pub mod rewind;
 pub mod snapshot;
 pub mod store;
 
+pub use journal::DEFAULT_MAX_WATCHED_DIRS;
 pub use recorder::Recorder;
 pub use snapshot::{Manifest, Node, Skipped};
 pub use store::{Checkpoint, Collected, Kind, Retention, Store};

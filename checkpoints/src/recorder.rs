@@ -1,10 +1,11 @@
 //! A session's checkpoints as the kernel takes them: before each turn, before each tool call
 //! that may change files, after each turn; and around a rewind.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::snapshot::{Manifest, snapshot};
-use crate::store::{Checkpoint, Kind, MAX_CHANGED, Store};
+use crate::journal::{DEFAULT_MAX_WATCHED_DIRS, Drained, Journal};
+use crate::snapshot::{Manifest, Scope, WalkPlan, too_many_entries, walk};
+use crate::store::{Checkpoint, Kind, MAX_CHANGED, Retention, Store};
 use crate::{Result, Settings};
 
 /// Takes the checkpoints of one workspace for the session currently running in it.
@@ -12,6 +13,10 @@ use crate::{Result, Settings};
 pub struct Recorder {
     store: Store,
     settings: Settings,
+    /// The most directories the change journal watches.
+    max_watched_dirs: usize,
+    /// The retention applied when the recorder goes (as its session ends).
+    collect_at_end: Option<Retention>,
     state: Mutex<State>,
 }
 
@@ -22,6 +27,17 @@ struct State {
     /// The manifest of this process's last checkpoint of the session, and its hash: the base
     /// of the next incremental walk.
     last: Option<(String, Manifest)>,
+    journal: JournalState,
+}
+
+/// The change journal ([`crate::journal`]): started by the first walk of everything, off for
+/// good once it cannot be exact (every checkpoint then walks everything).
+#[derive(Debug, Default)]
+enum JournalState {
+    #[default]
+    NotStarted,
+    On(Journal),
+    Off(String),
 }
 
 impl Recorder {
@@ -30,8 +46,25 @@ impl Recorder {
         Recorder {
             store,
             settings,
+            max_watched_dirs: DEFAULT_MAX_WATCHED_DIRS,
+            collect_at_end: None,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// The same recorder with its change journal watching at most `dirs` directories (a
+    /// workspace with more is walked whole at every checkpoint; 0 turns the journal off).
+    pub fn with_max_watched_dirs(mut self, dirs: usize) -> Recorder {
+        self.max_watched_dirs = dirs;
+        self
+    }
+
+    /// The same recorder, collecting the store's garbage by `retention` when it is dropped
+    /// (the session's end), unless another keel process is recording in the store then: the
+    /// end of a session never waits for the store.
+    pub fn collect_at_end(mut self, retention: Retention) -> Recorder {
+        self.collect_at_end = Some(retention);
+        self
     }
 
     /// The store it records into.
@@ -126,6 +159,37 @@ impl Recorder {
         // took it (a rewind run by another keel process appends to the same index). A
         // collection always keeps it, so every hash the walk reuses from it is stored.
         let previous_hash = self.store.last(&session)?.map(|c| c.manifest);
+        // The journal is drained before anything is looked at: whatever changes from here on
+        // is queued for the next checkpoint. Until this one is recorded it counts from none.
+        let journal_base = match &mut state.journal {
+            JournalState::On(j) => j.base.take(),
+            _ => None,
+        };
+        let drained = match &mut state.journal {
+            JournalState::NotStarted => {
+                Drained::Everything("the change journal starts with this checkpoint".into())
+            }
+            JournalState::Off(why) => Drained::Everything(format!("no change journal: {why}")),
+            JournalState::On(j) => j.drain(),
+        };
+        let last_is_base = journal_base.is_some()
+            && journal_base == previous_hash
+            && state.last.as_ref().map(|(h, _)| h) == previous_hash.as_ref();
+        let mut plan = match drained {
+            // Between turns and before a rewind the person may have done anything, a hard
+            // link from outside the workspace included (whose writes no watch here reports):
+            // those checkpoints look at everything.
+            _ if kind.follows_a_pause() => {
+                Err(format!("a {} checkpoint looks at everything", kind.label()))
+            }
+            Drained::Everything(why) => Err(why),
+            Drained::Paths(_) if !last_is_base => Err(
+                "the session's last checkpoint is not the one the change journal counts from"
+                    .into(),
+            ),
+            Drained::Paths(paths) => Ok(paths),
+        };
+
         let loaded;
         let previous = match (&previous_hash, &state.last) {
             (Some(p), Some((h, m))) if p == h => Some(m),
@@ -135,32 +199,115 @@ impl Recorder {
             }
             (None, _) => None,
         };
-        // A session's first walk starts from the newest checkpoint of any session of this
-        // workspace (a collection keeps it too), so a new session reads only what changed since;
-        // what changed is still counted from the session's own checkpoints only.
-        let newest;
-        let base = match previous {
-            Some(p) => Some(p),
-            None => {
-                newest = self.store.newest_manifest();
-                newest.as_ref()
+        if plan.is_ok() && previous.is_none() {
+            plan = Err("the session's last checkpoint could not be read".into());
+        }
+
+        let mut walked_manifest: Option<Manifest> = None;
+        let mut walk_note = String::new();
+        if let (Ok(paths), JournalState::On(journal), Some(previous)) =
+            (&plan, &mut state.journal, previous)
+        {
+            if paths.is_empty() {
+                walk_note = "journal: nothing changed".into();
+            } else {
+                let scope = Arc::new(Scope::new(paths.iter().cloned()));
+                let walked = walk(
+                    &self.store,
+                    self.store.workspace(),
+                    &self.settings,
+                    Some(previous),
+                    &WalkPlan {
+                        scope: Some(Arc::clone(&scope)),
+                        on_dir: Some(journal.hook()),
+                    },
+                )?;
+                if walked.pathless_error {
+                    plan = Err("an entry could not be read, and the error names no path".into());
+                } else if let Some(why) = journal.failed() {
+                    plan = Err(why);
+                } else {
+                    journal.end_scoped(&scope, walked.multi_linked);
+                    let manifest = merge(previous, &scope, walked.manifest);
+                    if manifest.entries.len() > self.settings.max_entries {
+                        return Err(too_many_entries(self.store.workspace(), &self.settings));
+                    }
+                    walk_note = format!("journal: {} paths looked at", paths.len());
+                    walked_manifest = Some(manifest);
+                }
             }
-        };
-        let manifest = snapshot(&self.store, self.store.workspace(), &self.settings, base)?;
-        let changed = previous
-            .map(|p| p.changed_paths(&manifest))
-            .unwrap_or_default();
-        // Nothing changed (most calls): the previous manifest is named again instead of a new
-        // one written; this walk's manifest stays the base of the next.
-        let hash = match (&previous_hash, previous) {
-            (Some(h), Some(p))
-                if p.entries == manifest.entries && p.skipped == manifest.skipped =>
-            {
-                h.clone()
+        }
+        if let Err(why) = &plan {
+            walk_note = format!("everything: {why}");
+            // A session's first walk starts from the newest checkpoint of any session of this
+            // workspace (a collection keeps it too), so a new session reads only what changed
+            // since; what changed is still counted from the session's own checkpoints only.
+            let newest;
+            let base = match previous {
+                Some(p) => Some(p),
+                None => {
+                    newest = self.store.newest_manifest();
+                    newest.as_ref()
+                }
+            };
+            if matches!(state.journal, JournalState::NotStarted) {
+                state.journal = match Journal::start(self.store.workspace(), self.max_watched_dirs)
+                {
+                    Ok(j) => JournalState::On(j),
+                    Err(why) => JournalState::Off(why),
+                };
             }
-            _ => self.store.put_manifest(&manifest)?,
+            let on_dir = match &mut state.journal {
+                JournalState::On(j) => Some(j.begin_everything()),
+                _ => None,
+            };
+            let walked = walk(
+                &self.store,
+                self.store.workspace(),
+                &self.settings,
+                base,
+                &WalkPlan {
+                    scope: None,
+                    on_dir,
+                },
+            )?;
+            if let JournalState::On(j) = &mut state.journal {
+                match j.failed() {
+                    // Without every watch the journal cannot vouch for anything: it stops,
+                    // and its watches go back to the person's budget.
+                    Some(why) => state.journal = JournalState::Off(why),
+                    None => j.end_everything(walked.multi_linked),
+                }
+            }
+            walked_manifest = Some(walked.manifest);
+        }
+
+        let (hash, changed, manifest) = match walked_manifest {
+            Some(manifest) => {
+                let changed = previous
+                    .map(|p| p.changed_paths(&manifest))
+                    .unwrap_or_default();
+                // Nothing changed (most calls): the previous manifest is named again instead
+                // of a new one written; this walk's manifest stays the base of the next.
+                let hash = match (&previous_hash, previous) {
+                    (Some(h), Some(p))
+                        if p.entries == manifest.entries && p.skipped == manifest.skipped =>
+                    {
+                        h.clone()
+                    }
+                    _ => self.store.put_manifest(&manifest)?,
+                };
+                (hash, changed, Some(manifest))
+            }
+            // The journal saw nothing: the last checkpoint's manifest, named again as it is.
+            None => (previous_hash.clone().unwrap_or_default(), Vec::new(), None),
         };
-        let (files, bytes) = manifest.totals();
+        let recorded = manifest
+            .as_ref()
+            .or(state.last.as_ref().map(|(_, m)| m))
+            .ok_or_else(|| crate::Error("no manifest to record".into()))?;
+        let (files, bytes) = recorded.totals();
+        let skipped = recorded.skipped.clone();
         let turn = state.turn;
         let checkpoint = self.store.append(&session, |_, _| Checkpoint {
             id: String::new(),
@@ -174,14 +321,58 @@ impl Recorder {
             manifest: hash.clone(),
             files,
             bytes,
-            skipped: manifest.skipped.clone(),
+            skipped,
             changed_count: changed.len() as u64,
             outside: kind.follows_a_pause() && !changed.is_empty(),
             changed: changed.into_iter().take(MAX_CHANGED).collect(),
             note,
             not_covered: self.settings.not_covered.clone(),
+            walk: Some(walk_note),
         })?;
-        state.last = Some((hash, manifest));
+        match manifest {
+            Some(manifest) => state.last = Some((hash.clone(), manifest)),
+            None => {
+                if let Some(last) = &mut state.last {
+                    last.0 = hash.clone();
+                }
+            }
+        }
+        if let JournalState::On(j) = &mut state.journal {
+            j.base = Some(hash);
+        }
         Ok(checkpoint)
     }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Some(retention) = &self.collect_at_end {
+            // A failure leaves the garbage to the next session's start, which says so.
+            let _ = self.store.collect_garbage_if_idle(retention);
+        }
+    }
+}
+
+/// `base` with what a walk narrowed to `scope` found in place of everything the scope covers.
+fn merge(base: &Manifest, scope: &Scope, walked: Manifest) -> Manifest {
+    let mut merged = base.clone();
+    // Its entries are as of this walk: those outside the scope did not change since `base`.
+    merged.taken_ns = walked.taken_ns;
+    for path in scope.paths() {
+        merged.entries.remove(path);
+        // Everything beneath `path/`: '0' is the character after '/'.
+        let beneath: Vec<String> = merged
+            .entries
+            .range(format!("{path}/")..format!("{path}0"))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in beneath {
+            merged.entries.remove(&key);
+        }
+    }
+    merged.entries.extend(walked.entries);
+    merged.skipped.retain(|s| !scope.covers(&s.path));
+    merged.skipped.extend(walked.skipped);
+    merged.skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    merged
 }

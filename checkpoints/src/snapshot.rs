@@ -8,13 +8,13 @@
 //! are what the previous manifest recorded is not read again, unless it was modified so close
 //! to that snapshot that a later write could share its timestamps ([`RACY_NS`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -169,6 +169,80 @@ pub fn snapshot(
     settings: &Settings,
     previous: Option<&Manifest>,
 ) -> Result<Manifest> {
+    walk(store, workspace, settings, previous, &WalkPlan::default()).map(|w| w.manifest)
+}
+
+/// The paths a narrowed walk records: each of them and everything beneath it (the change
+/// journal's dirty paths). The walk still goes down from the workspace through their
+/// parents, so the same ignore rules decide what is kept as in a walk of everything.
+#[derive(Debug, Default)]
+pub(crate) struct Scope {
+    paths: HashSet<String>,
+    /// Every proper ancestor of a path in `paths`: entered, not recorded.
+    ancestors: HashSet<String>,
+}
+
+impl Scope {
+    pub(crate) fn new(paths: impl IntoIterator<Item = String>) -> Scope {
+        let paths: HashSet<String> = paths.into_iter().collect();
+        let mut ancestors = HashSet::new();
+        for path in &paths {
+            for (i, _) in path.match_indices('/') {
+                ancestors.insert(path[..i].to_owned());
+            }
+        }
+        Scope { paths, ancestors }
+    }
+
+    /// The paths, in no order.
+    pub(crate) fn paths(&self) -> impl Iterator<Item = &String> {
+        self.paths.iter()
+    }
+
+    /// Whether `rel` is one of the paths or lies beneath one.
+    pub(crate) fn covers(&self, rel: &str) -> bool {
+        self.paths.contains(rel)
+            || rel
+                .match_indices('/')
+                .any(|(i, _)| self.paths.contains(&rel[..i]))
+    }
+
+    fn leads_to(&self, rel: &str) -> bool {
+        self.ancestors.contains(rel)
+    }
+}
+
+/// Called with every directory a walk will enter (its path and its relative path), before
+/// the walk reads it or the ignore files in it: the journal watches it there.
+pub(crate) type OnDir = Arc<dyn Fn(&Path, &str) + Send + Sync>;
+
+/// How a walk is narrowed, and who hears of the directories it enters.
+#[derive(Default)]
+pub(crate) struct WalkPlan {
+    /// Record only these paths (none: everything).
+    pub scope: Option<Arc<Scope>>,
+    pub on_dir: Option<OnDir>,
+}
+
+/// What a walk found besides its manifest.
+pub(crate) struct Walked {
+    pub manifest: Manifest,
+    /// Regular files with more than one link: one can change through a name outside the
+    /// watched directories, so the journal stats them at every checkpoint.
+    pub multi_linked: Vec<String>,
+    /// An entry failed without a path: a narrowed walk cannot say which part it misses.
+    pub pathless_error: bool,
+}
+
+/// [`snapshot`], narrowed to `plan.scope` when it has one (the manifest then holds only what
+/// the scope covers).
+pub(crate) fn walk(
+    store: &Store,
+    workspace: &Path,
+    settings: &Settings,
+    previous: Option<&Manifest>,
+    plan: &WalkPlan,
+) -> Result<Walked> {
     let taken_ns = crate::now_ns();
     let mut manifest = Manifest {
         version: 1,
@@ -206,14 +280,52 @@ pub fn snapshot(
         .git_exclude(true)
         .require_git(false)
         .follow_links(false)
-        .overrides(overrides)
-        .filter_entry(|entry| !(entry.depth() > 0 && never_tracked(entry.file_name())));
+        .overrides(overrides);
+    let (scope, on_dir, ws) = (
+        plan.scope.clone(),
+        plan.on_dir.clone(),
+        workspace.to_owned(),
+    );
+    walker.filter_entry(move |entry| {
+        if entry.depth() == 0 {
+            return true;
+        }
+        if never_tracked(entry.file_name()) {
+            return false;
+        }
+        let rel = relative(&ws, entry.path());
+        let in_scope = scope.as_ref().is_none_or(|s| s.covers(&rel));
+        if !in_scope && !scope.as_ref().is_some_and(|s| s.leads_to(&rel)) {
+            return false;
+        }
+        if let Some(on_dir) = &on_dir
+            && in_scope
+            && entry.file_type().is_some_and(|t| t.is_dir())
+        {
+            on_dir(entry.path(), &rel);
+        }
+        true
+    });
+    // What a narrowed walk passes through on the way to its scope is not recorded.
+    let keep = |found: &Found| {
+        let Some(scope) = &plan.scope else {
+            return true;
+        };
+        match found {
+            Found::Node(rel, ..) => scope.covers(rel),
+            Found::Read(file) => scope.covers(&file.rel),
+            Found::Skipped(s) => s.path.is_empty() || scope.covers(&s.path),
+        }
+    };
     // A workspace the previous walk found small is walked on this thread; a large one (or one
     // not walked before) on one thread per core, each stat-ing the entries it visits.
     let threads = std::thread::available_parallelism()
         .map_or(1, std::num::NonZeroUsize::get)
         .min(MAX_READERS);
-    let parallel = threads > 1 && previous.is_none_or(|p| p.entries.len() >= WALK_IN_PARALLEL_FROM);
+    // A narrowed walk enters few directories: on this thread.
+    let parallel = threads > 1
+        && plan.scope.is_none()
+        && previous.is_none_or(|p| p.entries.len() >= WALK_IN_PARALLEL_FROM);
     let kept = AtomicUsize::new(0);
     let too_many = AtomicBool::new(false);
     // Whether the walk may go on after `found`: false once more entries than the limit are kept.
@@ -230,9 +342,9 @@ pub fn snapshot(
     if parallel {
         let shared = Mutex::new(Vec::new());
         walker.threads(threads).build_parallel().run(|| {
-            let (shared, count) = (&shared, &count);
+            let (shared, count, keep) = (&shared, &count, &keep);
             Box::new(move |item| {
-                let Some(f) = visit(item, workspace, settings, previous) else {
+                let Some(f) = visit(item, workspace, settings, previous).filter(keep) else {
                     return ignore::WalkState::Continue;
                 };
                 if !count(&f) {
@@ -248,7 +360,7 @@ pub fn snapshot(
         found = shared.into_inner().unwrap_or_else(PoisonError::into_inner);
     } else {
         for item in walker.build() {
-            let Some(f) = visit(item, workspace, settings, previous) else {
+            let Some(f) = visit(item, workspace, settings, previous).filter(keep) else {
                 continue;
             };
             if !count(&f) {
@@ -258,33 +370,40 @@ pub fn snapshot(
         }
     }
     if too_many.load(Ordering::Relaxed) {
-        return Err(Error(format!(
-            "the workspace {} holds more than {} files and directories, so no checkpoint \
-             is taken (one that left some out would have a rewind remove them); exclude \
-             what need not be recorded with `.gitignore` or `[checkpoints] ignore`, raise \
-             `[checkpoints] max-entries`, or turn checkpoints off with `[checkpoints] \
-             enabled = false`",
-            workspace.display(),
-            settings.max_entries
-        )));
+        return Err(too_many_entries(workspace, settings));
     }
     let mut to_read: Vec<ToRead> = Vec::new();
+    let mut multi_linked = Vec::new();
+    let mut pathless_error = false;
     for f in found {
         match f {
-            Found::Node(rel, node) => {
+            Found::Node(rel, node, links) => {
+                if links > 1 {
+                    multi_linked.push(rel.clone());
+                }
                 manifest.entries.insert(rel, node);
             }
             Found::Read(file) => to_read.push(file),
-            Found::Skipped(skipped) => manifest.skipped.push(skipped),
+            Found::Skipped(skipped) => {
+                pathless_error |= skipped.path.is_empty();
+                manifest.skipped.push(skipped);
+            }
         }
     }
     let read = read_all(store, &root, workspace, &to_read, settings.max_file_bytes);
     for (file, result) in to_read.into_iter().zip(read) {
         let ToRead {
-            rel, mode, stat, ..
+            rel,
+            mode,
+            stat,
+            links,
+            ..
         } = file;
         let reason = match result {
             Ok(Recorded::Stored { hash }) => {
+                if links > 1 {
+                    multi_linked.push(rel.clone());
+                }
                 manifest
                     .entries
                     .insert(rel, Node::File { mode, hash, stat });
@@ -302,7 +421,23 @@ pub fn snapshot(
     }
     // In path order whichever thread found them, so two walks of one tree compare equal.
     manifest.skipped.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(manifest)
+    Ok(Walked {
+        manifest,
+        multi_linked,
+        pathless_error,
+    })
+}
+
+/// The error of a checkpoint of a workspace over `[checkpoints] max-entries`.
+pub(crate) fn too_many_entries(workspace: &Path, settings: &Settings) -> Error {
+    Error(format!(
+        "the workspace {} holds more than {} files and directories, so no checkpoint is \
+         taken (one that left some out would have a rewind remove them); exclude what need \
+         not be recorded with `.gitignore` or `[checkpoints] ignore`, raise `[checkpoints] \
+         max-entries`, or turn checkpoints off with `[checkpoints] enabled = false`",
+        workspace.display(),
+        settings.max_entries
+    ))
 }
 
 /// A file the walk found new or changed, to read and store.
@@ -311,6 +446,8 @@ struct ToRead {
     path: std::path::PathBuf,
     mode: u32,
     stat: Stat,
+    /// Its link count.
+    links: u64,
 }
 
 /// Fewer new or changed files than this are read on the walk's thread: starting threads
@@ -374,7 +511,8 @@ fn read_all(
 
 /// What the walk found at one path.
 enum Found {
-    Node(String, Node),
+    /// A path and what it is (with a regular file's link count; 1 otherwise).
+    Node(String, Node, u64),
     /// A new or changed file, read after the walk.
     Read(ToRead),
     Skipped(Skipped),
@@ -478,7 +616,13 @@ fn visit(
             _ => None,
         });
         match unchanged {
-            Some(hash) => Node::File { mode, hash, stat },
+            Some(hash) => {
+                return Some(Found::Node(
+                    rel,
+                    Node::File { mode, hash, stat },
+                    meta.nlink(),
+                ));
+            }
             None => {
                 // Read after the walk, on as many threads as there are cores.
                 return Some(Found::Read(ToRead {
@@ -486,6 +630,7 @@ fn visit(
                     path: entry.into_path(),
                     mode,
                     stat,
+                    links: meta.nlink(),
                 }));
             }
         }
@@ -497,7 +642,7 @@ fn visit(
                 .into(),
         }));
     };
-    Some(Found::Node(rel, node))
+    Some(Found::Node(rel, node, 1))
 }
 
 fn relative(workspace: &Path, path: &Path) -> String {

@@ -108,6 +108,10 @@ pub struct Checkpoint {
     /// ([`crate::Settings::not_covered`]): a rewind does not bring them back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_covered: Vec<String>,
+    /// How the workspace was looked at: `journal: …` when the change journal named what to
+    /// look at, `everything: <why>` for a walk of the whole tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walk: Option<String>,
 }
 
 /// The most changed paths an index line lists.
@@ -456,6 +460,41 @@ impl Store {
         Ok(checkpoint)
     }
 
+    /// Give the new session `to` (a fork of `from`) the checkpoints of `from` that `keep`
+    /// selects, renumbered as its own: their manifests and contents are shared, as everything
+    /// in the store is named by its hash. Refused when `to` has checkpoints already.
+    pub fn fork_index(
+        &self,
+        from: &str,
+        to: &str,
+        keep: impl Fn(&Checkpoint) -> bool,
+    ) -> Result<usize> {
+        let path = self.index_path(to)?;
+        // Under the lock, so a collection does not drop a manifest between this read and
+        // the new index naming it.
+        let _lock = self.lock()?;
+        if path.exists() {
+            return Err(Error(format!(
+                "session `{to}` has checkpoints already; a fork's are copied only once"
+            )));
+        }
+        let mut text = Vec::new();
+        let mut seq = 0;
+        for mut c in self.index(from)?.into_iter().filter(|c| keep(c)) {
+            seq += 1;
+            c.seq = seq;
+            c.id = format!("c{seq}");
+            c.session = to.to_owned();
+            serde_json::to_writer(&mut text, &c)
+                .map_err(|e| Error(format!("encoding a checkpoint: {e}")))?;
+            text.push(b'\n');
+        }
+        if seq > 0 {
+            write_atomic(&path, &text, true)?;
+        }
+        Ok(seq as usize)
+    }
+
     /// The store's lock, held by one keel process at a time (around index appends and GC).
     pub fn lock(&self) -> Result<StoreLock> {
         self.flock("lock", LockHow::Exclusive, LOCK_WAIT)?
@@ -713,6 +752,19 @@ impl Store {
         retention: &Retention,
     ) -> Result<Option<Collected>> {
         let Some(busy) = self.flock("busy", LockHow::Exclusive, AUTOMATIC_WAIT)? else {
+            return Ok(None);
+        };
+        if !self.collection_due(retention)? {
+            return Ok(Some(Collected::default()));
+        }
+        self.collect_holding(retention, busy).map(Some)
+    }
+
+    /// [`Store::collect_garbage_automatically`] as a session ends: it never waits for the
+    /// store, skipping the collection (the next session's start runs it) when another keel
+    /// process is recording; `None` then.
+    pub fn collect_garbage_if_idle(&self, retention: &Retention) -> Result<Option<Collected>> {
+        let Some(busy) = self.flock("busy", LockHow::Exclusive, Duration::ZERO)? else {
             return Ok(None);
         };
         if !self.collection_due(retention)? {

@@ -3,6 +3,7 @@
 mod common;
 mod hostile;
 mod index;
+mod journal;
 mod retention;
 mod rewind_properties;
 mod snapshots;

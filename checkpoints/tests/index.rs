@@ -28,6 +28,7 @@ fn checkpoint(seq: u64, changed: usize) -> Checkpoint {
         outside: false,
         note: None,
         not_covered: Vec::new(),
+        walk: None,
     }
 }
 

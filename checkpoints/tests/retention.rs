@@ -257,6 +257,45 @@ fn the_automatic_collection_runs_only_when_due() {
     assert_eq!(every_kept_checkpoint_is_whole(store), 1);
 }
 
+/// A recorder made to collect at its session's end does when it goes, and skips it, without
+/// waiting, when another keel process is recording in the store.
+#[test]
+fn a_session_collects_when_it_ends_unless_the_store_is_busy() {
+    let fx = Fixture::new(Settings::default());
+    let two = Retention {
+        per_session: 2,
+        ..Retention::default()
+    };
+    let session = |name: &str| {
+        let store = Store::open(&fx.home.join("checkpoints"), &fx.workspace).expect("store");
+        let recorder = Recorder::new(store, Settings::default()).collect_at_end(two.clone());
+        for round in 0..4u64 {
+            std::fs::write(fx.path("f"), noise(round, 3000)).expect("f");
+            recorder.before_turn(name).expect("checkpoint");
+        }
+        recorder
+    };
+    let store = fx.recorder.store();
+
+    // Another process records (holds the store busy) as the session ends: nothing collected,
+    // and the end does not wait for it.
+    let busy = store.busy().expect("busy");
+    let ended = std::time::Instant::now();
+    drop(session("busy"));
+    assert!(
+        ended.elapsed() < std::time::Duration::from_secs(1),
+        "the end waited {:?} for the store",
+        ended.elapsed()
+    );
+    assert_eq!(store.index("busy").expect("index").len(), 4);
+    drop(busy);
+
+    drop(session("idle"));
+    assert_eq!(store.index("idle").expect("index").len(), 2);
+    assert_eq!(store.index("busy").expect("index").len(), 2);
+    assert_eq!(every_kept_checkpoint_is_whole(store), 4);
+}
+
 /// The environment variable that has this test binary, run again as a child, play a role in
 /// a test of two processes; [`child_process`] does nothing without it.
 const CHILD_ROLE: &str = "KEEL_CHECKPOINTS_TEST_CHILD";

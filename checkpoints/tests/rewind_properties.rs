@@ -20,7 +20,7 @@ const ANY: &[&str] = &[
 ];
 
 #[derive(Debug, Clone)]
-enum Op {
+pub(crate) enum Op {
     Write(usize, Vec<u8>),
     Delete(usize),
     Rename(usize, usize),
@@ -36,7 +36,7 @@ enum Op {
     Checkpoint,
 }
 
-fn op() -> impl Strategy<Value = Op> {
+pub(crate) fn op() -> impl Strategy<Value = Op> {
     let file = 0..FILES.len();
     let dir = 0..DIRS.len();
     let path = 0..ANY.len();
@@ -69,7 +69,7 @@ fn sh(fx: &Fixture, script: &str) {
         .expect("sh runs");
 }
 
-fn apply(fx: &Fixture, op: &Op) {
+pub(crate) fn apply(fx: &Fixture, op: &Op) {
     // Operations that do not apply to the tree as it is (a parent missing) change nothing.
     match op {
         Op::Write(f, bytes) => {

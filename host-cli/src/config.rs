@@ -666,8 +666,11 @@ impl Context {
                     not_covered: self.writable_outside_the_workspace(),
                     ..self.config.checkpoints.settings()
                 };
+                // And again as the session ends, so a long session's checkpoints do not wait
+                // for the next one to go.
                 Some(std::sync::Arc::new(
-                    keel_kernel::checkpoints::Recorder::new(store, settings),
+                    keel_kernel::checkpoints::Recorder::new(store, settings)
+                        .collect_at_end(self.config.checkpoints.retention()),
                 ))
             }
             Err(e) => {

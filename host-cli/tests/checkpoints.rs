@@ -125,6 +125,14 @@ fn a_turns_shell_command_is_rewound_and_the_rewind_undone() {
     );
     assert_eq!(list[1]["tool"], "exec_shell");
     assert_eq!(list[2]["changed_count"], 8, "{list:?}");
+    // What the sandboxed command did reached the change journal: the checkpoint after the
+    // turn looked only at the paths it named.
+    assert!(
+        list[2]["walk"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("journal:")),
+        "{list:?}"
+    );
 
     // Without a terminal and without --yes nothing happens.
     let refused = rewind(home.path(), ws, &[&id, "--turn", "1", "--files"]);
@@ -509,8 +517,55 @@ async fn a_conversation_rewind_and_a_fork_go_on_from_before_the_turn()
         serde_json::from_str(forked.lines().next().ok_or("an empty fork")?)?;
     assert_eq!(first["forked_from"], id.as_str(), "{first}");
     assert_eq!(first["session"], new.as_str(), "{first}");
+    // The fork has the original's checkpoints of turn 1, and records its own turns after it.
+    std::fs::write(ws.join("later.txt"), "made after the fork")?;
     keel_ok(home, ws, &["resume", &new, "fourth request"]).await?;
     assert_eq!(last(&server), ["first request", "fourth request"]);
+    let listed = keel_ok(home, ws, &["checkpoints", "list", &new, "--json"]).await?;
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&listed)?;
+    let turns: Vec<(u64, &str)> = listed
+        .iter()
+        .map(|c| {
+            (
+                c["turn"].as_u64().unwrap_or(0),
+                c["kind"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        turns,
+        [
+            (1, "before-turn"),
+            (1, "after-turn"),
+            (2, "before-turn"),
+            (2, "after-turn")
+        ],
+        "{listed:?}"
+    );
+    assert!(
+        listed.iter().all(|c| c["session"] == new.as_str()),
+        "{listed:?}"
+    );
+    // The fork's files go back to before its turn 1: `later.txt` was written outside keel
+    // (between turns), so it is named and removed only when forced.
+    let refused = keel_ok(
+        home,
+        ws,
+        &["rewind", &new, "--turn", "1", "--files", "--yes"],
+    )
+    .await
+    .expect_err("a change made outside keel is not overwritten unforced");
+    assert!(
+        refused.contains("back to c1 (before turn, turn 1)") && refused.contains("later.txt"),
+        "{refused}"
+    );
+    let said = keel_ok(
+        home,
+        ws,
+        &["rewind", &new, "--turn", "1", "--files", "--yes", "--force"],
+    )
+    .await?;
+    assert!(!ws.join("later.txt").exists(), "{said}");
     // The original goes on as it was.
     keel_ok(home, ws, &["resume", &id, "fifth request"]).await?;
     assert_eq!(
@@ -715,4 +770,109 @@ fn gc_by_hand_follows_the_configured_retention() {
     let kept = listed(home.path());
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(kept[0]["kind"], "after-turn");
+}
+
+/// `keel checkpoints list` in text names what the checkpoints do not cover (with the sandbox
+/// off, everything outside the workspace), once, and each path a checkpoint did not record.
+#[test]
+fn the_text_list_says_what_is_not_covered_and_not_recorded() {
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = ws.path();
+    write(&ws.join("kept.txt"), "kept\n", 0o644);
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(ws.join("pipe"))
+        .status()
+        .expect("mkfifo");
+    assert!(fifo.success());
+    let script = format!(
+        "{}[[step]]\ntext = \"Done.\"\n",
+        scripted_tool_step(&[("exec_shell", "{ command = \"echo hi > made.txt\" }".into())])
+    );
+    use_scripted_model(home.path(), &script).expect("script");
+    let config = home.path().join("config.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("\n[sandbox]\nmode = \"off\"\n");
+    std::fs::write(&config, text).expect("config");
+    let out = keel(home.path(), ws)
+        .args(["exec", "--json", "--approval", "auto", "make a file"])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .expect("keel exec");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids = session_ids(home.path());
+    assert_eq!(ids.len(), 1, "{ids:?}");
+
+    let out = keel(home.path(), ws)
+        .args(["checkpoints", "list", &ids[0]])
+        .output()
+        .expect("list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "not covered by any checkpoint (a rewind does not bring it back): everything \
+             outside the workspace"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("not covered by any checkpoint").count(),
+        1,
+        "{text}"
+    );
+    assert!(
+        text.contains("not recorded: pipe (a special file"),
+        "{text}"
+    );
+}
+
+/// The retention runs as a session ends, not only as the next one starts: a turn's three
+/// checkpoints (before it, before its call, after it) are two once `keel exec` has exited
+/// with `[checkpoints] max-per-session = 2`.
+#[test]
+fn a_session_applies_the_retention_as_it_ends() {
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = ws.path();
+    write(&ws.join("a.txt"), "a\n", 0o644);
+    let script = format!(
+        "{}[[step]]\ntext = \"Done.\"\n",
+        scripted_tool_step(&[("exec_shell", "{ command = \"echo b > b.txt\" }".into())])
+    );
+    use_scripted_model(home.path(), &script).expect("script");
+    let config = home.path().join("config.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("\n[checkpoints]\nmax-per-session = 2\n");
+    std::fs::write(&config, text).expect("config");
+    let out = keel(home.path(), ws)
+        .args(["exec", "--json", "--approval", "auto", "make b"])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .expect("keel exec");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ids = session_ids(home.path());
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let out = keel(home.path(), ws)
+        .args(["checkpoints", "list", &ids[0], "--json"])
+        .output()
+        .expect("list");
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
+    let kinds: Vec<&str> = list
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, ["before-call", "after-turn"], "{list:?}");
 }

@@ -167,8 +167,21 @@ fn list(ctx: &Context, session: &str, json: bool) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
+    let mut not_covered: &[String] = &[];
     for c in &index {
         println!("{}", line(c));
+        // What the session could change outside the workspace, when it first differs: the
+        // same for every checkpoint of a session but for a resume under another config.
+        if c.not_covered != not_covered {
+            not_covered = &c.not_covered;
+            for place in not_covered {
+                println!(
+                    "        not covered by any checkpoint (a rewind does not bring it \
+                     back): {}",
+                    terminal_safe(place)
+                );
+            }
+        }
         if c.outside {
             for path in &c.changed {
                 println!("        changed outside keel: {}", terminal_safe(path));
@@ -446,6 +459,14 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
         && let Some(c) = &conversation_plan
     {
         let new = fork(ctx, session, c.turn)?;
+        // The fork's checkpoints start as the original's before the turn it branches at, so
+        // its files can be rewound to any turn it has.
+        if let Err(e) = recorder
+            .store()
+            .fork_index(session, &new, |checkpoint| checkpoint.turn < c.turn)
+        {
+            eprintln!("warning: the forked session has no checkpoints of the turns before it: {e}");
+        }
         println!(
             "forked: session {new} goes on from the start of turn {} of session {} ({} \
              messages); `keel resume {new}` continues it, and session {} is as it was",

@@ -659,6 +659,7 @@ mod tests {
             outside: false,
             note: None,
             not_covered: Vec::new(),
+            walk: None,
         };
         let index = [
             checkpoint(1, 1, Kind::BeforeTurn, None),
