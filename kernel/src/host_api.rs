@@ -227,16 +227,7 @@ impl HostHandle {
         method: &str,
         payload: &str,
     ) -> Result<String, KernelError> {
-        let shared = self.shared()?;
-        // A plugin calls only what its manifest declares, and so what the person consented to.
-        if !self.manifest(&shared)?.may_call(name) {
-            return Err(KernelError::Denied(format!(
-                "plugin `{}` did not declare the service `{name}`; add it under [requires] in \
-                 its keel.toml, or `services = [\"{name}\"]` under [capabilities] for one it \
-                 uses only when present",
-                self.plugin
-            )));
-        }
+        let shared = self.declared(name)?;
         let answer = shared
             .call_service(&self.chain, name, method, payload)
             .await;
@@ -245,6 +236,91 @@ impl HostHandle {
             payload.len() + answer.as_ref().map_or(0, String::len),
         );
         answer
+    }
+
+    /// The kernel, when this plugin declared that it calls `service`: a plugin calls only
+    /// what its manifest declares, and so what the person consented to. Every door to a
+    /// service passes here, the JSON one ([`Self::call`]) and the kernel's typed ones.
+    fn declared(&self, service: &str) -> Result<Arc<Shared>, KernelError> {
+        let shared = self.shared()?;
+        if !self.manifest(&shared)?.may_call(service) {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` did not declare the service `{service}`; add it under [requires] \
+                 in its keel.toml, or `services = [\"{service}\"]` under [capabilities] for one \
+                 it uses only when present",
+                self.plugin
+            )));
+        }
+        Ok(shared)
+    }
+
+    /// `keel.caller` `name`, typed: the plugin whose call this one serves; empty outside a
+    /// call (and once the plugin is no longer loaded).
+    pub fn caller_name(&self) -> String {
+        self.declared(crate::manifest::CALLER_SERVICE)
+            .map(|_| Shared::caller_name(&self.chain))
+            .unwrap_or_default()
+    }
+
+    /// `keel.caller` `provider`, typed: the plugin that provides `service` now.
+    pub fn caller_provider(&self, service: &str) -> Option<String> {
+        self.declared(crate::manifest::CALLER_SERVICE)
+            .ok()?
+            .provider_of(service.trim())
+    }
+
+    /// `keel.prompt` `fragments`, typed.
+    pub fn prompt_fragments(&self) -> Result<Vec<keel_protocol::PromptFragment>, KernelError> {
+        Ok(self
+            .declared(keel_protocol::services::PROMPT)?
+            .prompt_fragments())
+    }
+
+    /// `keel.prompt` `fence`, typed.
+    pub fn prompt_fence(&self, source: &str, text: &str) -> Result<String, KernelError> {
+        self.declared(keel_protocol::services::PROMPT)?;
+        Ok(crate::lifecycle::fence_data(source, text))
+    }
+
+    /// `keel.prompt` `generation`, typed.
+    pub fn prompt_generation(&self) -> Result<u64, KernelError> {
+        Ok(self
+            .declared(keel_protocol::services::PROMPT)?
+            .prompt_generation())
+    }
+
+    /// `keel.conversation` `read`, typed: the messages parsed from the texts the agent kept
+    /// (the JSON door hands those texts on unparsed).
+    pub fn conversation_read(
+        &self,
+        range: keel_protocol::ConversationRead,
+    ) -> Result<Vec<keel_protocol::Message>, KernelError> {
+        let shared = self.declared(keel_protocol::services::CONVERSATION)?;
+        shared.read_conversation(&self.chain, range, |texts| {
+            self.crossed(&shared, texts.iter().map(|t| t.len()).sum());
+            texts
+                .iter()
+                .enumerate()
+                .map(|(i, text)| {
+                    serde_json::from_str(text).map_err(|e| {
+                        KernelError::Invalid(format!(
+                            "message {} of the conversation is not a message the agent \
+                                 could have sent: {e}",
+                            range.from + i
+                        ))
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// `keel.agents` `open`, typed.
+    pub fn agents_open(
+        &self,
+        request: &keel_protocol::OpenChild,
+    ) -> Result<keel_protocol::ChildScope, KernelError> {
+        self.declared(keel_protocol::services::AGENTS)?
+            .open_child(&self.chain, request)
     }
 
     /// Every registered tool, sorted by name.

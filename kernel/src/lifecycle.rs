@@ -43,6 +43,7 @@ mod settle;
 mod state;
 use calls::Request;
 use events::{Backlog, deliver_events};
+pub(crate) use routing::fence_data;
 use state::KeptState;
 
 /// Kernel settings.

@@ -1,6 +1,7 @@
 //! Plugins built against every ABI keel hosts load and run side by side: a 0.3.0 component
 //! (the fixture `abi-0-3-tool`, bound to the 0.3.0 WIT) through the kernel's version glue, a
-//! 0.4.0 one (the bundled `echo-tool`, on keel-sdk's typed API) directly.
+//! 0.4.0 one (the bundled `echo-tool`, on keel-sdk's typed API) directly, and 0.5.0 ones (the
+//! bundled `agent-loop`, which asks the kernel's own services through their typed doors).
 
 use keel_kernel::{KernelError, PluginState, WasmHost, WasmHostConfig, inspect_component};
 use keel_tests::Harness;
@@ -99,5 +100,55 @@ async fn a_plugin_built_against_abi_0_3_loads_runs_and_fails_as_a_failure() -> R
             .await?,
         "again"
     );
+    Ok(())
+}
+
+/// A 0.3.0 component still asks the kernel's own services through `services.call`, JSON text
+/// in and out, beside the typed doors 0.5.0 added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_3_plugin_asks_the_kernel_services_through_json() -> R {
+    let (h, _dir) = harness()?;
+    h.load_plugin("greeter").await?;
+    let status = h.load_fixture("abi-0-3-tool").await?;
+    assert_eq!(status.state, PluginState::Active, "{status:?}");
+    let answer = h.kernel.invoke_tool("legacy_kernel", "{}").await?;
+    let parts: Vec<&str> = answer.splitn(4, '|').collect();
+    assert_eq!(parts.len(), 4, "{answer}");
+    assert_eq!(parts[0], "keel", "the host called the tool: {answer}");
+    assert_eq!(parts[1], "greeter", "{answer}");
+    assert!(parts[2].parse::<u64>().is_ok(), "{answer}");
+    let fragments: Vec<keel_protocol::PromptFragment> = serde_json::from_str(parts[3])?;
+    assert!(
+        fragments.iter().any(|f| f.plugin == "greeter"),
+        "{fragments:?}"
+    );
+    Ok(())
+}
+
+/// The agent loop is a 0.5.0 component: it imports the typed `caller` and `prompt-context`
+/// (so its prompt and the compaction provider come through them) and exports 0.4.0's
+/// `plugin`; the subagents plugin, which still asks through `services.call`, stays 0.4.0.
+#[test]
+fn the_agent_loop_uses_the_typed_kernel_services() -> R {
+    let host = WasmHost::new(WasmHostConfig::default())?;
+    let agent = keel_tests::plugins::plugin("agent-loop")
+        .ok_or_else(|| anyhow::anyhow!("agent-loop is bundled"))?;
+    let report = inspect_component(&host, "agent-loop", &agent.component())?;
+    assert_eq!(report.abi_version.to_string(), "0.5.0");
+    for typed in [
+        "keel:plugin/caller@0.5.0",
+        "keel:plugin/prompt-context@0.5.0",
+    ] {
+        assert!(report.imports.contains(&typed.to_owned()), "{report:?}");
+    }
+    assert!(
+        report
+            .exports
+            .contains(&"keel:plugin/plugin@0.4.0".to_owned())
+    );
+    let subagents = keel_tests::plugins::plugin("subagents")
+        .ok_or_else(|| anyhow::anyhow!("subagents is bundled"))?;
+    let report = inspect_component(&host, "subagents", &subagents.component())?;
+    assert_eq!(report.abi_version.to_string(), "0.4.0");
     Ok(())
 }

@@ -64,6 +64,16 @@ async fn undeclared_services_and_topics_are_refused() -> R {
     assert!(tried["agent-dispatch"].contains("has no `agent` capability"));
     assert!(tried["open-child"].contains("did not declare the service"));
     assert!(tried["conversation-read"].contains("did not declare the service"));
+    // ABI 0.5.0's typed doors are refused exactly where the JSON ones are.
+    assert_eq!(tried["typed-open-child"], tried["open-child"]);
+    assert_eq!(tried["typed-conversation-read"], tried["conversation-read"]);
+    for what in ["typed-fragments", "typed-generation", "typed-fence"] {
+        assert!(
+            tried[what].contains("did not declare the service `keel.prompt`"),
+            "{what}: {}",
+            tried[what]
+        );
+    }
     for what in ["emit-session", "emit-other", "emit-subagent"] {
         assert!(
             tried[what].contains("did not declare the event topic"),
@@ -92,7 +102,7 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         )
         .replace(
             "[capabilities]\n",
-            "[capabilities]\nservices = [\"verifier\", \"keel.agents\", \"keel.conversation\"]\nemits = [\"session.event\", \"fixture.snooped\", \"subagent.event\"]\nprocesses = true\nagent = true\n",
+            "[capabilities]\nservices = [\"verifier\", \"keel.agents\", \"keel.conversation\", \"keel.prompt\"]\nemits = [\"session.event\", \"fixture.snooped\", \"subagent.event\"]\nprocesses = true\nagent = true\n",
         )
     };
     let (h, _dir) = setup(declare_everything).await?;
@@ -143,6 +153,14 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         tried["conversation-read"].contains("answers only the model adapter serving"),
         "{}",
         tried["conversation-read"]
+    );
+    // The typed doors refuse the same calls with the same words.
+    assert_eq!(tried["typed-open-child"], tried["open-child"]);
+    assert_eq!(tried["typed-conversation-read"], tried["conversation-read"]);
+    assert!(
+        tried["typed-fragments"].starts_with("ok "),
+        "{}",
+        tried["typed-fragments"]
     );
     // What it declared, and the person consented to, it may use.
     assert!(
@@ -244,5 +262,67 @@ async fn only_the_plugin_given_the_persons_hooks_hears_of_every_tool_call() -> R
     }
     let outcome = echo_through("hooks", Some("hooks")).await?;
     assert!(outcome.contains("SNOOPED"), "{outcome}");
+    Ok(())
+}
+
+/// ABI 0.5.0's typed `caller` and `prompt-context` answer what `services.call` answers for
+/// `keel.caller` and `keel.prompt`: the same caller, providers, fragments, generation and
+/// fence, asked by one plugin through both doors in the same call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typed_kernel_services_answer_what_the_json_ones_do() -> R {
+    let declare_prompt = |manifest: &str| {
+        manifest.replace(
+            "[capabilities]\n",
+            "[capabilities]\nservices = [\"keel.prompt\"]\n",
+        )
+    };
+    let (h, _dir) = setup(declare_prompt).await?;
+    // A plugin that adds a fragment, so there is one to list.
+    h.load_plugin("greeter").await?;
+    let answer = h
+        .kernel
+        .call_service("fixture.snoop", "compare", "")
+        .await?;
+    let compared: std::collections::BTreeMap<&str, (&str, &str)> = answer
+        .split('\u{1e}')
+        .filter_map(|record| {
+            let mut parts = record.split('\u{1f}');
+            Some((parts.next()?, (parts.next()?, parts.next()?)))
+        })
+        .collect();
+    assert_eq!(compared.len(), 6, "{answer:?}");
+    for (what, (json, typed)) in &compared {
+        if *what == "fragments" {
+            let json: serde_json::Value = serde_json::from_str(json)?;
+            let typed: serde_json::Value = serde_json::from_str(typed)?;
+            assert_eq!(json, typed, "{what}");
+        } else {
+            assert_eq!(json, typed, "{what}");
+        }
+    }
+    // And they are the right answers, not two equal wrong ones.
+    assert_eq!(compared["caller-name"].1, "keel");
+    assert_eq!(compared["provider"].1, "snooper");
+    assert_eq!(compared["provider-none"].1, "");
+    let fragments: Vec<keel_protocol::PromptFragment> =
+        serde_json::from_str(compared["fragments"].1)?;
+    assert!(
+        fragments
+            .iter()
+            .any(|f| f.plugin == "greeter" && f.text == "You can greet people."),
+        "{fragments:?}"
+    );
+    assert!(
+        compared["generation"].1.parse::<u64>().is_ok(),
+        "{:?}",
+        compared["generation"]
+    );
+    let fenced = compared["fence"].1;
+    assert!(
+        fenced.starts_with("<external_content source=\"notes\">"),
+        "{fenced}"
+    );
+    assert_eq!(fenced.matches("</external_content>").count(), 1, "{fenced}");
+    assert!(!fenced.contains("\nHuman:"), "{fenced}");
     Ok(())
 }

@@ -67,7 +67,12 @@ pub(super) fn resolve<'a>(
 ) -> Result<String, KernelError> {
     let head = serde_json::to_string(&head(request)?)
         .map_err(|e| KernelError::Failed(format!("cannot encode the request: {e}")))?;
-    let messages = join(&named.session, 0..named.messages, named.messages, lookup)?;
+    let messages = join(&kept(
+        &named.session,
+        0..named.messages,
+        named.messages,
+        lookup,
+    )?)?;
     let mut out = String::with_capacity(head.len() + messages.len() + 16);
     out.push_str("{\"messages\":");
     out.push_str(&messages);
@@ -104,19 +109,15 @@ pub(super) fn by_reference(
     serde_json::to_string(&head).map_err(encode)
 }
 
-/// `keel.conversation` `read`: messages `range` of the conversation `grant` names, as a JSON
-/// array, when the conversation is still as it was when the request was made.
+/// `keel.conversation` `read`: the kept texts of messages `range` of the conversation `grant`
+/// names, when the conversation is still as it was when the request was made. Both doors of
+/// the service (JSON, typed) read through this one check.
 pub(super) fn read<'a>(
     grant: &ConversationGrant,
     revision: u64,
-    payload: &str,
+    range: keel_protocol::ConversationRead,
     lookup: impl Fn(&str) -> Option<&'a [u8]>,
-) -> Result<String, KernelError> {
-    let range: keel_protocol::ConversationRead = serde_json::from_str(payload).map_err(|e| {
-        KernelError::Invalid(format!(
-            "`keel.conversation` `read` takes {{\"from\": N, \"to\": M}}: {e}"
-        ))
-    })?;
+) -> Result<Vec<&'a str>, KernelError> {
     if range.from > range.to || range.to > grant.messages {
         return Err(KernelError::Invalid(format!(
             "messages {}..{} are not part of the request, which names the first {} of session \
@@ -131,19 +132,17 @@ pub(super) fn read<'a>(
             grant.session
         )));
     }
-    join(&grant.session, range.from..range.to, grant.messages, lookup)
+    kept(&grant.session, range.from..range.to, grant.messages, lookup)
 }
 
-/// Messages `range` of `session` (of `named` in all) as one JSON array: the kept texts joined,
-/// not parsed (they are the agent's own data; whoever reads them next parses them).
-fn join<'a>(
+/// The kept texts of messages `range` of `session` (of `named` in all), in order.
+fn kept<'a>(
     session: &str,
     range: std::ops::Range<usize>,
     named: usize,
     lookup: impl Fn(&str) -> Option<&'a [u8]>,
-) -> Result<String, KernelError> {
+) -> Result<Vec<&'a str>, KernelError> {
     let mut messages = Vec::with_capacity(range.len().min(1 << 16));
-    let mut bytes = 2;
     for index in range {
         let key = keel_protocol::conversation_key(session, index);
         let kept = lookup(&key).ok_or_else(|| {
@@ -155,9 +154,15 @@ fn join<'a>(
         let text = std::str::from_utf8(kept).map_err(|_| {
             KernelError::Invalid(format!("the kept message `{key}` is not UTF-8 text"))
         })?;
-        bytes += text.len() + 1;
         messages.push(text);
     }
+    Ok(messages)
+}
+
+/// Kept messages as one JSON array: the texts joined, not parsed (they are the agent's own
+/// data; whoever reads them next parses them).
+pub(super) fn join(messages: &[&str]) -> Result<String, KernelError> {
+    let bytes = messages.iter().map(|t| t.len() + 1).sum::<usize>() + 2;
     let mut out = String::with_capacity(bytes);
     out.push('[');
     for (i, text) in messages.iter().enumerate() {
@@ -260,6 +265,47 @@ mod tests {
         );
         // A request that does not name one is not parsed.
         assert_eq!(super::named("not json at all")?, None);
+        Ok(())
+    }
+
+    /// The one check both doors of `keel.conversation` `read` pass (the JSON one joins what
+    /// it returns, the typed one parses it): only messages the request names, only while the
+    /// conversation is as it was when the request was made.
+    #[test]
+    fn a_reading_beyond_the_request_or_after_a_change_is_refused() -> Result<(), KernelError> {
+        let mut kept = BTreeMap::new();
+        for (i, text) in ["one", "two", "three"].iter().enumerate() {
+            let json = serde_json::to_vec(&message(text)).unwrap_or_default();
+            kept.insert(keel_protocol::conversation_key("s1", i), json);
+        }
+        let lookup = |key: &str| kept.get(key).map(Vec::as_slice);
+        let grant = ConversationGrant {
+            keeper: "agent-loop".into(),
+            session: "s1".into(),
+            messages: 2,
+            revision: 7,
+        };
+        let range = |from, to| keel_protocol::ConversationRead { from, to };
+        let texts = read(&grant, 7, range(0, 2), lookup)?;
+        assert_eq!(texts.len(), 2);
+        let joined = join(&texts)?;
+        let parsed: Vec<Message> =
+            serde_json::from_str(&joined).map_err(|e| KernelError::Failed(e.to_string()))?;
+        assert_eq!(parsed, vec![message("one"), message("two")]);
+        // The third is kept, but the request named two.
+        let err = read(&grant, 7, range(1, 3), lookup);
+        assert!(
+            matches!(&err, Err(KernelError::Invalid(m)) if m.contains("names the first 2")),
+            "{err:?}"
+        );
+        let err = read(&grant, 7, range(2, 1), lookup);
+        assert!(matches!(&err, Err(KernelError::Invalid(_))), "{err:?}");
+        // A kept message changed since (the revision moved): nothing is read.
+        let err = read(&grant, 8, range(0, 1), lookup);
+        assert!(
+            matches!(&err, Err(KernelError::Conflict(m)) if m.contains("changed since")),
+            "{err:?}"
+        );
         Ok(())
     }
 }

@@ -304,7 +304,10 @@ impl Shared {
     }
 
     /// The services in the reserved `keel.` namespace, which the kernel serves itself: read
-    /// only, so no plugin gains anything by calling them.
+    /// only, so no plugin gains anything by calling them. This is their JSON door
+    /// (`services.call`): it decodes the payload, calls the typed core below, which ABI
+    /// 0.5.0's typed interfaces call directly (`abi_versions/since_v0_5.rs`), and encodes the
+    /// answer. Every check lives in the core, so both doors refuse the same calls.
     ///
     /// `keel.caller`: `name` answers the kernel-attested name of the plugin whose call the
     /// caller is serving (`keel` for the host, empty outside a call), so a provider can refuse
@@ -317,13 +320,7 @@ impl Shared {
         payload: &str,
     ) -> Result<String, KernelError> {
         match (service, method) {
-            (crate::manifest::CALLER_SERVICE, "name") => {
-                let plugins: Vec<&str> = chain.plugins().collect();
-                Ok(match plugins.as_slice() {
-                    [.., caller, _callee] => (*caller).to_owned(),
-                    _ => String::new(),
-                })
-            }
+            (crate::manifest::CALLER_SERVICE, "name") => Ok(Self::caller_name(chain)),
             (crate::manifest::CALLER_SERVICE, "provider") => {
                 Ok(self.provider_of(payload.trim()).unwrap_or_default())
             }
@@ -332,37 +329,14 @@ impl Shared {
                  `provider`"
             ))),
             (keel_protocol::services::PROMPT, "fragments") => {
-                let mut fragments: Vec<keel_protocol::PromptFragment> = self
-                    .lock()
-                    .env
-                    .prompt_fragments()
-                    .map(|(plugin, id, text)| keel_protocol::PromptFragment {
-                        plugin: plugin.to_owned(),
-                        id: id.to_owned(),
-                        text: text.to_owned(),
-                    })
-                    .collect();
-                // Plan mode's instructions, the kernel's own, after every plugin's.
-                if self.gates.plan_mode() {
-                    fragments.push(keel_protocol::PromptFragment {
-                        plugin: "keel".into(),
-                        id: "plan-mode".into(),
-                        text: crate::plan_mode::PROMPT.into(),
-                    });
-                }
-                serde_json::to_string(&fragments).map_err(|e| {
+                serde_json::to_string(&self.prompt_fragments()).map_err(|e| {
                     KernelError::Failed(format!("cannot encode the prompt fragments: {e}"))
                 })
             }
             // What the agent caches its tool list and system prompt by.
             // Plan mode changes the prompt and the tools offered, so it is part of it.
             (keel_protocol::services::PROMPT, "generation") => {
-                let generation = self.lock().env.generation();
-                Ok(if self.gates.plan_mode() {
-                    format!("{generation}+plan")
-                } else {
-                    generation.to_string()
-                })
+                Ok(self.prompt_generation().to_string())
             }
             (keel_protocol::services::PROMPT, "fence") => {
                 let request: keel_protocol::FenceRequest =
@@ -378,22 +352,31 @@ impl Shared {
                  `fence` and `generation`"
             ))),
             (keel_protocol::services::CONVERSATION, "read") => {
-                let Some(grant) = chain.conversation_grant() else {
-                    return Err(KernelError::Denied(format!(
-                        "`{service}` answers only the model adapter serving a request that names \
-                         a held conversation, while it serves that request"
-                    )));
-                };
-                let inner = self.lock();
-                let kept = inner.state.get(&grant.keeper);
-                conversation::read(grant, inner.conversation_revision, payload, |key| {
-                    kept.and_then(|state| state.get(key))
-                })
+                let range: keel_protocol::ConversationRead = serde_json::from_str(payload)
+                    .map_err(|e| {
+                        KernelError::Invalid(format!(
+                            "`{service}` `read` takes {{\"from\": N, \"to\": M}}: {e}"
+                        ))
+                    })?;
+                // The kept texts joined, not parsed: they are the agent's own data, and
+                // whoever reads them next parses them.
+                self.read_conversation(chain, range, conversation::join)
             }
             (keel_protocol::services::CONVERSATION, other) => Err(KernelError::Invalid(format!(
                 "the kernel's `{service}` service has no method `{other}`; it has `read`"
             ))),
-            (keel_protocol::services::AGENTS, "open") => self.open_child(chain, payload),
+            (keel_protocol::services::AGENTS, "open") => {
+                let request: keel_protocol::OpenChild =
+                    serde_json::from_str(payload).map_err(|e| {
+                        KernelError::Invalid(format!(
+                            "`{service}` `open` takes {{\"label\": …, \"tools\": [… ] or \
+                             null}}: {e}"
+                        ))
+                    })?;
+                let answer = self.open_child(chain, &request)?;
+                serde_json::to_string(&answer)
+                    .map_err(|e| KernelError::Failed(format!("cannot encode the child: {e}")))
+            }
             (keel_protocol::services::AGENTS, other) => Err(KernelError::Invalid(format!(
                 "the kernel's `{service}` service has no method `{other}`; it has `open`"
             ))),
@@ -408,14 +391,79 @@ impl Shared {
         }
     }
 
+    /// `keel.caller` `name`: the plugin whose call the innermost plugin of `chain` serves
+    /// (`keel` for the host), empty outside a call.
+    pub(crate) fn caller_name(chain: &CallChain) -> String {
+        let plugins: Vec<&str> = chain.plugins().collect();
+        match plugins.as_slice() {
+            [.., caller, _callee] => (*caller).to_owned(),
+            _ => String::new(),
+        }
+    }
+
+    /// `keel.prompt` `fragments`: every loaded plugin's fragments, sorted by plugin and id.
+    pub(crate) fn prompt_fragments(&self) -> Vec<keel_protocol::PromptFragment> {
+        let mut fragments: Vec<keel_protocol::PromptFragment> = self
+            .lock()
+            .env
+            .prompt_fragments()
+            .map(|(plugin, id, text)| keel_protocol::PromptFragment {
+                plugin: plugin.to_owned(),
+                id: id.to_owned(),
+                text: text.to_owned(),
+            })
+            .collect();
+        // Plan mode's instructions, the kernel's own, after every plugin's.
+        if self.gates.plan_mode() {
+            fragments.push(keel_protocol::PromptFragment {
+                plugin: "keel".into(),
+                id: "plan-mode".into(),
+                text: crate::plan_mode::PROMPT.into(),
+            });
+        }
+        fragments
+    }
+
+    /// `keel.prompt` `generation`: the environment's generation, and whether plan mode is on
+    /// (it changes the prompt and the tools offered), as one number: twice the environment's
+    /// generation, plus one in plan mode.
+    pub(crate) fn prompt_generation(&self) -> u64 {
+        let generation = self.lock().env.generation();
+        generation.wrapping_mul(2) + u64::from(self.gates.plan_mode())
+    }
+
+    /// `keel.conversation` `read`: messages `range` of the conversation the request the
+    /// innermost plugin of `chain` serves names, when that request named a held one and the
+    /// conversation is still as it was then; `answer` makes the reply from the kept texts
+    /// (JSON objects, one per message) while the kernel's lock is held.
+    pub(crate) fn read_conversation<T>(
+        &self,
+        chain: &CallChain,
+        range: keel_protocol::ConversationRead,
+        answer: impl FnOnce(&[&str]) -> Result<T, KernelError>,
+    ) -> Result<T, KernelError> {
+        let Some(grant) = chain.conversation_grant() else {
+            return Err(KernelError::Denied(format!(
+                "`{}` answers only the model adapter serving a request that names a held \
+                 conversation, while it serves that request",
+                keel_protocol::services::CONVERSATION
+            )));
+        };
+        let inner = self.lock();
+        let kept = inner.state.get(&grant.keeper);
+        let texts = conversation::read(grant, inner.conversation_revision, range, |key| {
+            kept.and_then(|state| state.get(key))
+        })?;
+        answer(&texts)
+    }
+
     /// `keel.agents` `open`: a child agent for the tool call the caller serves (see
     /// [`crate::agents`]).
-    fn open_child(&self, chain: &CallChain, payload: &str) -> Result<String, KernelError> {
-        let request: keel_protocol::OpenChild = serde_json::from_str(payload).map_err(|e| {
-            KernelError::Invalid(format!(
-                "`keel.agents` `open` takes {{\"label\": …, \"tools\": [… ] or null}}: {e}"
-            ))
-        })?;
+    pub(crate) fn open_child(
+        &self,
+        chain: &CallChain,
+        request: &keel_protocol::OpenChild,
+    ) -> Result<keel_protocol::ChildScope, KernelError> {
         let caller = chain.plugins().last().unwrap_or_default().to_owned();
         if !self
             .manifest_of(&caller)
@@ -489,8 +537,7 @@ impl Shared {
                 "plugin `{caller}` already opened a child agent for tool call `{parent_call}`"
             ))
         })?;
-        serde_json::to_string(&answer)
-            .map_err(|e| KernelError::Failed(format!("cannot encode the child: {e}")))
+        Ok(answer)
     }
 
     /// `agent.dispatch`: run the calls concurrently through the gate pipeline; outcomes in

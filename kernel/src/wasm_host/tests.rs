@@ -270,21 +270,27 @@ fn chain(plugin: &str) -> CallChain {
 #[test]
 fn abi_mismatch_names_both_versions() {
     let err = host()
-        .compile("future", &plugin_of_version("0.5.0"))
+        .compile("future", &plugin_of_version("0.6.0"))
         .expect_err("must be refused");
     assert_eq!(
         err,
         WasmError::AbiMismatch {
             plugin: "future".into(),
-            found: "0.5.0".into(),
-            supported: "0.2.0, 0.3.0 and 0.4.0".into(),
+            found: "0.6.0".into(),
+            supported: "0.2.0, 0.3.0, 0.4.0 and 0.5.0".into(),
         }
     );
     assert_eq!(
         err.to_string(),
-        "plugin `future` was built against keel ABI 0.5.0; this keel hosts ABI 0.2.0, 0.3.0 and \
-         0.4.0; rebuild it against this keel's keel-sdk and WIT (`keel plugin new` vendors both)"
+        "plugin `future` was built against keel ABI 0.6.0; this keel hosts ABI 0.2.0, 0.3.0, \
+         0.4.0 and 0.5.0; rebuild it against this keel's keel-sdk and WIT (`keel plugin new` \
+         vendors both)"
     );
+    // 0.5.0 adds imports only: a `plugin` export at 0.5.0 is no ABI keel hosts either.
+    let err = host()
+        .compile("odd", &plugin_of_version("0.5.0"))
+        .expect_err("must be refused");
+    assert!(matches!(err, WasmError::AbiMismatch { .. }), "{err}");
     // 0.3.0 defines only what it adds: a `plugin` export at 0.3.0 is no ABI keel hosts.
     let err = host()
         .compile("odd", &plugin_of_version("0.3.0"))

@@ -3,10 +3,11 @@
 //! (`turn`, and `load` to seed a resumed session).
 
 use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError, LoadRequest};
-use keel_protocol::{ToolCapabilities, ToolSpec};
+use keel_protocol::{PromptFragment, ToolCapabilities, ToolSpec};
 use keel_protocol::{TurnRequest, services};
 use keel_sdk::{
-    KernelError, Plugin, agent, events, log, services as kernel_services, state, tools,
+    KernelError, Plugin, agent, caller, events, log, prompt_context, services as kernel_services,
+    state, tools,
 };
 
 /// The kernel's doors, through the SDK.
@@ -75,6 +76,32 @@ impl AgentDoors for KernelDoors {
 
     fn warn(&mut self, message: &str) {
         log::warn(message);
+    }
+
+    // The kernel's own services, typed (ABI 0.5.0): records, not JSON text to parse.
+
+    fn prompt_generation(&mut self) -> Result<u64, DoorError> {
+        prompt_context::generation().map_err(door_error)
+    }
+
+    fn prompt_fragments(&mut self) -> Result<Vec<PromptFragment>, DoorError> {
+        Ok(prompt_context::fragments()
+            .map_err(door_error)?
+            .into_iter()
+            .map(|f| PromptFragment {
+                plugin: f.plugin,
+                id: f.id,
+                text: f.text,
+            })
+            .collect())
+    }
+
+    fn fence(&mut self, source: &str, text: &str) -> Result<String, DoorError> {
+        prompt_context::fence(source, text).map_err(door_error)
+    }
+
+    fn provider(&mut self, service: &str) -> Option<String> {
+        caller::provider(service)
     }
 }
 

@@ -1,11 +1,16 @@
 //! The keel guest SDK: write a keel plugin as a plain Rust type.
 //!
 //! A plugin is a type implementing [`Plugin`], exported with [`export_plugin!`]. The SDK owns
-//! the WebAssembly component bindings of the plugin ABI (`keel:plugin@0.4.0`, world
-//! `keel-plugin`, which imports every interface of 0.2.0 and 0.3.0 and exports the typed
-//! `plugin@0.4.0`), keeps the activated instance, and wraps every kernel import in a safe
-//! function: [`log`], [`services`], [`tools`], [`events`], [`prompt`], [`state`], [`guards`],
-//! [`http`], [`exec`], [`agent`], [`processes`] and [`tool_list`].
+//! the WebAssembly component bindings of the plugin ABI (`keel:plugin@0.5.0`, world
+//! `keel-plugin`, which imports every interface of 0.2.0 and 0.3.0 and the kernel's own
+//! services typed, and exports the typed `plugin@0.4.0`), keeps the activated instance, and
+//! wraps every kernel import in a safe function: [`log`], [`services`], [`tools`],
+//! [`events`], [`prompt`], [`state`], [`guards`], [`http`], [`exec`], [`agent`],
+//! [`processes`], [`tool_list`], and the kernel's services [`caller`], [`prompt_context`],
+//! [`conversation`] and [`agents`].
+//!
+//! A component's ABI version is the newest it uses: a plugin that calls none of the kernel's
+//! typed services is a 0.4.0 component, which keels hosting 0.4.0 load as well.
 //!
 //! A tool is declared once, from its input type: the type's doc comment is the description
 //! the model reads, its fields (and their doc comments) the JSON Schema of its input, derived
@@ -72,9 +77,11 @@ pub mod bindings {
             "../../wit/keel-plugin-0.2.0",
             "../../wit/keel-plugin-0.3.0",
             "../../wit/keel-plugin-0.4.0",
+            "../../wit/keel-plugin-0.5.0",
         ],
-        world: "keel:plugin/keel-plugin@0.4.0",
+        world: "keel:plugin/keel-plugin@0.5.0",
         generate_all,
+        additional_derives: [PartialEq],
         pub_export_macro: true,
         export_macro_name: "export",
         default_bindings_module: "keel_sdk::bindings",
@@ -671,6 +678,9 @@ mod door {
         agent, events, exec, guards, http, log, prompt, services, state, tools,
     };
     pub(crate) use crate::bindings::keel::plugin0_3_0::{processes, tool_list};
+    pub(crate) use crate::bindings::keel::plugin0_5_0::{
+        agents, caller, conversation, prompt_context,
+    };
 }
 
 /// Where the wrappers' calls go outside WebAssembly: the in-memory [`mock`] host.
@@ -832,6 +842,78 @@ pub mod agent {
     /// Whether the person asked to stop the current turn.
     pub fn cancelled() -> bool {
         raw::cancelled()
+    }
+}
+
+/// Who is calling, and who provides a service (the kernel's `keel.caller`, ABI 0.5.0). Every
+/// plugin may ask; nothing needs declaring.
+pub mod caller {
+    use crate::door::caller as raw;
+
+    /// The kernel-attested name of the plugin whose call this plugin is serving now (`keel`
+    /// for the host), so a provider can refuse callers; empty outside a call.
+    pub fn name() -> String {
+        raw::name()
+    }
+
+    /// The plugin that provides `service` now; `None` when nobody does.
+    pub fn provider(service: &str) -> Option<String> {
+        raw::provider(service)
+    }
+}
+
+/// The system prompt as loaded plugins make it up, and fencing text that is data (the
+/// kernel's `keel.prompt`, ABI 0.5.0). The plugin must declare `keel.prompt` under
+/// `services` in `[capabilities]`.
+pub mod prompt_context {
+    use crate::KernelError;
+    use crate::door::prompt_context as raw;
+    pub use raw::PromptFragment;
+
+    /// Every loaded plugin's fragments, sorted by plugin name, then id.
+    pub fn fragments() -> Result<Vec<PromptFragment>, KernelError> {
+        raw::fragments().map_err(KernelError::from)
+    }
+
+    /// `text` from `source` as data for the model, not instructions: cleaned and fenced by
+    /// the kernel, so nothing inside can close the fence or pass for a turn.
+    pub fn fence(source: &str, text: &str) -> Result<String, KernelError> {
+        raw::fence(source, text).map_err(KernelError::from)
+    }
+
+    /// The environment's generation: it changes whenever a plugin is loaded, unloaded or
+    /// reloaded, or a tool or fragment changes.
+    pub fn generation() -> Result<u64, KernelError> {
+        raw::generation().map_err(KernelError::from)
+    }
+}
+
+/// The conversation a model request names (the kernel's `keel.conversation`, ABI 0.5.0).
+/// Only the plugin that provides `model`, while it serves a request naming a conversation the
+/// agent holds in the kernel, reads it; it must declare `keel.conversation`.
+pub mod conversation {
+    use crate::KernelError;
+    use crate::door::conversation as raw;
+    pub use raw::{Block, Message, Role, ToolCall, ToolResult};
+
+    /// Messages `start` up to (not including) `end` of the conversation the request being
+    /// served names. [`KernelError::Denied`] outside such a request,
+    /// [`KernelError::Conflict`] when the conversation changed since the request was made.
+    pub fn read(start: u32, end: u32) -> Result<Vec<Message>, KernelError> {
+        raw::read(start, end).map_err(KernelError::from)
+    }
+}
+
+/// Child agents (the kernel's `keel.agents`, ABI 0.5.0). Needs the `agent` capability and the
+/// declaration of `keel.agents`.
+pub mod agents {
+    use crate::KernelError;
+    use crate::door::agents as raw;
+    pub use raw::{ChildScope, OpenRequest};
+
+    /// Opens a child agent for the tool call this plugin is serving.
+    pub fn open(request: &OpenRequest) -> Result<ChildScope, KernelError> {
+        raw::open(request).map_err(KernelError::from)
     }
 }
 
@@ -1246,5 +1328,65 @@ mod tests {
         assert_eq!(spec.name, "echo");
         assert!(spec.parallel_safe);
         assert_eq!(spec.capabilities, ToolCapabilities::READS_FILES);
+    }
+
+    /// The kernel's typed services answer from the mock host natively, and refuse as the
+    /// kernel does where the test set nothing up.
+    #[test]
+    fn the_mock_host_answers_the_kernels_typed_services() {
+        mock::reset();
+        assert_eq!(caller::name(), "");
+        assert_eq!(caller::provider("model"), None);
+        assert!(
+            matches!(conversation::read(0, 1), Err(KernelError::Denied(_))),
+            "no request names a conversation"
+        );
+        assert!(matches!(
+            agents::open(&agents::OpenRequest {
+                label: "x".into(),
+                tools: None
+            }),
+            Err(KernelError::Denied(_))
+        ));
+        let said = conversation::Message {
+            role: conversation::Role::Assistant,
+            content: vec![
+                conversation::Block::Text("looking".into()),
+                conversation::Block::ToolCall(conversation::ToolCall {
+                    id: "c1".into(),
+                    name: "read".into(),
+                    arguments: r#"{"path":"a"}"#.into(),
+                }),
+            ],
+        };
+        mock::with_host(|h| {
+            h.caller = "agent-loop".into();
+            h.providers.insert("model".into(), "model-openai".into());
+            h.generation = 4;
+            h.prompt.push(prompt_context::PromptFragment {
+                plugin: "greeter".into(),
+                id: "g".into(),
+                text: "Greet.".into(),
+            });
+            h.conversation = Some(vec![said.clone()]);
+        });
+        assert_eq!(caller::name(), "agent-loop");
+        assert_eq!(caller::provider("model").as_deref(), Some("model-openai"));
+        assert_eq!(prompt_context::generation(), Ok(4));
+        assert_eq!(
+            prompt_context::fragments().map(|f| f.len()),
+            Ok(1),
+            "the fragments the test set"
+        );
+        assert_eq!(conversation::read(0, 1), Ok(vec![said]));
+        assert!(matches!(
+            conversation::read(0, 2),
+            Err(KernelError::Invalid(_))
+        ));
+        let fenced = prompt_context::fence("notes", "hi").unwrap_or_default();
+        assert!(
+            fenced.contains("hi") && fenced.contains("notes"),
+            "{fenced}"
+        );
     }
 }

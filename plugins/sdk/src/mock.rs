@@ -8,6 +8,11 @@
 //! [`MockHost::serve`]. [`activate`] drives a plugin the way the kernel does, through the
 //! same adapter a component exports.
 //!
+//! The kernel's own services (ABI 0.5.0's `caller`, `prompt_context`, `conversation`,
+//! `agents`) answer from fields a test sets: [`MockHost::caller`], [`MockHost::providers`],
+//! [`MockHost::prompt`], [`MockHost::generation`], [`MockHost::conversation`] and
+//! [`MockHost::child`]; each refuses as the kernel does when its field is unset.
+//!
 //! The doors that reach outside the kernel (`http`, `exec`, `agent`, `processes`) answer
 //! `unavailable` here: test the logic around them, not the network.
 //!
@@ -65,6 +70,20 @@ pub struct MockHost {
     pub state: BTreeMap<String, Vec<u8>>,
     /// Service calls the plugin made: `(service, method, payload)`.
     pub calls: Vec<(String, String, String)>,
+    /// What `caller::name` answers: the plugin whose call this one serves (empty: none).
+    pub caller: String,
+    /// What `caller::provider` answers: service → the plugin that provides it.
+    pub providers: BTreeMap<String, String>,
+    /// What `prompt_context::fragments` answers: every loaded plugin's fragments.
+    pub prompt: Vec<crate::prompt_context::PromptFragment>,
+    /// What `prompt_context::generation` answers.
+    pub generation: u64,
+    /// The conversation `conversation::read` reads; `None` (the default): the plugin is not
+    /// serving a request that names one, and the read is refused as the kernel refuses it.
+    pub conversation: Option<Vec<crate::conversation::Message>>,
+    /// What `agents::open` answers; `None` (the default): the plugin is not serving a tool
+    /// call, and the opening is refused as the kernel refuses it.
+    pub child: Option<crate::agents::ChildScope>,
     services: BTreeMap<String, Handler>,
 }
 
@@ -80,6 +99,12 @@ impl std::fmt::Debug for MockHost {
             .field("fragments", &self.fragments)
             .field("state", &self.state)
             .field("calls", &self.calls)
+            .field("caller", &self.caller)
+            .field("providers", &self.providers)
+            .field("prompt", &self.prompt)
+            .field("generation", &self.generation)
+            .field("conversation", &self.conversation)
+            .field("child", &self.child)
             .field("services", &self.services.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -369,6 +394,87 @@ pub(crate) mod door {
 
         pub(crate) fn keys() -> Vec<String> {
             with_host(|h| h.state.keys().cloned().collect())
+        }
+    }
+
+    pub(crate) mod caller {
+        use super::with_host;
+
+        pub(crate) fn name() -> String {
+            with_host(|h| h.caller.clone())
+        }
+
+        pub(crate) fn provider(service: &str) -> Option<String> {
+            with_host(|h| h.providers.get(service.trim()).cloned())
+        }
+    }
+
+    pub(crate) mod prompt_context {
+        pub use crate::bindings::keel::plugin0_5_0::prompt_context::PromptFragment;
+
+        use super::{RawKernelError, with_host};
+
+        pub(crate) fn fragments() -> Result<Vec<PromptFragment>, RawKernelError> {
+            Ok(with_host(|h| h.prompt.clone()))
+        }
+
+        /// The kernel's fence without its cleaning: enough to test what a plugin does with
+        /// fenced text, not the fence itself.
+        pub(crate) fn fence(source: &str, text: &str) -> Result<String, RawKernelError> {
+            Ok(format!(
+                "<external_content source=\"{source}\">\n{text}\n</external_content>"
+            ))
+        }
+
+        pub(crate) fn generation() -> Result<u64, RawKernelError> {
+            Ok(with_host(|h| h.generation))
+        }
+    }
+
+    pub(crate) mod conversation {
+        pub use crate::bindings::keel::plugin0_5_0::conversation::{
+            Block, Message, Role, ToolCall, ToolResult,
+        };
+
+        use super::{RawKernelError, with_host};
+
+        pub(crate) fn read(from: u32, to: u32) -> Result<Vec<Message>, RawKernelError> {
+            with_host(|h| {
+                let Some(messages) = &h.conversation else {
+                    return Err(RawKernelError::Denied(
+                        "`keel.conversation` answers only the model adapter serving a request \
+                         that names a held conversation; set `MockHost::conversation`"
+                            .into(),
+                    ));
+                };
+                let (from, to) = (from as usize, to as usize);
+                if from > to || to > messages.len() {
+                    return Err(RawKernelError::Invalid(format!(
+                        "messages {from}..{to} are not part of the request, which names the \
+                         first {}",
+                        messages.len()
+                    )));
+                }
+                Ok(messages[from..to].to_vec())
+            })
+        }
+    }
+
+    pub(crate) mod agents {
+        pub use crate::bindings::keel::plugin0_5_0::agents::{ChildScope, OpenRequest};
+
+        use super::{RawKernelError, with_host};
+
+        pub(crate) fn open(_request: &OpenRequest) -> Result<ChildScope, RawKernelError> {
+            with_host(|h| {
+                h.child.clone().ok_or_else(|| {
+                    RawKernelError::Denied(
+                        "not serving a tool call; a child agent is opened for the tool call \
+                         that asks for it (set `MockHost::child`)"
+                            .into(),
+                    )
+                })
+            })
         }
     }
 

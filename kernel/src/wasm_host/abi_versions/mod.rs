@@ -8,6 +8,11 @@
 //! | 0.2.0 | `since_v0_2` | `plugin@0.2.0` | an error string is [`PluginError::Failed`] |
 //! | 0.3.0 | `since_v0_2` + `since_v0_3` | `plugin@0.2.0` | the same |
 //! | 0.4.0 | `since_v0_2` + `since_v0_3` | `plugin@0.4.0` | its variants map one to one |
+//! | 0.5.0 | `since_v0_2` + `since_v0_3` + `since_v0_5` | `plugin@0.4.0` | as 0.4.0 |
+//!
+//! 0.5.0 changes no export: it adds the kernel's own services as typed imports (`caller`,
+//! `prompt-context`, `conversation`, `agents`), whose host side calls the same core as their
+//! JSON door through `services.call`.
 //!
 //! A new version adds a module here, its interfaces to `abi.rs`'s table, and a variant to both
 //! enums; the released WIT of the older ones never changes.
@@ -15,6 +20,7 @@
 pub(crate) mod since_v0_2;
 pub(crate) mod since_v0_3;
 pub(crate) mod since_v0_4;
+pub(crate) mod since_v0_5;
 
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
@@ -39,6 +45,23 @@ pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result
         linker,
         |state| state,
     )?;
+    // ABI 0.5.0 adds the kernel's own services, typed.
+    since_v0_5::keel::plugin0_5_0::caller::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
+    since_v0_5::keel::plugin0_5_0::prompt_context::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
+    since_v0_5::keel::plugin0_5_0::conversation::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
+    since_v0_5::keel::plugin0_5_0::agents::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
     Ok(())
 }
 
@@ -46,7 +69,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result
 pub(crate) enum PluginPre {
     /// A 0.2.0 or 0.3.0 component: it exports `plugin@0.2.0`.
     Since0_2(since_v0_2::KeelPluginPre<StoreState>),
-    /// A 0.4.0 component.
+    /// A 0.4.0 or 0.5.0 component: it exports `plugin@0.4.0`.
     Since0_4(since_v0_4::KeelPluginPre<StoreState>),
 }
 
@@ -85,7 +108,7 @@ impl PluginPre {
 pub(crate) enum PluginExports {
     /// A 0.2.0 or 0.3.0 instance: its error strings are adapted to [`PluginError::Failed`].
     Since0_2(since_v0_2::KeelPlugin),
-    /// A 0.4.0 instance.
+    /// A 0.4.0 or 0.5.0 instance.
     Since0_4(since_v0_4::KeelPlugin),
 }
 
