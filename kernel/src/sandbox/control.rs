@@ -327,6 +327,7 @@ mod tests {
             (".keel/config.toml", ".keel"),
             (".keel", ".keel"),
             (".claude/skills/x/SKILL.md", ".claude/skills"),
+            (".claude/hooks/guard.sh", ".claude/hooks"),
             (".hg/hgrc", ".hg"),
             (".jj/repo/config.toml", ".jj"),
             (".svn/hooks/x", ".svn"),

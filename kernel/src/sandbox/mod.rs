@@ -161,8 +161,17 @@ pub struct SandboxConfig {
 /// the sandbox (`.git/config`'s `core.fsmonitor`, `core.hooksPath` and hooks; Mercurial's
 /// `.hg/hgrc` hooks; `jj`'s repo config; Subversion's hooks) or that keel itself reads as
 /// configuration and instructions (`.keel/`, with its memory and skills; `.claude/skills`).
-pub const PROTECTED_IN_WORKSPACE: &[&str] =
-    &[".git", ".hg", ".jj", ".svn", ".keel", ".claude/skills"];
+pub const PROTECTED_IN_WORKSPACE: &[&str] = &[
+    ".git",
+    ".hg",
+    ".jj",
+    ".svn",
+    ".keel",
+    ".claude/skills",
+    // The scripts an approved `.claude/settings.json` hook runs: approval covers its command
+    // line, so what the line runs must not change under it.
+    ".claude/hooks",
+];
 
 /// Environment variables a sandboxed command or server inherits from keel (with every `LC_*`):
 /// where things are and how to print, never credentials. Anything else, tokens included,
