@@ -3,9 +3,10 @@
 //! answers every request at once. The gap is the time from the end of one model stream to the
 //! head of the next request: the tool call through the gates, the result into the
 //! conversation, the kept state and the log, the next request built, rendered and sent.
-//! Measured around step 10 and step 500 (the median of the eleven steps around each), once
-//! with a 200k-token window (the turn is compacted inside itself, the history stays under
-//! about 650 KB) and once with a window it never fills (the history grows to about 5 MB).
+//! Measured around steps 10, 190 (about 2 MB of history without a window) and 500 (the median
+//! of the eleven steps around each), once with a 200k-token window (the turn is compacted
+//! inside itself, the history stays under about 650 KB) and once with a window it never fills
+//! (the history grows to about 5 MB).
 //!
 //! Beside the gaps it reports how many times a step copies the history across the plugin
 //! boundary: the bytes the kernel counted crossing it during the step (its `keel::boundary`
@@ -160,7 +161,7 @@ fn main() {
             seen.len(),
             took.as_secs_f64()
         );
-        for step in [10, 500] {
+        for step in [10, 190, 500] {
             let (mut gaps, bytes) = gaps_around(&seen, step);
             report(
                 &format!("  gap at step {step} ({} KB of history)", bytes / 1024),
