@@ -25,6 +25,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::{HookSetting, HookSettings, UserConfig};
 use crate::project_approvals;
 
+/// The service (and the bundled plugin) that runs the person's hooks.
+pub const SERVICE: &str = "hooks";
 /// A hook's timeout when it names none, in seconds.
 const DEFAULT_TIMEOUT_SECS: u64 = 10;
 /// Claude Code's default timeout for a command hook, in seconds.
@@ -36,7 +38,12 @@ const MAX_SETTINGS_BYTES: u64 = 1024 * 1024;
 /// Claude Code's project settings, relative to the workspace.
 pub const CLAUDE_SETTINGS: &str = ".claude/settings.json";
 /// The events keel runs hooks at today; the others are read, listed, and not run.
-pub const WIRED_EVENTS: &[&str] = &["pre-tool-use", "post-tool-use"];
+pub const WIRED_EVENTS: &[&str] = &[
+    "pre-tool-use",
+    "post-tool-use",
+    "user-prompt-submit",
+    "stop",
+];
 
 /// The script each hook's process runs (`sh -c WRAPPER keel-hook COMMAND`): it reads one line
 /// (the event's JSON) into a file that becomes the hook's stdin, so the hook sees its input end;

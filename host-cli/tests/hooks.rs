@@ -261,3 +261,47 @@ fn a_claude_code_settings_hook_runs_after_approval() {
     assert_eq!(saw["tool_input"]["command"], "touch made.txt");
     assert_eq!(saw["cwd"], ws.to_string_lossy().as_ref());
 }
+
+/// `user-prompt-submit` hooks see the person's prompt before the model does, and one that
+/// exits 2 holds the prompt back (the model is never asked, the reason is said); `stop` hooks
+/// run once the turn has ended.
+#[test]
+fn prompt_hooks_see_or_hold_back_the_prompt_and_stop_hooks_run_after_the_turn() {
+    let (_ws, ws) = workspace_with(&[("hooks/.keep", "")]);
+    let home = home_with(
+        "",
+        "[[hooks.user-prompt-submit]]\ncommand = \"cat > prompt-seen.json\"\n\
+         [[hooks.stop]]\ncommand = \"test -s prompt-seen.json && touch stopped.txt\"\n",
+    );
+    let (stdout, stderr) = turn(home.path(), &ws);
+    let seen = std::fs::read_to_string(ws.join("prompt-seen.json")).unwrap_or_default();
+    assert!(
+        seen.contains(r#""event":"user-prompt-submit""#) && seen.contains(r#""prompt":"go""#),
+        "{seen}\n{stderr}"
+    );
+    assert!(ws.join("stopped.txt").exists(), "{stderr}");
+    assert!(String::from_utf8_lossy(&stdout).contains("Done."));
+
+    let (_ws, ws) = workspace_with(&[]);
+    let home = home_with(
+        "",
+        "[[hooks.user-prompt-submit]]\ncommand = \"echo 'no prompts on Fridays' >&2; exit 2\"\n\
+         [[hooks.stop]]\ncommand = \"touch stopped.txt\"\n",
+    );
+    let out = keel(home.path(), &ws)
+        .args(["exec", "--json", "--approval", "auto", "go"])
+        .timeout(std::time::Duration::from_secs(180))
+        .output()
+        .expect("keel exec");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("held the prompt back") && stderr.contains("no prompts on Fridays"),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("Done."));
+    assert!(
+        !ws.join("stopped.txt").exists(),
+        "no turn ran, so no stop hook"
+    );
+}

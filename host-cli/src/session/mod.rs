@@ -337,17 +337,88 @@ impl Session {
                 i32::from(status) - 128
             );
         }
+        let input = self.user_prompt_hooks(input).await?;
         let request = TurnRequest {
             session: self.id(),
-            input: input.to_owned(),
+            input,
         };
         let payload = serde_json::to_string(&request)?;
         let report = self
             .checkpointed_turn(&request.session, self.agent_call("turn", payload))
-            .await?;
+            .await;
+        self.stop_hooks().await;
+        let report = report?;
         self.show_report(&report);
         self.check_log().await?;
         Ok(report)
+    }
+
+    /// Whether the person's hooks run in this session: the bundled `hooks` plugin provides
+    /// their service (no other plugin is handed the person's prompts).
+    fn hooks_run(&self) -> bool {
+        self.kernel
+            .env()
+            .services()
+            .get(crate::hooks::SERVICE)
+            .is_some_and(|entry| entry.provider == crate::hooks::SERVICE)
+            && self.kernel.status(crate::hooks::SERVICE).is_some()
+    }
+
+    /// The person's `user-prompt-submit` hooks on `input`: the prompt as it goes to the agent
+    /// (with what a hook added for the model), or an error saying which hook held it back.
+    async fn user_prompt_hooks(&self, input: &str) -> anyhow::Result<String> {
+        if !self.hooks_run() {
+            return Ok(input.to_owned());
+        }
+        let payload = serde_json::json!({ "prompt": input }).to_string();
+        let answer = self
+            .kernel
+            .call_service(crate::hooks::SERVICE, "user-prompt-submit", &payload)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "the user-prompt-submit hooks did not run: {}",
+                    terminal_safe(&e.to_string())
+                )
+            })?;
+        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
+        if answer["blocked"].as_bool() != Some(false) {
+            anyhow::bail!(
+                "a user-prompt-submit hook held the prompt back: {}",
+                terminal_safe(answer["reason"].as_str().unwrap_or("no reason given"))
+            );
+        }
+        Ok(match answer["context"].as_str() {
+            Some(context) if !context.is_empty() => {
+                format!("{input}\n\n[user-prompt-submit hook] {context}")
+            }
+            _ => input.to_owned(),
+        })
+    }
+
+    /// The person's `stop` hooks, once a turn ended; their errors are said on stderr.
+    async fn stop_hooks(&self) {
+        if !self.hooks_run() {
+            return;
+        }
+        match self
+            .kernel
+            .call_service(crate::hooks::SERVICE, "stop", "{}")
+            .await
+        {
+            Ok(answer) => {
+                let answer: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
+                for error in answer["errors"].as_array().into_iter().flatten() {
+                    if let Some(error) = error.as_str() {
+                        eprintln!("warning: a stop hook: {}", terminal_safe(error));
+                    }
+                }
+            }
+            Err(e) => eprintln!(
+                "warning: the stop hooks did not run: {}",
+                terminal_safe(&e.to_string())
+            ),
+        }
     }
 
     /// The turn `call` runs in `session`, between the workspace's checkpoints before and after

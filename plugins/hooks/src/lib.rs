@@ -256,8 +256,35 @@ impl Plugin for Hooks {
                 let answers = self.run_event(Event::PostToolUse, &facts);
                 Ok(json!({ "context": post_context(&answers) }).to_string())
             }
+            "user-prompt-submit" => {
+                let facts = Facts {
+                    prompt: text("prompt"),
+                    ..Facts::default()
+                };
+                let answers = self.run_event(Event::UserPromptSubmit, &facts);
+                // As before a tool call: a hook that denies, asks or cannot answer holds the
+                // prompt back (nobody is asked here: the person is the one who wrote it).
+                let held = verdict(&answers);
+                let context: Vec<&str> = answers
+                    .iter()
+                    .map(|a| a.context.as_str())
+                    .filter(|c| !c.is_empty())
+                    .collect();
+                Ok(json!({
+                    "blocked": !matches!(held.decision, GuardDecision::Allow),
+                    "reason": held.reason,
+                    "context": context.join("\n"),
+                })
+                .to_string())
+            }
+            "stop" => {
+                let answers = self.run_event(Event::Stop, &Facts::default());
+                let errors: Vec<&str> = answers.iter().filter_map(|a| a.error.as_deref()).collect();
+                Ok(json!({ "errors": errors }).to_string())
+            }
             other => Err(format!(
-                "the hooks service has no method `{other}`; it serves `post-tool-use`"
+                "the hooks service has no method `{other}`; it serves `post-tool-use`, \
+                 `user-prompt-submit` and `stop`"
             )),
         }
     }
