@@ -587,7 +587,18 @@ async fn run_tool(
 
 /// The service a plugin provides to hear of every tool call the kernel ran (the bundled
 /// `hooks` plugin, for the person's `post-tool-use` hooks).
-pub(crate) const HOOKS_SERVICE: &str = "hooks";
+pub const HOOKS_SERVICE: &str = "hooks";
+
+/// The plugin keel tells of the person's prompts and tool calls: the provider of the `hooks`
+/// service when it is the plugin named `hooks` that the host handed the person's hooks (their
+/// process entries). Any other provider of a service of that name hears nothing.
+pub(crate) fn hooks_provider(gates: &SessionGates, provider: Option<String>) -> Option<String> {
+    let provider = provider?;
+    let handed = gates
+        .process_entries(&provider)
+        .is_some_and(|entries| !entries.is_empty());
+    (provider == HOOKS_SERVICE && handed).then_some(provider)
+}
 
 /// Ask the `hooks` service, if one is provided, about a call that just ran, before its result
 /// goes back to the agent loop: a hook that formats the file an edit wrote has done so before
@@ -608,14 +619,7 @@ async fn post_tool_hooks(
     status: OutcomeStatus,
     result: &str,
 ) -> Option<String> {
-    let provider = m.provider(HOOKS_SERVICE)?;
-    if provider != HOOKS_SERVICE
-        || gates
-            .process_entries(&provider)
-            .is_none_or(|e| e.is_empty())
-    {
-        return None;
-    }
+    hooks_provider(gates, m.provider(HOOKS_SERVICE))?;
     let payload = serde_json::json!({
         "tool": tool,
         "arguments": input,

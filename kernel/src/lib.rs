@@ -34,6 +34,7 @@ pub use keel_gates as gates;
 
 pub use agents::SubagentPolicy;
 pub use call_chain::{CallChain, CallKind, CpuAccount, Deadline, Deadlines};
+pub use dispatch::HOOKS_SERVICE;
 pub use env::{Env, ProcessRecord, ServiceEntry, ToolEntry};
 pub use graph::{GraphError, PluginGraph};
 pub use host_api::HostHandle;

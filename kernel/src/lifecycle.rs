@@ -270,6 +270,15 @@ impl Kernel {
         }
     }
 
+    /// Whether the person's hooks run in this session: the plugin named `hooks` that the host
+    /// handed them provides their service. The host asks before it sends that plugin the
+    /// person's prompt, by the same rule the dispatcher keeps for tool calls.
+    pub fn person_hooks_run(&self) -> bool {
+        let s = &self.shared;
+        crate::dispatch::hooks_provider(&s.gates, s.provider_of(crate::dispatch::HOOKS_SERVICE))
+            .is_some()
+    }
+
     /// Every byte that crossed between the kernel and its plugins so far, either way (see
     /// `boundary.rs`): what a bench divides by the steps of a turn.
     pub fn boundary_bytes(&self) -> u64 {

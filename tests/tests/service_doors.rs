@@ -246,6 +246,12 @@ async fn only_the_plugin_given_the_persons_hooks_hears_of_every_tool_call() -> R
                 .await?,
             name
         );
+        // The host sends the person's prompts by the same rule.
+        assert_eq!(
+            h.kernel.person_hooks_run(),
+            name == "hooks" && hooks_for == Some("hooks"),
+            "{name} handed {hooks_for:?}"
+        );
         Ok(h.kernel.call_tool("echo", r#"{"text":"hello"}"#).await)
     }
     for (name, hooks_for) in [

@@ -353,21 +353,10 @@ impl Session {
         Ok(report)
     }
 
-    /// Whether the person's hooks run in this session: the bundled `hooks` plugin provides
-    /// their service (no other plugin is handed the person's prompts).
-    fn hooks_run(&self) -> bool {
-        self.kernel
-            .env()
-            .services()
-            .get(crate::hooks::SERVICE)
-            .is_some_and(|entry| entry.provider == crate::hooks::SERVICE)
-            && self.kernel.status(crate::hooks::SERVICE).is_some()
-    }
-
     /// The person's `user-prompt-submit` hooks on `input`: the prompt as it goes to the agent
     /// (with what a hook added for the model), or an error saying which hook held it back.
     async fn user_prompt_hooks(&self, input: &str) -> anyhow::Result<String> {
-        if !self.hooks_run() {
+        if !self.kernel.person_hooks_run() {
             return Ok(input.to_owned());
         }
         let payload = serde_json::json!({ "prompt": input }).to_string();
@@ -398,7 +387,7 @@ impl Session {
 
     /// The person's `stop` hooks, once a turn ended; their errors are said on stderr.
     async fn stop_hooks(&self) {
-        if !self.hooks_run() {
+        if !self.kernel.person_hooks_run() {
             return;
         }
         match self
