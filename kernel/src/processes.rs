@@ -20,8 +20,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 
+use crate::sandbox::pids::ProcessCap;
 use crate::sandbox::runner::{self, Containment, Launch};
-use crate::sandbox::{Confinement, PidsCgroup, Program, SandboxMode};
+use crate::sandbox::{Confinement, Program, SandboxMode};
 use crate::session_gates::SessionGates;
 use crate::types::KernelError;
 
@@ -98,7 +99,7 @@ pub(crate) struct Running {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Its last lines on stderr, said when it ended badly (why a server did not start).
     tail: Arc<Mutex<std::collections::VecDeque<String>>>,
-    _cgroup: Option<PidsCgroup>,
+    _cap: Option<ProcessCap>,
 }
 
 /// stderr lines kept per process for the message when it fails.
@@ -564,7 +565,7 @@ pub(crate) fn start(
         pgid,
         tasks,
         tail,
-        _cgroup: started.cgroup,
+        _cap: started.cap,
     });
     Ok((id, running))
 }

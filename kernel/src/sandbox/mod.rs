@@ -31,7 +31,8 @@
 //!
 //! Resource limits on the sandboxed tree, set in the child before bubblewrap starts and
 //! inherited by everything it runs: processes ([`ProcessLimits::processes`], per user, so it
-//! binds for every user but root; for root a `pids` cgroup is used when one can be created),
+//! binds for every user but root; for root a `pids` cgroup, or where none can be made a
+//! watchdog that kills the tree's PID namespace past the limit: [`pids`]),
 //! file size and address space, so a fork bomb or a runaway writer ends with an error and keel
 //! stays responsive.
 
@@ -40,6 +41,7 @@ use std::sync::OnceLock;
 
 pub(crate) mod control;
 pub(crate) mod netns;
+pub(crate) mod pids;
 pub(crate) mod proxy;
 pub(crate) mod runner;
 
@@ -673,20 +675,18 @@ pub(crate) enum Program<'a> {
 }
 
 /// Set the resource limits in the child, just before bubblewrap starts (inherited by the
-/// whole sandboxed tree), move it into `cgroup` if there is one, and with `network` give it
-/// keel's network namespace ([`netns::enter`]) after the cgroup (which needs the outer
-/// namespace's rights).
+/// whole sandboxed tree), move it into the `pids` cgroup whose `cgroup.procs` is `procs` if
+/// there is one, and with `network` give it keel's network namespace ([`netns::enter`]) after
+/// the cgroup (which needs the outer namespace's rights).
 #[cfg(unix)]
 pub(crate) fn apply_limits(
     command: &mut tokio::process::Command,
     limits: ProcessLimits,
-    cgroup: Option<&PidsCgroup>,
+    procs: Option<&std::fs::File>,
     network: Option<netns::ChildSide>,
 ) {
-    use std::os::fd::AsRawFd as _;
-
     use nix::sys::resource::{Resource, setrlimit};
-    let procs = cgroup.map(|c| c.procs.as_raw_fd());
+    let procs = procs.map(std::os::fd::AsRawFd::as_raw_fd);
     // SAFETY: the closure runs in the forked child before exec and only makes system calls
     // (setrlimit, write(2) on a descriptor opened by the parent, and those of `netns::enter`),
     // all async-signal-safe; it allocates nothing and touches no lock. The descriptors are
@@ -710,74 +710,6 @@ pub(crate) fn apply_limits(
                 netns::enter(side)?;
             }
             Ok(())
-        });
-    }
-}
-
-/// For root, whom `RLIMIT_NPROC` does not bind: a `pids` cgroup (v1 or v2) for one command,
-/// removed when dropped. `None` when no cgroup can be created; the process namespace and the
-/// timeout still end the tree.
-pub(crate) struct PidsCgroup {
-    dir: PathBuf,
-    /// `cgroup.procs`, opened by the parent so the child only writes to it.
-    procs: std::fs::File,
-}
-
-impl PidsCgroup {
-    pub(crate) fn create(max: u64) -> Option<PidsCgroup> {
-        if !nix::unistd::Uid::effective().is_root() {
-            return None;
-        }
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!("keel-{}-{n}", std::process::id());
-        for base in ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"] {
-            let base = Path::new(base);
-            if !base.join("cgroup.procs").exists() {
-                continue;
-            }
-            let dir = base.join(&name);
-            if std::fs::create_dir(&dir).is_err() {
-                continue;
-            }
-            if std::fs::write(dir.join("pids.max"), max.to_string()).is_ok()
-                && let Ok(procs) = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(dir.join("cgroup.procs"))
-            {
-                return Some(PidsCgroup { dir, procs });
-            }
-            let _ = std::fs::remove_dir(&dir);
-        }
-        None
-    }
-}
-
-impl Drop for PidsCgroup {
-    fn drop(&mut self) {
-        // The tree is gone by now (killed or exited); a cgroup with members cannot be removed,
-        // so kill what is left first.
-        if let Ok(pids) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
-            for pid in pids.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-        if std::fs::remove_dir(&self.dir).is_ok() {
-            return;
-        }
-        // The killed processes leave the cgroup a moment later; removing it must not hold up
-        // the command's result, so a short-lived thread retries.
-        let dir = self.dir.clone();
-        std::thread::spawn(move || {
-            for _ in 0..200 {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-                if std::fs::remove_dir(&dir).is_ok() {
-                    return;
-                }
-            }
         });
     }
 }

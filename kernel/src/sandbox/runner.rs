@@ -17,8 +17,9 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 use crate::sandbox::netns::Handoff;
+use crate::sandbox::pids::ProcessCap;
 use crate::sandbox::proxy::CommandNet;
-use crate::sandbox::{Confinement, PidsCgroup, Program, SandboxConfig};
+use crate::sandbox::{Confinement, Program, SandboxConfig};
 
 /// A command a plugin asks the kernel to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,8 +154,8 @@ pub(crate) struct Started {
     /// The listener of its network namespace, for [`crate::sandbox::proxy::serve`]; `None`
     /// without network or without a sandbox.
     pub(crate) proxy: Option<tokio::net::TcpListener>,
-    /// For root: the `pids` cgroup the tree lives in, removed when dropped (after the tree).
-    pub(crate) cgroup: Option<PidsCgroup>,
+    /// For root: what holds the tree to its process limit, dropped after the tree.
+    pub(crate) cap: Option<ProcessCap>,
 }
 
 /// Start a process confined as `containment` says.
@@ -177,17 +178,18 @@ pub(crate) fn start(launch: Launch<'_>, containment: &Containment) -> Result<Sta
         }
         Confinement::Off | Confinement::Unavailable(_) => None,
     };
-    let mut cgroup = None;
+    let mut cap = None;
+    let sandboxed_tree = sandboxed.is_some();
     let mut command = match sandboxed {
         Some((bwrap, args)) => {
             let mut command = tokio::process::Command::new(bwrap);
             command.args(args);
-            cgroup = PidsCgroup::create(containment.config.limits.processes);
+            cap = ProcessCap::cgroup(containment.config.limits.processes);
             #[cfg(unix)]
             crate::sandbox::apply_limits(
                 &mut command,
                 containment.config.limits,
-                cgroup.as_ref(),
+                cap.as_ref().and_then(ProcessCap::procs),
                 handoff.as_ref().map(Handoff::child_side),
             );
             if handoff.is_some() {
@@ -261,11 +263,10 @@ pub(crate) fn start(launch: Launch<'_>, containment: &Containment) -> Result<Sta
         ),
         None => None,
     };
-    Ok(Started {
-        child,
-        proxy,
-        cgroup,
-    })
+    if cap.is_none() && sandboxed_tree {
+        cap = ProcessCap::watch(child.id(), containment.config.limits.processes);
+    }
+    Ok(Started { child, proxy, cap })
 }
 
 /// The name the file a command's final directory is written to begins with, in the system's
@@ -355,7 +356,7 @@ pub(crate) async fn run(
         },
         containment,
     )?;
-    let (mut child, cgroup) = (started.child, started.cgroup);
+    let (mut child, cap) = (started.child, started.cap);
     let proxy = started
         .proxy
         .zip(network)
@@ -424,7 +425,14 @@ pub(crate) async fn run(
             OUTPUT_CAP >> 20
         ));
     }
-    drop(cgroup);
+    if cap.as_ref().is_some_and(ProcessCap::killed_the_tree) {
+        note.push(format!(
+            "the command started more than {} processes at once and was killed with everything \
+             it started; the output so far is above. Start fewer processes",
+            containment.config.limits.processes
+        ));
+    }
+    drop(cap);
     let mut cwd = relative_to(workspace, &dir);
     if !timed_out
         && let Ok(text) = std::fs::read_to_string(marker.path())

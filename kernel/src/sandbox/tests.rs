@@ -442,21 +442,62 @@ async fn there_is_no_network() {
     assert!(out.output.contains("reached"), "{out:?}");
 }
 
+/// Each copy starts two more in the background: unbounded, it takes every process slot of the
+/// machine (the test process's threads included) within a second.
+const FORK_BOMB: &str = "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived";
+
 #[tokio::test]
 async fn a_fork_bomb_is_contained_and_the_next_command_runs() {
     let f = fixture();
     let c = containment(&f, SandboxMode::WorkspaceWrite);
-    let out = sh(
-        &f.ws,
-        &c,
-        "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived",
-        5,
-    )
-    .await;
-    // The process limit (64 here) stopped it, and the shell said so.
-    assert!(out.output.contains("Cannot fork"), "{out:?}");
+    let out = sh(&f.ws, &c, FORK_BOMB, 5).await;
+    // The process limit (64 here) stopped it: the shell could not fork (RLIMIT_NPROC, or for
+    // root a pids cgroup), or for root on a machine where no cgroup can be made the watchdog
+    // killed the tree.
+    assert!(
+        out.output.contains("Cannot fork") || out.note.contains("more than 64 processes"),
+        "{out:?}"
+    );
     let next = sh(&f.ws, &c, "echo next", 10).await;
     assert_eq!(next.output, "next\n", "{next:?}");
+}
+
+#[tokio::test]
+async fn without_a_cgroup_roots_fork_bomb_is_killed_by_the_watchdog() {
+    // Only the commands this test's thread starts go without a cgroup, until the test ends
+    // (the harness may run another test on the same thread).
+    struct NoCgroup;
+    impl Drop for NoCgroup {
+        fn drop(&mut self) {
+            pids::NO_CGROUP.with(|no| no.set(false));
+        }
+    }
+    pids::NO_CGROUP.with(|no| no.set(true));
+    let _no_cgroup = NoCgroup;
+    let f = fixture();
+    let c = containment(&f, SandboxMode::WorkspaceWrite);
+    let out = sh(&f.ws, &c, FORK_BOMB, 5).await;
+    if nix::unistd::Uid::effective().is_root() {
+        assert!(out.note.contains("more than 64 processes"), "{out:?}");
+        assert!(!out.timed_out, "{out:?}");
+        // Killed before its own `sleep 2` ended.
+        assert!(!out.output.contains("survived"), "{out:?}");
+    } else {
+        // RLIMIT_NPROC binds every other user.
+        assert!(out.output.contains("Cannot fork"), "{out:?}");
+    }
+    let next = sh(&f.ws, &c, "echo next", 10).await;
+    assert_eq!(next.output, "next\n", "{next:?}");
+    // An ordinary command with a few processes is not touched.
+    let few = sh(
+        &f.ws,
+        &c,
+        "for i in 1 2 3 4 5 6 7 8; do sleep 0.2 & done; wait; echo done",
+        10,
+    )
+    .await;
+    assert_eq!(few.output, "done\n", "{few:?}");
+    assert!(few.note.is_empty(), "{few:?}");
 }
 
 #[test]

@@ -1,0 +1,318 @@
+//! Holding a sandboxed tree to its process limit ([`super::ProcessLimits::processes`]) where
+//! `RLIMIT_NPROC` cannot: the kernel never applies that limit to root. For root the tree goes
+//! into a `pids` cgroup ([`PidsCgroup`]); where none can be made (a container whose cgroups are
+//! mounted read-only, a cgroup v2 tree without the `pids` controller) a [`Watchdog`] counts the
+//! tree's PID namespace and kills the whole namespace once it passes the limit. Without either,
+//! a fork bomb run as root would take every process slot of the machine, keel's included.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// What holds one sandboxed tree to its process limit for root; dropped after the tree.
+pub(crate) enum ProcessCap {
+    Cgroup(PidsCgroup),
+    Watchdog(Watchdog),
+}
+
+impl ProcessCap {
+    /// For root, before the tree starts: a cgroup when one can be made. `None` for other users
+    /// (`RLIMIT_NPROC` binds them) and when no cgroup can be made ([`ProcessCap::watch`] then).
+    pub(crate) fn cgroup(max: u64) -> Option<ProcessCap> {
+        if !nix::unistd::Uid::effective().is_root() {
+            return None;
+        }
+        PidsCgroup::create(max).map(ProcessCap::Cgroup)
+    }
+
+    /// For root without a cgroup, once bubblewrap (`sandbox`, the pid keel started) runs.
+    pub(crate) fn watch(sandbox: Option<u32>, max: u64) -> Option<ProcessCap> {
+        if !nix::unistd::Uid::effective().is_root() {
+            return None;
+        }
+        Watchdog::start(sandbox?, max).map(ProcessCap::Watchdog)
+    }
+
+    /// The cgroup's `cgroup.procs`, for the child to move itself into before bubblewrap runs.
+    pub(crate) fn procs(&self) -> Option<&std::fs::File> {
+        match self {
+            ProcessCap::Cgroup(c) => Some(&c.procs),
+            ProcessCap::Watchdog(_) => None,
+        }
+    }
+
+    /// Whether the watchdog killed the tree for passing the limit.
+    pub(crate) fn killed_the_tree(&self) -> bool {
+        matches!(self, ProcessCap::Watchdog(w) if w.fired.load(Ordering::Acquire))
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests of the watchdog turn the cgroup off for the commands their own thread starts.
+    pub(crate) static NO_CGROUP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A `pids` cgroup (v1 or v2) for one command, removed when dropped.
+pub(crate) struct PidsCgroup {
+    dir: PathBuf,
+    /// `cgroup.procs`, opened by the parent so the child only writes to it.
+    procs: std::fs::File,
+}
+
+/// The name of every cgroup keel makes begins with this, then the pid of the keel that made it.
+const CGROUP_PREFIX: &str = "keel-";
+
+impl PidsCgroup {
+    fn create(max: u64) -> Option<PidsCgroup> {
+        #[cfg(test)]
+        if NO_CGROUP.with(std::cell::Cell::get) {
+            return None;
+        }
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        static SWEEP: std::sync::Once = std::sync::Once::new();
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{CGROUP_PREFIX}{}-{n}", std::process::id());
+        for base in ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"] {
+            let base = Path::new(base);
+            if !base.join("cgroup.procs").exists() {
+                continue;
+            }
+            SWEEP.call_once(|| remove_stale_cgroups(base));
+            let dir = base.join(&name);
+            if std::fs::create_dir(&dir).is_err() {
+                continue;
+            }
+            if std::fs::write(dir.join("pids.max"), max.to_string()).is_ok()
+                && let Ok(procs) = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("cgroup.procs"))
+            {
+                return Some(PidsCgroup { dir, procs });
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+        None
+    }
+}
+
+/// Remove the empty cgroups that keel processes no longer running left in `base`: a cgroup is
+/// removed when its command ends, but one whose killed processes had not left it yet is retried
+/// by a thread that dies with its keel.
+fn remove_stale_cgroups(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(CGROUP_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid > 0 && kill(Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH) {
+            // Fails (EBUSY) while processes are still in it: then it is not stale.
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        // The tree is gone by now (killed or exited); a cgroup with members cannot be removed,
+        // so kill what is left first.
+        if let Ok(pids) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in pids.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+        if std::fs::remove_dir(&self.dir).is_ok() {
+            return;
+        }
+        // The killed processes leave the cgroup a moment later; removing it must not hold up
+        // the command's result, so a short-lived thread retries.
+        let dir = self.dir.clone();
+        std::thread::spawn(move || {
+            for _ in 0..200 {
+                std::thread::sleep(Duration::from_millis(5));
+                if std::fs::remove_dir(&dir).is_ok() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// Counts the processes of one sandbox's PID namespace on a thread of its own, ahead of the
+/// tree in the scheduler, and kills every process of the namespace once there are more than the
+/// limit. A fork bomb gains a few dozen processes between two looks, far from a machine's
+/// thousands of process slots. Stops when dropped.
+pub(crate) struct Watchdog {
+    stop: Arc<AtomicBool>,
+    fired: Arc<AtomicBool>,
+}
+
+/// How often the watchdog looks.
+const TICK: Duration = Duration::from_millis(5);
+
+impl Watchdog {
+    fn start(sandbox: u32, max: u64) -> Option<Watchdog> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let fired = Arc::new(AtomicBool::new(false));
+        let (stop_, fired_) = (stop.clone(), fired.clone());
+        std::thread::Builder::new()
+            .name("keel-pids-watchdog".into())
+            .spawn(move || watch(sandbox, max, &stop_, &fired_))
+            .ok()?;
+        Some(Watchdog { stop, fired })
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+fn watch(sandbox: u32, max: u64, stop: &AtomicBool, fired: &AtomicBool) {
+    run_ahead();
+    let own = std::fs::read_link("/proc/self/ns/pid").ok();
+    let mut namespace: Option<PathBuf> = None;
+    // The machine's task count (one small read) when the tree was last counted, lowered as
+    // other processes end: the whole of /proc is read when it has grown by a quarter of the
+    // limit, and every 20th look in any case.
+    let mut baseline = u64::MAX;
+    let mut look = 0u32;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(TICK);
+        look = look.wrapping_add(1);
+        if namespace.is_none() {
+            namespace = first_child(sandbox)
+                .and_then(|first| std::fs::read_link(format!("/proc/{first}/ns/pid")).ok())
+                .filter(|ns| Some(ns) != own.as_ref());
+            if namespace.is_none() {
+                if kill(Pid::from_raw(sandbox as i32), None).is_err() {
+                    return;
+                }
+                continue;
+            }
+        }
+        let Some(ns) = &namespace else {
+            continue;
+        };
+        let tasks = machine_tasks().unwrap_or(u64::MAX);
+        baseline = baseline.min(tasks);
+        if tasks < baseline.saturating_add(max / 4) && look % 20 != 0 {
+            continue;
+        }
+        baseline = tasks;
+        match count_in(ns, max) {
+            None | Some(0) => return,
+            Some(count) if count > max => {
+                fired.store(true, Ordering::Release);
+                kill_namespace(ns);
+                return;
+            }
+            Some(_) => {}
+        }
+    }
+}
+
+/// Put this thread ahead of ordinary processes: a fork bomb's thousands of runnable processes
+/// would otherwise share the processors with it and outgrow it. Root may (`SCHED_FIFO`, or the
+/// highest nice where that is refused); the thread sleeps between looks, and a look is short.
+fn run_ahead() {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: both calls change only the calling thread's scheduling (pid 0); `param` is a
+    // live local.
+    #[allow(unsafe_code)]
+    unsafe {
+        if libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) != 0 {
+            libc::setpriority(libc::PRIO_PROCESS, 0, -20);
+        }
+    }
+}
+
+/// Kill every process of the PID namespace `ns`, again and again until none is left (or a
+/// second has passed). Killing its first process alone is not enough: that process's exit
+/// stops new processes in the namespace, but among thousands of runnable copies of a fork
+/// bomb it gets the processor too rarely to get there, while every copy it has not killed
+/// yet goes on forking. A copy that was sent SIGKILL can fork no more.
+fn kill_namespace(ns: &Path) {
+    for _ in 0..200 {
+        let mut found = false;
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if std::fs::read_link(entry.path().join("ns/pid")).is_ok_and(|l| l == ns)
+                && !zombie(&entry.path())
+                && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()
+            {
+                found = true;
+            }
+        }
+        if !found {
+            return;
+        }
+        std::thread::sleep(TICK);
+    }
+}
+
+/// Whether the process at `/proc/PID` has ended and waits to be reaped (state `Z`).
+fn zombie(proc_dir: &Path) -> bool {
+    std::fs::read_to_string(proc_dir.join("stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// The first child of `pid` (bubblewrap's, the first process of the new PID namespace).
+fn first_child(pid: u32) -> Option<i32> {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    children.split_whitespace().next()?.parse().ok()
+}
+
+/// Kernel scheduling entities on the machine (the fourth field of `/proc/loadavg`, `R/T`).
+fn machine_tasks() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    text.split_whitespace()
+        .nth(3)?
+        .split_once('/')?
+        .1
+        .parse()
+        .ok()
+}
+
+/// The processes in the PID namespace `ns` (its `/proc/PID/ns/pid` link), counted up to one
+/// past `max`.
+fn count_in(ns: &Path, max: u64) -> Option<u64> {
+    let mut count = 0;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        if !name.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        if std::fs::read_link(entry.path().join("ns/pid")).is_ok_and(|l| l == ns) {
+            count += 1;
+            if count > max {
+                break;
+            }
+        }
+    }
+    Some(count)
+}
