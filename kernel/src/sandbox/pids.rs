@@ -281,10 +281,29 @@ fn zombie(proc_dir: &Path) -> bool {
     })
 }
 
-/// The first child of `pid` (bubblewrap's, the first process of the new PID namespace).
+/// The first child of `pid` (bubblewrap's, the first process of the new PID namespace): from
+/// `/proc/PID/task/PID/children`, or where the kernel lacks that file by the parent pid each
+/// process's `stat` names.
 fn first_child(pid: u32) -> Option<i32> {
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
-    children.split_whitespace().next()?.parse().ok()
+    if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+        return children.split_whitespace().next()?.parse().ok();
+    }
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let child: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == pid).then_some(child)
+        })
 }
 
 /// Kernel scheduling entities on the machine (the fourth field of `/proc/loadavg`, `R/T`).
