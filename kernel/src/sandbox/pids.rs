@@ -209,7 +209,7 @@ fn watch(sandbox: u32, max: u64, stop: &AtomicBool, fired: &AtomicBool) {
         };
         let tasks = machine_tasks().unwrap_or(u64::MAX);
         baseline = baseline.min(tasks);
-        if tasks < baseline.saturating_add(max / 4) && look % 20 != 0 {
+        if tasks < baseline.saturating_add(max / 4) && !look.is_multiple_of(20) {
             continue;
         }
         baseline = tasks;
