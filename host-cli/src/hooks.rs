@@ -39,6 +39,7 @@ const MAX_SETTINGS_BYTES: u64 = 1024 * 1024;
 pub const CLAUDE_SETTINGS: &str = ".claude/settings.json";
 /// The events keel runs hooks at today; the others are read, listed, and not run.
 pub const WIRED_EVENTS: &[&str] = &[
+    "session-start",
     "pre-tool-use",
     "post-tool-use",
     "user-prompt-submit",

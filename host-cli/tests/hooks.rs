@@ -260,6 +260,12 @@ fn a_claude_code_settings_hook_runs_after_approval() {
     assert_eq!(saw["tool_name"], "Bash");
     assert_eq!(saw["tool_input"]["command"], "touch made.txt");
     assert_eq!(saw["cwd"], ws.to_string_lossy().as_ref());
+    // The session the call belongs to, as the session log names it.
+    let sessions = crate::common::session_ids(home.path());
+    assert!(
+        sessions.iter().any(|id| saw["session_id"] == id.as_str()),
+        "{saw} {sessions:?}"
+    );
 }
 
 /// `user-prompt-submit` hooks see the person's prompt before the model does, and one that
@@ -304,4 +310,39 @@ fn prompt_hooks_see_or_hold_back_the_prompt_and_stop_hooks_run_after_the_turn() 
         !ws.join("stopped.txt").exists(),
         "no turn ran, so no stop hook"
     );
+}
+
+/// `session-start` hooks run before the session's first turn and name the session, as every
+/// later hook of it does; the context one answers reaches the model with the prompt.
+#[test]
+fn session_start_hooks_run_before_the_first_turn_and_every_hook_names_the_session() {
+    let (_ws, ws) = workspace_with(&[]);
+    let home = home_with(
+        "",
+        "[[hooks.session-start]]\n\
+         command = '''cat > start.json && printf '%s' '{\"context\":\"the tests live in t/\"}' '''\n\
+         [[hooks.stop]]\ncommand = \"cat > stop.json\"\n",
+    );
+    let (stdout, stderr) = turn(home.path(), &ws);
+    assert!(
+        String::from_utf8_lossy(&stdout).contains("Done."),
+        "{stderr}"
+    );
+    let read = |name: &str| -> serde_json::Value {
+        let text = std::fs::read_to_string(ws.join(name)).unwrap_or_default();
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}: {text}\n{stderr}"))
+    };
+    let start = read("start.json");
+    assert_eq!(start["event"], "session-start");
+    assert_eq!(start["source"], "startup");
+    let session = start["session"].as_str().unwrap_or_default();
+    assert!(!session.is_empty(), "{start}");
+    assert_eq!(read("stop.json")["session"], session);
+    let log = crate::common::only_session_log(home.path()).expect("the session log");
+    let told = log.iter().any(|event| {
+        event
+            .to_string()
+            .contains("go\\n\\n[session-start hook] the tests live in t/")
+    });
+    assert!(told, "{log:?}");
 }

@@ -54,9 +54,12 @@ fn line(h: &SessionHook) -> String {
     };
     let network = if h.network { ", network" } else { "" };
     let wired = if hooks::WIRED_EVENTS.contains(&h.event) {
-        ""
+        String::new()
     } else {
-        " (not run yet: keel runs pre-tool-use and post-tool-use hooks so far)"
+        format!(
+            " (not run yet: keel runs {} hooks so far)",
+            hooks::WIRED_EVENTS.join(", ")
+        )
     };
     format!(
         "{} ({matcher}{} s{network}){wired}: {}",

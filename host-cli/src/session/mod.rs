@@ -79,6 +79,11 @@ pub struct Session {
     /// The lock saying this process runs the session (`running`), so `keel rewind` refuses
     /// to work under it; replaced by the new session's on `/clear`.
     running: Mutex<Option<running::Running>>,
+    /// The session `keel resume` named, for a `session-start` hook's `source`.
+    resumed: Option<String>,
+    /// The session the `session-start` hooks last ran for: they run before its first turn,
+    /// again after `/clear`.
+    hooks_started: Mutex<Option<String>>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -149,6 +154,8 @@ impl Session {
             user_config: ctx.config.config.clone(),
             exact_answer: false,
             running: Mutex::new(running),
+            resumed: opts.resume.clone(),
+            hooks_started: Mutex::new(None),
         };
         let sources = runtime::session_plugins(ctx, &session.loader)?;
         runtime::say_if_compiling(&session.loader, &sources);
@@ -337,7 +344,12 @@ impl Session {
                 i32::from(status) - 128
             );
         }
-        let input = self.user_prompt_hooks(input).await?;
+        let started = self.session_start_hooks().await;
+        let mut input = self.user_prompt_hooks(input).await?;
+        if let Some(context) = started {
+            input.push_str("\n\n[session-start hook] ");
+            input.push_str(&context);
+        }
         let request = TurnRequest {
             session: self.id(),
             input,
@@ -353,13 +365,66 @@ impl Session {
         Ok(report)
     }
 
+    /// The person's `session-start` hooks, before the session's first turn (`source`: a new
+    /// session, a resumed one, or the one `/clear` began): what they say for the model, if
+    /// anything. They cannot hold anything back; their errors are said on stderr.
+    async fn session_start_hooks(&self) -> Option<String> {
+        if !self.kernel.person_hooks_run() {
+            return None;
+        }
+        let id = self.id();
+        let source = {
+            let mut started = self
+                .hooks_started
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if started.as_deref() == Some(id.as_str()) {
+                return None;
+            }
+            let source = if started.is_some() {
+                "clear"
+            } else if self.resumed.as_deref() == Some(id.as_str()) {
+                "resume"
+            } else {
+                "startup"
+            };
+            *started = Some(id.clone());
+            source
+        };
+        let payload = serde_json::json!({ "session": id, "source": source }).to_string();
+        let answer = match self
+            .kernel
+            .call_service(crate::hooks::SERVICE, "session-start", &payload)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(e) => {
+                eprintln!(
+                    "warning: the session-start hooks did not run: {}",
+                    terminal_safe(&e.to_string())
+                );
+                return None;
+            }
+        };
+        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
+        for error in answer["errors"].as_array().into_iter().flatten() {
+            if let Some(error) = error.as_str() {
+                eprintln!("warning: a session-start hook: {}", terminal_safe(error));
+            }
+        }
+        answer["context"]
+            .as_str()
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+    }
+
     /// The person's `user-prompt-submit` hooks on `input`: the prompt as it goes to the agent
     /// (with what a hook added for the model), or an error saying which hook held it back.
     async fn user_prompt_hooks(&self, input: &str) -> anyhow::Result<String> {
         if !self.kernel.person_hooks_run() {
             return Ok(input.to_owned());
         }
-        let payload = serde_json::json!({ "prompt": input }).to_string();
+        let payload = serde_json::json!({ "prompt": input, "session": self.id() }).to_string();
         let answer = self
             .kernel
             .call_service(crate::hooks::SERVICE, "user-prompt-submit", &payload)
@@ -392,7 +457,11 @@ impl Session {
         }
         match self
             .kernel
-            .call_service(crate::hooks::SERVICE, "stop", "{}")
+            .call_service(
+                crate::hooks::SERVICE,
+                "stop",
+                &serde_json::json!({ "session": self.id() }).to_string(),
+            )
             .await
         {
             Ok(answer) => {

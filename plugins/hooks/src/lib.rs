@@ -37,6 +37,9 @@ const MAX_FRAMED: usize = logic::STDOUT_CAP + logic::STDERR_CAP + 256;
 struct Hooks {
     workspace: String,
     hooks: Vec<Hook>,
+    /// The session the host last named (`session-start`, a prompt, a stop): tool calls reach
+    /// the plugin through the kernel's guard and hooks points, which carry no session.
+    session: Option<String>,
 }
 
 /// How a hook's run ended.
@@ -213,6 +216,7 @@ impl Plugin for Hooks {
         Ok(Hooks {
             workspace: config.workspace,
             hooks,
+            session: None,
         })
     }
 
@@ -227,6 +231,7 @@ impl Plugin for Hooks {
         let facts = Facts {
             tool: Some(tool),
             arguments: Some(&arguments),
+            session: self.session.as_deref(),
             ..Facts::default()
         };
         verdict(&self.run_event(Event::PreToolUse, &facts))
@@ -244,14 +249,36 @@ impl Plugin for Hooks {
         let payload: Value = serde_json::from_str(payload)
             .map_err(|e| format!("`{method}` takes a JSON object: {e}"))?;
         let text = |key: &str| payload.get(key).and_then(Value::as_str);
+        if let Some(session) = text("session") {
+            self.session = Some(session.to_owned());
+        }
+        let session = self.session.as_deref();
         match method {
+            "session-start" => {
+                let facts = Facts {
+                    session,
+                    source: text("source"),
+                    ..Facts::default()
+                };
+                let answers = self.run_event(Event::SessionStart, &facts);
+                // Nothing to hold back at a session's start: what the hooks say is context for
+                // the model's first turn, their errors are said to the person.
+                let context: Vec<&str> = answers
+                    .iter()
+                    .map(|a| a.context.as_str())
+                    .filter(|c| !c.is_empty())
+                    .collect();
+                let errors: Vec<&str> = answers.iter().filter_map(|a| a.error.as_deref()).collect();
+                Ok(json!({ "context": context.join("\n"), "errors": errors }).to_string())
+            }
             "post-tool-use" => {
                 let facts = Facts {
                     tool: text("tool"),
                     arguments: payload.get("arguments"),
                     result: text("result"),
                     status: text("status"),
-                    prompt: None,
+                    session,
+                    ..Facts::default()
                 };
                 let answers = self.run_event(Event::PostToolUse, &facts);
                 Ok(json!({ "context": post_context(&answers) }).to_string())
@@ -259,6 +286,7 @@ impl Plugin for Hooks {
             "user-prompt-submit" => {
                 let facts = Facts {
                     prompt: text("prompt"),
+                    session,
                     ..Facts::default()
                 };
                 let answers = self.run_event(Event::UserPromptSubmit, &facts);
@@ -278,13 +306,17 @@ impl Plugin for Hooks {
                 .to_string())
             }
             "stop" => {
-                let answers = self.run_event(Event::Stop, &Facts::default());
+                let facts = Facts {
+                    session,
+                    ..Facts::default()
+                };
+                let answers = self.run_event(Event::Stop, &facts);
                 let errors: Vec<&str> = answers.iter().filter_map(|a| a.error.as_deref()).collect();
                 Ok(json!({ "errors": errors }).to_string())
             }
             other => Err(format!(
-                "the hooks service has no method `{other}`; it serves `post-tool-use`, \
-                 `user-prompt-submit` and `stop`"
+                "the hooks service has no method `{other}`; it serves `session-start`, \
+                 `post-tool-use`, `user-prompt-submit` and `stop`"
             )),
         }
     }

@@ -166,6 +166,10 @@ pub struct Facts<'a> {
     /// `ok` or `error`, for post-tool-use.
     pub status: Option<&'a str>,
     pub prompt: Option<&'a str>,
+    /// The session the event belongs to, once the host named it.
+    pub session: Option<&'a str>,
+    /// For session-start: `startup`, `resume` or `clear`.
+    pub source: Option<&'a str>,
 }
 
 /// `text` cut to at most `max` bytes on a character boundary.
@@ -188,6 +192,12 @@ pub fn event_line(event: Event, dialect: Dialect, workspace: &str, facts: &Facts
             let mut v = Map::new();
             v.insert("event".into(), event.keel_name().into());
             v.insert("workspace".into(), workspace.into());
+            if let Some(session) = facts.session {
+                v.insert("session".into(), session.into());
+            }
+            if let Some(source) = facts.source {
+                v.insert("source".into(), source.into());
+            }
             if let Some(tool) = facts.tool {
                 v.insert("tool".into(), tool.into());
             }
@@ -208,7 +218,13 @@ pub fn event_line(event: Event, dialect: Dialect, workspace: &str, facts: &Facts
         Dialect::Claude => {
             let mut v = Map::new();
             v.insert("hook_event_name".into(), event.claude_name().into());
-            v.insert("session_id".into(), "".into());
+            v.insert(
+                "session_id".into(),
+                facts.session.unwrap_or_default().into(),
+            );
+            if let Some(source) = facts.source {
+                v.insert("source".into(), source.into());
+            }
             v.insert("cwd".into(), workspace.into());
             v.insert("permission_mode".into(), "default".into());
             if let Some(tool) = facts.tool {
@@ -452,18 +468,21 @@ mod tests {
             arguments: Some(&args),
             result: Some("wrote\n3 bytes"),
             status: Some("ok"),
-            prompt: None,
+            session: Some("s-1"),
+            ..Facts::default()
         };
         let keel = event_line(Event::PostToolUse, Dialect::Keel, "/ws", &facts);
         assert!(!keel.contains('\n'));
         let v: Value = serde_json::from_str(&keel).expect("json");
         assert_eq!(v["event"], "post-tool-use");
+        assert_eq!(v["session"], "s-1");
         assert_eq!(v["tool"], "write_file");
         assert_eq!(v["arguments"]["path"], "a.sh");
         assert_eq!(v["result"], "wrote\n3 bytes");
         let claude = event_line(Event::PostToolUse, Dialect::Claude, "/ws", &facts);
         let v: Value = serde_json::from_str(&claude).expect("json");
         assert_eq!(v["hook_event_name"], "PostToolUse");
+        assert_eq!(v["session_id"], "s-1");
         assert_eq!(v["tool_name"], "Write");
         assert_eq!(v["tool_input"]["file_path"], "/ws/a.sh");
         assert_eq!(v["cwd"], "/ws");
