@@ -43,6 +43,7 @@ pub const WIRED_EVENTS: &[&str] = &[
     "pre-tool-use",
     "post-tool-use",
     "user-prompt-submit",
+    "pre-compact",
     "stop",
 ];
 

@@ -277,6 +277,11 @@ async fn compact_on_demand_and_resume_after_a_compaction() -> R {
     let server = model(wire, move |_| text(wire, "SUMMARY-ON-DEMAND kept big.txt")).await?;
     // A window far larger than the session: only `/compact` compacts.
     let (home, ws) = setup(&server, wire, 1_000_000)?;
+    // A pre-compact hook hears of it.
+    let config = home.path().join("config.toml");
+    let mut settings = std::fs::read_to_string(&config)?;
+    settings.push_str("[[hooks.pre-compact]]\ncommand = \"cat > compacting.json\"\n");
+    std::fs::write(&config, settings)?;
     let (stdout, stderr) = run(
         home.path(),
         ws.path(),
@@ -300,6 +305,11 @@ async fn compact_on_demand_and_resume_after_a_compaction() -> R {
         .first()
         .and_then(|e| e["session"].as_str().map(str::to_owned))
         .ok_or("no session id")?;
+    let heard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ws.path().join("compacting.json"))?)?;
+    assert_eq!(heard["event"], "pre-compact", "{heard}");
+    assert_eq!(heard["trigger"], "manual", "{heard}");
+    assert_eq!(heard["session"], id.as_str(), "{heard}");
     let before = server.received().len();
     let (stdout, stderr) =
         run(home.path(), ws.path(), wire, &["resume", &id, "read 5"], "").await?;

@@ -156,7 +156,8 @@ pub mod topics {
     /// only, never logged (the complete message is).
     pub const MODEL_DELTA: &str = "model.delta";
     /// The agent loop's compaction: `{"session", "state": "started" | "failed" | "tripped",
-    /// "detail"}`, for the display (the result itself is a `session.event` `compacted`).
+    /// "detail"}` (`started` also says its `trigger`: `manual` or `auto`), for the display and
+    /// the `pre-compact` hooks (the result itself is a `session.event` `compacted`).
     pub const COMPACTION_STATUS: &str = "compaction.status";
     /// A session-log entry ([`SessionEvent`](crate::SessionEvent)) to be appended.
     pub const SESSION_EVENT: &str = "session.event";

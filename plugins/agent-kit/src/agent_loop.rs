@@ -478,7 +478,23 @@ impl<D: AgentDoors> AgentLoop<D> {
     }
 
     fn compaction_status(&mut self, session: &str, state: &str, detail: &str) {
-        let payload = serde_json::json!({ "session": session, "state": state, "detail": detail });
+        self.compaction_status_by(session, state, detail, None);
+    }
+
+    /// [`Self::compaction_status`] saying what set it off (`manual`: `/compact`; `auto`: the
+    /// size of a request or a provider's overflow error), for the `started` status.
+    fn compaction_status_by(
+        &mut self,
+        session: &str,
+        state: &str,
+        detail: &str,
+        trigger: Option<&str>,
+    ) {
+        let mut payload =
+            serde_json::json!({ "session": session, "state": state, "detail": detail });
+        if let Some(trigger) = trigger {
+            payload["trigger"] = trigger.into();
+        }
         if let Err(e) = self
             .doors
             .emit(topics::COMPACTION_STATUS, &payload.to_string())
@@ -534,10 +550,11 @@ impl<D: AgentDoors> AgentLoop<D> {
             });
         }
         let before = compaction::estimate_tokens(system, &conversation, tools);
-        self.compaction_status(
+        self.compaction_status_by(
             session,
             "started",
             &format!("the {cut} oldest messages, about {before} tokens in all"),
+            Some(if reason == "manual" { "manual" } else { "auto" }),
         );
         // Half the window for the transcript, so the summary request itself fits.
         let budget_chars = match window {

@@ -15,13 +15,19 @@
 //! fails or runs past its timeout (killed) refuses the call, with the reason the model is told.
 //! `post-tool-use` is the `hooks` service's method the kernel calls after a tool ran and before
 //! its result goes back, so a formatter's change is in place for the next step; what a hook
-//! says comes back as context appended to the result.
+//! says comes back as context appended to the result. `session-start`, `user-prompt-submit`
+//! and `stop` are methods keel's host calls around a turn; `pre-compact` hooks run when the
+//! agent loop says on the bus that a compaction started.
 
 mod logic;
 
 use std::time::{Duration, Instant};
 
-use keel_sdk::{GuardDecision, GuardVerdict, Plugin, guards, log, processes, services};
+use keel_protocol::topics;
+use keel_sdk::{
+    Event as BusEvent, GuardDecision, GuardVerdict, Plugin, events, guards, log, processes,
+    services,
+};
 use serde_json::{Value, json};
 
 use logic::{Config, Decision, Event, Facts, Hook, Said, event_line, parse_framed};
@@ -212,12 +218,37 @@ impl Plugin for Hooks {
         if hooks.iter().any(|h| h.config.event == Event::PreToolUse) {
             guards::register(GUARD).map_err(|e| e.message().to_owned())?;
         }
+        // pre-compact hooks hear of a compaction from the agent loop's status on the bus; they
+        // run while it goes on and cannot hold it back (nor can Claude Code's).
+        if hooks.iter().any(|h| h.config.event == Event::PreCompact) {
+            events::subscribe(topics::COMPACTION_STATUS).map_err(|e| e.message().to_owned())?;
+        }
         services::provide(SERVICE, "1.0.0").map_err(|e| e.message().to_owned())?;
         Ok(Hooks {
             workspace: config.workspace,
             hooks,
             session: None,
         })
+    }
+
+    fn on_event(&mut self, event: BusEvent) {
+        if event.topic != topics::COMPACTION_STATUS {
+            return;
+        }
+        let Ok(status) = serde_json::from_str::<Value>(&event.payload) else {
+            return;
+        };
+        let text = |key: &str| status.get(key).and_then(Value::as_str);
+        if text("state") != Some("started") {
+            return;
+        }
+        let facts = Facts {
+            session: text("session").or(self.session.as_deref()),
+            trigger: text("trigger"),
+            ..Facts::default()
+        };
+        // Nobody waits for the answers; errors go to the log.
+        self.run_event(Event::PreCompact, &facts);
     }
 
     fn check_tool_call(&mut self, guard: &str, tool: &str, input: &str) -> GuardVerdict {

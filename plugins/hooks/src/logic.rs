@@ -170,6 +170,8 @@ pub struct Facts<'a> {
     pub session: Option<&'a str>,
     /// For session-start: `startup`, `resume` or `clear`.
     pub source: Option<&'a str>,
+    /// For pre-compact: `manual` (`/compact`) or `auto`.
+    pub trigger: Option<&'a str>,
 }
 
 /// `text` cut to at most `max` bytes on a character boundary.
@@ -198,6 +200,9 @@ pub fn event_line(event: Event, dialect: Dialect, workspace: &str, facts: &Facts
             if let Some(source) = facts.source {
                 v.insert("source".into(), source.into());
             }
+            if let Some(trigger) = facts.trigger {
+                v.insert("trigger".into(), trigger.into());
+            }
             if let Some(tool) = facts.tool {
                 v.insert("tool".into(), tool.into());
             }
@@ -224,6 +229,9 @@ pub fn event_line(event: Event, dialect: Dialect, workspace: &str, facts: &Facts
             );
             if let Some(source) = facts.source {
                 v.insert("source".into(), source.into());
+            }
+            if let Some(trigger) = facts.trigger {
+                v.insert("trigger".into(), trigger.into());
             }
             v.insert("cwd".into(), workspace.into());
             v.insert("permission_mode".into(), "default".into());
