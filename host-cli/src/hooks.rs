@@ -37,14 +37,15 @@ const MAX_TIMEOUT_SECS: u64 = 600;
 const MAX_SETTINGS_BYTES: u64 = 1024 * 1024;
 /// Claude Code's project settings, relative to the workspace.
 pub const CLAUDE_SETTINGS: &str = ".claude/settings.json";
-/// The events keel runs hooks at today; the others are read, listed, and not run.
-pub const WIRED_EVENTS: &[&str] = &[
+/// The events keel runs hooks at (every event a hook may name).
+pub const EVENTS: &[&str] = &[
     "session-start",
     "pre-tool-use",
     "post-tool-use",
     "user-prompt-submit",
     "pre-compact",
     "stop",
+    "subagent-stop",
 ];
 
 /// The script each hook's process runs (`sh -c WRAPPER keel-hook COMMAND`): it reads one line
@@ -346,12 +347,12 @@ fn entry_name(n: usize) -> String {
     format!("hook-{}", n + 1)
 }
 
-/// The hooks a session runs today (the events keel has wired).
+/// The hooks a session runs (those of an event keel knows), with their places in the list.
 fn running(hooks: &[SessionHook]) -> impl Iterator<Item = (usize, &SessionHook)> {
     hooks
         .iter()
         .enumerate()
-        .filter(|(_, h)| WIRED_EVENTS.contains(&h.event))
+        .filter(|(_, h)| EVENTS.contains(&h.event))
 }
 
 /// Lay the session's hooks into the `hooks` plugin's config (`[config.hooks]`).
@@ -431,7 +432,7 @@ pub fn entries(
 /// How long the kernel waits for the hooks of one event: every hook of the busiest event in
 /// turn, and a margin; never less than the kernel's usual two seconds for a guard.
 pub fn guard_timeout(config: &UserConfig) -> std::time::Duration {
-    let longest = WIRED_EVENTS
+    let longest = EVENTS
         .iter()
         .map(|event| {
             running(&config.session_hooks)

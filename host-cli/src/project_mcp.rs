@@ -226,15 +226,5 @@ pub fn ignored_notices(ctx: &crate::config::Context) -> Vec<String> {
         }
     }
     notices.extend(crate::hooks::ignored_notice(&ctx.home, &ctx.workspace));
-    for hook in &ctx.config.session_hooks {
-        if !crate::hooks::WIRED_EVENTS.contains(&hook.event) {
-            notices.push(format!(
-                "the {} hook `{}` is not run: keel runs pre-tool-use and post-tool-use hooks \
-                 so far",
-                hook.event,
-                crate::session::terminal_safe(&hook.command)
-            ));
-        }
-    }
     notices
 }

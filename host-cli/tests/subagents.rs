@@ -159,7 +159,10 @@ async fn two_read_only_children_run_at_once_and_are_logged_under_the_parents_cal
         }
     })
     .await?;
-    let (home, ws) = setup(&server, "")?;
+    let (home, ws) = setup(
+        &server,
+        "[[hooks.subagent-stop]]\ncommand = \"cat >> subagent-stops.jsonl\"\n",
+    )?;
     let (stdout, stderr) = run(home.path(), ws.path(), "look at both files\n/exit\n").await?;
     assert!(stdout.contains("PARENT-DONE"), "{stdout}\n{stderr}");
     // The children's steps are shown under their names.
@@ -262,6 +265,23 @@ async fn two_read_only_children_run_at_once_and_are_logged_under_the_parents_cal
     let parent_messages = entries.iter().filter(|e| e["kind"] == "message").count();
     assert_eq!(parent_messages, 4, "user, task calls, results, answer");
     let id = entries[0]["session"].as_str().ok_or("no session id")?;
+    // A subagent-stop hook ran once for each child, after it answered, in the parent's session.
+    let stops = std::fs::read_to_string(ws.path().join("subagent-stops.jsonl"))?;
+    let mut labels: Vec<String> = Vec::new();
+    for line in stops.lines() {
+        let stop: Value = serde_json::from_str(line)?;
+        assert_eq!(stop["event"], "subagent-stop", "{stop}");
+        assert_eq!(stop["session"], id, "{stop}");
+        assert_eq!(stop["subagent"]["end"], "completed", "{stop}");
+        labels.push(
+            stop["subagent"]["label"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    labels.sort();
+    assert_eq!(labels, ["read alpha", "read beta"], "{stops}");
     let shown = keel(home.path(), ws.path())
         .args(["sessions", "show", id])
         .output()?;

@@ -53,16 +53,8 @@ fn line(h: &SessionHook) -> String {
         format!("matcher `{}`, ", terminal_safe(&h.matcher))
     };
     let network = if h.network { ", network" } else { "" };
-    let wired = if hooks::WIRED_EVENTS.contains(&h.event) {
-        String::new()
-    } else {
-        format!(
-            " (not run yet: keel runs {} hooks so far)",
-            hooks::WIRED_EVENTS.join(", ")
-        )
-    };
     format!(
-        "{} ({matcher}{} s{network}){wired}: {}",
+        "{} ({matcher}{} s{network}): {}",
         h.event,
         h.timeout_secs,
         terminal_safe(&h.command)
@@ -77,7 +69,7 @@ fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
             "{}",
             serde_json::json!({
                 "session_hooks": ctx.config.session_hooks,
-                "events_run": hooks::WIRED_EVENTS,
+                "events_run": hooks::EVENTS,
                 "workspace": {
                     "hooks": found.hooks,
                     "approved": approved,

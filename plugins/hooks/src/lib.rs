@@ -17,7 +17,8 @@
 //! its result goes back, so a formatter's change is in place for the next step; what a hook
 //! says comes back as context appended to the result. `session-start`, `user-prompt-submit`
 //! and `stop` are methods keel's host calls around a turn; `pre-compact` hooks run when the
-//! agent loop says on the bus that a compaction started.
+//! agent loop says on the bus that a compaction started, `subagent-stop` hooks when a child's
+//! turn-ended entry passes on it.
 
 mod logic;
 
@@ -223,6 +224,11 @@ impl Plugin for Hooks {
         if hooks.iter().any(|h| h.config.event == Event::PreCompact) {
             events::subscribe(topics::COMPACTION_STATUS).map_err(|e| e.message().to_owned())?;
         }
+        // subagent-stop hooks, from a child's turn-ended entry (which the kernel lets only the
+        // plugin serving that child emit); they run once the child has answered.
+        if hooks.iter().any(|h| h.config.event == Event::SubagentStop) {
+            events::subscribe(topics::SUBAGENT_EVENT).map_err(|e| e.message().to_owned())?;
+        }
         services::provide(SERVICE, "1.0.0").map_err(|e| e.message().to_owned())?;
         Ok(Hooks {
             workspace: config.workspace,
@@ -232,23 +238,32 @@ impl Plugin for Hooks {
     }
 
     fn on_event(&mut self, event: BusEvent) {
-        if event.topic != topics::COMPACTION_STATUS {
-            return;
-        }
-        let Ok(status) = serde_json::from_str::<Value>(&event.payload) else {
+        let Ok(payload) = serde_json::from_str::<Value>(&event.payload) else {
             return;
         };
-        let text = |key: &str| status.get(key).and_then(Value::as_str);
-        if text("state") != Some("started") {
-            return;
+        let text = |key: &str| payload.get(key).and_then(Value::as_str);
+        // Nobody waits for these answers; errors go to the log.
+        if event.topic == topics::COMPACTION_STATUS && text("state") == Some("started") {
+            let facts = Facts {
+                session: text("session").or(self.session.as_deref()),
+                trigger: text("trigger"),
+                ..Facts::default()
+            };
+            self.run_event(Event::PreCompact, &facts);
+        } else if event.topic == topics::SUBAGENT_EVENT && payload["event"]["kind"] == "turn_ended"
+        {
+            let subagent = json!({
+                "label": payload["label"],
+                "parent_call": payload["parent_call"],
+                "end": payload["event"]["end"],
+            });
+            let facts = Facts {
+                session: self.session.as_deref(),
+                subagent: Some(&subagent),
+                ..Facts::default()
+            };
+            self.run_event(Event::SubagentStop, &facts);
         }
-        let facts = Facts {
-            session: text("session").or(self.session.as_deref()),
-            trigger: text("trigger"),
-            ..Facts::default()
-        };
-        // Nobody waits for the answers; errors go to the log.
-        self.run_event(Event::PreCompact, &facts);
     }
 
     fn check_tool_call(&mut self, guard: &str, tool: &str, input: &str) -> GuardVerdict {

@@ -172,6 +172,9 @@ pub struct Facts<'a> {
     pub source: Option<&'a str>,
     /// For pre-compact: `manual` (`/compact`) or `auto`.
     pub trigger: Option<&'a str>,
+    /// For subagent-stop: the child's `label`, the `parent_call` it served and how its turn
+    /// ended (`end`).
+    pub subagent: Option<&'a Value>,
 }
 
 /// `text` cut to at most `max` bytes on a character boundary.
@@ -203,6 +206,9 @@ pub fn event_line(event: Event, dialect: Dialect, workspace: &str, facts: &Facts
             if let Some(trigger) = facts.trigger {
                 v.insert("trigger".into(), trigger.into());
             }
+            if let Some(subagent) = facts.subagent {
+                v.insert("subagent".into(), subagent.clone());
+            }
             if let Some(tool) = facts.tool {
                 v.insert("tool".into(), tool.into());
             }
@@ -232,6 +238,9 @@ pub fn event_line(event: Event, dialect: Dialect, workspace: &str, facts: &Facts
             }
             if let Some(trigger) = facts.trigger {
                 v.insert("trigger".into(), trigger.into());
+            }
+            if let Some(subagent) = facts.subagent {
+                v.insert("subagent".into(), subagent.clone());
             }
             v.insert("cwd".into(), workspace.into());
             v.insert("permission_mode".into(), "default".into());
