@@ -189,6 +189,19 @@ pub fn cut(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// The fields of the session events, named alike in both dialects.
+fn session_facts(v: &mut Map<String, Value>, facts: &Facts) {
+    if let Some(source) = facts.source {
+        v.insert("source".into(), source.into());
+    }
+    if let Some(trigger) = facts.trigger {
+        v.insert("trigger".into(), trigger.into());
+    }
+    if let Some(subagent) = facts.subagent {
+        v.insert("subagent".into(), subagent.clone());
+    }
+}
+
 /// The JSON line a hook reads on stdin (no newline inside; the wrapper reads one line).
 pub fn event_line(event: Event, dialect: Dialect, workspace: &str, facts: &Facts) -> String {
     let result = facts.result.map(|r| cut(r, RESULT_CAP));
@@ -200,15 +213,7 @@ pub fn event_line(event: Event, dialect: Dialect, workspace: &str, facts: &Facts
             if let Some(session) = facts.session {
                 v.insert("session".into(), session.into());
             }
-            if let Some(source) = facts.source {
-                v.insert("source".into(), source.into());
-            }
-            if let Some(trigger) = facts.trigger {
-                v.insert("trigger".into(), trigger.into());
-            }
-            if let Some(subagent) = facts.subagent {
-                v.insert("subagent".into(), subagent.clone());
-            }
+            session_facts(&mut v, facts);
             if let Some(tool) = facts.tool {
                 v.insert("tool".into(), tool.into());
             }
@@ -233,15 +238,7 @@ pub fn event_line(event: Event, dialect: Dialect, workspace: &str, facts: &Facts
                 "session_id".into(),
                 facts.session.unwrap_or_default().into(),
             );
-            if let Some(source) = facts.source {
-                v.insert("source".into(), source.into());
-            }
-            if let Some(trigger) = facts.trigger {
-                v.insert("trigger".into(), trigger.into());
-            }
-            if let Some(subagent) = facts.subagent {
-                v.insert("subagent".into(), subagent.clone());
-            }
+            session_facts(&mut v, facts);
             v.insert("cwd".into(), workspace.into());
             v.insert("permission_mode".into(), "default".into());
             if let Some(tool) = facts.tool {
