@@ -12,6 +12,12 @@ use crate::net_client::{HttpHead, HttpRequest};
 use crate::sandbox::runner::{ExecCommand, ExecOutcome};
 use crate::types::{KernelError, Level, ToolSpec};
 
+/// Topics only the plugin serving `agent` may emit.
+const AGENTS_TOPICS: &[&str] = &[
+    keel_protocol::topics::SESSION_EVENT,
+    keel_protocol::topics::COMPACTION_STATUS,
+];
+
 /// A plugin instance's handle on the kernel. Cheap to clone; holds the kernel weakly so an
 /// instance never keeps a dropped kernel alive.
 #[derive(Clone)]
@@ -144,9 +150,10 @@ impl HostHandle {
                 self.plugin
             )));
         }
-        // The session's record is the agent's to write: only the plugin serving `agent` may
-        // emit it, so the session log never holds an entry another plugin forged.
-        if topic == keel_protocol::topics::SESSION_EVENT
+        // The session's record and its compaction status are the agent's to say: only the
+        // plugin serving `agent` may emit them, so the session log never holds an entry
+        // another plugin forged, and no other plugin sets off the person's pre-compact hooks.
+        if AGENTS_TOPICS.contains(&topic)
             && shared
                 .provider_of(keel_protocol::services::AGENT)
                 .as_deref()

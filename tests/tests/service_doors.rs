@@ -74,7 +74,12 @@ async fn undeclared_services_and_topics_are_refused() -> R {
             tried[what]
         );
     }
-    for what in ["emit-session", "emit-other", "emit-subagent"] {
+    for what in [
+        "emit-session",
+        "emit-compaction",
+        "emit-other",
+        "emit-subagent",
+    ] {
         assert!(
             tried[what].contains("did not declare the event topic"),
             "{what}: {}",
@@ -102,7 +107,7 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         )
         .replace(
             "[capabilities]\n",
-            "[capabilities]\nservices = [\"verifier\", \"keel.agents\", \"keel.conversation\", \"keel.prompt\"]\nemits = [\"session.event\", \"fixture.snooped\", \"subagent.event\"]\nprocesses = true\nagent = true\n",
+            "[capabilities]\nservices = [\"verifier\", \"keel.agents\", \"keel.conversation\", \"keel.prompt\"]\nemits = [\"session.event\", \"compaction.status\", \"fixture.snooped\", \"subagent.event\"]\nprocesses = true\nagent = true\n",
         )
     };
     let (h, _dir) = setup(declare_everything).await?;
@@ -116,11 +121,13 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
             tried[what]
         );
     }
-    assert!(
-        tried["emit-session"].contains("only the plugin that provides `agent` may emit"),
-        "{}",
-        tried["emit-session"]
-    );
+    for what in ["emit-session", "emit-compaction"] {
+        assert!(
+            tried[what].contains("only the plugin that provides `agent` may emit"),
+            "{what}: {}",
+            tried[what]
+        );
+    }
     // Declaring `processes` names no program: only the person's config does, and it lists
     // none for this plugin.
     assert!(
