@@ -38,6 +38,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 pub(crate) mod control;
 pub(crate) mod netns;
@@ -672,6 +673,39 @@ pub(crate) enum Program<'a> {
     Script(&'a str),
     /// A program and its arguments, run as they are (a long-lived process's entry).
     Argv(&'a [String]),
+}
+
+/// The entries of `dir` named `PREFIX<pid>-…` by a keel process that no longer runs and last
+/// changed more than `age` ago: what keel leaves in shared places (command markers, cgroups)
+/// when it is killed before it can clean up. The age keeps what a keel in another PID
+/// namespace, whose pid means nothing here, has just made.
+pub(crate) fn left_by_gone_keels(dir: &Path, prefix: &str, age: Duration) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            let gone = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix(prefix))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<i32>().ok())
+                .is_some_and(|pid| {
+                    pid > 0
+                        && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                            == Err(nix::errno::Errno::ESRCH)
+                });
+            gone && entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|elapsed| elapsed > age)
+        })
+        .map(|entry| entry.path())
+        .collect()
 }
 
 /// Set the resource limits in the child, just before bubblewrap starts (inherited by the

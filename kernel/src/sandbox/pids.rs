@@ -102,25 +102,12 @@ impl PidsCgroup {
 
 /// Remove the empty cgroups that keel processes no longer running left in `base`: a cgroup is
 /// removed when its command ends, but one whose killed processes had not left it yet is retried
-/// by a thread that dies with its keel.
+/// by a thread that dies with its keel. Only those a minute old: a keel in another PID namespace
+/// may have just made one (its pid means nothing here) and not yet moved its command in.
 fn remove_stale_cgroups(base: &Path) {
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(CGROUP_PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if pid > 0 && kill(Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH) {
-            // Fails (EBUSY) while processes are still in it: then it is not stale.
-            let _ = std::fs::remove_dir(entry.path());
-        }
+    for dir in super::left_by_gone_keels(base, CGROUP_PREFIX, Duration::from_secs(60)) {
+        // Fails (EBUSY) while processes are still in it: then it is not stale.
+        let _ = std::fs::remove_dir(dir);
     }
 }
 
@@ -213,14 +200,17 @@ fn watch(sandbox: u32, max: u64, stop: &AtomicBool, fired: &AtomicBool) {
             continue;
         }
         baseline = tasks;
-        match count_in(ns, max) {
-            None | Some(0) => return,
-            Some(count) if count > max => {
-                fired.store(true, Ordering::Release);
-                kill_namespace(ns);
-                return;
-            }
-            Some(_) => {}
+        // Counted up to one past the limit.
+        let count = in_namespace(ns)
+            .take(usize::try_from(max).unwrap_or(usize::MAX).saturating_add(1))
+            .count();
+        if count == 0 {
+            return;
+        }
+        if count as u64 > max {
+            fired.store(true, Ordering::Release);
+            kill_namespace(ns);
+            return;
         }
     }
 }
@@ -248,21 +238,8 @@ fn run_ahead() {
 fn kill_namespace(ns: &Path) {
     for _ in 0..200 {
         let mut found = false;
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            if std::fs::read_link(entry.path().join("ns/pid")).is_ok_and(|l| l == ns)
-                && !zombie(&entry.path())
-                && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()
-            {
+        for (pid, dir) in in_namespace(ns) {
+            if !zombie(&dir) && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
                 found = true;
             }
         }
@@ -271,6 +248,20 @@ fn kill_namespace(ns: &Path) {
         }
         std::thread::sleep(TICK);
     }
+}
+
+/// The processes of the PID namespace `ns` (its `/proc/PID/ns/pid` link): pid and `/proc`
+/// directory.
+fn in_namespace(ns: &Path) -> impl Iterator<Item = (i32, PathBuf)> + '_ {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(move |entry| {
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            let dir = entry.path();
+            (std::fs::read_link(dir.join("ns/pid")).ok()? == ns).then_some((pid, dir))
+        })
 }
 
 /// Whether the process at `/proc/PID` has ended and waits to be reaped (state `Z`).
@@ -315,23 +306,4 @@ fn machine_tasks() -> Option<u64> {
         .1
         .parse()
         .ok()
-}
-
-/// The processes in the PID namespace `ns` (its `/proc/PID/ns/pid` link), counted up to one
-/// past `max`.
-fn count_in(ns: &Path, max: u64) -> Option<u64> {
-    let mut count = 0;
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let name = entry.file_name();
-        if !name.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
-            continue;
-        }
-        if std::fs::read_link(entry.path().join("ns/pid")).is_ok_and(|l| l == ns) {
-            count += 1;
-            if count > max {
-                break;
-            }
-        }
-    }
-    Some(count)
 }

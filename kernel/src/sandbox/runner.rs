@@ -287,32 +287,8 @@ fn marker_file() -> std::io::Result<tempfile::NamedTempFile> {
 /// Remove the markers in `dir` whose keel no longer runs and that are older than the longest
 /// a command may run (so a keel in another PID namespace sharing the directory keeps its own).
 fn remove_stale_markers(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(MARKER_PREFIX))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let gone = pid > 0
-            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
-                == Err(nix::errno::Errno::ESRCH);
-        let old = entry
-            .metadata()
-            .ok()
-            .filter(std::fs::Metadata::is_file)
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age > MAX_TIMEOUT);
-        if gone && old {
-            let _ = std::fs::remove_file(entry.path());
-        }
+    for marker in crate::sandbox::left_by_gone_keels(dir, MARKER_PREFIX, MAX_TIMEOUT) {
+        let _ = std::fs::remove_file(marker);
     }
 }
 
