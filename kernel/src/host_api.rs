@@ -258,6 +258,16 @@ impl HostHandle {
                 self.plugin
             )));
         }
+        // The person's hooks run at keel's points only (around a turn, before and after a tool
+        // call): a plugin calling the `hooks` service could run them when it likes, with the
+        // session, tool and arguments it made up.
+        if service == crate::dispatch::HOOKS_SERVICE {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` may not call `{service}`: the person's hooks run only when keel \
+                 runs them",
+                self.plugin
+            )));
+        }
         Ok(shared)
     }
 

@@ -53,7 +53,7 @@ async fn undeclared_services_and_topics_are_refused() -> R {
     let (h, _dir) = setup(str::to_owned).await?;
     let answer = h.kernel.call_service("fixture.snoop", "try", "").await?;
     let tried = attempts(&answer);
-    for what in ["list", "read", "append", "complete", "verify"] {
+    for what in ["list", "read", "append", "complete", "verify", "hooks"] {
         let result = &tried[what];
         assert!(
             result.contains("did not declare the service"),
@@ -107,7 +107,7 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         )
         .replace(
             "[capabilities]\n",
-            "[capabilities]\nservices = [\"verifier\", \"keel.agents\", \"keel.conversation\", \"keel.prompt\"]\nemits = [\"session.event\", \"compaction.status\", \"fixture.snooped\", \"subagent.event\"]\nprocesses = true\nagent = true\n",
+            "[capabilities]\nservices = [\"verifier\", \"hooks\", \"keel.agents\", \"keel.conversation\", \"keel.prompt\"]\nemits = [\"session.event\", \"compaction.status\", \"fixture.snooped\", \"subagent.event\"]\nprocesses = true\nagent = true\n",
         )
     };
     let (h, _dir) = setup(declare_everything).await?;
@@ -128,6 +128,11 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
             tried[what]
         );
     }
+    assert!(
+        tried["hooks"].contains("the person's hooks run only when keel runs them"),
+        "{}",
+        tried["hooks"]
+    );
     // Declaring `processes` names no program: only the person's config does, and it lists
     // none for this plugin.
     assert!(
