@@ -148,6 +148,8 @@ pub(crate) struct Watchdog {
 
 /// How often the watchdog looks.
 const TICK: Duration = Duration::from_millis(5);
+/// Looks in a second.
+const LOOKS_PER_SECOND: u32 = 200;
 
 impl Watchdog {
     fn start(sandbox: u32, max: u64) -> Option<Watchdog> {
@@ -174,7 +176,8 @@ fn watch(sandbox: u32, max: u64, stop: &AtomicBool, fired: &AtomicBool) {
     let mut namespace: Option<PathBuf> = None;
     // The machine's task count (one small read) when the tree was last counted, lowered as
     // other processes end: the whole of /proc is read when it has grown by a quarter of the
-    // limit, and every 20th look in any case.
+    // limit (a tree can grow unseen only by as many tasks as others end meanwhile), and once a
+    // second in any case. A long-lived process (a server) is watched for as long as it runs.
     let mut baseline = u64::MAX;
     let mut look = 0u32;
     while !stop.load(Ordering::Acquire) {
@@ -196,7 +199,7 @@ fn watch(sandbox: u32, max: u64, stop: &AtomicBool, fired: &AtomicBool) {
         };
         let tasks = machine_tasks().unwrap_or(u64::MAX);
         baseline = baseline.min(tasks);
-        if tasks < baseline.saturating_add(max / 4) && !look.is_multiple_of(20) {
+        if tasks < baseline.saturating_add(max / 4) && !look.is_multiple_of(LOOKS_PER_SECOND) {
             continue;
         }
         baseline = tasks;
