@@ -47,6 +47,9 @@ struct Hooks {
     /// The session the host last named (`session-start`, a prompt, a stop): tool calls reach
     /// the plugin through the kernel's guard and hooks points, which carry no session.
     session: Option<String>,
+    /// The children (the kernel's numbers) whose subagent-stop hooks ran: once each, however
+    /// often their holder says they ended.
+    stopped: std::collections::BTreeSet<u64>,
 }
 
 /// How a hook's run ended.
@@ -234,6 +237,7 @@ impl Plugin for Hooks {
             workspace: config.workspace,
             hooks,
             session: None,
+            stopped: std::collections::BTreeSet::new(),
         })
     }
 
@@ -250,7 +254,11 @@ impl Plugin for Hooks {
                 ..Facts::default()
             };
             self.run_event(Event::PreCompact, &facts);
-        } else if event.topic == topics::SUBAGENT_EVENT && payload["event"]["kind"] == "turn_ended"
+        } else if event.topic == topics::SUBAGENT_EVENT
+            && payload["event"]["kind"] == "turn_ended"
+            && payload["child"]
+                .as_u64()
+                .is_some_and(|child| self.stopped.insert(child))
         {
             let subagent = json!({
                 "label": payload["label"],
@@ -406,6 +414,37 @@ mod tests {
             )
             .expect("post");
         assert_eq!(post, r#"{"context":""}"#);
+    }
+
+    /// A child's subagent-stop hooks run once, however often its holder says it ended (each
+    /// run here logs that the hook could not start: the mock host starts no process).
+    #[test]
+    fn a_childs_stop_hooks_run_once_however_often_it_is_said_to_end() {
+        mock::reset();
+        let plugin = mock::activate::<Hooks>(&config(json!([{
+            "event": "subagent-stop", "entry": "hook-1",
+            "command": "notify.sh", "timeout_ms": 1000
+        }])))
+        .expect("activate");
+        let ended = |child: u64| {
+            json!({"parent_call": "call_1", "child": child, "label": "read",
+                   "event": {"kind": "turn_ended", "session": "s", "end": "completed"}})
+            .to_string()
+        };
+        let runs = || {
+            mock::with_host(|h| {
+                h.logged()
+                    .iter()
+                    .filter(|m| m.contains("notify.sh"))
+                    .count()
+            })
+        };
+        plugin.on_event(topics::SUBAGENT_EVENT, "subagents", &ended(7));
+        assert_eq!(runs(), 1);
+        plugin.on_event(topics::SUBAGENT_EVENT, "subagents", &ended(7));
+        assert_eq!(runs(), 1, "the same child again");
+        plugin.on_event(topics::SUBAGENT_EVENT, "subagents", &ended(8));
+        assert_eq!(runs(), 2, "another child");
     }
 
     #[test]
