@@ -428,6 +428,8 @@ pub fn probe(config: &SandboxConfig) -> Confinement {
     });
     match probed {
         Ok(()) => {
+            // For root, the first command's cgroup is made while keel starts.
+            pids::prepare(config.limits.processes);
             let network = match (config.network, netns::probe()) {
                 (CommandNetwork::None, _) => CommandNetwork::None,
                 (network, Ok(())) => network,

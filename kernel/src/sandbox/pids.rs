@@ -26,7 +26,7 @@ impl ProcessCap {
         if !nix::unistd::Uid::effective().is_root() {
             return None;
         }
-        PidsCgroup::create(max).map(ProcessCap::Cgroup)
+        PidsCgroup::for_command(max).map(ProcessCap::Cgroup)
     }
 
     /// For root without a cgroup, once bubblewrap (`sandbox`, the pid keel started) runs.
@@ -37,11 +37,12 @@ impl ProcessCap {
         Watchdog::start(sandbox?, max).map(ProcessCap::Watchdog)
     }
 
-    /// The cgroup's `cgroup.procs`, for the child to move itself into before bubblewrap runs.
+    /// The cgroup's `cgroup.procs`, for the child to move itself into before bubblewrap runs;
+    /// `None` where it is started from inside ([`spawn`]).
     pub(crate) fn procs(&self) -> Option<&std::fs::File> {
         match self {
-            ProcessCap::Cgroup(c) => Some(&c.procs),
-            ProcessCap::Watchdog(_) => None,
+            ProcessCap::Cgroup(c) if c.spawner.is_none() => Some(&c.procs),
+            ProcessCap::Cgroup(_) | ProcessCap::Watchdog(_) => None,
         }
     }
 
@@ -62,17 +63,76 @@ pub(crate) struct PidsCgroup {
     dir: PathBuf,
     /// `cgroup.procs`, opened by the parent so the child only writes to it.
     procs: std::fs::File,
+    /// cgroup v1: a thread of keel's already inside, which starts the command, so the command
+    /// is born there. `None` on v2, where a process's threads share one cgroup: the child then
+    /// moves itself through `procs` before bubblewrap runs.
+    spawner: Option<Spawner>,
 }
 
 /// The name of every cgroup keel makes begins with this, then the pid of the keel that made it.
 const CGROUP_PREFIX: &str = "keel-";
 
+/// The next command's cgroup, made while keel waited for something else. Moving a task into a
+/// cgroup makes the kernel wait for a grace period (16 ms measured here, on a cgroup v1 machine
+/// idle between commands); a command started from a thread that moved in ahead of time does not
+/// wait for it.
+static READY: std::sync::Mutex<Option<PidsCgroup>> = std::sync::Mutex::new(None);
+/// Whether a thread is making the next ready cgroup.
+static PREPARING: AtomicBool = AtomicBool::new(false);
+
+/// For root: make the next command's cgroup in the background (when the sandbox is first found
+/// to work, and after each command took the ready one).
+pub(crate) fn prepare(max: u64) {
+    if !nix::unistd::Uid::effective().is_root() || PREPARING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let made = std::thread::Builder::new()
+        .name("keel-pids-prepare".into())
+        .spawn(move || {
+            let next = PidsCgroup::create(max).filter(|c| c.spawner.is_some());
+            if let Some(next) = next {
+                let mut ready = READY
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if ready.is_none() {
+                    *ready = Some(next);
+                }
+            }
+            PREPARING.store(false, Ordering::Release);
+        });
+    if made.is_err() {
+        PREPARING.store(false, Ordering::Release);
+    }
+}
+
 impl PidsCgroup {
-    fn create(max: u64) -> Option<PidsCgroup> {
+    /// The ready cgroup when there is one, else a new one.
+    fn for_command(max: u64) -> Option<PidsCgroup> {
         #[cfg(test)]
         if NO_CGROUP.with(std::cell::Cell::get) {
             return None;
         }
+        let ready = READY
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let cgroup = match ready {
+            Some(c) if c.spawner.is_some() => {
+                if c.set_max(max) {
+                    Some(c)
+                } else {
+                    Self::create(max)
+                }
+            }
+            _ => Self::create(max),
+        };
+        if cgroup.as_ref().is_some_and(|c| c.spawner.is_some()) {
+            prepare(max);
+        }
+        cgroup
+    }
+
+    fn create(max: u64) -> Option<PidsCgroup> {
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         static SWEEP: std::sync::Once = std::sync::Once::new();
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
@@ -87,16 +147,118 @@ impl PidsCgroup {
             if std::fs::create_dir(&dir).is_err() {
                 continue;
             }
-            if std::fs::write(dir.join("pids.max"), max.to_string()).is_ok()
-                && let Ok(procs) = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(dir.join("cgroup.procs"))
-            {
-                return Some(PidsCgroup { dir, procs });
+            let Ok(procs) = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join("cgroup.procs"))
+            else {
+                let _ = std::fs::remove_dir(&dir);
+                continue;
+            };
+            let mut cgroup = PidsCgroup {
+                dir,
+                procs,
+                spawner: None,
+            };
+            // Only v1 has `tasks`, the file that moves one thread.
+            if cgroup.dir.join("tasks").exists() {
+                cgroup.spawner = Spawner::start(&cgroup.dir.join("tasks"));
             }
-            let _ = std::fs::remove_dir(&dir);
+            if cgroup.set_max(max) {
+                return Some(cgroup);
+            }
+            // Dropping it removes it.
         }
         None
+    }
+
+    /// Set the tree's limit; the spawner inside counts as one more.
+    fn set_max(&self, max: u64) -> bool {
+        let max = max + u64::from(self.spawner.is_some());
+        std::fs::write(self.dir.join("pids.max"), max.to_string()).is_ok()
+    }
+}
+
+/// A thread of keel's inside a cgroup (v1), waiting to start one command there; it lives as
+/// long as the command does, because bubblewrap's `--die-with-parent` is told of the death of
+/// the thread that started it, not of keel.
+pub(crate) struct Spawner {
+    job: Option<std::sync::mpsc::SyncSender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A command to start, the runtime its child belongs to, and where to say how it went.
+type Job = (
+    tokio::process::Command,
+    tokio::runtime::Handle,
+    std::sync::mpsc::SyncSender<std::io::Result<tokio::process::Child>>,
+);
+
+impl Spawner {
+    /// A thread moved into the cgroup whose `tasks` file is `tasks`; `None` when it could not.
+    fn start(tasks: &Path) -> Option<Spawner> {
+        let (job, jobs) = std::sync::mpsc::sync_channel::<Job>(1);
+        let (joined, inside) = std::sync::mpsc::sync_channel::<bool>(1);
+        let tasks = tasks.to_owned();
+        let thread = std::thread::Builder::new()
+            .name("keel-pids-spawner".into())
+            .spawn(move || {
+                let tid = nix::unistd::gettid();
+                let ok = std::fs::write(&tasks, tid.to_string()).is_ok();
+                let _ = joined.send(ok);
+                if !ok {
+                    return;
+                }
+                if let Ok((mut command, runtime, reply)) = jobs.recv() {
+                    let _runtime = runtime.enter();
+                    let _ = reply.send(command.spawn());
+                }
+                // Until the command ends (the cgroup is dropped); a second job is refused.
+                let _ = jobs.recv();
+            })
+            .ok()?;
+        let mut spawner = Spawner {
+            job: Some(job),
+            thread: Some(thread),
+        };
+        if inside.recv() == Ok(true) {
+            Some(spawner)
+        } else {
+            spawner.stop();
+            None
+        }
+    }
+
+    /// Start `command` on the thread inside.
+    fn spawn(&self, command: tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+        let gone = || std::io::Error::other("keel's spawner thread for the command's cgroup ended");
+        let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        let job = self.job.as_ref().ok_or_else(gone)?;
+        job.send((command, runtime, reply)).map_err(|_| gone())?;
+        answer.recv().map_err(|_| gone())?
+    }
+
+    /// Let the thread end and wait for it.
+    fn stop(&mut self) {
+        self.job = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Start `command`: from inside the cgroup of `cap` where a thread of keel's waits there, else
+/// from here (the child then moves itself, or is watched).
+pub(crate) fn spawn(
+    cap: Option<&ProcessCap>,
+    mut command: tokio::process::Command,
+) -> std::io::Result<tokio::process::Child> {
+    match cap {
+        Some(ProcessCap::Cgroup(PidsCgroup {
+            spawner: Some(spawner),
+            ..
+        })) => spawner.spawn(command),
+        _ => command.spawn(),
     }
 }
 
@@ -113,11 +275,21 @@ fn remove_stale_cgroups(base: &Path) {
 
 impl Drop for PidsCgroup {
     fn drop(&mut self) {
+        if let Some(spawner) = &mut self.spawner {
+            spawner.stop();
+        }
         // The tree is gone by now (killed or exited); a cgroup with members cannot be removed,
-        // so kill what is left first.
+        // so kill what is left first. Never keel itself: its spawner thread, just ended, may not
+        // have left yet (a thread leaves its cgroup after it wakes whoever joins it), and v1
+        // lists a thread's process. (The spawner's end has already told bubblewrap to die.)
+        let keel = std::process::id();
         if let Ok(pids) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
-            for pid in pids.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            for pid in pids.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+                if pid != keel
+                    && let Ok(pid) = i32::try_from(pid)
+                {
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                }
             }
         }
         if std::fs::remove_dir(&self.dir).is_ok() {

@@ -646,3 +646,74 @@ async fn with_network_the_only_way_out_is_keels_gate() {
     assert!(!out.output.contains("hello"), "{out:?}");
     assert_eq!(allowed_hits.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
+
+/// The pids line of `/proc/PID/cgroup` text: v1's `N:pids:/path`, or v2's `0::/path`.
+fn pids_cgroup_of(text: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        (controllers.split(',').any(|c| c == "pids") || controllers.is_empty())
+            .then(|| path.to_owned())
+    })
+}
+
+#[tokio::test]
+async fn roots_commands_are_born_in_their_own_pids_cgroup_and_keel_stays_out() {
+    use tokio::io::AsyncWriteExt as _;
+    let f = fixture();
+    let c = containment(&f, SandboxMode::WorkspaceWrite);
+    // Whether this machine lets keel make a cgroup at all (root, writable cgroups).
+    let cgroups = pids::ProcessCap::cgroup(64).is_some();
+    let own = pids_cgroup_of(&std::fs::read_to_string("/proc/self/cgroup").expect("cgroup"));
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..3 {
+        let launch = runner::Launch {
+            workspace: &f.ws,
+            dir: &f.ws,
+            program: Program::Script("read line"),
+            writable: &[],
+            readable: &[],
+            shared: &[],
+            env: &[],
+            hidden: &[],
+            network: false,
+            stdio: [
+                std::process::Stdio::piped(),
+                std::process::Stdio::null(),
+                std::process::Stdio::null(),
+            ],
+        };
+        let mut started = runner::start(launch, &c).expect("start");
+        // bubblewrap, the process keel started, read from outside while it waits for its line;
+        // the sandbox's own view is a cgroup namespace of its own.
+        let pid = started.child.id().expect("pid");
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
+        let cgroup = pids_cgroup_of(&text);
+        let mut stdin = started.child.stdin.take().expect("stdin");
+        stdin.write_all(b"go\n").await.expect("write");
+        drop(stdin);
+        assert!(started.child.wait().await.expect("wait").success());
+        if cgroups {
+            // In a cgroup of this keel's from its start, one per command.
+            let mine = format!("/keel-{}-", std::process::id());
+            let cgroup = cgroup.unwrap_or_default();
+            assert!(cgroup.contains(&mine), "{text}");
+            assert!(seen.insert(cgroup), "two commands shared a cgroup");
+        } else {
+            assert_eq!(cgroup, own, "{text}");
+        }
+    }
+    // keel's threads are where they were, but for spawners parked in a command's cgroup.
+    for task in std::fs::read_dir("/proc/self/task").expect("tasks") {
+        let task = task.expect("task").path();
+        let (Ok(text), Ok(name)) = (
+            std::fs::read_to_string(task.join("cgroup")),
+            std::fs::read_to_string(task.join("comm")),
+        ) else {
+            continue;
+        };
+        if pids_cgroup_of(&text) != own {
+            assert_eq!(name.trim(), "keel-pids-spawn", "{text}");
+        }
+    }
+}
