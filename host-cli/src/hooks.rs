@@ -48,13 +48,24 @@ pub const EVENTS: &[&str] = &[
     "subagent-stop",
 ];
 
-/// The script each hook's process runs (`sh -c WRAPPER keel-hook COMMAND`): it reads one line
-/// (the event's JSON) into a file that becomes the hook's stdin, so the hook sees its input end;
-/// runs the command with stdout and stderr into files of a directory in the sandbox's private
-/// `/tmp`; then writes `keel-hook CODE OUTLEN ERRLEN` and the first 64 KiB of each — the
-/// framing the `hooks` plugin reads (`plugins/hooks/src/logic.rs`, `parse_framed`). Six
-/// processes besides the hook's own: a process start is most of what a hook costs.
-pub const WRAPPER: &str = r#"d=$(mktemp -d) || exit 125
+/// The script each hook's process runs in the OS sandbox (`sh -c WRAPPER keel-hook COMMAND`):
+/// it reads one line (the event's JSON) into a file that becomes the hook's stdin, so the hook
+/// sees its input end; runs the command with stdout and stderr into files; then writes
+/// `keel-hook CODE OUTLEN ERRLEN` and the first 64 KiB of each — the framing the `hooks` plugin
+/// reads (`plugins/hooks/src/logic.rs`, `parse_framed`). The files have fixed names in the
+/// sandbox's `/tmp`, a tmpfs of this process alone that goes with it. Four processes besides the
+/// hook's own: a process start is most of what a hook costs.
+pub const WRAPPER: &str = r#"head -n 1 > /tmp/keel-hook-in || exit 125
+sh -c "$1" < /tmp/keel-hook-in > /tmp/keel-hook-out 2> /tmp/keel-hook-err
+code=$?
+set -- $(stat -c %s /tmp/keel-hook-out /tmp/keel-hook-err)
+printf 'keel-hook %s %s %s\n' "$code" "$1" "$2"
+head -q -c 65536 /tmp/keel-hook-out /tmp/keel-hook-err
+"#;
+
+/// [`WRAPPER`] where hooks run without the sandbox (`[sandbox] mode = "off"`): `/tmp` is the
+/// machine's, so the files go into a directory of `mktemp`'s making, removed after.
+pub const WRAPPER_UNSANDBOXED: &str = r#"d=$(mktemp -d) || exit 125
 head -n 1 > "$d/i"
 sh -c "$1" < "$d/i" > "$d/o" 2> "$d/e"
 code=$?
@@ -394,11 +405,18 @@ pub fn any_running(config: &UserConfig) -> bool {
 }
 
 /// The process entries the `hooks` plugin may start: one per running hook, its command under
-/// [`WRAPPER`], the workspace writable, network only for the person's hook that asks for it.
+/// [`WRAPPER`] (or, with the sandbox off, [`WRAPPER_UNSANDBOXED`]), the workspace writable,
+/// network only for the person's hook that asks for it.
 pub fn entries(
     workspace: &Path,
     config: &UserConfig,
+    sandboxed: bool,
 ) -> BTreeMap<String, keel_kernel::ProcessEntry> {
+    let wrapper = if sandboxed {
+        WRAPPER
+    } else {
+        WRAPPER_UNSANDBOXED
+    };
     running(&config.session_hooks)
         .map(|(n, h)| {
             let ws = workspace.to_string_lossy().into_owned();
@@ -406,7 +424,7 @@ pub fn entries(
                 command: "sh".into(),
                 args: vec![
                     "-c".into(),
-                    WRAPPER.into(),
+                    wrapper.into(),
                     "keel-hook".into(),
                     h.command.clone(),
                 ],
@@ -477,6 +495,32 @@ pub fn source_words(source: Source) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_unsandboxed_wrapper_frames_a_hooks_answer_and_leaves_no_files() -> anyhow::Result<()> {
+        use std::io::Write as _;
+        let tmp = tempfile::tempdir()?;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", WRAPPER_UNSANDBOXED, "keel-hook"])
+            .arg("cat; echo said >&2; exit 3")
+            .env("TMPDIR", tmp.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        // The line, then more that the hook must not see: its input ends with the line.
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(b"{\"a\":1}\nmore\n")?;
+        let out = child.wait_with_output()?;
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "keel-hook 3 8 5\n{\"a\":1}\nsaid\n"
+        );
+        assert_eq!(std::fs::read_dir(tmp.path())?.count(), 0);
+        Ok(())
+    }
 
     #[test]
     fn claude_settings_map_events_fields_and_timeouts() -> anyhow::Result<()> {

@@ -47,6 +47,7 @@ pub(crate) fn gate_config(
             None
         }
     };
+    let sandbox = settings::sandbox_config(ctx)?;
     Ok(GateConfig {
         workspace: Some(ctx.workspace.clone()),
         exec_policy: policy,
@@ -59,12 +60,15 @@ pub(crate) fn gate_config(
         },
         // Two seconds, or long enough for the hooks of one event to run in turn.
         guard_timeout: crate::hooks::guard_timeout(&ctx.config),
-        sandbox: settings::sandbox_config(ctx)?,
         processes: [
             ("mcp".to_owned(), settings::mcp_entries(ctx)?),
             (
                 "hooks".to_owned(),
-                crate::hooks::entries(&ctx.workspace, &ctx.config),
+                crate::hooks::entries(
+                    &ctx.workspace,
+                    &ctx.config,
+                    sandbox.mode != keel_kernel::sandbox::SandboxMode::Off,
+                ),
             ),
         ]
         .into_iter()
@@ -72,6 +76,7 @@ pub(crate) fn gate_config(
         .collect(),
         subagents: ctx.config.subagents.policy(),
         checkpoints: ctx.checkpoint_recorder(),
+        sandbox,
     })
 }
 
