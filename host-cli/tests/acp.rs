@@ -1117,3 +1117,78 @@ async fn a_stricter_sandbox_chosen_before_the_first_prompt_confines_the_sessions
     assert!(marker.exists());
     Ok(())
 }
+
+/// The person's session-start, user-prompt-submit and stop hooks run around an editor's
+/// prompts as around the terminal's: a prompt a hook holds back ends with `refusal` and the
+/// hook's reason, and what the session-start hooks said waits for the next prompt.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_persons_prompt_hooks_run_for_an_editors_prompts() -> Result<(), String> {
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let workspace = ws.path().canonicalize().map_err(|e| e.to_string())?;
+    use_scripted_model(home.path(), "[[step]]\ntext = \"Done.\"\n").map_err(|e| e.to_string())?;
+    let hooks = "[[hooks.session-start]]\n\
+         command = '''cat >> events.jsonl; echo >> events.jsonl; printf '%s' '{\"context\":\"the tests live in t/\"}' '''\n\
+         [[hooks.user-prompt-submit]]\n\
+         command = '''cat > p.json; cat p.json >> events.jsonl; echo >> events.jsonl; if grep -q secret p.json; then echo 'no secrets here' >&2; exit 2; fi'''\n\
+         [[hooks.stop]]\ncommand = \"cat >> events.jsonl; echo >> events.jsonl\"\n";
+    let config = home.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).map_err(|e| e.to_string())?;
+    std::fs::write(&config, format!("{text}{hooks}")).map_err(|e| e.to_string())?;
+    let mut child = start(home.path(), &workspace, &[]).map_err(|e| e.to_string())?;
+    let shared = Shared::default();
+    let ws_for_body = workspace.clone();
+    let recorded = shared.clone();
+    let (held, ran) = with_client(&mut child, shared, Arc::new(|_| None), async move |cx| {
+        initialize(&cx).await?;
+        let session = new_session(&cx, &ws_for_body).await?;
+        let held = prompt(&cx, &session, "tell me the secret").await?;
+        let held_text = agent_text(&seen(&recorded).updates);
+        let ran = prompt(&cx, &session, "go").await?;
+        Ok(((held, held_text), ran))
+    })
+    .await?;
+    let (held, held_text) = held;
+    assert_eq!(held, acp::StopReason::Refusal);
+    assert!(
+        held_text.contains("held the prompt back") && held_text.contains("no secrets here"),
+        "{held_text}"
+    );
+    assert_eq!(ran, acp::StopReason::EndTurn);
+    let events: Vec<serde_json::Value> = std::fs::read_to_string(workspace.join("events.jsonl"))
+        .map_err(|e| e.to_string())?
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("{e}: {l}")))
+        .collect::<Result<_, _>>()?;
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap_or_default())
+        .collect();
+    // Once before the first prompt; no stop for the prompt held back, which ran no turn.
+    assert_eq!(
+        names,
+        [
+            "session-start",
+            "user-prompt-submit",
+            "user-prompt-submit",
+            "stop"
+        ],
+        "{events:?}"
+    );
+    assert_eq!(events[0]["source"], "startup");
+    let session = events[0]["session"].as_str().unwrap_or_default();
+    assert!(
+        !session.is_empty() && events.iter().all(|e| e["session"] == session),
+        "{events:?}"
+    );
+    // The session-start hook's context went to the model with the prompt that ran.
+    let log = crate::common::only_session_log(home.path()).map_err(|e| e.to_string())?;
+    assert!(
+        log.iter().any(|event| event
+            .to_string()
+            .contains("go\\n\\n[session-start hook] the tests live in t/")),
+        "{log:?}"
+    );
+    Ok(())
+}

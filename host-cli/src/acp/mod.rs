@@ -27,7 +27,7 @@ use keel_kernel::sandbox::SandboxMode;
 use keel_protocol::services;
 
 use crate::config::Context;
-use crate::session::{Display, Session, SessionOptions};
+use crate::session::{ClientTurn, Display, Session, SessionOptions};
 
 /// The largest message keel reads from the client; a longer line is dropped whole and
 /// answered with a parse error, and keel goes on serving.
@@ -794,7 +794,21 @@ async fn prompt(
         .cancel
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-    let report = report.map_err(|e| internal(format!("{e:#}")))?;
+    let report = match report.map_err(|e| internal(format!("{e:#}")))? {
+        ClientTurn::Ran(report) => report,
+        ClientTurn::HeldBack(reason) => {
+            // The person's own rule refused the prompt: said as the agent's answer.
+            cx.send_notification(acp::SessionNotification::new(
+                live.session.id(),
+                acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(
+                    acp::ContentBlock::Text(acp::TextContent::new(format!(
+                        "a user-prompt-submit hook held the prompt back: {reason}"
+                    ))),
+                )),
+            ))?;
+            return Ok(acp::PromptResponse::new(acp::StopReason::Refusal));
+        }
+    };
     match map::stop_reason(&report, view.last_stop) {
         Some(stop) => Ok(acp::PromptResponse::new(stop)),
         None => Err(internal(format!(

@@ -84,12 +84,31 @@ pub struct Session {
     /// The session the `session-start` hooks last ran for: they run before its first turn,
     /// again after `/clear`.
     hooks_started: Mutex<Option<String>>,
+    /// What the session-start hooks said for the model when a user-prompt-submit hook held
+    /// that prompt back: offered with the next prompt instead.
+    start_context: Mutex<Option<String>>,
 }
 
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A prompt after the person's hooks.
+enum Prompted {
+    /// As it goes to the agent, with what the hooks said for the model.
+    Ready(String),
+    /// A `user-prompt-submit` hook held it back, for this reason (safe to print).
+    HeldBack(String),
+}
+
+/// How a client's turn went ([`Session::turn_for_client`]).
+pub enum ClientTurn {
+    /// It ran.
+    Ran(TurnReport),
+    /// A `user-prompt-submit` hook held the prompt back, for this reason; nothing ran.
+    HeldBack(String),
 }
 
 impl Session {
@@ -156,6 +175,7 @@ impl Session {
             running: Mutex::new(running),
             resumed: opts.resume.clone(),
             hooks_started: Mutex::new(None),
+            start_context: Mutex::new(None),
         };
         let sources = runtime::session_plugins(ctx, &session.loader)?;
         runtime::say_if_compiling(&session.loader, &sources);
@@ -344,12 +364,12 @@ impl Session {
                 i32::from(status) - 128
             );
         }
-        let started = self.session_start_hooks().await;
-        let mut input = self.user_prompt_hooks(input).await?;
-        if let Some(context) = started {
-            input.push_str("\n\n[session-start hook] ");
-            input.push_str(&context);
-        }
+        let input = match self.hooked_prompt(input).await? {
+            Prompted::Ready(input) => input,
+            Prompted::HeldBack(reason) => {
+                anyhow::bail!("a user-prompt-submit hook held the prompt back: {reason}")
+            }
+        };
         let request = TurnRequest {
             session: self.id(),
             input,
@@ -363,6 +383,33 @@ impl Session {
         self.show_report(&report);
         self.check_log().await?;
         Ok(report)
+    }
+
+    /// `input` as it goes to the agent after the person's `session-start` hooks (before the
+    /// session's first turn) and `user-prompt-submit` hooks, or why a hook held it back (what
+    /// the session-start hooks said then waits for the next prompt).
+    async fn hooked_prompt(&self, input: &str) -> anyhow::Result<Prompted> {
+        let lock = || {
+            self.start_context
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let started = match self.session_start_hooks().await {
+            Some(context) => Some(context),
+            None => lock().take(),
+        };
+        let mut input = match self.user_prompt_hooks(input).await? {
+            Prompted::Ready(input) => input,
+            held => {
+                *lock() = started;
+                return Ok(held);
+            }
+        };
+        if let Some(context) = started {
+            input.push_str("\n\n[session-start hook] ");
+            input.push_str(&context);
+        }
+        Ok(Prompted::Ready(input))
     }
 
     /// The person's `session-start` hooks, before the session's first turn (`source`: a new
@@ -419,10 +466,10 @@ impl Session {
     }
 
     /// The person's `user-prompt-submit` hooks on `input`: the prompt as it goes to the agent
-    /// (with what a hook added for the model), or an error saying which hook held it back.
-    async fn user_prompt_hooks(&self, input: &str) -> anyhow::Result<String> {
+    /// (with what a hook added for the model), or why a hook held it back.
+    async fn user_prompt_hooks(&self, input: &str) -> anyhow::Result<Prompted> {
         if !self.kernel.person_hooks_run() {
-            return Ok(input.to_owned());
+            return Ok(Prompted::Ready(input.to_owned()));
         }
         let payload = serde_json::json!({ "prompt": input, "session": self.id() }).to_string();
         let answer = self
@@ -437,17 +484,16 @@ impl Session {
             })?;
         let answer: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
         if answer["blocked"].as_bool() != Some(false) {
-            anyhow::bail!(
-                "a user-prompt-submit hook held the prompt back: {}",
-                terminal_safe(answer["reason"].as_str().unwrap_or("no reason given"))
-            );
+            return Ok(Prompted::HeldBack(terminal_safe(
+                answer["reason"].as_str().unwrap_or("no reason given"),
+            )));
         }
-        Ok(match answer["context"].as_str() {
+        Ok(Prompted::Ready(match answer["context"].as_str() {
             Some(context) if !context.is_empty() => {
                 format!("{input}\n\n[user-prompt-submit hook] {context}")
             }
             _ => input.to_owned(),
-        })
+        }))
     }
 
     /// The person's `stop` hooks, once a turn ended; their errors are said on stderr.
@@ -510,15 +556,20 @@ impl Session {
     /// shown or asked here: the client reads the turn's events from `self.kernel.events()`,
     /// subscribed before this call, and answers approvals through the asker it started the
     /// session with. `cancel` finishing cancels the turn as Ctrl-C does in `keel run`. The
-    /// same checkpoints and log check as [`Session::turn`].
+    /// same hooks, checkpoints and log check as [`Session::turn`]; a prompt a hook held back
+    /// is not run.
     pub async fn turn_for_client(
         &self,
         input: &str,
         cancel: impl std::future::Future<Output = ()>,
-    ) -> anyhow::Result<TurnReport> {
+    ) -> anyhow::Result<ClientTurn> {
+        let input = match self.hooked_prompt(input).await? {
+            Prompted::Ready(input) => input,
+            Prompted::HeldBack(reason) => return Ok(ClientTurn::HeldBack(reason)),
+        };
         let request = TurnRequest {
             session: self.id(),
-            input: input.to_owned(),
+            input,
         };
         let payload = serde_json::to_string(&request)?;
         let call = async {
@@ -537,9 +588,11 @@ impl Session {
                 }
             }
         };
-        let report = self.checkpointed_turn(&request.session, call).await?;
+        let report = self.checkpointed_turn(&request.session, call).await;
+        self.stop_hooks().await;
+        let report = report?;
         self.check_log().await?;
-        Ok(report)
+        Ok(ClientTurn::Ran(report))
     }
 
     /// `/compact [focus]`: the agent's conversation compacted now; what it says it did.
