@@ -346,3 +346,56 @@ fn session_start_hooks_run_before_the_first_turn_and_every_hook_names_the_sessio
     });
     assert!(told, "{log:?}");
 }
+
+/// A stop hook that denies (exit 2) asks the agent to go on: the model reads its reason as the
+/// next turn's input and the hook sees `stop_hook_active` then; a hook that always asks is
+/// stopped after eight turns.
+#[test]
+fn a_stop_hook_that_denies_makes_the_agent_go_on_within_a_bound() {
+    let (_ws, ws) = workspace_with(&[]);
+    let home = home_with(
+        "[[step]]\ntext = \"Half done.\"\n",
+        "[[hooks.stop]]\ncommand = '''cat >> stops.jsonl; echo >> stops.jsonl; \
+         if [ -e asked ]; then exit 0; fi; touch asked; echo 'run the tests first' >&2; exit 2'''\n",
+    );
+    let (stdout, stderr) = turn(home.path(), &ws);
+    // The final answer is the second turn's.
+    assert!(
+        String::from_utf8_lossy(&stdout).contains("Done."),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("a stop hook asks the agent to go on: run the tests first"),
+        "{stderr}"
+    );
+    let stops: Vec<serde_json::Value> = std::fs::read_to_string(ws.join("stops.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let active: Vec<_> = stops
+        .iter()
+        .map(|s| s["stop_hook_active"].clone())
+        .collect();
+    assert_eq!(active, [false, true], "{stops:?}");
+    let log = crate::common::only_session_log(home.path()).expect("the session log");
+    assert!(
+        log.iter()
+            .any(|e| e.to_string().contains("[stop hook] run the tests first")),
+        "{log:?}"
+    );
+
+    let (_ws, ws) = workspace_with(&[]);
+    let home = home_with(
+        "",
+        "[[hooks.stop]]\ncommand = \"echo >> stops.txt; echo 'never done' >&2; exit 2\"\n",
+    );
+    let (_, stderr) = turn(home.path(), &ws);
+    assert!(
+        stderr.contains("asked the agent to go on 8 times"),
+        "{stderr}"
+    );
+    let stops = std::fs::read_to_string(ws.join("stops.txt")).unwrap_or_default();
+    assert_eq!(stops.lines().count(), 9, "{stderr}");
+}

@@ -95,6 +95,29 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The most turns the stop hooks may ask for after one prompt: a hook that always asks must
+/// not keep a session running unattended (Claude Code's hooks see `stop_hook_active` instead).
+const MAX_STOP_HOOK_TURNS: u32 = 8;
+
+/// The next turn's input when the stop hooks asked the agent to go on (`asked`: why) after
+/// `report`'s turn: only after a turn the model ended itself, and at most
+/// [`MAX_STOP_HOOK_TURNS`] times per prompt (`went_on` counts them).
+fn go_on(report: &TurnReport, asked: Option<String>, went_on: &mut u32) -> Option<String> {
+    let reason = asked?;
+    if report.end != TurnEnd::Completed {
+        return None;
+    }
+    if *went_on >= MAX_STOP_HOOK_TURNS {
+        eprintln!(
+            "warning: the stop hooks asked the agent to go on {MAX_STOP_HOOK_TURNS} times after              one prompt; keel stops here ({reason})"
+        );
+        return None;
+    }
+    *went_on += 1;
+    eprintln!("a stop hook asks the agent to go on: {reason}");
+    Some(format!("[stop hook] {reason}"))
+}
+
 /// A prompt after the person's hooks.
 enum Prompted {
     /// As it goes to the agent, with what the hooks said for the model.
@@ -364,25 +387,31 @@ impl Session {
                 i32::from(status) - 128
             );
         }
-        let input = match self.hooked_prompt(input).await? {
+        let mut input = match self.hooked_prompt(input).await? {
             Prompted::Ready(input) => input,
             Prompted::HeldBack(reason) => {
                 anyhow::bail!("a user-prompt-submit hook held the prompt back: {reason}")
             }
         };
-        let request = TurnRequest {
-            session: self.id(),
-            input,
-        };
-        let payload = serde_json::to_string(&request)?;
-        let report = self
-            .checkpointed_turn(&request.session, self.agent_call("turn", payload))
-            .await;
-        self.stop_hooks().await;
-        let report = report?;
-        self.show_report(&report);
-        self.check_log().await?;
-        Ok(report)
+        let mut went_on = 0;
+        loop {
+            let request = TurnRequest {
+                session: self.id(),
+                input,
+            };
+            let payload = serde_json::to_string(&request)?;
+            let report = self
+                .checkpointed_turn(&request.session, self.agent_call("turn", payload))
+                .await;
+            let asked = self.stop_hooks(went_on > 0).await;
+            let report = report?;
+            self.show_report(&report);
+            self.check_log().await?;
+            match go_on(&report, asked, &mut went_on) {
+                Some(next) => input = next,
+                None => return Ok(report),
+            }
+        }
     }
 
     /// `input` as it goes to the agent after the person's `session-start` hooks (before the
@@ -496,18 +525,16 @@ impl Session {
         }))
     }
 
-    /// The person's `stop` hooks, once a turn ended; their errors are said on stderr.
-    async fn stop_hooks(&self) {
+    /// The person's `stop` hooks, once a turn ended (`again`: a turn they asked for): why they
+    /// ask the agent to go on, if they do. Their errors are said on stderr.
+    async fn stop_hooks(&self, again: bool) -> Option<String> {
         if !self.kernel.person_hooks_run() {
-            return;
+            return None;
         }
+        let payload = serde_json::json!({ "session": self.id(), "stop_hook_active": again });
         match self
             .kernel
-            .call_service(
-                crate::hooks::SERVICE,
-                "stop",
-                &serde_json::json!({ "session": self.id() }).to_string(),
-            )
+            .call_service(crate::hooks::SERVICE, "stop", &payload.to_string())
             .await
         {
             Ok(answer) => {
@@ -517,11 +544,22 @@ impl Session {
                         eprintln!("warning: a stop hook: {}", terminal_safe(error));
                     }
                 }
+                (answer["go_on"] == true).then(|| {
+                    let reason = answer["reason"].as_str().unwrap_or_default();
+                    if reason.is_empty() {
+                        "a stop hook asked you to go on".to_owned()
+                    } else {
+                        terminal_safe(reason)
+                    }
+                })
             }
-            Err(e) => eprintln!(
-                "warning: the stop hooks did not run: {}",
-                terminal_safe(&e.to_string())
-            ),
+            Err(e) => {
+                eprintln!(
+                    "warning: the stop hooks did not run: {}",
+                    terminal_safe(&e.to_string())
+                );
+                None
+            }
         }
     }
 
@@ -567,32 +605,39 @@ impl Session {
             Prompted::Ready(input) => input,
             Prompted::HeldBack(reason) => return Ok(ClientTurn::HeldBack(reason)),
         };
-        let request = TurnRequest {
-            session: self.id(),
-            input,
-        };
-        let payload = serde_json::to_string(&request)?;
-        let call = async {
-            self.kernel.begin_turn();
-            let call = self.kernel.call_service(services::AGENT, "turn", &payload);
-            tokio::pin!(call);
-            tokio::pin!(cancel);
-            let mut cancelled = false;
-            loop {
-                tokio::select! {
-                    answer = &mut call => break answer,
-                    () = &mut cancel, if !cancelled => {
-                        cancelled = true;
-                        self.kernel.cancel_turn();
+        let mut input = input;
+        tokio::pin!(cancel);
+        let mut cancelled = false;
+        let mut went_on = 0;
+        loop {
+            let request = TurnRequest {
+                session: self.id(),
+                input,
+            };
+            let payload = serde_json::to_string(&request)?;
+            let call = async {
+                self.kernel.begin_turn();
+                let call = self.kernel.call_service(services::AGENT, "turn", &payload);
+                tokio::pin!(call);
+                loop {
+                    tokio::select! {
+                        answer = &mut call => break answer,
+                        () = &mut cancel, if !cancelled => {
+                            cancelled = true;
+                            self.kernel.cancel_turn();
+                        }
                     }
                 }
+            };
+            let report = self.checkpointed_turn(&request.session, call).await;
+            let asked = self.stop_hooks(went_on > 0).await;
+            let report = report?;
+            self.check_log().await?;
+            match go_on(&report, asked, &mut went_on) {
+                Some(next) if !cancelled => input = next,
+                _ => return Ok(ClientTurn::Ran(report)),
             }
-        };
-        let report = self.checkpointed_turn(&request.session, call).await;
-        self.stop_hooks().await;
-        let report = report?;
-        self.check_log().await?;
-        Ok(ClientTurn::Ran(report))
+        }
     }
 
     /// `/compact [focus]`: the agent's conversation compacted now; what it says it did.

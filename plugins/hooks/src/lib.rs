@@ -362,11 +362,25 @@ impl Plugin for Hooks {
             "stop" => {
                 let facts = Facts {
                     session,
+                    stop_hook_active: Some(payload["stop_hook_active"] == true),
                     ..Facts::default()
                 };
                 let answers = self.run_event(Event::Stop, &facts);
                 let errors: Vec<&str> = answers.iter().filter_map(|a| a.error.as_deref()).collect();
-                Ok(json!({ "errors": errors }).to_string())
+                // A hook that denies (`exit 2`, `deny`, Claude Code's `block`) asks the agent
+                // to go on, its reason told to the model. A hook that fails does not: an error
+                // must not keep a turn running.
+                let go_on: Vec<&str> = answers
+                    .iter()
+                    .filter(|a| a.error.is_none() && !a.halt && a.decision == Some(Decision::Deny))
+                    .map(|a| a.reason.as_str())
+                    .collect();
+                Ok(json!({
+                    "errors": errors,
+                    "go_on": !go_on.is_empty(),
+                    "reason": go_on.join("; "),
+                })
+                .to_string())
             }
             other => Err(format!(
                 "the hooks service has no method `{other}`; it serves `session-start`, \

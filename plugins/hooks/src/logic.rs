@@ -175,6 +175,9 @@ pub struct Facts<'a> {
     /// For subagent-stop: the child's `label`, the `parent_call` it served and how its turn
     /// ended (`end`).
     pub subagent: Option<&'a Value>,
+    /// For stop: whether the turn that ended was one a stop hook asked for (Claude Code's
+    /// `stop_hook_active`), so a hook can let the agent stop the second time.
+    pub stop_hook_active: Option<bool>,
 }
 
 /// `text` cut to at most `max` bytes on a character boundary.
@@ -199,6 +202,9 @@ fn session_facts(v: &mut Map<String, Value>, facts: &Facts) {
     }
     if let Some(subagent) = facts.subagent {
         v.insert("subagent".into(), subagent.clone());
+    }
+    if let Some(active) = facts.stop_hook_active {
+        v.insert("stop_hook_active".into(), active.into());
     }
 }
 
@@ -346,6 +352,9 @@ pub struct Said {
     pub context: String,
     /// A hook error for the person (an exit code other than 0 and 2).
     pub error: Option<String>,
+    /// It said Claude Code's `"continue": false` (stop altogether), which denies a call or a
+    /// prompt but never asks a stopping agent to go on.
+    pub halt: bool,
 }
 
 /// Words from a hook, made safe to pass on: cleaned as tool output is, and cut.
@@ -392,7 +401,8 @@ pub fn interpret(exited: &Exited, command: &str) -> Said {
             let mut reason = text(specific.and_then(|s| s.get("permissionDecisionReason")))
                 .or_else(|| text(answer.get("reason")))
                 .unwrap_or_default();
-            if answer.get("continue") == Some(&Value::Bool(false)) {
+            let halt = answer.get("continue") == Some(&Value::Bool(false));
+            if halt {
                 decision = Some(Decision::Deny);
                 if reason.is_empty() {
                     reason = text(answer.get("stopReason")).unwrap_or_default();
@@ -407,6 +417,7 @@ pub fn interpret(exited: &Exited, command: &str) -> Said {
                 reason,
                 context,
                 error: None,
+                halt,
             }
         }
         2 => {
@@ -587,9 +598,15 @@ mod tests {
             "h",
         );
         assert_eq!(
-            (stop.decision, stop.reason.as_str()),
-            (Some(Decision::Deny), "halt")
+            (stop.decision, stop.reason.as_str(), stop.halt),
+            (Some(Decision::Deny), "halt", true)
         );
+        // Claude Code's `block` from a stop hook asks the agent to go on; it is no halt.
+        let block = interpret(
+            &exited(0, r#"{"decision": "block", "reason": "tests"}"#, ""),
+            "h",
+        );
+        assert_eq!((block.decision, block.halt), (Some(Decision::Deny), false));
         let context = interpret(
             &exited(
                 0,
