@@ -1065,7 +1065,12 @@ async fn a_stricter_sandbox_chosen_before_the_first_prompt_confines_the_sessions
                 .block_task()
                 .await?;
             let session = created.session_id.clone();
-            let offered = serde_json::to_value(&created.config_options).unwrap_or_default();
+            // The sandbox option's choices.
+            let offered = serde_json::to_value(&created.config_options)
+                .unwrap_or_default()
+                .as_array()
+                .and_then(|all| all.iter().find(|o| o["id"] == "sandbox").cloned())
+                .unwrap_or_default();
             let looser = cx.send_request(set(&session, "off")).block_task().await;
             let chosen = cx
                 .send_request(set(&session, "read-only"))
@@ -1189,6 +1194,119 @@ async fn the_persons_prompt_hooks_run_for_an_editors_prompts() -> Result<(), Str
             .to_string()
             .contains("go\\n\\n[session-start hook] the tests live in t/")),
         "{log:?}"
+    );
+    Ok(())
+}
+
+/// Plan mode from the editor: `/plan REQUEST` turns it on (the client is told the mode), a
+/// write during the plan is refused, the plan comes as the client's plan and as a question;
+/// "keep planning" stays in plan mode, "accept" leaves it and the next turn writes, after the
+/// write's own approval.
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_mode_from_the_editor_refuses_writes_until_the_plan_is_accepted() -> Result<(), String>
+{
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let workspace = ws.path().canonicalize().map_err(|e| e.to_string())?;
+    // The scripted model plays the step at the index of the assistant messages so far: the
+    // first turn tries a write, then plans; the second plans again; the accepted plan's turn
+    // writes, then answers.
+    let write = || {
+        scripted_tool_step(&[(
+            "write_file",
+            "{ path = \"made.txt\", content = \"made\" }".to_owned(),
+        )])
+    };
+    let plan = "[[step]]\ntext = \"1. Write made.txt\\n2. Check it\"\n";
+    let script = format!(
+        "{}{plan}{plan}{}[[step]]\ntext = \"Done.\"\n",
+        write(),
+        write()
+    );
+    use_scripted_model(home.path(), &script).map_err(|e| e.to_string())?;
+    let mut child =
+        start(home.path(), &workspace, &["--approval", "ask"]).map_err(|e| e.to_string())?;
+    let shared = Shared::default();
+    let plans_asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = plans_asked.clone();
+    let answer: Answerer = Arc::new(move |request| {
+        if request.tool_call.fields.kind != Some(acp::ToolKind::SwitchMode) {
+            return Some("allow-once".to_owned());
+        }
+        // The first plan is sent back; the second accepted.
+        Some(
+            match counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 => "keep-planning",
+                _ => "accept-plan",
+            }
+            .to_owned(),
+        )
+    });
+    let ws_for_body = workspace.clone();
+    let dir = workspace.clone();
+    let (first, made_during_plan, second) =
+        with_client(&mut child, shared.clone(), answer, async move |cx| {
+            initialize(&cx).await?;
+            let session = new_session(&cx, &ws_for_body).await?;
+            let first = prompt(&cx, &session, "/plan make the file").await?;
+            let made_during_plan = dir.join("made.txt").exists();
+            let second = prompt(&cx, &session, "one more look").await?;
+            Ok((first, made_during_plan, second))
+        })
+        .await?;
+    assert_eq!(
+        (first, second),
+        (acp::StopReason::EndTurn, acp::StopReason::EndTurn)
+    );
+    assert!(!made_during_plan, "a write ran in plan mode");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("made.txt")).map_err(|e| e.to_string())?,
+        "made"
+    );
+    let seen = std::mem::take(&mut *seen(&shared));
+    assert_eq!(plans_asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // The write's own approval was asked too, after the plan was accepted.
+    assert_eq!(seen.asked.len(), 3, "{:?}", seen.asked);
+    let modes: Vec<String> = seen
+        .updates
+        .iter()
+        .filter_map(|u| match u {
+            acp::SessionUpdate::CurrentModeUpdate(m) => Some(m.current_mode_id.0.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(modes, ["plan", "ask"]);
+    let plans: Vec<Vec<String>> = seen
+        .updates
+        .iter()
+        .filter_map(|u| match u {
+            acp::SessionUpdate::Plan(p) => {
+                Some(p.entries.iter().map(|e| e.content.clone()).collect())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(plans.len(), 2, "{plans:?}");
+    assert!(
+        plans.iter().all(|p| p == &["Write made.txt", "Check it"]),
+        "{plans:?}"
+    );
+    // The write tried during the plan failed: refused by plan mode, not asked about.
+    let writes: Vec<acp::ToolCallStatus> = seen
+        .updates
+        .iter()
+        .filter_map(|u| match u {
+            acp::SessionUpdate::ToolCall(c) if c.kind == acp::ToolKind::Edit => {
+                Some(c.tool_call_id.0.to_string())
+            }
+            _ => None,
+        })
+        .flat_map(|id| statuses(&seen.updates, &id))
+        .collect();
+    assert!(writes.contains(&acp::ToolCallStatus::Failed), "{writes:?}");
+    assert!(
+        writes.contains(&acp::ToolCallStatus::Completed),
+        "{writes:?}"
     );
     Ok(())
 }

@@ -580,15 +580,107 @@ pub fn approval_modes(configured: ApprovalMode) -> Vec<(&'static str, &'static s
     }
 }
 
-/// The session's approval mode as ACP's (legacy) session modes.
+/// The id of plan mode among the session modes.
+pub const PLAN_MODE: &str = "plan";
+/// What plan mode does, as the editor shows it.
+const PLAN_ABOUT: &str = "read-only until you accept a plan: the model reads (files, searches, \
+                          read-only commands) and ends its turn with a plan";
+
+/// The session's approval mode and plan mode as ACP's (legacy) session modes: choosing an
+/// approval mode leaves plan mode.
 pub fn mode_state(configured: ApprovalMode, current: &str) -> acp::SessionModeState {
-    acp::SessionModeState::new(
-        current.to_owned(),
-        approval_modes(configured)
-            .into_iter()
-            .map(|(id, name, about)| acp::SessionMode::new(id, name).description(about))
-            .collect(),
-    )
+    let mut modes: Vec<acp::SessionMode> = approval_modes(configured)
+        .into_iter()
+        .map(|(id, name, about)| acp::SessionMode::new(id, name).description(about))
+        .collect();
+    modes.push(acp::SessionMode::new(PLAN_MODE, "Plan").description(PLAN_ABOUT));
+    acp::SessionModeState::new(current.to_owned(), modes)
+}
+
+/// The id of the plan-mode config option (`off`, `on`).
+pub const PLAN_OPTION: &str = "plan";
+
+/// A plan in Markdown as ACP plan entries: its outermost list items (`-`, `*`, `+`, `1.`,
+/// `1)`; nested ones are details of theirs), or its first line when it has none; at most 50,
+/// each cut at 500 bytes.
+pub fn plan_entries(plan: &str) -> Vec<acp::PlanEntry> {
+    let item = |line: &str| -> Option<(usize, String)> {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        let line = line.trim_start();
+        let rest = ["- ", "* ", "+ "]
+            .iter()
+            .find_map(|bullet| line.strip_prefix(bullet))
+            .or_else(|| {
+                let digits =
+                    line.len() - line.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                (digits > 0)
+                    .then(|| &line[digits..])
+                    .and_then(|r| r.strip_prefix(". ").or_else(|| r.strip_prefix(") ")))
+            })?;
+        let rest = rest.trim();
+        (!rest.is_empty()).then(|| (indent, rest.to_owned()))
+    };
+    let all: Vec<(usize, String)> = plan.lines().filter_map(item).collect();
+    let outermost = all.iter().map(|(indent, _)| *indent).min().unwrap_or(0);
+    let mut items: Vec<String> = all
+        .into_iter()
+        .filter(|(indent, _)| *indent <= outermost + 1)
+        .map(|(_, text)| text)
+        .take(50)
+        .collect();
+    if items.is_empty()
+        && let Some(first) = plan
+            .lines()
+            .map(|l| l.trim().trim_start_matches('#').trim())
+            .find(|l| !l.is_empty())
+    {
+        items.push(first.to_owned());
+    }
+    items
+        .into_iter()
+        .map(|content| {
+            let mut end = content.len().min(500);
+            while !content.is_char_boundary(end) {
+                end -= 1;
+            }
+            acp::PlanEntry::new(
+                &content[..end],
+                acp::PlanEntryPriority::Medium,
+                acp::PlanEntryStatus::Pending,
+            )
+        })
+        .collect()
+}
+
+/// The id of the option that accepts a plan, and of the one that keeps planning.
+pub const PLAN_ACCEPT: &str = "accept-plan";
+const PLAN_KEEP: &str = "keep-planning";
+
+/// The question that ends a plan turn: leave plan mode and carry the plan out, or keep
+/// planning; shown as a mode switch carrying the plan.
+pub fn plan_question(id: String, plan: &str) -> (acp::ToolCallUpdate, Vec<acp::PermissionOption>) {
+    let call = acp::ToolCallUpdate::new(
+        id,
+        acp::ToolCallUpdateFields::new()
+            .kind(acp::ToolKind::SwitchMode)
+            .status(acp::ToolCallStatus::Pending)
+            .title("Leave plan mode and carry out this plan?")
+            .content(vec![text_content(plan.to_owned())]),
+    );
+    let options = vec![
+        acp::PermissionOption::new(
+            PLAN_ACCEPT,
+            "Yes: leave plan mode and carry it out (changes still ask as the session's \
+             approvals say)",
+            acp::PermissionOptionKind::AllowOnce,
+        ),
+        acp::PermissionOption::new(
+            PLAN_KEEP,
+            "No, keep planning",
+            acp::PermissionOptionKind::RejectOnce,
+        ),
+    ];
+    (call, options)
 }
 
 /// The id of the sandbox config option.
@@ -619,10 +711,11 @@ pub fn sandbox_modes(configured: SandboxMode) -> Vec<(SandboxMode, &'static str,
     }
 }
 
-/// The session's approval mode and sandbox as config options.
+/// The session's approval mode, plan mode and sandbox as config options.
 pub fn config_options(
     configured: ApprovalMode,
     current: &str,
+    plan: bool,
     sandbox_configured: SandboxMode,
     sandbox: SandboxMode,
 ) -> Vec<acp::SessionConfigOption> {
@@ -640,6 +733,17 @@ pub fn config_options(
         acp::SessionConfigOption::select(APPROVAL_OPTION, "Approvals", current.to_owned(), choices)
             .description("how keel's approval questions are answered in this session")
             .category(acp::SessionConfigOptionCategory::Mode),
+        acp::SessionConfigOption::select(
+            PLAN_OPTION,
+            "Plan mode",
+            if plan { "on" } else { "off" },
+            vec![
+                acp::SessionConfigSelectOption::new("off", "Off")
+                    .description("tools and commands as the session allows"),
+                acp::SessionConfigSelectOption::new("on", "On").description(PLAN_ABOUT),
+            ],
+        )
+        .description(PLAN_ABOUT),
         acp::SessionConfigOption::select(
             SANDBOX_OPTION,
             "Sandbox",
@@ -671,6 +775,22 @@ mod tests {
 
     fn chose(id: &str) -> acp::RequestPermissionOutcome {
         acp::RequestPermissionOutcome::Selected(acp::SelectedPermissionOutcome::new(id.to_owned()))
+    }
+
+    #[test]
+    fn a_plans_list_items_are_its_entries() {
+        let entries = |plan: &str| -> Vec<String> {
+            plan_entries(plan).into_iter().map(|e| e.content).collect()
+        };
+        assert_eq!(
+            entries("## Plan\n\n1. Read the code\n   - a detail\n2) Fix it\n- Test it\n"),
+            ["Read the code", "Fix it", "Test it"]
+        );
+        assert_eq!(entries("# Just do it\nsome words"), ["Just do it"]);
+        assert!(entries("").is_empty());
+        assert_eq!(plan_entries(&"- x\n".repeat(80)).len(), 50);
+        let long = format!("- {}", "é".repeat(400));
+        assert!(plan_entries(&long)[0].content.len() <= 500);
     }
 
     #[test]

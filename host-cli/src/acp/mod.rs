@@ -77,7 +77,7 @@ struct Live {
 
 impl Live {
     /// The approval mode the editor sees as current.
-    fn mode(&self) -> &'static str {
+    fn approval(&self) -> &'static str {
         match self.configured {
             ApprovalMode::Ask if self.asker.is_never() => "never",
             ApprovalMode::Ask => "ask",
@@ -86,18 +86,41 @@ impl Live {
         }
     }
 
+    /// The session mode the editor sees as current: plan mode while it is on, else the
+    /// approval mode.
+    fn mode(&self) -> &'static str {
+        if self.session.kernel.plan_mode() {
+            map::PLAN_MODE
+        } else {
+            self.approval()
+        }
+    }
+
     /// The session's config options as the editor is shown them.
     fn options(&self) -> Vec<acp::SessionConfigOption> {
         map::config_options(
             self.configured,
-            self.mode(),
+            self.approval(),
+            self.session.kernel.plan_mode(),
             self.sandbox_configured,
             self.sandbox,
         )
     }
 
-    /// Choose approval mode `id` for this session: only one of [`map::approval_modes`].
+    /// Choose session mode `id`: plan mode, or one of [`map::approval_modes`] (which leaves
+    /// plan mode).
     fn choose_mode(&self, id: &str) -> Result<(), Error> {
+        if id == map::PLAN_MODE {
+            self.session.kernel.set_plan_mode(true);
+            return Ok(());
+        }
+        self.choose_approval(id)?;
+        self.session.kernel.set_plan_mode(false);
+        Ok(())
+    }
+
+    /// Choose approval mode `id` for this session: only one of [`map::approval_modes`].
+    fn choose_approval(&self, id: &str) -> Result<(), Error> {
         if !map::approval_modes(self.configured)
             .iter()
             .any(|m| m.0 == id)
@@ -115,6 +138,21 @@ impl Live {
         self.asker
             .set_never(id == "never" && self.configured == ApprovalMode::Ask);
         Ok(())
+    }
+
+    /// Switch plan mode from keel's side (`/plan`, an accepted plan) and tell the editor: the
+    /// current mode and the config options.
+    fn set_plan(&self, cx: &Connection, on: bool) -> Result<(), Error> {
+        self.session.kernel.set_plan_mode(on);
+        let id = self.session.id();
+        cx.send_notification(acp::SessionNotification::new(
+            id.clone(),
+            acp::SessionUpdate::CurrentModeUpdate(acp::CurrentModeUpdate::new(self.mode())),
+        ))?;
+        cx.send_notification(acp::SessionNotification::new(
+            id,
+            acp::SessionUpdate::ConfigOptionUpdate(acp::ConfigOptionUpdate::new(self.options())),
+        ))
     }
 }
 
@@ -440,9 +478,10 @@ fn tell_mcp_notices(cx: &Connection, session: &str, notices: &[String]) -> Resul
     ))
 }
 
-/// The slash commands that make sense from an editor: `/compact [focus]`. The terminal's
-/// others manage the terminal session (`/load`, `/reload`, `/expand`, `/exit` …) or have the
-/// editor's own controls (`/sessions`, `/clear`: its session list and new thread).
+/// The slash commands that make sense from an editor: `/compact [focus]` and
+/// `/plan [request]`. The terminal's others manage the terminal session (`/load`, `/reload`,
+/// `/expand`, `/exit` …) or have the editor's own controls (`/sessions`, `/clear`: its session
+/// list and new thread).
 fn available_commands() -> Vec<acp::AvailableCommand> {
     vec![
         acp::AvailableCommand::new(
@@ -452,13 +491,34 @@ fn available_commands() -> Vec<acp::AvailableCommand> {
         .input(acp::AvailableCommandInput::Unstructured(
             acp::UnstructuredCommandInput::new("what the summary should keep in focus (optional)"),
         )),
+        acp::AvailableCommand::new(
+            "plan",
+            "plan mode on or off; with a request, plan mode on and the request asked at once",
+        )
+        .input(acp::AvailableCommandInput::Unstructured(
+            acp::UnstructuredCommandInput::new("what to plan (optional)"),
+        )),
     ]
 }
 
-/// A prompt that is one of [`available_commands`]: `/compact [focus]`.
-fn command(input: &str) -> Option<&str> {
-    let rest = input.trim_start().strip_prefix("/compact")?;
-    (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
+/// A prompt that is one of [`available_commands`].
+#[derive(Debug, PartialEq, Eq)]
+enum Command<'a> {
+    /// `/compact [focus]`.
+    Compact(&'a str),
+    /// `/plan [request]`.
+    Plan(&'a str),
+}
+
+fn command(input: &str) -> Option<Command<'_>> {
+    let input = input.trim_start();
+    let argument = |name: &str| {
+        let rest = input.strip_prefix(name)?;
+        (rest.is_empty() || rest.starts_with(char::is_whitespace)).then(|| rest.trim())
+    };
+    argument("/compact")
+        .map(Command::Compact)
+        .or_else(|| argument("/plan").map(Command::Plan))
 }
 
 fn agent(
@@ -610,7 +670,19 @@ fn agent(
                         };
                         let live = match request.config_id.0.as_ref() {
                             map::APPROVAL_OPTION => {
-                                live.choose_mode(&value.0)?;
+                                live.choose_approval(&value.0)?;
+                                live
+                            }
+                            map::PLAN_OPTION => {
+                                match value.0.as_ref() {
+                                    "on" => live.session.kernel.set_plan_mode(true),
+                                    "off" => live.session.kernel.set_plan_mode(false),
+                                    other => {
+                                        return Err(invalid_params(format!(
+                                            "`plan` is `on` or `off`, not `{other}`"
+                                        )));
+                                    }
+                                }
                                 live
                             }
                             map::SANDBOX_OPTION => choose_sandbox(&state, live, &value.0).await?,
@@ -730,13 +802,14 @@ impl Live {
 }
 
 /// `session/prompt`: one turn, its events streamed as updates, its approval questions put to
-/// the client; the answer once every update is sent.
+/// the client; the answer once every update is sent. In plan mode a turn that ends with a
+/// plan is offered to the client to accept, which leaves plan mode and carries it out.
 async fn prompt(
     live: &Arc<Live>,
     cx: &Connection,
     request: &acp::PromptRequest,
 ) -> Result<acp::PromptResponse, Error> {
-    let input = map::prompt_text(&request.prompt).map_err(invalid_params)?;
+    let mut input = map::prompt_text(&request.prompt).map_err(invalid_params)?;
     let Ok(_turn) = live.turn.try_lock() else {
         return Err(error(
             agent_client_protocol::ErrorCode::INVALID_REQUEST,
@@ -744,20 +817,80 @@ async fn prompt(
         ));
     };
     live.prompted.store(true, Ordering::SeqCst);
-    if let Some(focus) = command(&input) {
-        let said = live
-            .session
-            .compact(focus)
-            .await
-            .unwrap_or_else(|e| format!("compaction failed: {e:#}"));
-        cx.send_notification(acp::SessionNotification::new(
-            live.session.id(),
-            acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(acp::ContentBlock::Text(
-                acp::TextContent::new(said),
-            ))),
-        ))?;
-        return Ok(acp::PromptResponse::new(acp::StopReason::EndTurn));
+    match command(&input) {
+        Some(Command::Compact(focus)) => {
+            let said = live
+                .session
+                .compact(focus)
+                .await
+                .unwrap_or_else(|e| format!("compaction failed: {e:#}"));
+            say(cx, live, said)?;
+            return Ok(acp::PromptResponse::new(acp::StopReason::EndTurn));
+        }
+        Some(Command::Plan("")) => {
+            let on = !live.session.kernel.plan_mode();
+            live.set_plan(cx, on)?;
+            say(
+                cx,
+                live,
+                if on {
+                    "plan mode: on — the model only reads and ends with a plan for you to accept"
+                } else {
+                    "plan mode: off — tools and commands as the session allows"
+                },
+            )?;
+            return Ok(acp::PromptResponse::new(acp::StopReason::EndTurn));
+        }
+        Some(Command::Plan(request)) => {
+            let request = request.to_owned();
+            if !live.session.kernel.plan_mode() {
+                live.set_plan(cx, true)?;
+            }
+            input = request;
+        }
+        None => {}
     }
+    let Turned::Ended(report, stop) = one_turn(live, cx, &input).await? else {
+        return Ok(acp::PromptResponse::new(acp::StopReason::Refusal));
+    };
+    if live.session.kernel.plan_mode()
+        && report.end == keel_protocol::TurnEnd::Completed
+        && !report.text.trim().is_empty()
+        && offer_plan(live, cx, &report.text).await?
+    {
+        live.set_plan(cx, false)?;
+        let carry_out = crate::commands::run::carry_out(&report.text);
+        return Ok(acp::PromptResponse::new(
+            match one_turn(live, cx, &carry_out).await? {
+                Turned::Ended(_, stop) => stop,
+                Turned::HeldBack => acp::StopReason::Refusal,
+            },
+        ));
+    }
+    Ok(acp::PromptResponse::new(stop))
+}
+
+/// Words of keel's to the client, as the agent's message.
+fn say(cx: &Connection, live: &Live, text: impl Into<String>) -> Result<(), Error> {
+    cx.send_notification(acp::SessionNotification::new(
+        live.session.id(),
+        acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(acp::ContentBlock::Text(
+            acp::TextContent::new(text.into()),
+        ))),
+    ))
+}
+
+/// How one turn for the client went.
+enum Turned {
+    /// It ran: its report and the stop reason the client is told.
+    Ended(keel_protocol::TurnReport, acp::StopReason),
+    /// A `user-prompt-submit` hook held the prompt back (the client was told why).
+    HeldBack,
+}
+
+/// Run one turn of `input`, streaming its events and putting its questions to the client;
+/// `session/cancel` cancels it.
+async fn one_turn(live: &Arc<Live>, cx: &Connection, input: &str) -> Result<Turned, Error> {
     let (cancel, mut cancelled) = tokio::sync::watch::channel(false);
     *live
         .cancel
@@ -785,7 +918,7 @@ async fn prompt(
                 std::future::pending::<()>().await;
             }
         };
-        let report = live.session.turn_for_client(&input, cancel).await;
+        let report = live.session.turn_for_client(input, cancel).await;
         let _ = over.send(());
         report
     };
@@ -798,19 +931,16 @@ async fn prompt(
         ClientTurn::Ran(report) => report,
         ClientTurn::HeldBack(reason) => {
             // The person's own rule refused the prompt: said as the agent's answer.
-            cx.send_notification(acp::SessionNotification::new(
-                live.session.id(),
-                acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(
-                    acp::ContentBlock::Text(acp::TextContent::new(format!(
-                        "a user-prompt-submit hook held the prompt back: {reason}"
-                    ))),
-                )),
-            ))?;
-            return Ok(acp::PromptResponse::new(acp::StopReason::Refusal));
+            say(
+                cx,
+                live,
+                format!("a user-prompt-submit hook held the prompt back: {reason}"),
+            )?;
+            return Ok(Turned::HeldBack);
         }
     };
     match map::stop_reason(&report, view.last_stop) {
-        Some(stop) => Ok(acp::PromptResponse::new(stop)),
+        Some(stop) => Ok(Turned::Ended(report, stop)),
         None => Err(internal(format!(
             "the model call failed: {}",
             if report.detail.is_empty() {
@@ -820,6 +950,56 @@ async fn prompt(
             }
         ))),
     }
+}
+
+/// After a plan-mode turn that ended with `plan`: show it as the client's plan and ask
+/// whether to leave plan mode and carry it out. `session/cancel` while it waits is a no.
+async fn offer_plan(live: &Arc<Live>, cx: &Connection, plan: &str) -> Result<bool, Error> {
+    let id = live.session.id();
+    cx.send_notification(acp::SessionNotification::new(
+        id.clone(),
+        acp::SessionUpdate::Plan(acp::Plan::new(map::plan_entries(plan))),
+    ))?;
+    let (cancel, mut cancelled) = tokio::sync::watch::channel(false);
+    *live
+        .cancel
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(cancel);
+    let call_id = format!("keel-plan-{}", crate::session::now_ms());
+    let (call, options) = map::plan_question(call_id.clone(), plan);
+    let asked = cx
+        .send_request(acp::RequestPermissionRequest::new(
+            id.clone(),
+            call,
+            options,
+        ))
+        .block_task();
+    let accepted = tokio::select! {
+        outcome = asked => matches!(
+            outcome,
+            Ok(acp::RequestPermissionResponse {
+                outcome: acp::RequestPermissionOutcome::Selected(ref chosen),
+                ..
+            }) if chosen.option_id.0.as_ref() == map::PLAN_ACCEPT
+        ),
+        _ = cancelled.wait_for(|c| *c) => false,
+    };
+    *live
+        .cancel
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    cx.send_notification(acp::SessionNotification::new(
+        id,
+        acp::SessionUpdate::ToolCallUpdate(acp::ToolCallUpdate::new(
+            call_id,
+            acp::ToolCallUpdateFields::new().status(if accepted {
+                acp::ToolCallStatus::Completed
+            } else {
+                acp::ToolCallStatus::Failed
+            }),
+        )),
+    ))?;
+    Ok(accepted)
 }
 
 /// Choose sandbox `value` for a session that has not prompted yet. The sandbox is sealed into
@@ -1105,12 +1285,21 @@ mod tests {
     }
 
     #[test]
-    fn only_compact_is_a_command() {
-        assert_eq!(command("/compact"), Some(""));
-        assert_eq!(command(" /compact the API design "), Some("the API design"));
+    fn only_compact_and_plan_are_commands() {
+        assert_eq!(command("/compact"), Some(Command::Compact("")));
+        assert_eq!(
+            command(" /compact the API design "),
+            Some(Command::Compact("the API design"))
+        );
         assert_eq!(command("/compaction is what?"), None);
         assert_eq!(command("please /compact"), None);
         assert_eq!(command("/clear"), None);
+        assert_eq!(command("/plan"), Some(Command::Plan("")));
+        assert_eq!(
+            command("/plan the migration"),
+            Some(Command::Plan("the migration"))
+        );
+        assert_eq!(command("/planet"), None);
     }
 
     #[test]

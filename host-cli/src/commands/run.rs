@@ -166,7 +166,7 @@ fn mode_name(session: &Session) -> &'static str {
 }
 
 /// The request that carries out an accepted plan, as the next turn's input.
-fn carry_out(plan: &str) -> String {
+pub(crate) fn carry_out(plan: &str) -> String {
     format!(
         "The plan below is accepted and plan mode is off. Carry out this plan now, step by \
          step:\n\n{}",
