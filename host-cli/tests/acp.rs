@@ -73,6 +73,10 @@ fn transport(
 struct Seen {
     updates: Vec<acp::SessionUpdate>,
     asked: Vec<acp::RequestPermissionRequest>,
+    /// The editor's buffers, for a client that offers `fs/read_text_file`; and the paths
+    /// keel asked it for.
+    buffers: std::collections::HashMap<std::path::PathBuf, String>,
+    reads: Vec<std::path::PathBuf>,
 }
 
 type Shared = Arc<Mutex<Seen>>;
@@ -101,6 +105,7 @@ async fn with_client<T: Send + 'static>(
     let transport = transport(child)?;
     let on_update = shared.clone();
     let on_ask = shared.clone();
+    let on_read = shared.clone();
     let run = Client
         .v1()
         .name("keel-acp-test")
@@ -121,6 +126,20 @@ async fn with_client<T: Send + 'static>(
                     ),
                     None => acp::RequestPermissionOutcome::Cancelled,
                 }))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: acp::ReadTextFileRequest, responder, _cx| {
+                let mut seen = seen(&on_read);
+                seen.reads.push(request.path.clone());
+                match seen.buffers.get(&request.path).cloned() {
+                    Some(text) => responder.respond(acp::ReadTextFileResponse::new(text)),
+                    None => responder.respond_with_error(agent_client_protocol::Error::new(
+                        -32002,
+                        "no such buffer",
+                    )),
+                }
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -1308,5 +1327,73 @@ async fn plan_mode_from_the_editor_refuses_writes_until_the_plan_is_accepted() -
         writes.contains(&acp::ToolCallStatus::Completed),
         "{writes:?}"
     );
+    Ok(())
+}
+
+/// A client that offers `fs/read_text_file`: `read_file` reads the file as the editor holds
+/// it, unsaved changes included, and says so; a client that does not is never asked.
+#[tokio::test(flavor = "multi_thread")]
+async fn read_file_reads_the_editors_unsaved_buffer_when_the_client_offers_it() -> Result<(), String>
+{
+    let run = async |offers: bool| -> Result<(String, Vec<std::path::PathBuf>), String> {
+        let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let workspace = ws.path().canonicalize().map_err(|e| e.to_string())?;
+        std::fs::write(workspace.join("notes.txt"), "on disk\n").map_err(|e| e.to_string())?;
+        let script = format!(
+            "{}[[step]]\ntext = \"Done.\"\n",
+            scripted_tool_step(&[("read_file", "{ path = \"notes.txt\" }".to_owned())])
+        );
+        use_scripted_model(home.path(), &script).map_err(|e| e.to_string())?;
+        let mut child = start(home.path(), &workspace, &[]).map_err(|e| e.to_string())?;
+        let shared = Shared::default();
+        seen(&shared)
+            .buffers
+            .insert(workspace.join("notes.txt"), "unsaved words\n".to_owned());
+        let ws_for_body = workspace.clone();
+        with_client(
+            &mut child,
+            shared.clone(),
+            Arc::new(|_| None),
+            async move |cx| {
+                cx.send_request(
+                    acp::InitializeRequest::new(agent_client_protocol::schema::ProtocolVersion::V1)
+                        .client_capabilities(
+                            acp::ClientCapabilities::new()
+                                .fs(acp::FileSystemCapabilities::new().read_text_file(offers)),
+                        ),
+                )
+                .block_task()
+                .await?;
+                let session = new_session(&cx, &ws_for_body).await?;
+                prompt(&cx, &session, "read the notes").await
+            },
+        )
+        .await?;
+        let seen = std::mem::take(&mut *seen(&shared));
+        let id = seen
+            .updates
+            .iter()
+            .find_map(|u| match u {
+                acp::SessionUpdate::ToolCall(c) => Some(c.tool_call_id.0.to_string()),
+                _ => None,
+            })
+            .ok_or("no tool call")?;
+        Ok((call_output(&seen.updates, &id), seen.reads))
+    };
+    let (output, reads) = run(true).await?;
+    assert!(
+        output.contains("unsaved words") && output.contains("holds unsaved changes"),
+        "{output}"
+    );
+    assert!(!output.contains("on disk"), "{output}");
+    assert_eq!(reads.len(), 1, "{reads:?}");
+    assert!(reads[0].ends_with("notes.txt"), "{reads:?}");
+    let (output, reads) = run(false).await?;
+    assert!(
+        output.contains("on disk") && !output.contains("unsaved"),
+        "{output}"
+    );
+    assert!(reads.is_empty(), "{reads:?}");
     Ok(())
 }

@@ -235,6 +235,21 @@ impl HostHandle {
         payload: &str,
     ) -> Result<String, KernelError> {
         let shared = self.declared(name)?;
+        // Through the editor a plugin reads workspace files: only one that may read the whole
+        // workspace anyway (the file tools) may ask it.
+        if name == keel_protocol::services::EDITOR
+            && !self.manifest(&shared)?.capabilities.dirs.iter().any(|d| {
+                d.path
+                    .components()
+                    .all(|c| c == std::path::Component::CurDir)
+            })
+        {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` may not read through the editor: only a plugin granted the whole \
+                 workspace (`dirs = [{{ path = \".\" … }}]`) may",
+                self.plugin
+            )));
+        }
         let answer = shared
             .call_service(&self.chain, name, method, payload)
             .await;

@@ -226,6 +226,8 @@ pub(crate) struct Shared {
     queued_events: Arc<AtomicUsize>,
     /// Bytes across the plugin boundary (see [`crate::boundary`]).
     pub(crate) boundary: crate::boundary::BoundaryMeter,
+    /// The editor driving the session, if the host attached one (`keel.editor`).
+    pub(crate) editor: crate::editor::EditorDoor,
     me: Weak<Shared>,
 }
 
@@ -265,6 +267,7 @@ impl Kernel {
                 host_events,
                 queued_events: Arc::default(),
                 boundary: Default::default(),
+                editor: Default::default(),
                 me: me.clone(),
             }),
         }
@@ -416,6 +419,13 @@ impl Kernel {
     /// plugin import reaches it. Switch between turns.
     pub fn set_plan_mode(&self, on: bool) {
         self.shared.gates.set_plan_mode(on);
+    }
+
+    /// Attach the editor driving this session (`None` detaches it): the file tools then read
+    /// a workspace file as the editor holds it (`keel.editor`, see `editor.rs`). The host's
+    /// door only.
+    pub fn attach_editor(&self, files: Option<Arc<dyn crate::EditorFiles>>) {
+        self.shared.editor.attach(files);
     }
 
     /// Whether plan mode is on.

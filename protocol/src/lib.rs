@@ -46,6 +46,11 @@ pub mod services {
     /// whose request names a held conversation ([`HeldConversation`](crate::HeldConversation)),
     /// and only that conversation's messages.
     pub const CONVERSATION: &str = "keel.conversation";
+    /// Served by the kernel itself: a workspace file as the editor driving the session holds
+    /// it (an ACP client that offers `fs/read_text_file`), unsaved changes included. Method
+    /// `read` ([`EditorRead`](crate::EditorRead) → [`EditorText`](crate::EditorText)), for a
+    /// plugin granted the whole workspace; `text` is `None` without such an editor.
+    pub const EDITOR: &str = "keel.editor";
     /// The first version of the [`MODEL`] service whose providers read a named conversation
     /// themselves: the kernel hands such a provider the request with
     /// [`ConversationRef::held`](crate::ConversationRef::held) set and `messages` empty, and
@@ -94,6 +99,21 @@ pub struct SubagentEvent {
     pub label: String,
     /// What happened in the child.
     pub event: SessionEvent,
+}
+
+/// `keel.editor` `read`: a file of the workspace, by its workspace-relative path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EditorRead {
+    /// Workspace-relative, without `..`.
+    pub path: String,
+}
+
+/// `keel.editor` `read`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EditorText {
+    /// The file's text as the editor holds it; `None` when no editor drives the session, it
+    /// offers no file reads, or it could not answer (the file is then read from the disk).
+    pub text: Option<String>,
 }
 
 /// `keel.prompt` `fence`: text that is data, not instructions (memory, a project's files).

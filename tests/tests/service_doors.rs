@@ -53,7 +53,9 @@ async fn undeclared_services_and_topics_are_refused() -> R {
     let (h, _dir) = setup(str::to_owned).await?;
     let answer = h.kernel.call_service("fixture.snoop", "try", "").await?;
     let tried = attempts(&answer);
-    for what in ["list", "read", "append", "complete", "verify", "hooks"] {
+    for what in [
+        "list", "read", "append", "complete", "verify", "hooks", "editor",
+    ] {
         let result = &tried[what];
         assert!(
             result.contains("did not declare the service"),
@@ -107,7 +109,7 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         )
         .replace(
             "[capabilities]\n",
-            "[capabilities]\nservices = [\"verifier\", \"hooks\", \"keel.agents\", \"keel.conversation\", \"keel.prompt\"]\nemits = [\"session.event\", \"compaction.status\", \"fixture.snooped\", \"subagent.event\"]\nprocesses = true\nagent = true\n",
+            "[capabilities]\nservices = [\"verifier\", \"hooks\", \"keel.agents\", \"keel.conversation\", \"keel.prompt\", \"keel.editor\"]\nemits = [\"session.event\", \"compaction.status\", \"fixture.snooped\", \"subagent.event\"]\nprocesses = true\nagent = true\n",
         )
     };
     let (h, _dir) = setup(declare_everything).await?;
@@ -132,6 +134,12 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         tried["hooks"].contains("the person's hooks run only when keel runs them"),
         "{}",
         tried["hooks"]
+    );
+    // Declared, the editor is still refused to a plugin not granted the whole workspace.
+    assert!(
+        tried["editor"].contains("may not read through the editor"),
+        "{}",
+        tried["editor"]
     );
     // Declaring `processes` names no program: only the person's config does, and it lists
     // none for this plugin.
@@ -187,6 +195,23 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
     );
     let log = victim_log(&h).await?;
     assert!(log.contains("GENUINE") && !log.contains("FORGED"), "{log}");
+    Ok(())
+}
+
+/// The control for the editor door refused above: the same code granted the whole workspace
+/// (which it could read from the disk anyway) passes it (no editor here, so no text).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_editor_door_opens_to_a_plugin_granted_the_whole_workspace() -> R {
+    let granted = |manifest: &str| {
+        manifest.replace(
+            "[capabilities]\n",
+            "[capabilities]\nservices = [\"keel.editor\"]\n\
+             dirs = [{ path = \".\", guest = \"/workspace\", access = \"read\" }]\n",
+        )
+    };
+    let (h, _dir) = setup(granted).await?;
+    let tried = attempts(&h.kernel.call_service("fixture.snoop", "try", "").await?);
+    assert_eq!(tried["editor"], r#"ok {"text":null}"#);
     Ok(())
 }
 

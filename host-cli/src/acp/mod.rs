@@ -164,6 +164,33 @@ struct State {
     sessions: tokio::sync::Mutex<HashMap<String, Arc<Live>>>,
     /// Sessions being started (counted against [`MAX_SESSIONS`]).
     starting: std::sync::atomic::AtomicUsize,
+    /// The client, when it offered `fs/read_text_file` at `initialize`: the file tools then
+    /// read a workspace file as the editor holds it.
+    files: std::sync::Mutex<Option<Connection>>,
+}
+
+/// A workspace file as the client holds it (`fs/read_text_file`), for `keel.editor`.
+struct ClientFiles {
+    client: Connection,
+    session: String,
+}
+
+impl keel_kernel::EditorFiles for ClientFiles {
+    fn read_text_file(
+        &self,
+        path: PathBuf,
+    ) -> futures::future::BoxFuture<'static, Result<Option<String>, String>> {
+        let client = self.client.clone();
+        let request = acp::ReadTextFileRequest::new(self.session.clone(), path);
+        Box::pin(async move {
+            client
+                .send_request(request)
+                .block_task()
+                .await
+                .map(|read| Some(read.content))
+                .map_err(|e| e.to_string())
+        })
+    }
 }
 
 /// `keel acp`: serve the client on stdin/stdout until it closes stdin.
@@ -175,6 +202,7 @@ pub async fn serve(ctx: &Context, args: AcpArgs) -> anyhow::Result<ExitCode> {
         initialized: AtomicBool::new(false),
         sessions: tokio::sync::Mutex::new(HashMap::new()),
         starting: std::sync::atomic::AtomicUsize::new(0),
+        files: std::sync::Mutex::new(None),
     });
     eprintln!("keel acp: serving the Agent Client Protocol on stdio");
     let transport = Lines::new(line_sink(protocol_out), line_stream(std::io::stdin()));
@@ -423,6 +451,17 @@ impl State {
         .await;
         self.starting.fetch_sub(1, Ordering::SeqCst);
         let session = started.map_err(|e| internal(format!("{e:#}")))?;
+        let client = self
+            .files
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(client) = client {
+            session.kernel.attach_editor(Some(Arc::new(ClientFiles {
+                client,
+                session: session.id(),
+            })));
+        }
         let live = Arc::new(Live {
             session,
             asker: editor,
@@ -541,8 +580,13 @@ fn agent(
         .v1()
         .name("keel")
         .on_receive_request(
-            async move |request: acp::InitializeRequest, responder, _cx| {
+            async move |request: acp::InitializeRequest, responder, cx: Connection| {
                 s_init.initialized.store(true, Ordering::SeqCst);
+                *s_init
+                    .files
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                    request.client_capabilities.fs.read_text_file.then_some(cx);
                 responder.respond(initialize(&s_init.base, &request))
             },
             agent_client_protocol::on_receive_request!(),

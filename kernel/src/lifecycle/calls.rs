@@ -28,6 +28,18 @@ impl Shared {
         method: &str,
         payload: &str,
     ) -> Result<String, KernelError> {
+        if service == keel_protocol::services::EDITOR {
+            return match method {
+                "read" => {
+                    self.editor
+                        .read(self.gates.workspace.as_deref(), payload)
+                        .await
+                }
+                other => Err(KernelError::Invalid(format!(
+                    "the kernel's `{service}` service has no method `{other}`; it has `read`"
+                ))),
+            };
+        }
         if service.starts_with(RESERVED_SERVICE_PREFIX) {
             return self.kernel_service(chain, service, method, payload);
         }

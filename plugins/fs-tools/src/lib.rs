@@ -4,12 +4,14 @@
 //! The workspace is the plugin's only preopened directory, seen as `/workspace`; every tool
 //! runs against that root, so the sandbox confines them even where the tools' own path checks
 //! would not. A tool's failure comes back as `Err(message)`; the kernel turns it into an error
-//! result the model reads.
+//! result the model reads. `read_file` first asks the kernel's `keel.editor` for the file as the
+//! editor driving the session holds it (unsaved changes included); without an editor the
+//! kernel answers nothing and the disk is read.
 
 use std::path::Path;
 
-use keel_agent_kit::tools::{self, ToolSpec as KitSpec, paths::WORKSPACE_PREFIX};
-use keel_sdk::{Plugin, ToolCapabilities, ToolSpec, tools as kernel_tools};
+use keel_agent_kit::tools::{self, ToolSpec as KitSpec, paths::WORKSPACE_PREFIX, read_file};
+use keel_sdk::{Plugin, ToolCapabilities, ToolSpec, services, tools as kernel_tools};
 
 /// The plugin instance; it holds nothing itself.
 struct FsTools;
@@ -39,11 +41,28 @@ impl Plugin for FsTools {
     fn invoke_tool(&mut self, name: &str, input: &str) -> Result<String, String> {
         let input: serde_json::Value = serde_json::from_str(input)
             .map_err(|e| format!("{name}: the input is not JSON ({e}); send a JSON object"))?;
+        if name == read_file::NAME {
+            return read_file::run_with(Path::new(WORKSPACE_PREFIX), &input, editor_text)
+                .map_err(|e| e.to_string());
+        }
         match tools::run_tool(name, Path::new(WORKSPACE_PREFIX), &input) {
             Some(result) => result.map_err(|e| e.to_string()),
             None => Err(format!("fs-tools has no tool named `{name}`")),
         }
     }
+}
+
+/// The text of workspace file `rel` as the editor driving the session holds it; `None` without
+/// an editor, or when the kernel could not ask it (the disk is read then).
+fn editor_text(rel: &str) -> Option<String> {
+    let request = serde_json::to_string(&keel_protocol::EditorRead {
+        path: rel.to_owned(),
+    })
+    .ok()?;
+    let answer = services::call(keel_protocol::services::EDITOR, "read", &request).ok()?;
+    serde_json::from_str::<keel_protocol::EditorText>(&answer)
+        .ok()?
+        .text
 }
 
 keel_sdk::export_plugin!(FsTools);

@@ -62,6 +62,17 @@ pub fn spec() -> ToolSpec {
 
 /// Reads one page of the file named by `input.path`.
 pub fn run(root: &Path, input: &serde_json::Value) -> Result<String, ToolError> {
+    run_with(root, input, |_| None)
+}
+
+/// [`run`], where `editor` gives the file's text as the editor driving the session holds it
+/// (by its workspace-relative path; `None`: read the disk). A page of the editor's text that
+/// differs from the disk says so.
+pub fn run_with(
+    root: &Path,
+    input: &serde_json::Value,
+    editor: impl FnOnce(&str) -> Option<String>,
+) -> Result<String, ToolError> {
     let input: Input = parse_input(NAME, input, EXAMPLE)?;
     let resolved = resolve_path(root, &input.path)?;
     let rel = resolved.rel;
@@ -70,6 +81,19 @@ pub fn run(root: &Path, input: &serde_json::Value) -> Result<String, ToolError> 
             NAME,
             format!("{rel} is a directory; list it with list_dir {{\"path\": \"{rel}\"}}"),
         ));
+    }
+    let offset = input.offset.unwrap_or(1).max(1);
+    let requested = input.limit.unwrap_or(DEFAULT_LIMIT as u64).max(1);
+    let limit = requested.min(MAX_LIMIT as u64) as usize;
+    let clamped = requested > MAX_LIMIT as u64;
+    if let Some(text) = editor(&rel) {
+        let unsaved = std::fs::read(&resolved.full).ok().as_deref() != Some(text.as_bytes());
+        let mut out = page(text.as_bytes(), &rel, offset, limit, clamped)
+            .map_err(|e| ToolError::io("reading", &rel, e))?;
+        if unsaved {
+            out.push_str("\n[read from the editor, which holds unsaved changes to this file]");
+        }
+        return Ok(out);
     }
     let mut file = File::open(&resolved.full).map_err(|e| ToolError::io("reading", &rel, e))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
@@ -87,12 +111,7 @@ pub fn run(root: &Path, input: &serde_json::Value) -> Result<String, ToolError> 
         });
     }
     let reader = BufReader::new(std::io::Cursor::new(head).chain(file));
-
-    let offset = input.offset.unwrap_or(1).max(1);
-    let requested = input.limit.unwrap_or(DEFAULT_LIMIT as u64).max(1);
-    let limit = requested.min(MAX_LIMIT as u64) as usize;
-    page(reader, &rel, offset, limit, requested > MAX_LIMIT as u64)
-        .map_err(|e| ToolError::io("reading", &rel, e))
+    page(reader, &rel, offset, limit, clamped).map_err(|e| ToolError::io("reading", &rel, e))
 }
 
 fn page(
@@ -203,6 +222,37 @@ mod tests {
 
     fn read(dir: &tempfile::TempDir, input: serde_json::Value) -> String {
         run(dir.path(), &input).expect("reads")
+    }
+
+    #[test]
+    fn the_editors_text_is_read_instead_of_the_disk_and_said_when_unsaved() {
+        let dir = setup("on disk\n");
+        let asked = std::cell::RefCell::new(Vec::new());
+        let out = run_with(dir.path(), &json!({"path": "./f.txt"}), |rel| {
+            asked.borrow_mut().push(rel.to_owned());
+            Some("in the editor\nline 2\n".to_owned())
+        })
+        .expect("reads");
+        assert_eq!(asked.into_inner(), ["f.txt"]);
+        assert!(
+            out.starts_with("     1\tin the editor\n     2\tline 2"),
+            "{out}"
+        );
+        assert!(
+            out.ends_with("holds unsaved changes to this file]"),
+            "{out}"
+        );
+        // The same text as the disk: nothing to say.
+        let same = run_with(dir.path(), &json!({"path": "f.txt"}), |_| {
+            Some("on disk\n".to_owned())
+        })
+        .expect("reads");
+        assert_eq!(same, "     1\ton disk");
+        // A path out of the workspace is refused before the editor is asked.
+        let out = run_with(dir.path(), &json!({"path": "../x"}), |_| {
+            panic!("asked the editor for a path out of the workspace")
+        });
+        assert!(out.is_err());
     }
 
     #[test]
