@@ -96,6 +96,11 @@ impl Live {
         }
     }
 
+    /// The session's modes as the editor is shown them.
+    fn modes(&self) -> acp::SessionModeState {
+        map::mode_state(self.configured, self.mode())
+    }
+
     /// The session's config options as the editor is shown them.
     fn options(&self) -> Vec<acp::SessionConfigOption> {
         map::config_options(
@@ -616,11 +621,10 @@ fn agent(
                     let id = live.session.id();
                     responder.respond(
                         acp::NewSessionResponse::new(id.clone())
-                            .modes(map::mode_state(live.configured, live.mode()))
+                            .modes(live.modes())
                             .config_options(live.options()),
                     )?;
-                    announce_commands(&cx, &id)?;
-                    tell_mcp_notices(&cx, &id, &notices)
+                    opened(&cx, &id, &notices)
                 })
             },
             agent_client_protocol::on_receive_request!(),
@@ -634,11 +638,10 @@ fn agent(
                         Ok((live, notices)) => {
                             responder.respond(
                                 acp::LoadSessionResponse::new()
-                                    .modes(map::mode_state(live.configured, live.mode()))
+                                    .modes(live.modes())
                                     .config_options(live.options()),
                             )?;
-                            announce_commands(&cx, &id)?;
-                            tell_mcp_notices(&cx, &id, &notices)
+                            opened(&cx, &id, &notices)
                         }
                         Err(e) => responder.respond_with_error(e),
                     }
@@ -656,11 +659,10 @@ fn agent(
                         Ok((live, notices)) => {
                             responder.respond(
                                 acp::ResumeSessionResponse::new()
-                                    .modes(map::mode_state(live.configured, live.mode()))
+                                    .modes(live.modes())
                                     .config_options(live.options()),
                             )?;
-                            announce_commands(&cx, &id)?;
-                            tell_mcp_notices(&cx, &id, &notices)
+                            opened(&cx, &id, &notices)
                         }
                         Err(e) => responder.respond_with_error(e),
                     }
@@ -820,6 +822,13 @@ fn authenticate(
             ctx.home.join("config.toml").display()
         )
     })))
+}
+
+/// After a session was opened (new, loaded or resumed) and answered: its commands, and what
+/// became of the MCP servers the editor passed.
+fn opened(cx: &Connection, session: &str, notices: &[String]) -> Result<(), Error> {
+    announce_commands(cx, session)?;
+    tell_mcp_notices(cx, session, notices)
 }
 
 fn announce_commands(cx: &Connection, session: &str) -> Result<(), Error> {
