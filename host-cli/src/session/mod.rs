@@ -387,12 +387,29 @@ impl Session {
                 i32::from(status) - 128
             );
         }
-        let mut input = match self.hooked_prompt(input).await? {
+        let input = match self.hooked_prompt(input).await? {
             Prompted::Ready(input) => input,
             Prompted::HeldBack(reason) => {
                 anyhow::bail!("a user-prompt-submit hook held the prompt back: {reason}")
             }
         };
+        self.turns_until_stop(input, true, |payload| self.agent_call("turn", payload))
+            .await
+    }
+
+    /// Turns of `input` until the stop hooks let the agent stop (see [`go_on`]), each between
+    /// its checkpoints, its report shown when `show`: the last one's report. `call` makes a
+    /// turn's call of the agent from its payload.
+    async fn turns_until_stop<F, Call>(
+        &self,
+        mut input: String,
+        show: bool,
+        mut call: F,
+    ) -> anyhow::Result<TurnReport>
+    where
+        F: FnMut(String) -> Call,
+        Call: std::future::Future<Output = Result<String, keel_kernel::KernelError>>,
+    {
         let mut went_on = 0;
         loop {
             let request = TurnRequest {
@@ -401,11 +418,13 @@ impl Session {
             };
             let payload = serde_json::to_string(&request)?;
             let report = self
-                .checkpointed_turn(&request.session, self.agent_call("turn", payload))
+                .checkpointed_turn(&request.session, call(payload))
                 .await;
             let asked = self.stop_hooks(went_on > 0).await;
             let report = report?;
-            self.show_report(&report);
+            if show {
+                self.show_report(&report);
+            }
             self.check_log().await?;
             match go_on(&report, asked, &mut went_on) {
                 Some(next) => input = next,
@@ -605,39 +624,30 @@ impl Session {
             Prompted::Ready(input) => input,
             Prompted::HeldBack(reason) => return Ok(ClientTurn::HeldBack(reason)),
         };
-        let mut input = input;
-        tokio::pin!(cancel);
-        let mut cancelled = false;
-        let mut went_on = 0;
-        loop {
-            let request = TurnRequest {
-                session: self.id(),
-                input,
-            };
-            let payload = serde_json::to_string(&request)?;
-            let call = async {
+        // Shared, so each turn's call waits on the one cancel; once it fired, every later
+        // turn is cancelled at once (and so is never asked to go on).
+        let cancel = futures::FutureExt::shared(cancel);
+        let call = |payload: String| {
+            let cancel = cancel.clone();
+            async move {
                 self.kernel.begin_turn();
                 let call = self.kernel.call_service(services::AGENT, "turn", &payload);
                 tokio::pin!(call);
+                let mut cancelled = false;
                 loop {
                     tokio::select! {
                         answer = &mut call => break answer,
-                        () = &mut cancel, if !cancelled => {
+                        () = cancel.clone(), if !cancelled => {
                             cancelled = true;
                             self.kernel.cancel_turn();
                         }
                     }
                 }
-            };
-            let report = self.checkpointed_turn(&request.session, call).await;
-            let asked = self.stop_hooks(went_on > 0).await;
-            let report = report?;
-            self.check_log().await?;
-            match go_on(&report, asked, &mut went_on) {
-                Some(next) if !cancelled => input = next,
-                _ => return Ok(ClientTurn::Ran(report)),
             }
-        }
+        };
+        self.turns_until_stop(input, false, call)
+            .await
+            .map(ClientTurn::Ran)
     }
 
     /// `/compact [focus]`: the agent's conversation compacted now; what it says it did.
