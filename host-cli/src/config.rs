@@ -276,10 +276,49 @@ pub struct McpServer {
     /// How long one of its tool calls may take, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u32>,
-    /// Whether it comes from the project's `.mcp.json` (approved for this workspace) rather
-    /// than the user's config.
+    /// Whether it comes from the project's `.mcp.json` or an editor (approved for this
+    /// workspace, granted nothing) rather than the user's config.
     #[serde(skip)]
     pub from_project: bool,
+    /// Whether an editor passed it over ACP (`keel acp`): an HTTP server of an editor reaches
+    /// only its own origin, granted to the `mcp` plugin alone.
+    #[serde(skip)]
+    pub from_editor: bool,
+    /// The headers an editor passed with its HTTP server: each becomes a kernel-held secret
+    /// bound to the server's origin, which the kernel puts into that server's requests alone.
+    #[serde(skip)]
+    pub editor_headers: EditorHeaders,
+}
+
+/// Headers an editor passed with an HTTP MCP server, as (name, value). Their values often
+/// carry tokens: they are never written, logged or shown (`Debug` names the headers only).
+#[derive(Clone, Default, PartialEq)]
+pub struct EditorHeaders(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for EditorHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(name, _)| name))
+            .finish()
+    }
+}
+
+impl EditorHeaders {
+    /// Each header with the name of the kernel-held secret that carries its value in server
+    /// `server`'s requests. The names cannot be environment variables (they hold a `:`), so
+    /// no variable keel was started with is ever taken for one.
+    pub fn secrets<'a>(
+        &'a self,
+        server: &'a str,
+    ) -> impl Iterator<Item = (&'a str, String, &'a str)> + 'a {
+        self.0.iter().enumerate().map(move |(at, (name, value))| {
+            (
+                name.as_str(),
+                format!("keel-acp:{server}:{at}"),
+                value.as_str(),
+            )
+        })
+    }
 }
 
 /// One environment variable of a server: a plain value, or a kernel-held secret by name.
@@ -321,11 +360,29 @@ impl UserConfig {
             if let Some(ms) = server.timeout_ms {
                 entry.insert("timeout_ms".into(), toml::Value::Integer(ms.into()));
             }
-            // A project's file names no URL keel uses: only stdio servers come from there.
-            if let Some(url) = server.url.as_ref().filter(|_| !server.from_project) {
+            // A project's file names no URL keel uses: only stdio servers come from there. An
+            // editor's approved HTTP server does, its headers named by their secrets.
+            if let Some(url) = server
+                .url
+                .as_ref()
+                .filter(|_| !server.from_project || server.from_editor)
+            {
                 entry.insert("url".into(), toml::Value::String(url.clone()));
                 if let Some(secret) = &server.bearer_secret {
                     entry.insert("bearer_secret".into(), toml::Value::String(secret.clone()));
+                }
+                let headers: Vec<toml::Value> = server
+                    .editor_headers
+                    .secrets(name)
+                    .map(|(header, secret, _)| {
+                        let mut named = toml::Table::new();
+                        named.insert("header".into(), toml::Value::String(header.to_owned()));
+                        named.insert("secret".into(), toml::Value::String(secret));
+                        toml::Value::Table(named)
+                    })
+                    .collect();
+                if !headers.is_empty() {
+                    entry.insert("secret_headers".into(), toml::Value::Array(headers));
                 }
             }
             servers.insert(name.clone(), toml::Value::Table(entry));

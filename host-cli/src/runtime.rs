@@ -62,8 +62,9 @@ pub fn apply_user_config(
 }
 
 /// The `mcp` plugin declares no host: it reaches exactly the Streamable HTTP servers the
-/// person's config names (`[mcp.servers.NAME] url`, laid into its config), and sends only the
-/// bearer secrets named there. Those hosts and secrets are added to its manifest here, so the
+/// person's config names (`[mcp.servers.NAME] url`, laid into its config) or an editor passed
+/// and the person approved, and sends only the bearer secrets named there and the secrets
+/// carrying an editor's headers. Those hosts and secrets are added to its manifest here, so the
 /// kernel's network gate checks every request against them like any declared host.
 fn grant_mcp_reach(package: &mut PluginPackage) {
     let servers = package.manifest.config["servers"]
@@ -80,10 +81,19 @@ fn grant_mcp_reach(package: &mut PluginPackage) {
                 caps.network.push(entry);
             }
         }
-        if let Some(secret) = server["bearer_secret"].as_str()
-            && !caps.secrets.iter().any(|s| s == secret)
+        let header_secrets = server["secret_headers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h["secret"].as_str());
+        for secret in server["bearer_secret"]
+            .as_str()
+            .into_iter()
+            .chain(header_secrets)
         {
-            caps.secrets.push(secret.to_owned());
+            if !caps.secrets.iter().any(|s| s == secret) {
+                caps.secrets.push(secret.to_owned());
+            }
         }
     }
 }

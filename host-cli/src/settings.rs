@@ -214,6 +214,19 @@ pub fn secrets(ctx: &Context) -> Secrets {
         }
         secrets.insert(&name, &value, &hosts);
     }
+    // The headers an editor passed with its approved HTTP server: each a secret bound to
+    // that server's origin alone.
+    for (server_name, server) in &ctx.config.mcp.servers {
+        if let Some(url) = server.url.as_deref().filter(|_| server.from_editor)
+            && let Ok(parsed) = mcp_url(server_name, url)
+            && let (Some(host), Some(port)) = (parsed.host_str(), parsed.port_or_known_default())
+        {
+            let hosts = [host_port(&parsed, host, port)];
+            for (_, secret, value) in server.editor_headers.secrets(server_name) {
+                secrets.insert(&secret, value, &hosts);
+            }
+        }
+    }
     secrets
 }
 
@@ -321,6 +334,17 @@ pub fn network_policy(ctx: &Context, choice: &ModelChoice) -> anyhow::Result<Net
                 .map_err(|e| anyhow::anyhow!("[mcp.servers.{name}] url `{url}`: {e}"))?;
         }
     }
+    // An editor's approved HTTP server: its origin for the `mcp` plugin alone (no rule any
+    // other plugin or command could use), a loopback address exempt only when the URL names
+    // one.
+    for (name, server) in &ctx.config.mcp.servers {
+        if let Some(url) = server.url.as_deref().filter(|_| server.from_editor) {
+            let parsed = mcp_url(name, url)?;
+            policy = policy
+                .with_origin_for("mcp", url, is_loopback(&parsed))
+                .map_err(|e| anyhow::anyhow!("the editor's MCP server `{name}`: {e}"))?;
+        }
+    }
     Ok(policy)
 }
 
@@ -345,6 +369,16 @@ pub(crate) fn host_port(url: &url::Url, host: &str, port: u16) -> String {
     match url.host() {
         Some(url::Host::Ipv6(a)) => format!("[{a}]:{port}"),
         _ => format!("{host}:{port}"),
+    }
+}
+
+/// Whether `url` names this machine's loopback: `localhost`, `127.0.0.0/8` or `[::1]`.
+pub(crate) fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        None => false,
     }
 }
 

@@ -926,27 +926,71 @@ async fn session_with_servers(
     workspace: &Path,
     servers: Vec<acp::McpServer>,
 ) -> Result<Seen, String> {
-    let mut child = start(home, workspace, &["--approval", "ask"]).map_err(|e| e.to_string())?;
+    Ok(session_with_servers_told(home, workspace, servers).await?.0)
+}
+
+/// [`session_with_servers`], with what `initialize` answered and everything the agent wrote to
+/// stderr.
+async fn session_with_servers_told(
+    home: &Path,
+    workspace: &Path,
+    servers: Vec<acp::McpServer>,
+) -> Result<(Seen, acp::InitializeResponse, String), String> {
+    let mut cmd = tokio::process::Command::from(keel_process(home, workspace));
+    cmd.args(["acp", "--approval", "ask"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| e.to_string())?;
+    let mut stderr = child.stderr.take().ok_or("no stderr")?;
+    let stderr = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut text).await;
+        text
+    });
     let shared = Shared::default();
     let ws_for_body = workspace.to_owned();
-    with_client(
+    let init = with_client(
         &mut child,
         shared.clone(),
         Arc::new(|_| Some("allow-once".to_owned())),
         async move |cx| {
-            initialize(&cx).await?;
+            let init = initialize(&cx).await?;
             let session = cx
                 .send_request(acp::NewSessionRequest::new(ws_for_body).mcp_servers(servers))
                 .block_task()
                 .await?
                 .session_id;
-            prompt(&cx, &session, "echo through the editor's server").await
+            prompt(&cx, &session, "echo through the editor's server").await?;
+            Ok(init)
         },
     )
     .await?;
     drop(child.stdin.take());
     let _ = tokio::time::timeout(BOUND, child.wait()).await;
-    Ok(std::mem::take(&mut *seen(&shared)))
+    let stderr = tokio::time::timeout(BOUND, stderr)
+        .await
+        .map_err(|_| "stderr did not end".to_owned())?
+        .map_err(|e| e.to_string())?;
+    Ok((std::mem::take(&mut *seen(&shared)), init, stderr))
+}
+
+/// Whether any file under `dir` holds `needle`.
+fn any_file_holds(dir: &Path, needle: &str) -> Result<Option<std::path::PathBuf>, String> {
+    for entry in std::fs::read_dir(dir).map_err(|e| e.to_string())? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.is_dir() {
+            if let Some(found) = any_file_holds(&path, needle)? {
+                return Ok(Some(found));
+            }
+        } else if let Ok(bytes) = std::fs::read(&path)
+            && bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+        {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
 }
 
 /// The text of call `id`'s last update.
@@ -1395,5 +1439,117 @@ async fn read_file_reads_the_editors_unsaved_buffer_when_the_client_offers_it() 
         "{output}"
     );
     assert!(reads.is_empty(), "{reads:?}");
+    Ok(())
+}
+
+/// An HTTP MCP server the editor passes (MCP's Streamable HTTP, on loopback): not contacted at
+/// all until approved; once approved its tool's call reaches it with the editor's token in its
+/// header, and that token is in no file under keel's home and not on stderr; another token is
+/// a new request.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_editors_http_mcp_server_is_reached_only_once_approved_and_its_token_stays_out_of_keels_files()
+-> Result<(), String> {
+    let (port, requests) = crate::mcp_client::recording_http_server().map_err(|e| e.to_string())?;
+    let requests = move || {
+        requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    };
+    let home = outside_tmp()?;
+    let ws = outside_tmp()?;
+    let workspace = ws.path().canonicalize().map_err(|e| e.to_string())?;
+    let script = format!(
+        "{}[[step]]\ntext = \"Done.\"\n",
+        scripted_tool_step(&[("mcp__web__whoami", "{}".to_owned())])
+    );
+    use_scripted_model(home.path(), &script).map_err(|e| e.to_string())?;
+    let token = "tok-editor-7f3a9c";
+    let server = |token: &str| {
+        vec![acp::McpServer::Http(
+            acp::McpServerHttp::new("Web", format!("http://127.0.0.1:{port}/mcp")).headers(vec![
+                acp::HttpHeader::new("Authorization", format!("Bearer {token}")),
+            ]),
+        )]
+    };
+
+    // Not approved: the server sees no request at all, and the editor is told how to approve.
+    let (seen, init, stderr_unapproved) =
+        session_with_servers_told(home.path(), &workspace, server(token)).await?;
+    let mcp = &init.agent_capabilities.mcp_capabilities;
+    assert!(mcp.http && !mcp.sse, "{mcp:?}");
+    let said = agent_text(&seen.updates);
+    assert!(
+        said.contains("not started")
+            && said.contains("keel mcp approve --editor")
+            && said.contains(&format!("http://127.0.0.1:{port}/mcp")),
+        "{said}"
+    );
+    assert_eq!(
+        statuses(&seen.updates, "call_1_1").last(),
+        Some(&acp::ToolCallStatus::Failed)
+    );
+    assert!(
+        requests().is_empty(),
+        "contacted before approval: {:?}",
+        requests()
+    );
+    // Waiting for approval, recorded by its URL and header name; the value is not stored.
+    let recorded = std::fs::read_to_string(home.path().join("mcp-editor-approvals.json"))
+        .map_err(|e| e.to_string())?;
+    assert!(recorded.contains("authorization"), "{recorded}");
+    assert_eq!(any_file_holds(home.path(), token)?, None);
+
+    let approved = crate::common::keel(home.path(), &workspace)
+        .args(["mcp", "approve", "--editor", "--yes"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let listed = String::from_utf8_lossy(&approved.stdout).into_owned();
+    assert!(approved.status.success(), "{listed}");
+    assert!(
+        listed.contains(&format!(
+            "web: http://127.0.0.1:{port}/mcp (headers: authorization)"
+        )),
+        "{listed}"
+    );
+
+    // Approved: the model's call reaches the server, every request carrying the token.
+    let (seen, _, stderr_approved) =
+        session_with_servers_told(home.path(), &workspace, server(token)).await?;
+    assert!(!agent_text(&seen.updates).contains("not started"));
+    assert_eq!(seen.asked.len(), 1, "its tool asks first: {:?}", seen.asked);
+    assert_eq!(
+        statuses(&seen.updates, "call_1_1").last(),
+        Some(&acp::ToolCallStatus::Completed)
+    );
+    let output = call_output(&seen.updates, "call_1_1");
+    assert!(output.contains("you are keel"), "{output}");
+    let reached = requests();
+    assert!(
+        reached.len() >= 3,
+        "initialize, tools/list, tools/call: {reached:?}"
+    );
+    assert!(
+        reached.iter().all(|a| *a == format!("Bearer {token}")),
+        "{reached:?}"
+    );
+
+    // The token is nowhere in keel's home, its stderr or the approval's output.
+    assert_eq!(any_file_holds(home.path(), token)?, None);
+    for text in [&stderr_unapproved, &stderr_approved, &listed] {
+        assert!(!text.contains(token), "{text}");
+    }
+
+    // Another token is another server: asked again, not contacted.
+    let before = requests().len();
+    let (seen, _, _) =
+        session_with_servers_told(home.path(), &workspace, server("tok-changed")).await?;
+    assert!(
+        agent_text(&seen.updates).contains("not started"),
+        "{:?}",
+        seen.updates
+    );
+    assert!(!call_output(&seen.updates, "call_1_1").contains("you are keel"));
+    assert_eq!(requests().len(), before, "{:?}", requests());
     Ok(())
 }

@@ -737,8 +737,9 @@ fn servers_are_added_listed_checked_and_removed_from_the_command_line() -> R {
 /// A loopback Streamable HTTP MCP server written here: it records each request's
 /// `Authorization` header, answers `initialize`, `tools/list` and `tools/call` of `whoami` with
 /// JSON, and answers a call of `hang` with an event stream that never carries the answer.
-fn recording_http_server() -> std::io::Result<(u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>)>
-{
+/// (The ACP tests pass it as an editor's server.)
+pub(crate) fn recording_http_server()
+-> std::io::Result<(u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>)> {
     use std::io::{BufRead as _, Read as _, Write as _};
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();

@@ -766,7 +766,7 @@ fn initialize(ctx: &Context, request: &acp::InitializeRequest) -> acp::Initializ
                 .audio(false)
                 .embedded_context(true),
         )
-        .mcp_capabilities(acp::McpCapabilities::new().http(false).sse(false))
+        .mcp_capabilities(acp::McpCapabilities::new().http(true).sse(false))
         .session_capabilities(
             acp::SessionCapabilities::new()
                 .list(acp::SessionListCapabilities::new())

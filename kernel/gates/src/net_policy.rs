@@ -276,6 +276,19 @@ pub struct NetPolicy {
     rules: Vec<HostRule>,
     /// Exact `(canonical host, port)` pairs exempt from the name and address refusals.
     allow_private: Vec<(String, u16)>,
+    /// Origins one requester alone may reach: see [`NetPolicy::with_origin_for`].
+    origin_grants: Vec<OriginGrant>,
+}
+
+/// One origin (scheme, canonical host, port) granted to one requester.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OriginGrant {
+    requester: String,
+    scheme: String,
+    host: String,
+    port: u16,
+    /// Whether the origin is exempt from the refusal of private and loopback addresses.
+    private: bool,
 }
 
 impl Default for NetPolicy {
@@ -293,7 +306,86 @@ impl NetPolicy {
             default,
             rules: Vec::new(),
             allow_private: Vec::new(),
+            origin_grants: Vec::new(),
         }
+    }
+
+    /// Grants `requester` alone the origin of `url` (its scheme, host and port): a request of
+    /// that requester to exactly that origin is decided as if the policy had an `allow` rule
+    /// for the host and, with `private`, an `allow_private` entry for `host:port`
+    /// ([`NetPolicy::for_requester`]);
+    /// everyone else's requests, and this requester's to any other origin, are decided by the
+    /// policy as it is. The person's own `deny` and `prompt` rules for the host still win
+    /// (the strictest rule does). For an endpoint the person approved for one plugin (an MCP
+    /// server an editor passed) without opening it to every plugin and command of the session.
+    pub fn with_origin_for(
+        mut self,
+        requester: &str,
+        url: &str,
+        private: bool,
+    ) -> Result<Self, NetPolicyError> {
+        let bad = |problem: String| NetPolicyError::BadHost {
+            host: url.to_owned(),
+            problem,
+        };
+        let parsed = Url::parse(url).map_err(|e| bad(format!("it is not a URL ({e})")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(bad(String::from(
+                "only an http:// or https:// origin is granted",
+            )));
+        }
+        let (Some(host), Some(port)) = (parsed.host_str(), parsed.port_or_known_default()) else {
+            return Err(bad(String::from("it names no host and port")));
+        };
+        let grant = OriginGrant {
+            requester: requester.to_owned(),
+            scheme: parsed.scheme().to_owned(),
+            host: normalize_bare_host(host).map_err(bad)?.key(),
+            port,
+            private,
+        };
+        if !self.origin_grants.contains(&grant) {
+            self.origin_grants.push(grant);
+        }
+        Ok(self)
+    }
+
+    /// The policy that decides `requester`'s request to `url`: this one, widened by an
+    /// origin granted to `requester` with [`NetPolicy::with_origin_for`] when `url` is on
+    /// exactly that origin. Only ever used for that one request (and its resolution).
+    pub fn for_requester(&self, requester: &str, url: &str) -> std::borrow::Cow<'_, NetPolicy> {
+        use std::borrow::Cow;
+        if self.origin_grants.is_empty() {
+            return Cow::Borrowed(self);
+        }
+        let Ok(parsed) = Url::parse(url) else {
+            return Cow::Borrowed(self);
+        };
+        let (Some(host), Some(port)) = (parsed.host_str(), parsed.port_or_known_default()) else {
+            return Cow::Borrowed(self);
+        };
+        let Ok(host) = normalize_bare_host(host).map(|h| h.key()) else {
+            return Cow::Borrowed(self);
+        };
+        let Some(grant) = self.origin_grants.iter().find(|g| {
+            g.requester == requester
+                && g.scheme == parsed.scheme()
+                && g.host == host
+                && g.port == port
+        }) else {
+            return Cow::Borrowed(self);
+        };
+        let private = grant.private;
+        let mut widened = self.clone();
+        widened.origin_grants.clear();
+        widened.rules.push(HostRule {
+            pattern: HostPattern::Exact(host.clone()),
+            decision: NetDecision::Allow,
+        });
+        if private && !widened.allow_private.contains(&(host.clone(), port)) {
+            widened.allow_private.push((host, port));
+        }
+        Cow::Owned(widened)
     }
 
     /// Adds a rule (`example.com` for exactly that host, `.example.com` for its subdomains).

@@ -887,3 +887,60 @@ proptest! {
         prop_assert_eq!(forbidden_range(IpAddr::V6(mapped)).is_some(), refused);
     }
 }
+
+/// An origin granted to one requester is allowed for that requester's requests to exactly that
+/// scheme, host and port; nobody else's, and no other origin, is widened.
+#[test]
+fn an_origin_granted_to_one_requester_widens_nothing_else() {
+    let base = NetPolicy::default()
+        .with_origin_for("mcp", "http://127.0.0.1:8931/mcp", true)
+        .expect("valid origin")
+        .with_origin_for("mcp", "https://tools.example.com/mcp", false)
+        .expect("valid origin");
+    let decide = |who: &str, url: &str| base.for_requester(who, url).decide_url(url).decision;
+    assert_eq!(decide("mcp", "http://127.0.0.1:8931/other/path"), Allow);
+    assert_eq!(decide("mcp", "https://TOOLS.example.com./mcp"), Allow);
+    // Another requester, port, scheme or host: the policy as it is.
+    assert_eq!(decide("mcp (server x)", "http://127.0.0.1:8931/mcp"), Deny);
+    assert_eq!(decide("shell", "https://tools.example.com/mcp"), Prompt);
+    assert_eq!(decide("mcp", "http://127.0.0.1:8932/mcp"), Deny);
+    assert_eq!(decide("mcp", "https://127.0.0.1:8931/mcp"), Deny);
+    assert_eq!(decide("mcp", "http://tools.example.com/mcp"), Prompt);
+    assert_eq!(decide("mcp", "https://tools.example.com:8443/mcp"), Prompt);
+    assert_eq!(decide("mcp", "https://api.tools.example.com/mcp"), Prompt);
+    // The loopback origin's address is exempt for its requester only; a public origin granted
+    // without `private` still has its resolved addresses checked.
+    let lo = [v4(127, 0, 0, 1)];
+    assert!(
+        base.for_requester("mcp", "http://127.0.0.1:8931/")
+            .check_resolved("127.0.0.1", 8931, &lo)
+            .is_ok()
+    );
+    assert!(base.check_resolved("127.0.0.1", 8931, &lo).is_err());
+    assert!(
+        base.for_requester("mcp", "https://tools.example.com/")
+            .check_resolved("tools.example.com", 443, &[v4(10, 0, 0, 5)])
+            .is_err()
+    );
+    // The person's own deny rule still wins.
+    let denied =
+        policy("[network]\nrules = [{ host = \"tools.example.com\", decision = \"deny\" }]\n")
+            .with_origin_for("mcp", "https://tools.example.com/mcp", false)
+            .expect("valid origin");
+    let url = "https://tools.example.com/mcp";
+    assert_eq!(
+        denied.for_requester("mcp", url).decide_url(url).decision,
+        Deny
+    );
+    // Not a web origin.
+    assert!(
+        NetPolicy::default()
+            .with_origin_for("mcp", "ftp://h/", false)
+            .is_err()
+    );
+    assert!(
+        NetPolicy::default()
+            .with_origin_for("mcp", "not a url", false)
+            .is_err()
+    );
+}

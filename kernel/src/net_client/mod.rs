@@ -675,7 +675,9 @@ impl NetClient {
         approver: &Arc<dyn Approver>,
         resolve_timeout: Duration,
     ) -> Result<Admitted, KernelError> {
-        let policy = &self.config.policy;
+        // An origin the person granted this plugin alone widens the policy for this request
+        // only (see `NetPolicy::with_origin_for`).
+        let policy = self.config.policy.for_requester(plugin, url);
         let verdict = policy.decide_url(url);
         if let Some(refusal) = verdict.refusal() {
             return Err(self.refuse(plugin, &verdict.host, &refusal.reason, refusal.to_string()));
@@ -865,7 +867,11 @@ impl NetClient {
         location: &str,
         hop: usize,
     ) -> Result<String, KernelError> {
-        match self.config.policy.check_redirect(from, location, hop) {
+        let policy = match resolve_location(from, location) {
+            Ok(next) => self.config.policy.for_requester(plugin, &next),
+            Err(_) => std::borrow::Cow::Borrowed(&self.config.policy),
+        };
+        match policy.check_redirect(from, location, hop) {
             Ok(next) => Ok(next),
             Err(r) if r.check == NetCheck::Approval => resolve_location(from, location)
                 .map_err(|r| self.refuse(plugin, &r.target, &r.reason, r.to_string())),

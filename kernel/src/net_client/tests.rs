@@ -426,6 +426,80 @@ async fn prompt_asks_the_approver() {
     assert!(m.contains("declined"), "{m}");
 }
 
+/// An origin granted to one plugin: that plugin reaches it (and follows a redirect within it)
+/// without a question; another plugin, a sandboxed command, or the same plugin on another
+/// port of the host are decided by the policy as it is (here: loopback refused).
+#[tokio::test]
+async fn an_origin_granted_to_one_plugin_is_reached_by_it_alone() {
+    let other = Server::start(|_, _| ok("other port")).await;
+    let to_other = other.url("/");
+    let server = Server::start(move |_, request| {
+        if request.starts_with("GET /elsewhere") {
+            redirect(&to_other)
+        } else if request.starts_with("GET /moved") {
+            redirect("/mcp")
+        } else {
+            ok("granted")
+        }
+    })
+    .await;
+    let policy = NetPolicy::new(NetDecision::Prompt)
+        .with_origin_for("mcp", &server.url("/mcp"), true)
+        .expect("valid origin");
+    let c = client(policy);
+    let declared = vec![server.endpoint(), other.endpoint()];
+
+    // Granted: no question (the approver would say no), a redirect within the origin followed.
+    let (id, head) = c
+        .send(
+            "mcp",
+            &declared,
+            &[],
+            get(&server.url("/moved")),
+            deny_all(),
+        )
+        .await
+        .expect("granted");
+    assert_eq!(head.status, 200);
+    assert_eq!(head.url, server.url("/mcp"));
+    assert_eq!(read_all(&c, "mcp", id).await.expect("body"), b"granted");
+
+    // Not granted: another plugin, a command, another port, a redirect to another port.
+    let m = denied(
+        c.send("web", &declared, &[], get(&server.url("/mcp")), deny_all())
+            .await,
+    );
+    assert!(m.contains("loopback"), "{m}");
+    let command = c
+        .admit_command(
+            "mcp (sandboxed command)",
+            &star(),
+            "GET",
+            &server.url("/mcp"),
+            &deny_all(),
+        )
+        .await;
+    assert!(command.is_err(), "{command:?}");
+    let m = denied(
+        c.send("mcp", &declared, &[], get(&other.url("/")), deny_all())
+            .await,
+    );
+    assert!(m.contains("loopback"), "{m}");
+    let m = denied(
+        c.send(
+            "mcp",
+            &declared,
+            &[],
+            get(&server.url("/elsewhere")),
+            deny_all(),
+        )
+        .await,
+    );
+    assert!(m.contains("redirect refused"), "{m}");
+    assert_eq!(other.connections(), 0);
+    assert_eq!(server.requests().len(), 3, "{:?}", server.requests());
+}
+
 #[tokio::test]
 async fn error_statuses_are_responses_with_their_body() {
     let body = r#"{"error":{"message":"boom","type":"server_error"}}"#;

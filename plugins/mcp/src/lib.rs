@@ -76,6 +76,11 @@ struct ServerConfig {
     /// The kernel-held secret sent as its bearer token.
     #[serde(default)]
     bearer_secret: Option<String>,
+    /// Headers whose values are kernel-held secrets (those an editor passed with the server
+    /// over ACP): this plugin names them, the kernel fills them in, only for the server's
+    /// origin.
+    #[serde(default)]
+    secret_headers: Vec<streamable::NamedSecretHeader>,
 }
 
 /// How keel reaches a server.
@@ -165,6 +170,7 @@ impl Server {
                 target: streamable::Target {
                     url: url.clone(),
                     bearer_secret: config.bearer_secret.clone(),
+                    secret_headers: config.secret_headers.clone(),
                     session: None,
                     protocol: None,
                 },

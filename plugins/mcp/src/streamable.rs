@@ -18,10 +18,21 @@ pub struct Target {
     pub url: String,
     /// The kernel-held secret sent as `Authorization: Bearer …`, if any.
     pub bearer_secret: Option<String>,
+    /// Headers filled from kernel-held secrets, as they are.
+    pub secret_headers: Vec<NamedSecretHeader>,
     /// The session the server assigned at `initialize`.
     pub session: Option<String>,
     /// The negotiated protocol revision, sent on every request after `initialize`.
     pub protocol: Option<String>,
+}
+
+/// A header the kernel fills from a kernel-held secret (its value never reaches this plugin).
+#[derive(serde::Deserialize, Clone, Debug, Default)]
+pub struct NamedSecretHeader {
+    /// The header's name.
+    pub header: String,
+    /// The secret whose value it carries.
+    pub secret: String,
 }
 
 fn kernel_failure(e: KernelError) -> Failure {
@@ -33,6 +44,24 @@ fn kernel_failure(e: KernelError) -> Failure {
 }
 
 impl Target {
+    /// The headers of every request the kernel fills from secrets: the bearer token, and the
+    /// headers named with their secrets.
+    fn secret_headers(&self) -> Vec<SecretHeader> {
+        self.bearer_secret
+            .iter()
+            .map(|secret| SecretHeader {
+                secret: secret.clone(),
+                header: "authorization".into(),
+                prefix: "Bearer ".into(),
+            })
+            .chain(self.secret_headers.iter().map(|h| SecretHeader {
+                secret: h.secret.clone(),
+                header: h.header.clone(),
+                prefix: String::new(),
+            }))
+            .collect()
+    }
+
     /// `POST` one message. Each message the answer carries goes to `on_message` until it says
     /// it has what it waited for (`true`); a `202` carries none.
     pub fn post(
@@ -71,15 +100,7 @@ impl Target {
                 value: protocol.clone(),
             });
         }
-        let secret_headers = self
-            .bearer_secret
-            .iter()
-            .map(|secret| SecretHeader {
-                secret: secret.clone(),
-                header: "authorization".into(),
-                prefix: "Bearer ".into(),
-            })
-            .collect();
+        let secret_headers = self.secret_headers();
         let (body_id, head) = http::send(&Request {
             method: "POST".into(),
             url: self.url.clone(),
@@ -192,15 +213,7 @@ impl Target {
                 name: "mcp-session-id".into(),
                 value: session,
             }],
-            secret_headers: self
-                .bearer_secret
-                .iter()
-                .map(|secret| SecretHeader {
-                    secret: secret.clone(),
-                    header: "authorization".into(),
-                    prefix: "Bearer ".into(),
-                })
-                .collect(),
+            secret_headers: self.secret_headers(),
             body: Vec::new(),
             timeout_ms: 2_000,
         }) {
