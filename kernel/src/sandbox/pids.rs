@@ -67,6 +67,10 @@ pub(crate) struct PidsCgroup {
     /// is born there. `None` on v2, where a process's threads share one cgroup: the child then
     /// moves itself through `procs` before bubblewrap runs.
     spawner: Option<Spawner>,
+    /// The tree's limit.
+    max: u64,
+    /// Whether a command was started in it: its end makes the next one ready.
+    used: bool,
 }
 
 /// The name of every cgroup keel makes begins with this, then the pid of the keel that made it.
@@ -75,61 +79,92 @@ const CGROUP_PREFIX: &str = "keel-";
 /// The next command's cgroup, made while keel waited for something else. Moving a task into a
 /// cgroup makes the kernel wait for a grace period (16 ms measured here, on a cgroup v1 machine
 /// idle between commands); a command started from a thread that moved in ahead of time does not
-/// wait for it.
-static READY: std::sync::Mutex<Option<PidsCgroup>> = std::sync::Mutex::new(None);
-/// Whether a thread is making the next ready cgroup.
-static PREPARING: AtomicBool = AtomicBool::new(false);
+/// wait for it. The next one is made when the sandbox is found to work and after each command
+/// ended, not while one starts: a move holds the kernel's cgroup lock, and every fork of a
+/// starting command (bubblewrap's, the shell's) would wait on it.
+struct Ahead {
+    ready: Option<PidsCgroup>,
+    /// A thread is making the next one.
+    making: bool,
+}
 
-/// For root: make the next command's cgroup in the background (when the sandbox is first found
-/// to work, and after each command took the ready one).
+static AHEAD: std::sync::Mutex<Ahead> = std::sync::Mutex::new(Ahead {
+    ready: None,
+    making: false,
+});
+/// Told when a thread finished making one.
+static MADE: std::sync::Condvar = std::sync::Condvar::new();
+/// How long a command waits for the one being made rather than making its own alongside.
+const WAIT_FOR_READY: Duration = Duration::from_millis(50);
+
+fn ahead() -> std::sync::MutexGuard<'static, Ahead> {
+    AHEAD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// For root: make the next command's cgroup in the background, unless one is ready or being
+/// made.
 pub(crate) fn prepare(max: u64) {
-    if !nix::unistd::Uid::effective().is_root() || PREPARING.swap(true, Ordering::AcqRel) {
+    if !nix::unistd::Uid::effective().is_root() {
         return;
+    }
+    {
+        let mut ahead = ahead();
+        if ahead.making || ahead.ready.is_some() {
+            return;
+        }
+        ahead.making = true;
     }
     let made = std::thread::Builder::new()
         .name("keel-pids-prepare".into())
         .spawn(move || {
             let next = PidsCgroup::create(max).filter(|c| c.spawner.is_some());
-            if let Some(next) = next {
-                let mut ready = READY
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if ready.is_none() {
-                    *ready = Some(next);
-                }
+            let mut ahead = ahead();
+            ahead.making = false;
+            if ahead.ready.is_none() {
+                ahead.ready = next;
             }
-            PREPARING.store(false, Ordering::Release);
+            MADE.notify_all();
         });
     if made.is_err() {
-        PREPARING.store(false, Ordering::Release);
+        ahead().making = false;
+        MADE.notify_all();
     }
 }
 
 impl PidsCgroup {
-    /// The ready cgroup when there is one, else a new one.
+    /// The ready cgroup when there is one (waiting a moment for one being made), else a new one.
     fn for_command(max: u64) -> Option<PidsCgroup> {
         #[cfg(test)]
         if NO_CGROUP.with(std::cell::Cell::get) {
             return None;
         }
-        let ready = READY
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        let cgroup = match ready {
-            Some(c) if c.spawner.is_some() => {
+        let ready = {
+            let deadline = std::time::Instant::now() + WAIT_FOR_READY;
+            let mut ahead = ahead();
+            while ahead.ready.is_none() && ahead.making {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                ahead = MADE
+                    .wait_timeout(ahead, left)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .0;
+            }
+            ahead.ready.take()
+        };
+        match ready {
+            Some(mut c) => {
                 if c.set_max(max) {
                     Some(c)
                 } else {
                     Self::create(max)
                 }
             }
-            _ => Self::create(max),
-        };
-        if cgroup.as_ref().is_some_and(|c| c.spawner.is_some()) {
-            prepare(max);
+            None => Self::create(max),
         }
-        cgroup
     }
 
     fn create(max: u64) -> Option<PidsCgroup> {
@@ -158,6 +193,8 @@ impl PidsCgroup {
                 dir,
                 procs,
                 spawner: None,
+                max,
+                used: false,
             };
             // Only v1 has `tasks`, the file that moves one thread.
             if cgroup.dir.join("tasks").exists() {
@@ -172,7 +209,8 @@ impl PidsCgroup {
     }
 
     /// Set the tree's limit; the spawner inside counts as one more.
-    fn set_max(&self, max: u64) -> bool {
+    fn set_max(&mut self, max: u64) -> bool {
+        self.max = max;
         let max = max + u64::from(self.spawner.is_some());
         std::fs::write(self.dir.join("pids.max"), max.to_string()).is_ok()
     }
@@ -250,14 +288,17 @@ impl Spawner {
 /// Start `command`: from inside the cgroup of `cap` where a thread of keel's waits there, else
 /// from here (the child then moves itself, or is watched).
 pub(crate) fn spawn(
-    cap: Option<&ProcessCap>,
+    cap: Option<&mut ProcessCap>,
     mut command: tokio::process::Command,
 ) -> std::io::Result<tokio::process::Child> {
     match cap {
-        Some(ProcessCap::Cgroup(PidsCgroup {
-            spawner: Some(spawner),
-            ..
-        })) => spawner.spawn(command),
+        Some(ProcessCap::Cgroup(cgroup)) => {
+            cgroup.used = true;
+            match &cgroup.spawner {
+                Some(spawner) => spawner.spawn(command),
+                None => command.spawn(),
+            }
+        }
         _ => command.spawn(),
     }
 }
@@ -291,6 +332,10 @@ impl Drop for PidsCgroup {
                     let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
                 }
             }
+        }
+        // The command ended: the next one's cgroup is made now, while the model thinks.
+        if self.used && self.spawner.is_some() {
+            prepare(self.max);
         }
         if std::fs::remove_dir(&self.dir).is_ok() {
             return;

@@ -244,7 +244,7 @@ pub(crate) fn start(launch: Launch<'_>, containment: &Containment) -> Result<Sta
     }
     #[cfg(unix)]
     command.process_group(0);
-    let child = crate::sandbox::pids::spawn(cap.as_ref(), command).map_err(|e| match &handoff {
+    let child = crate::sandbox::pids::spawn(cap.as_mut(), command).map_err(|e| match &handoff {
         Some(_) => ExecError::Spawn(format!(
             "cannot give the sandboxed command keel's network proxy ({e}); user namespaces \
              may be restricted here. Run the command without network"
