@@ -48,30 +48,31 @@ pub const EVENTS: &[&str] = &[
     "subagent-stop",
 ];
 
-/// The script each hook's process runs in the OS sandbox (`sh -c WRAPPER keel-hook COMMAND`):
-/// it reads one line (the event's JSON) into a file that becomes the hook's stdin, so the hook
-/// sees its input end; runs the command with stdout and stderr into files; then writes
-/// `keel-hook CODE OUTLEN ERRLEN` and the first 64 KiB of each — the framing the `hooks` plugin
-/// reads (`plugins/hooks/src/logic.rs`, `parse_framed`). The files have fixed names in the
-/// sandbox's `/tmp`, a tmpfs of this process alone that goes with it. Four processes besides the
-/// hook's own: a process start is most of what a hook costs.
-pub const WRAPPER: &str = r#"head -n 1 > /tmp/keel-hook-in || exit 125
-sh -c "$1" < /tmp/keel-hook-in > /tmp/keel-hook-out 2> /tmp/keel-hook-err
-code=$?
-set -- $(stat -c %s /tmp/keel-hook-out /tmp/keel-hook-err)
-printf 'keel-hook %s %s %s\n' "$code" "$1" "$2"
-head -q -c 65536 /tmp/keel-hook-out /tmp/keel-hook-err
+/// The script each hook's process runs in the OS sandbox (`sh -c WRAPPER keel-hook COMMAND`).
+/// The plugin writes `MARK LEN` and the event's JSON line (`plugins/hooks/src/logic.rs`,
+/// `wrapper_input`): a line of up to 4 KiB is read with the shell's own `read`, a longer one
+/// with `head`, into a file that becomes the hook's stdin, so the hook sees its input end. The
+/// hook's stdout passes straight through; then `MARK CODE` and, when there is any, the first
+/// 64 KiB of its stderr (`Framed::parse`). The file lives in the sandbox's `/tmp`, a tmpfs of
+/// this process alone that goes with it. A process start is most of what a hook costs: for a
+/// short event and a hook that writes no stderr, none is started besides the hook's own `sh`.
+pub const WRAPPER: &str = r#"read -r k n || exit 125
+if [ "$n" -le 4096 ] 2>/dev/null; then IFS= read -r l; printf '%s\n' "$l" > /tmp/keel-hook-in
+else head -n 1 > /tmp/keel-hook-in; fi
+sh -c "$1" < /tmp/keel-hook-in 2> /tmp/keel-hook-err
+printf '\n%s %s\n' "$k" "$?"
+if [ -s /tmp/keel-hook-err ]; then head -c 65536 /tmp/keel-hook-err; fi
 "#;
 
 /// [`WRAPPER`] where hooks run without the sandbox (`[sandbox] mode = "off"`): `/tmp` is the
 /// machine's, so the files go into a directory of `mktemp`'s making, removed after.
 pub const WRAPPER_UNSANDBOXED: &str = r#"d=$(mktemp -d) || exit 125
-head -n 1 > "$d/i"
-sh -c "$1" < "$d/i" > "$d/o" 2> "$d/e"
-code=$?
-set -- $(stat -c %s "$d/o" "$d/e")
-printf 'keel-hook %s %s %s\n' "$code" "$1" "$2"
-head -q -c 65536 "$d/o" "$d/e"
+read -r k n || exit 125
+if [ "$n" -le 4096 ] 2>/dev/null; then IFS= read -r l; printf '%s\n' "$l" > "$d/i"
+else head -n 1 > "$d/i"; fi
+sh -c "$1" < "$d/i" 2> "$d/e"
+printf '\n%s %s\n' "$k" "$?"
+if [ -s "$d/e" ]; then head -c 65536 "$d/e"; fi
 rm -rf "$d"
 "#;
 
@@ -500,24 +501,25 @@ mod tests {
     fn the_unsandboxed_wrapper_frames_a_hooks_answer_and_leaves_no_files() -> anyhow::Result<()> {
         use std::io::Write as _;
         let tmp = tempfile::tempdir()?;
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", WRAPPER_UNSANDBOXED, "keel-hook"])
-            .arg("cat; echo said >&2; exit 3")
-            .env("TMPDIR", tmp.path())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()?;
-        // The line, then more that the hook must not see: its input ends with the line.
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(b"{\"a\":1}\nmore\n")?;
-        let out = child.wait_with_output()?;
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            "keel-hook 3 8 5\n{\"a\":1}\nsaid\n"
-        );
+        let run = |line: &str| -> anyhow::Result<String> {
+            let mut child = std::process::Command::new("sh")
+                .args(["-c", WRAPPER_UNSANDBOXED, "keel-hook"])
+                .arg("cat; echo said >&2; exit 3")
+                .env("TMPDIR", tmp.path())
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()?;
+            // The line, then more that the hook must not see: its input ends with the line.
+            let mut input = format!("MARK {}\n{line}\n", line.len()).into_bytes();
+            input.extend_from_slice(b"more\n");
+            child.stdin.take().expect("stdin").write_all(&input)?;
+            Ok(String::from_utf8_lossy(&child.wait_with_output()?.stdout).into_owned())
+        };
+        // A short line (the shell's `read`, backslashes and spaces kept) and a long one (`head`).
+        let short = r#"  {"a":"x\\y"}"#;
+        assert_eq!(run(short)?, format!("{short}\n\nMARK 3\nsaid\n"));
+        let long = format!("{{\"a\":\"{}\"}}", "z".repeat(5000));
+        assert_eq!(run(&long)?, format!("{long}\n\nMARK 3\nsaid\n"));
         assert_eq!(std::fs::read_dir(tmp.path())?.count(), 0);
         Ok(())
     }

@@ -5,10 +5,10 @@
 //! Each hook is a process entry keel's host made for this plugin: the plugin names the entry,
 //! never a command line, and the kernel starts it in the OS sandbox (the workspace writable,
 //! no network unless the hook says so). The host wraps the command in a small shell script
-//! that reads one line (the event as JSON) for the hook's stdin and answers with a framed
-//! header — the hook's exit code and the lengths of its stdout and stderr — then both, cut;
-//! so the plugin learns the exit code and stderr through the one pipe the `processes` door
-//! gives it, and the hook's stdin ends as a file's does.
+//! that reads one line (the event as JSON, after this run's random mark and the line's length)
+//! for the hook's stdin, passes the hook's stdout through, and ends it with the mark and the
+//! exit code, then the hook's stderr; so the plugin learns the exit code and stderr through the
+//! one pipe the `processes` door gives it, and the hook's stdin ends as a file's does.
 //!
 //! `pre-tool-use` is a guard (`hooks.pre-tool-use`): the kernel combines its answer with the
 //! exec policy by maximum, so `allow` never loosens anything; a deny, `exit 2` or a hook that
@@ -31,14 +31,24 @@ use keel_sdk::{
 };
 use serde_json::{Value, json};
 
-use logic::{Config, Decision, Event, Facts, Hook, Said, event_line, parse_framed};
+use logic::{Config, Decision, Event, Facts, Framed, Hook, Said, event_line};
 
 /// The guard the kernel asks before every tool call.
 const GUARD: &str = "hooks.pre-tool-use";
 /// The service the kernel calls after a tool ran.
 const SERVICE: &str = "hooks";
-/// The most a hook's framed answer can be: the header and both capped streams.
-const MAX_FRAMED: usize = logic::STDOUT_CAP + logic::STDERR_CAP + 256;
+/// A mark of this run's own that ends the hook's stdout in its wrapper's answer: random (the
+/// standard library seeds its hashers from the system's randomness), so the hook's output
+/// cannot end it early by chance. (A hook that wanted to could misreport its own run only.)
+fn run_mark() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let word = || {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u8(0);
+        h.finish()
+    };
+    format!("keel-hook-{:016x}{:016x}", word(), word())
+}
 
 #[derive(Debug)]
 struct Hooks {
@@ -72,8 +82,8 @@ fn run(hook: &Hook, line: &str) -> Ran {
         Ok(p) => p,
         Err(e) => return Ran::Failed(format!("it could not start: {}", e.message())),
     };
-    let mut input = line.as_bytes().to_vec();
-    input.push(b'\n');
+    let mark = run_mark();
+    let input = logic::wrapper_input(&mark, line);
     if let Err(e) = processes::write(process, &input, left_ms().max(1)) {
         processes::kill(process);
         if left_ms() == 0 {
@@ -81,7 +91,7 @@ fn run(hook: &Hook, line: &str) -> Ran {
         }
         return Ran::Failed(format!("it did not take its input: {}", e.message()));
     }
-    let mut framed = Vec::new();
+    let mut framed = Framed::new();
     loop {
         let wait = left_ms();
         if wait == 0 {
@@ -89,13 +99,7 @@ fn run(hook: &Hook, line: &str) -> Ran {
             return Ran::TimedOut;
         }
         match processes::read(process, 64 * 1024, wait) {
-            Ok(Some(bytes)) => {
-                framed.extend_from_slice(&bytes);
-                if framed.len() > MAX_FRAMED {
-                    processes::kill(process);
-                    return Ran::Failed("its wrapper wrote more than it may".to_owned());
-                }
-            }
+            Ok(Some(bytes)) => framed.push(&bytes),
             Ok(None) => break,
             Err(_) if left_ms() == 0 => {
                 processes::kill(process);
@@ -109,7 +113,7 @@ fn run(hook: &Hook, line: &str) -> Ran {
     }
     // It ended; releasing the handle.
     processes::kill(process);
-    match parse_framed(&framed) {
+    match framed.parse(&mark) {
         Ok(exited) => Ran::Exited(exited),
         Err(e) => Ran::Failed(e),
     }

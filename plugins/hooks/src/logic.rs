@@ -297,40 +297,91 @@ pub struct Exited {
     pub stderr: String,
 }
 
-/// Read the wrapper's framed answer: `keel-hook CODE OUTLEN ERRLEN\n`, then at most
-/// [`STDOUT_CAP`] bytes of stdout and [`STDERR_CAP`] of stderr (the lengths are the whole
-/// streams'; what is past a cap was cut).
-pub fn parse_framed(bytes: &[u8]) -> Result<Exited, String> {
-    let newline = bytes
-        .iter()
-        .position(|b| *b == b'\n')
-        .ok_or("the hook's wrapper wrote no header line")?;
-    let header = String::from_utf8_lossy(&bytes[..newline]);
-    let fields: Vec<&str> = header.split_whitespace().collect();
-    let [tag, code, out, err] = fields.as_slice() else {
-        return Err(format!("the hook's wrapper wrote `{header}`"));
-    };
-    let number = |s: &str| {
-        s.parse::<usize>()
-            .map_err(|_| format!("bad header `{header}`"))
-    };
-    if *tag != "keel-hook" {
-        return Err(format!("the hook's wrapper wrote `{header}`"));
+/// What the plugin writes to a hook's wrapper: `MARK LEN`, then the event's line of LEN
+/// bytes. The wrapper reads a short line with the shell's own `read` (no process to start) and
+/// a long one with `head`, and ends the hook's stdout with `MARK CODE`: `mark` is this run's
+/// own (random), so output of the hook's cannot pass for the end.
+pub fn wrapper_input(mark: &str, line: &str) -> Vec<u8> {
+    format!("{mark} {}\n{line}\n", line.len()).into_bytes()
+}
+
+/// The most bytes of a wrapper's answer kept: the hook's stdout past [`STDOUT_CAP`] is cut,
+/// the end (`MARK CODE` and stderr) always kept.
+pub struct Framed {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    cut: bool,
+}
+
+impl Framed {
+    /// The bytes kept from the end: the mark's line and the capped stderr.
+    const TAIL: usize = STDERR_CAP + 256;
+
+    pub fn new() -> Framed {
+        Framed {
+            head: Vec::new(),
+            tail: Vec::new(),
+            cut: false,
+        }
     }
-    let code: i32 = code
-        .parse()
-        .map_err(|_| format!("bad exit code in `{header}`"))?;
-    let out_len = number(out)?.min(STDOUT_CAP);
-    let err_len = number(err)?.min(STDERR_CAP);
-    let body = &bytes[newline + 1..];
-    if body.len() < out_len + err_len {
-        return Err("the hook's wrapper ended before all of the hook's output".to_owned());
+
+    /// Take more of the answer; what lies between the first [`STDOUT_CAP`] bytes and the last
+    /// [`Self::TAIL`] is dropped.
+    pub fn push(&mut self, bytes: &[u8]) {
+        let room = STDOUT_CAP.saturating_sub(self.head.len());
+        let (to_head, rest) = bytes.split_at(room.min(bytes.len()));
+        self.head.extend_from_slice(to_head);
+        self.tail.extend_from_slice(rest);
+        if self.tail.len() > 2 * Self::TAIL {
+            self.tail.drain(..self.tail.len() - Self::TAIL);
+            self.cut = true;
+        }
     }
-    Ok(Exited {
-        code,
-        stdout: String::from_utf8_lossy(&body[..out_len]).into_owned(),
-        stderr: String::from_utf8_lossy(&body[out_len..out_len + err_len]).into_owned(),
-    })
+
+    /// Read the answer: the hook's stdout, then `\nMARK CODE\n`, then at most
+    /// [`STDERR_CAP`] bytes of its stderr.
+    pub fn parse(&self, mark: &str) -> Result<Exited, String> {
+        let whole: Vec<u8>;
+        let (bytes, stdout_end) = if self.cut {
+            (&self.tail[..], None)
+        } else {
+            whole = [&self.head[..], &self.tail[..]].concat();
+            (&whole[..], Some(()))
+        };
+        let needle = format!("\n{mark} ");
+        let at = find_last(bytes, needle.as_bytes())
+            .ok_or("the hook's wrapper ended without saying how the hook ended")?;
+        let after = &bytes[at + needle.len()..];
+        let newline = after
+            .iter()
+            .position(|b| *b == b'\n')
+            .ok_or("the hook's wrapper ended in the middle of its last line")?;
+        let code_text = String::from_utf8_lossy(&after[..newline]);
+        let code: i32 = code_text
+            .trim()
+            .parse()
+            .map_err(|_| format!("the hook's wrapper gave the exit code `{code_text}`"))?;
+        let stderr = &after[newline + 1..];
+        let stdout = match stdout_end {
+            Some(()) => &bytes[..at.min(STDOUT_CAP)],
+            None => &self.head[..],
+        };
+        Ok(Exited {
+            code,
+            stdout: String::from_utf8_lossy(stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr[..stderr.len().min(STDERR_CAP)]).into_owned(),
+        })
+    }
+}
+
+impl Default for Framed {
+    fn default() -> Self {
+        Framed::new()
+    }
+}
+
+fn find_last(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).rposition(|w| w == needle)
 }
 
 /// A decision a hook can give, ordered as the kernel orders them.
@@ -527,25 +578,46 @@ mod tests {
         assert!(v["result"].as_str().expect("result").len() <= RESULT_CAP);
     }
 
+    fn framed(chunks: &[&[u8]]) -> Framed {
+        let mut f = Framed::new();
+        for chunk in chunks {
+            f.push(chunk);
+        }
+        f
+    }
+
     #[test]
-    fn the_framed_answer_is_read_by_its_lengths() {
-        let framed = b"keel-hook 2 3 5\nout{\"errno";
-        let exited = parse_framed(framed).expect("framed");
+    fn the_framed_answer_ends_at_this_runs_mark() {
+        let mark = "keel-hook-0123";
+        // The hook printed a line that looks like an end, but with another mark.
+        let f = framed(&[
+            b"out\nkeel-hook-9999 0\nmore",
+            b"\nkeel-hook-0123 2\n{\"err",
+        ]);
         assert_eq!(
-            exited,
+            f.parse(mark).expect("framed"),
             Exited {
                 code: 2,
-                stdout: "out".into(),
+                stdout: "out\nkeel-hook-9999 0\nmore".into(),
                 stderr: "{\"err".into()
             }
         );
-        // Lengths past the caps are what the wrapper cut.
-        let mut big = format!("keel-hook 0 {} 0\n", STDOUT_CAP + 10).into_bytes();
-        big.extend(std::iter::repeat_n(b'a', STDOUT_CAP));
-        assert_eq!(parse_framed(&big).expect("big").stdout.len(), STDOUT_CAP);
-        assert!(parse_framed(b"keel-hook 0 10 0\nshort").is_err());
-        assert!(parse_framed(b"hello").is_err());
-        assert!(parse_framed(b"other 0 0 0\n").is_err());
+        // Stdout past its cap is cut, the end still read.
+        let mut big = framed(&[]);
+        for _ in 0..100 {
+            big.push(&[b'a'; 4096]);
+        }
+        big.push(b"\nkeel-hook-0123 0\nwarning");
+        let exited = big.parse(mark).expect("big");
+        assert_eq!(exited.stdout.len(), STDOUT_CAP);
+        assert_eq!((exited.code, exited.stderr.as_str()), (0, "warning"));
+        assert!(framed(&[b"out\n"]).parse(mark).is_err());
+        assert!(framed(&[b"\nkeel-hook-0123 x\n"]).parse(mark).is_err());
+        assert!(framed(&[b"\nkeel-hook-0123 0"]).parse(mark).is_err());
+        assert_eq!(
+            wrapper_input(mark, "{}"),
+            b"keel-hook-0123 2\n{}\n".to_vec()
+        );
     }
 
     fn exited(code: i32, stdout: &str, stderr: &str) -> Exited {
