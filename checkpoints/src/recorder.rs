@@ -27,6 +27,8 @@ struct State {
     /// The manifest of this process's last checkpoint of the session, and its hash: the base
     /// of the next incremental walk.
     last: Option<(String, Manifest)>,
+    /// Whether this process recorded `last` (so every content it names was stored by it).
+    last_is_own: bool,
     journal: JournalState,
 }
 
@@ -92,6 +94,7 @@ impl Recorder {
         state.turn = last.as_ref().map_or(0, |c| c.turn);
         state.last =
             last.and_then(|c| Some((c.manifest.clone(), self.store.manifest(&c.manifest).ok()?)));
+        state.last_is_own = false;
         Ok(())
     }
 
@@ -250,6 +253,13 @@ impl Recorder {
                     newest.as_ref()
                 }
             };
+            // A file whose stat is unchanged keeps the base's hash unread: a base this process
+            // did not record itself is used only when every content it names is stored (the
+            // machine may have stopped before the last checkpoints reached the disk); else
+            // every file is read again, and what was lost is stored anew.
+            let own = state.last_is_own
+                && matches!((&state.last, &previous_hash), (Some((h, _)), Some(p)) if h == p);
+            let base = base.filter(|b| own || self.store.missing_content(b).is_none());
             if matches!(state.journal, JournalState::NotStarted) {
                 state.journal = match Journal::start(self.store.workspace(), self.max_watched_dirs)
                 {
@@ -291,16 +301,26 @@ impl Recorder {
                 // of a new one written; this walk's manifest stays the base of the next.
                 let hash = match (&previous_hash, previous) {
                     (Some(h), Some(p))
-                        if p.entries == manifest.entries && p.skipped == manifest.skipped =>
+                        if p.entries == manifest.entries
+                            && p.skipped == manifest.skipped
+                            && self.store.has_manifest(h) =>
                     {
                         h.clone()
                     }
+                    // Stored as its differences from the previous one when they are few.
+                    (Some(h), Some(p)) => self.store.put_manifest_over(&manifest, Some((h, p)))?,
                     _ => self.store.put_manifest(&manifest)?,
                 };
                 (hash, changed, Some(manifest))
             }
-            // The journal saw nothing: the last checkpoint's manifest, named again as it is.
-            None => (previous_hash.clone().unwrap_or_default(), Vec::new(), None),
+            // The journal saw nothing: the last checkpoint's manifest, named again as it is
+            // (written again, whole, should it be missing from the store).
+            None => match (&previous_hash, &state.last) {
+                (Some(h), Some((_, m))) if !self.store.has_manifest(h) => {
+                    (self.store.put_manifest(m)?, Vec::new(), None)
+                }
+                _ => (previous_hash.clone().unwrap_or_default(), Vec::new(), None),
+            },
         };
         let recorded = manifest
             .as_ref()
@@ -309,7 +329,7 @@ impl Recorder {
         let (files, bytes) = recorded.totals();
         let skipped = recorded.skipped.clone();
         let turn = state.turn;
-        let checkpoint = self.store.append(&session, |_, _| Checkpoint {
+        let line = |_: u64, _: Option<&Checkpoint>| Checkpoint {
             id: String::new(),
             seq: 0,
             session: String::new(),
@@ -328,9 +348,20 @@ impl Recorder {
             note,
             not_covered: self.settings.not_covered.clone(),
             walk: Some(walk_note),
-        })?;
+        };
+        // Before a tool call the state is captured (every file read and stored, the line
+        // written) and made durable on another thread, so the call does not wait on the disk;
+        // every other checkpoint is durable, with all before it, when it returns.
+        let checkpoint = if kind == Kind::BeforeCall {
+            self.store.append_deferred(&session, line)?
+        } else {
+            self.store.append(&session, line)?
+        };
         match manifest {
-            Some(manifest) => state.last = Some((hash.clone(), manifest)),
+            Some(manifest) => {
+                state.last = Some((hash.clone(), manifest));
+                state.last_is_own = true;
+            }
             None => {
                 if let Some(last) = &mut state.last {
                     last.0 = hash.clone();
