@@ -1,6 +1,7 @@
 //! A session's checkpoints as the kernel takes them: before each turn, before each tool call
 //! that may change files, after each turn; and around a rewind.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::journal::{DEFAULT_MAX_WATCHED_DIRS, Drained, Journal};
@@ -207,6 +208,8 @@ impl Recorder {
         }
 
         let mut walked_manifest: Option<Manifest> = None;
+        // What a walk narrowed by the journal found, as changes to the last manifest.
+        let mut scoped: Option<ScopedChanges> = None;
         let mut walk_note = String::new();
         if let (Ok(paths), JournalState::On(journal), Some(previous)) =
             (&plan, &mut state.journal, previous)
@@ -231,12 +234,8 @@ impl Recorder {
                     plan = Err(why);
                 } else {
                     journal.end_scoped(&scope, walked.multi_linked);
-                    let manifest = merge(previous, &scope, walked.manifest);
-                    if manifest.entries.len() > self.settings.max_entries {
-                        return Err(too_many_entries(self.store.workspace(), &self.settings));
-                    }
                     walk_note = format!("journal: {} paths looked at", paths.len());
-                    walked_manifest = Some(manifest);
+                    scoped = Some(scoped_changes(previous, &scope, walked.manifest));
                 }
             }
         }
@@ -292,8 +291,42 @@ impl Recorder {
             walked_manifest = Some(walked.manifest);
         }
 
-        let (hash, changed, manifest) = match walked_manifest {
-            Some(manifest) => {
+        let (hash, changed, manifest) = match (walked_manifest, scoped) {
+            // The journal's paths: the last manifest (this process's own, `previous`) is
+            // changed in place and stored as those changes, so a call that changed one file
+            // of a large workspace costs about one file, not the workspace.
+            (None, Some(changes)) => {
+                let (base_hash, mut manifest) = state
+                    .last
+                    .take()
+                    .ok_or_else(|| crate::Error("no manifest to record".into()))?;
+                let same = changes.entries.is_empty()
+                    && changes.removed.is_empty()
+                    && changes.skipped == manifest.skipped;
+                manifest.taken_ns = changes.taken_ns;
+                for path in &changes.removed {
+                    manifest.entries.remove(path);
+                }
+                manifest.entries.extend(changes.entries.clone());
+                manifest.skipped = changes.skipped;
+                if manifest.entries.len() > self.settings.max_entries {
+                    return Err(too_many_entries(self.store.workspace(), &self.settings));
+                }
+                let hash = if same && self.store.has_manifest(&base_hash) {
+                    base_hash
+                } else if same {
+                    self.store.put_manifest(&manifest)?
+                } else {
+                    self.store.put_manifest_changes(
+                        &manifest,
+                        &base_hash,
+                        changes.entries,
+                        changes.removed,
+                    )?
+                };
+                (hash, changes.changed, Some(manifest))
+            }
+            (Some(manifest), _) => {
                 let changed = previous
                     .map(|p| p.changed_paths(&manifest))
                     .unwrap_or_default();
@@ -315,7 +348,7 @@ impl Recorder {
             }
             // The journal saw nothing: the last checkpoint's manifest, named again as it is
             // (written again, whole, should it be missing from the store).
-            None => match (&previous_hash, &state.last) {
+            (None, None) => match (&previous_hash, &state.last) {
                 (Some(h), Some((_, m))) if !self.store.has_manifest(h) => {
                     (self.store.put_manifest(m)?, Vec::new(), None)
                 }
@@ -384,26 +417,61 @@ impl Drop for Recorder {
     }
 }
 
-/// `base` with what a walk narrowed to `scope` found in place of everything the scope covers.
-fn merge(base: &Manifest, scope: &Scope, walked: Manifest) -> Manifest {
-    let mut merged = base.clone();
-    // Its entries are as of this walk: those outside the scope did not change since `base`.
-    merged.taken_ns = walked.taken_ns;
+/// What a walk narrowed to `scope` found, as changes to `base` (whose entries outside the
+/// scope did not change since).
+struct ScopedChanges {
+    /// When the walk began.
+    taken_ns: i64,
+    /// Entries new or not equal (a file's stat included).
+    entries: BTreeMap<String, crate::Node>,
+    /// Paths gone.
+    removed: Vec<String>,
+    /// Paths whose content, mode, kind or presence changed (a stat alone aside), sorted.
+    changed: Vec<String>,
+    /// Everything not kept, the scope's as the walk found them.
+    skipped: Vec<crate::Skipped>,
+}
+
+/// Compare what a walk narrowed to `scope` found with what `base` holds under the scope; only
+/// those paths are looked at, whatever the size of `base`.
+fn scoped_changes(base: &Manifest, scope: &Scope, walked: Manifest) -> ScopedChanges {
+    let mut old: BTreeMap<&String, &crate::Node> = BTreeMap::new();
     for path in scope.paths() {
-        merged.entries.remove(path);
+        if let Some((k, v)) = base.entries.get_key_value(path) {
+            old.insert(k, v);
+        }
         // Everything beneath `path/`: '0' is the character after '/'.
-        let beneath: Vec<String> = merged
-            .entries
-            .range(format!("{path}/")..format!("{path}0"))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in beneath {
-            merged.entries.remove(&key);
+        old.extend(base.entries.range(format!("{path}/")..format!("{path}0")));
+    }
+    let mut entries = BTreeMap::new();
+    let mut changed = Vec::new();
+    for (path, node) in walked.entries {
+        match old.remove(&path) {
+            Some(o) if *o == node => {}
+            Some(o) => {
+                if !o.same_as(&node) {
+                    changed.push(path.clone());
+                }
+                entries.insert(path, node);
+            }
+            None => {
+                changed.push(path.clone());
+                entries.insert(path, node);
+            }
         }
     }
-    merged.entries.extend(walked.entries);
-    merged.skipped.retain(|s| !scope.covers(&s.path));
-    merged.skipped.extend(walked.skipped);
-    merged.skipped.sort_by(|a, b| a.path.cmp(&b.path));
-    merged
+    let removed: Vec<String> = old.into_keys().cloned().collect();
+    changed.extend(removed.iter().cloned());
+    changed.sort();
+    let mut skipped = base.skipped.clone();
+    skipped.retain(|s| !scope.covers(&s.path));
+    skipped.extend(walked.skipped);
+    skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    ScopedChanges {
+        taken_ns: walked.taken_ns,
+        entries,
+        removed,
+        changed,
+        skipped,
+    }
 }

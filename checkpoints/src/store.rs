@@ -635,6 +635,19 @@ impl Store {
         let Some((base_hash, base)) = base else {
             return self.put_manifest(manifest);
         };
+        let (entries, removed) = differences(base, manifest);
+        self.put_manifest_changes(manifest, base_hash, entries, removed)
+    }
+
+    /// [`Store::put_manifest_over`] with the differences known: `entries` added or changed
+    /// and `removed` since the manifest `base_hash`.
+    pub(crate) fn put_manifest_changes(
+        &self,
+        manifest: &Manifest,
+        base_hash: &str,
+        entries: BTreeMap<String, crate::Node>,
+        removed: Vec<String>,
+    ) -> Result<String> {
         let depth = self
             .depths
             .lock()
@@ -644,7 +657,6 @@ impl Store {
         let Some(depth) = depth.filter(|d| *d < MAX_DELTA_DEPTH) else {
             return self.put_manifest(manifest);
         };
-        let (entries, removed) = differences(base, manifest);
         if (entries.len() + removed.len()) * 4 > manifest.entries.len().max(64) {
             return self.put_manifest(manifest);
         }
