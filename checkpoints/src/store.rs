@@ -6,7 +6,7 @@
 //! blobs/ab/<sha256>    a file's content, zstd-compressed, named by the SHA-256 of the content
 //! manifests/ab/<sha256> a snapshot's manifest (JSON, zstd), named by the hash of its JSON:
 //!                      whole, or the differences from another manifest (a chain of at most 32)
-//! pending/<kind>-<sha256>-<unique>  an object written and not yet known to be on disk
+//! pending/ab/<kind>-<sha256>-<unique>  an object written and not yet known to be on disk
 //! sessions/<id>.jsonl  a session's checkpoints, one line each, append-only
 //! lock                 held (flock) around every index append and a garbage collection
 //! busy                 flock shared by recordings and rewinds, exclusive for a collection
@@ -201,6 +201,12 @@ fn object_path(root: &Path, kind: &str, hash: &str) -> PathBuf {
     root.join(kind).join(&hash[..2]).join(&hash[2..])
 }
 
+/// The directory in `pending/` of an object (fanned out as the objects in place are, so no
+/// directory grows large when a first checkpoint writes thousands).
+fn pending_dir(root: &Path, hash: &str) -> PathBuf {
+    root.join(PENDING).join(&hash[..2])
+}
+
 /// The kind and hash of an object's name in `pending/` (`<kind>-<hash>-<unique>`).
 fn parse_pending(name: &str) -> Option<(&'static str, String)> {
     let (kind, rest) = if let Some(rest) = name.strip_prefix("blobs-") {
@@ -370,6 +376,14 @@ fn promote(root: &Path, mut objects: Vec<PendingObject>, own: bool) -> Result<()
         }
         dirs.insert(fan);
     }
+    // Emptied fan directories of `pending/` go, so opening the store reads few directories.
+    let emptied: BTreeSet<PathBuf> = objects
+        .iter()
+        .filter_map(|o| o.pending.parent().map(Path::to_owned))
+        .collect();
+    for dir in emptied {
+        let _ = fs::remove_dir(dir);
+    }
     if many {
         return sync_all();
     }
@@ -536,11 +550,18 @@ impl Store {
     /// Write an object to `pending/` under a name of its own (a temp file renamed, so a name
     /// there always holds what its writer wrote whole, as far as the page cache goes).
     fn put_pending(&self, kind: &'static str, hash: &str, packed: &[u8]) -> Result<()> {
-        let pending = self
-            .root
-            .join(PENDING)
-            .join(format!("{kind}-{hash}-{}", unique()));
-        write_atomic(&pending, packed, false)?;
+        let dir = pending_dir(&self.root, hash);
+        let pending = dir.join(format!("{kind}-{hash}-{}", unique()));
+        // A sync removes a fan directory it emptied: made again if it went meanwhile.
+        let mut tries = 0;
+        loop {
+            make_private_dir(&dir)?;
+            match write_atomic(&pending, packed, false) {
+                Ok(()) => break,
+                Err(_) if tries < 3 && !dir.exists() => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
         let mut unsynced = self.durability.unsynced();
         unsynced.hashes.insert((kind, hash.to_owned()));
         unsynced.objects.push(PendingObject {
@@ -554,7 +575,7 @@ impl Store {
     /// The copies of an object waiting in `pending/`.
     fn pending_copies(&self, kind: &str, hash: &str) -> Vec<PathBuf> {
         let prefix = format!("{kind}-{hash}-");
-        let Ok(entries) = fs::read_dir(self.root.join(PENDING)) else {
+        let Ok(entries) = fs::read_dir(pending_dir(&self.root, hash)) else {
             return Vec::new();
         };
         entries
@@ -816,12 +837,16 @@ impl Store {
     /// Move what other keel processes left in `pending/` into place, each checked against its
     /// hash first (one the machine stopped before it reached the disk is removed).
     fn recover_pending(&self) -> Result<()> {
-        let dir = self.root.join(PENDING);
-        let Ok(entries) = fs::read_dir(&dir) else {
+        let Ok(fans) = fs::read_dir(self.root.join(PENDING)) else {
             return Ok(());
         };
+        let fans: Vec<PathBuf> = fans.flatten().map(|fan| fan.path()).collect();
         let mut found = Vec::new();
-        for entry in entries.flatten() {
+        for entry in fans
+            .iter()
+            .filter_map(|fan| fs::read_dir(fan).ok())
+            .flat_map(|entries| entries.flatten())
+        {
             let name = entry.file_name();
             let Some(name) = name.to_str() else {
                 continue;
@@ -847,11 +872,17 @@ impl Store {
                 });
             }
         }
-        if found.is_empty() {
-            return Ok(());
+        let promoted = if found.is_empty() {
+            Ok(())
+        } else {
+            let _syncing = self.durability.syncing();
+            promote(&self.root, found, false)
+        };
+        for fan in fans {
+            // Only when empty; a writer that finds it gone makes it again.
+            let _ = fs::remove_dir(fan);
         }
-        let _syncing = self.durability.syncing();
-        promote(&self.root, found, false)
+        promoted
     }
 
     /// Make what this store wrote durable on another thread, soon: the caller of a deferred

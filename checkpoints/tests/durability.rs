@@ -66,8 +66,11 @@ fn checkpoints_a_crash_damaged_are_reported_and_the_others_restore_exactly() {
     // What the crash left: b2's content in `pending/`, cut short; k5's manifest nowhere.
     let b2 = content_hash(store, &ids["k3"].manifest, "b.txt");
     let whole = std::fs::read(object(store, "blobs", &b2)).expect("blob");
+    std::fs::create_dir_all(store.root().join("pending").join(&b2[..2])).expect("pending");
     std::fs::write(
-        store.root().join(format!("pending/blobs-{b2}-4242-0-1")),
+        store
+            .root()
+            .join(format!("pending/{}/blobs-{b2}-4242-0-1", &b2[..2])),
         &whole[..whole.len() / 2],
     )
     .expect("tear");
@@ -140,10 +143,12 @@ fn what_a_stopped_process_left_pending_is_moved_into_place_or_removed() {
     let torn = content_hash(store, &c.manifest, "torn.txt");
     // Back to `pending/`, as a process that never synced them leaves them: one whole, one
     // cut short.
-    let pending = store.root().join("pending");
-    let kept_pending = pending.join(format!("blobs-{kept}-4242-0-1"));
+    let pending = |hash: &str| store.root().join("pending").join(&hash[..2]);
+    std::fs::create_dir_all(pending(&kept)).expect("pending");
+    std::fs::create_dir_all(pending(&torn)).expect("pending");
+    let kept_pending = pending(&kept).join(format!("blobs-{kept}-4242-0-1"));
     std::fs::rename(object(store, "blobs", &kept), &kept_pending).expect("kept back");
-    let torn_pending = pending.join(format!("blobs-{torn}-4242-0-2"));
+    let torn_pending = pending(&torn).join(format!("blobs-{torn}-4242-0-2"));
     let whole = std::fs::read(object(store, "blobs", &torn)).expect("torn blob");
     std::fs::write(&torn_pending, &whole[..whole.len() - 3]).expect("torn back");
     std::fs::remove_file(object(store, "blobs", &torn)).expect("torn gone");
