@@ -180,6 +180,10 @@ fn what_a_stopped_process_left_pending_is_moved_into_place_or_removed() {
 fn a_lost_content_is_stored_again_not_named_again() {
     let fx = Fixture::new(Settings::default());
     std::fs::write(fx.path("same.txt"), "unchanged since").expect("same");
+    // A file's stat is trusted only when it changed over 2 s (`RACY_NS`) before the walk that
+    // recorded it: let its change time (just now) age past that, so the next walk would
+    // reuse its hash unread.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
     let c1 = fx.recorder.before_turn("s").expect("c1");
     let store = fx.recorder.store();
     store.sync().expect("sync");
