@@ -229,6 +229,14 @@ fn unpack_checked(packed: &[u8], hash: &str) -> std::result::Result<Vec<u8>, Str
     }
 }
 
+/// A manifest read while the checkpoints of an index are checked in order
+/// ([`Store::unrestorable`]), with its paths whose content is not stored.
+struct Resolved {
+    hash: String,
+    manifest: Manifest,
+    missing: BTreeSet<String>,
+}
+
 /// The `version` of a manifest stored as the differences from another.
 const DELTA_VERSION: u32 = 2;
 
@@ -726,13 +734,9 @@ impl Store {
         let mut next = hash.to_owned();
         let whole = loop {
             chain.push(next.clone());
-            let json = match self.read_object("manifests", &next, "the manifest") {
-                Ok(json) => json,
-                Err(e) => break Err(e),
-            };
-            let mut stored: StoredManifest = match serde_json::from_slice(&json) {
+            let mut stored = match self.stored_manifest(&next) {
                 Ok(m) => m,
-                Err(e) => break Err(Error(format!("reading the manifest {next}: {e}"))),
+                Err(e) => break Err(e),
             };
             match stored.base.take() {
                 None => break Ok(stored),
@@ -799,27 +803,120 @@ impl Store {
     /// one is refused, and the others restore as before.
     pub fn unrestorable(&self, index: &[Checkpoint]) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
-        let mut by_manifest: HashMap<String, Option<String>> = HashMap::new();
+        let mut verdicts: HashMap<String, Option<String>> = HashMap::new();
         let mut stored: HashMap<String, bool> = HashMap::new();
+        // The manifest read last: the next is usually stored as changes to it, so each is
+        // read as those changes, not whole again.
+        let mut current: Option<Resolved> = None;
         for c in index {
-            let why = by_manifest
-                .entry(c.manifest.clone())
-                .or_insert_with(|| match self.manifest(&c.manifest) {
-                    Err(e) => Some(e.0),
-                    Ok(m) => self.missing_content_cached(&m, &mut stored).map(|path| {
-                        format!(
-                            "the stored content of `{path}` is missing (a checkpoint \
-                                 taken just before the machine stopped may not have reached \
-                                 the disk)"
-                        )
-                    }),
-                })
-                .clone();
-            if let Some(why) = why {
+            let verdict = match verdicts.get(&c.manifest) {
+                Some(verdict) => verdict.clone(),
+                None => {
+                    let verdict = match self.resolve_after(&c.manifest, &mut current, &mut stored) {
+                        Err(e) => Some(e.0),
+                        Ok(resolved) => resolved.missing.first().map(|path| {
+                            format!(
+                                "the stored content of `{path}` is missing (a checkpoint taken \
+                                 just before the machine stopped may not have reached the disk)"
+                            )
+                        }),
+                    };
+                    verdicts.insert(c.manifest.clone(), verdict.clone());
+                    verdict
+                }
+            };
+            if let Some(why) = verdict {
                 out.insert(c.id.clone(), why);
             }
         }
         out
+    }
+
+    /// The manifest `hash` resolved, with the paths whose content is not stored: read through
+    /// its chain of deltas down to `current` (changed in place) or to a whole one. On an error
+    /// `current` is left as it was.
+    fn resolve_after<'a>(
+        &self,
+        hash: &str,
+        current: &'a mut Option<Resolved>,
+        stored: &mut HashMap<String, bool>,
+    ) -> Result<&'a Resolved> {
+        let mut is_stored = |hash: &String| {
+            *stored
+                .entry(hash.clone())
+                .or_insert_with(|| self.has_blob(hash))
+        };
+        let mut deltas: Vec<StoredManifest> = Vec::new();
+        let mut next = hash.to_owned();
+        let mut resolved = loop {
+            if current.as_ref().is_some_and(|c| c.hash == next) {
+                break current.take().ok_or_else(|| Error("no manifest".into()))?;
+            }
+            if deltas.len() as u32 > MAX_DELTA_DEPTH {
+                return Err(Error(format!(
+                    "the manifest {hash} is read through more than {MAX_DELTA_DEPTH} others; \
+                     the checkpoint store at {} is damaged",
+                    self.root.display()
+                )));
+            }
+            let mut part = self.stored_manifest(&next)?;
+            match part.base.take() {
+                Some(base) => {
+                    deltas.push(part);
+                    next = base;
+                }
+                None => {
+                    let missing = part
+                        .entries
+                        .iter()
+                        .filter_map(|(path, node)| match node {
+                            crate::Node::File { hash, .. } if !is_stored(hash) => {
+                                Some(path.clone())
+                            }
+                            _ => None,
+                        })
+                        .collect();
+                    break Resolved {
+                        hash: next,
+                        manifest: Manifest {
+                            version: part.version,
+                            taken_ns: part.taken_ns,
+                            entries: part.entries,
+                            skipped: part.skipped,
+                        },
+                        missing,
+                    };
+                }
+            }
+        };
+        for delta in deltas.into_iter().rev() {
+            for path in &delta.removed {
+                resolved.manifest.entries.remove(path);
+                resolved.missing.remove(path);
+            }
+            for (path, node) in delta.entries {
+                match &node {
+                    crate::Node::File { hash, .. } if !is_stored(hash) => {
+                        resolved.missing.insert(path.clone());
+                    }
+                    _ => {
+                        resolved.missing.remove(&path);
+                    }
+                }
+                resolved.manifest.entries.insert(path, node);
+            }
+            resolved.manifest.skipped = delta.skipped;
+            resolved.manifest.taken_ns = delta.taken_ns;
+        }
+        resolved.hash = hash.to_owned();
+        Ok(current.insert(resolved))
+    }
+
+    /// One stored manifest, whole or a delta, checked against its hash.
+    fn stored_manifest(&self, hash: &str) -> Result<StoredManifest> {
+        let json = self.read_object("manifests", hash, "the manifest")?;
+        serde_json::from_slice(&json)
+            .map_err(|e| Error(format!("reading the manifest {hash}: {e}")))
     }
 
     /// Make what this store wrote durable, in an order that keeps the store whole: its objects
