@@ -1,6 +1,7 @@
 //! A session's checkpoints as the kernel takes them: before each turn, before each tool call
 //! that may change files, after each turn; and around a rewind.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::journal::{DEFAULT_MAX_WATCHED_DIRS, Drained, Journal};
@@ -27,6 +28,8 @@ struct State {
     /// The manifest of this process's last checkpoint of the session, and its hash: the base
     /// of the next incremental walk.
     last: Option<(String, Manifest)>,
+    /// Whether this process recorded `last` (so every content it names was stored by it).
+    last_is_own: bool,
     journal: JournalState,
 }
 
@@ -92,6 +95,7 @@ impl Recorder {
         state.turn = last.as_ref().map_or(0, |c| c.turn);
         state.last =
             last.and_then(|c| Some((c.manifest.clone(), self.store.manifest(&c.manifest).ok()?)));
+        state.last_is_own = false;
         Ok(())
     }
 
@@ -204,6 +208,8 @@ impl Recorder {
         }
 
         let mut walked_manifest: Option<Manifest> = None;
+        // What a walk narrowed by the journal found, as changes to the last manifest.
+        let mut scoped: Option<ScopedChanges> = None;
         let mut walk_note = String::new();
         if let (Ok(paths), JournalState::On(journal), Some(previous)) =
             (&plan, &mut state.journal, previous)
@@ -228,12 +234,8 @@ impl Recorder {
                     plan = Err(why);
                 } else {
                     journal.end_scoped(&scope, walked.multi_linked);
-                    let manifest = merge(previous, &scope, walked.manifest);
-                    if manifest.entries.len() > self.settings.max_entries {
-                        return Err(too_many_entries(self.store.workspace(), &self.settings));
-                    }
                     walk_note = format!("journal: {} paths looked at", paths.len());
-                    walked_manifest = Some(manifest);
+                    scoped = Some(scoped_changes(previous, &scope, walked.manifest));
                 }
             }
         }
@@ -250,6 +252,13 @@ impl Recorder {
                     newest.as_ref()
                 }
             };
+            // A file whose stat is unchanged keeps the base's hash unread: a base this process
+            // did not record itself is used only when every content it names is stored (the
+            // machine may have stopped before the last checkpoints reached the disk); else
+            // every file is read again, and what was lost is stored anew.
+            let own = state.last_is_own
+                && matches!((&state.last, &previous_hash), (Some((h, _)), Some(p)) if h == p);
+            let base = base.filter(|b| own || self.store.missing_content(b).is_none());
             if matches!(state.journal, JournalState::NotStarted) {
                 state.journal = match Journal::start(self.store.workspace(), self.max_watched_dirs)
                 {
@@ -282,8 +291,42 @@ impl Recorder {
             walked_manifest = Some(walked.manifest);
         }
 
-        let (hash, changed, manifest) = match walked_manifest {
-            Some(manifest) => {
+        let (hash, changed, manifest) = match (walked_manifest, scoped) {
+            // The journal's paths: the last manifest (this process's own, `previous`) is
+            // changed in place and stored as those changes, so a call that changed one file
+            // of a large workspace costs about one file, not the workspace.
+            (None, Some(changes)) => {
+                let (base_hash, mut manifest) = state
+                    .last
+                    .take()
+                    .ok_or_else(|| crate::Error("no manifest to record".into()))?;
+                let same = changes.entries.is_empty()
+                    && changes.removed.is_empty()
+                    && changes.skipped == manifest.skipped;
+                manifest.taken_ns = changes.taken_ns;
+                for path in &changes.removed {
+                    manifest.entries.remove(path);
+                }
+                manifest.entries.extend(changes.entries.clone());
+                manifest.skipped = changes.skipped;
+                if manifest.entries.len() > self.settings.max_entries {
+                    return Err(too_many_entries(self.store.workspace(), &self.settings));
+                }
+                let hash = if same && self.store.has_manifest(&base_hash) {
+                    base_hash
+                } else if same {
+                    self.store.put_manifest(&manifest)?
+                } else {
+                    self.store.put_manifest_changes(
+                        &manifest,
+                        &base_hash,
+                        changes.entries,
+                        changes.removed,
+                    )?
+                };
+                (hash, changes.changed, Some(manifest))
+            }
+            (Some(manifest), _) => {
                 let changed = previous
                     .map(|p| p.changed_paths(&manifest))
                     .unwrap_or_default();
@@ -291,16 +334,26 @@ impl Recorder {
                 // of a new one written; this walk's manifest stays the base of the next.
                 let hash = match (&previous_hash, previous) {
                     (Some(h), Some(p))
-                        if p.entries == manifest.entries && p.skipped == manifest.skipped =>
+                        if p.entries == manifest.entries
+                            && p.skipped == manifest.skipped
+                            && self.store.has_manifest(h) =>
                     {
                         h.clone()
                     }
+                    // Stored as its differences from the previous one when they are few.
+                    (Some(h), Some(p)) => self.store.put_manifest_over(&manifest, Some((h, p)))?,
                     _ => self.store.put_manifest(&manifest)?,
                 };
                 (hash, changed, Some(manifest))
             }
-            // The journal saw nothing: the last checkpoint's manifest, named again as it is.
-            None => (previous_hash.clone().unwrap_or_default(), Vec::new(), None),
+            // The journal saw nothing: the last checkpoint's manifest, named again as it is
+            // (written again, whole, should it be missing from the store).
+            (None, None) => match (&previous_hash, &state.last) {
+                (Some(h), Some((_, m))) if !self.store.has_manifest(h) => {
+                    (self.store.put_manifest(m)?, Vec::new(), None)
+                }
+                _ => (previous_hash.clone().unwrap_or_default(), Vec::new(), None),
+            },
         };
         let recorded = manifest
             .as_ref()
@@ -309,7 +362,7 @@ impl Recorder {
         let (files, bytes) = recorded.totals();
         let skipped = recorded.skipped.clone();
         let turn = state.turn;
-        let checkpoint = self.store.append(&session, |_, _| Checkpoint {
+        let line = |_: u64, _: Option<&Checkpoint>| Checkpoint {
             id: String::new(),
             seq: 0,
             session: String::new(),
@@ -328,9 +381,20 @@ impl Recorder {
             note,
             not_covered: self.settings.not_covered.clone(),
             walk: Some(walk_note),
-        })?;
+        };
+        // Before a tool call the state is captured (every file read and stored, the line
+        // written) and made durable on another thread, so the call does not wait on the disk;
+        // every other checkpoint is durable, with all before it, when it returns.
+        let checkpoint = if kind == Kind::BeforeCall {
+            self.store.append_deferred(&session, line)?
+        } else {
+            self.store.append(&session, line)?
+        };
         match manifest {
-            Some(manifest) => state.last = Some((hash.clone(), manifest)),
+            Some(manifest) => {
+                state.last = Some((hash.clone(), manifest));
+                state.last_is_own = true;
+            }
             None => {
                 if let Some(last) = &mut state.last {
                     last.0 = hash.clone();
@@ -353,26 +417,61 @@ impl Drop for Recorder {
     }
 }
 
-/// `base` with what a walk narrowed to `scope` found in place of everything the scope covers.
-fn merge(base: &Manifest, scope: &Scope, walked: Manifest) -> Manifest {
-    let mut merged = base.clone();
-    // Its entries are as of this walk: those outside the scope did not change since `base`.
-    merged.taken_ns = walked.taken_ns;
+/// What a walk narrowed to `scope` found, as changes to `base` (whose entries outside the
+/// scope did not change since).
+struct ScopedChanges {
+    /// When the walk began.
+    taken_ns: i64,
+    /// Entries new or not equal (a file's stat included).
+    entries: BTreeMap<String, crate::Node>,
+    /// Paths gone.
+    removed: Vec<String>,
+    /// Paths whose content, mode, kind or presence changed (a stat alone aside), sorted.
+    changed: Vec<String>,
+    /// Everything not kept, the scope's as the walk found them.
+    skipped: Vec<crate::Skipped>,
+}
+
+/// Compare what a walk narrowed to `scope` found with what `base` holds under the scope; only
+/// those paths are looked at, whatever the size of `base`.
+fn scoped_changes(base: &Manifest, scope: &Scope, walked: Manifest) -> ScopedChanges {
+    let mut old: BTreeMap<&String, &crate::Node> = BTreeMap::new();
     for path in scope.paths() {
-        merged.entries.remove(path);
+        if let Some((k, v)) = base.entries.get_key_value(path) {
+            old.insert(k, v);
+        }
         // Everything beneath `path/`: '0' is the character after '/'.
-        let beneath: Vec<String> = merged
-            .entries
-            .range(format!("{path}/")..format!("{path}0"))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in beneath {
-            merged.entries.remove(&key);
+        old.extend(base.entries.range(format!("{path}/")..format!("{path}0")));
+    }
+    let mut entries = BTreeMap::new();
+    let mut changed = Vec::new();
+    for (path, node) in walked.entries {
+        match old.remove(&path) {
+            Some(o) if *o == node => {}
+            Some(o) => {
+                if !o.same_as(&node) {
+                    changed.push(path.clone());
+                }
+                entries.insert(path, node);
+            }
+            None => {
+                changed.push(path.clone());
+                entries.insert(path, node);
+            }
         }
     }
-    merged.entries.extend(walked.entries);
-    merged.skipped.retain(|s| !scope.covers(&s.path));
-    merged.skipped.extend(walked.skipped);
-    merged.skipped.sort_by(|a, b| a.path.cmp(&b.path));
-    merged
+    let removed: Vec<String> = old.into_keys().cloned().collect();
+    changed.extend(removed.iter().cloned());
+    changed.sort();
+    let mut skipped = base.skipped.clone();
+    skipped.retain(|s| !scope.covers(&s.path));
+    skipped.extend(walked.skipped);
+    skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    ScopedChanges {
+        taken_ns: walked.taken_ns,
+        entries,
+        removed,
+        changed,
+        skipped,
+    }
 }

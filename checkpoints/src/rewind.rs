@@ -58,6 +58,38 @@ pub fn find(index: &[Checkpoint], session: &str, target: &Target) -> Result<Chec
     })
 }
 
+/// The error of a rewind to a checkpoint whose stored state cannot be read whole.
+fn cannot_restore(session: &str, checkpoint: &Checkpoint, e: Error) -> Error {
+    Error(format!(
+        "checkpoint {} cannot be restored, so nothing was changed: {e}. `keel checkpoints list \
+         {session}` marks the checkpoints that cannot be restored; rewind to another one",
+        checkpoint.id
+    ))
+}
+
+/// Read every content `plan` writes that is not in `checked` yet, each checked against its
+/// hash.
+fn check_contents(
+    recorder: &Recorder,
+    session: &str,
+    target: &Checkpoint,
+    plan: &Plan,
+    checked: &mut BTreeSet<String>,
+) -> Result<()> {
+    for change in &plan.changes {
+        if let restore::Change::Write { hash, .. } = change
+            && !checked.contains(hash)
+        {
+            recorder
+                .store()
+                .blob(hash)
+                .map_err(|e| cannot_restore(session, target, e))?;
+            checked.insert(hash.clone());
+        }
+    }
+    Ok(())
+}
+
 /// What a rewind would do, before it does anything.
 #[derive(Debug, Clone)]
 pub struct Preview {
@@ -101,11 +133,16 @@ pub fn prepare(recorder: &Recorder, session: &str, target: &Target) -> Result<Pr
     let _busy = store.busy()?;
     let index = store.index(session)?;
     let checkpoint = find(&index, session, target)?;
-    let wanted = store.manifest(&checkpoint.manifest)?;
-    let last = match index.last() {
-        Some(c) => Some(store.manifest(&c.manifest)?),
-        None => None,
-    };
+    let wanted = store
+        .manifest(&checkpoint.manifest)
+        .map_err(|e| cannot_restore(session, &checkpoint, e))?;
+    // The session's last checkpoint that can be read (one the machine stopped before it
+    // reached the disk is passed over: what changed since the one before counts as changed
+    // outside keel, so it is named, not overwritten unasked).
+    let last = index
+        .iter()
+        .rev()
+        .find_map(|c| store.manifest(&c.manifest).ok());
     let current = snapshot(store, store.workspace(), recorder.settings(), last.as_ref())?;
     let plan = restore::plan(&current, &wanted)?;
     // Changed outside keel: recorded as such by a checkpoint after the target, or since the
@@ -155,6 +192,17 @@ pub fn rewind(recorder: &Recorder, session: &str, target: &Target, force: bool) 
             preview.conflicts.join(", ")
         )));
     }
+    // Every content the restore writes is read and checked against its hash before anything
+    // changes: a checkpoint the machine stopped before it reached the disk is refused whole,
+    // never restored in part or with wrong bytes.
+    let mut checked = BTreeSet::new();
+    check_contents(
+        recorder,
+        session,
+        &preview.target,
+        &preview.plan,
+        &mut checked,
+    )?;
     let (safety, now) = recorder.record(
         session,
         Kind::Safety,
@@ -163,9 +211,13 @@ pub fn rewind(recorder: &Recorder, session: &str, target: &Target, force: bool) 
             preview.target.id
         )),
     )?;
-    let wanted = recorder.store().manifest(&preview.target.manifest)?;
+    let wanted = recorder
+        .store()
+        .manifest(&preview.target.manifest)
+        .map_err(|e| cannot_restore(session, &preview.target, e))?;
     // Planned again from the safety checkpoint: exactly the state it can bring back.
     let plan = restore::plan(&now, &wanted)?;
+    check_contents(recorder, session, &preview.target, &plan, &mut checked)?;
     let applied = restore::apply(recorder.store(), recorder.store().workspace(), &plan)?;
     let (restored, _) = recorder.record(
         session,

@@ -4,21 +4,28 @@
 //! ```text
 //! workspace            the workspace's path, for people reading the folder
 //! blobs/ab/<sha256>    a file's content, zstd-compressed, named by the SHA-256 of the content
-//! manifests/ab/<sha256> a snapshot's manifest (JSON, zstd), named by the hash of its JSON
+//! manifests/ab/<sha256> a snapshot's manifest (JSON, zstd), named by the hash of its JSON:
+//!                      whole, or the differences from another manifest (a chain of at most 32)
+//! pending/ab/<kind>-<sha256>-<unique>  an object written and not yet known to be on disk
 //! sessions/<id>.jsonl  a session's checkpoints, one line each, append-only
 //! lock                 held (flock) around every index append and a garbage collection
 //! busy                 flock shared by recordings and rewinds, exclusive for a collection
 //! ```
 //!
-//! Content-addressed files are written to a temp name and renamed into place, so two sessions
-//! writing the same blob at once both leave it whole; an index line is appended and synced
-//! under the lock only after the blobs and manifest it names are on disk.
+//! Objects are written to `pending/` (a temp name renamed, so two sessions writing the same
+//! content both leave it whole) and moved into place only after they are synced, so an object
+//! in place is always whole on disk; one left in `pending/` by a process killed, or a machine
+//! that stopped, is checked against its hash when the store is next opened, and moved into
+//! place or removed. A durable index line is appended and synced under the lock only after
+//! everything the store wrote is in place; a deferred one (before a tool call) is written at
+//! once and made durable, in the same order, on another thread (see [`Store::sync`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -125,24 +132,283 @@ const LOCK_WAIT: Duration = Duration::from_secs(30);
 pub struct Store {
     root: PathBuf,
     workspace: PathBuf,
-    /// The objects written since the last [`Store::sync`], not yet durable.
-    unsynced: std::sync::Mutex<Vec<PathBuf>>,
+    /// What this store wrote that is not durable yet, shared with the thread that makes it so.
+    durability: Arc<Durability>,
+    /// How deep in a chain of deltas each manifest this store wrote or read lies (0: whole).
+    depths: Mutex<HashMap<String, u32>>,
+}
+
+/// Objects written to `pending/` and indexes appended to without a sync, and the lock held
+/// while they are made durable (so a durable append waits for a background sync in flight).
+#[derive(Debug, Default)]
+struct Durability {
+    unsynced: Mutex<Unsynced>,
+    syncing: Mutex<()>,
+    /// A background sync is scheduled and has not taken the list yet.
+    scheduled: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Unsynced {
+    /// This store's own objects in `pending/`: whole (it wrote them), not yet synced.
+    objects: Vec<PendingObject>,
+    /// Their hashes, so a content written twice before it is moved into place is written once.
+    hashes: HashSet<(&'static str, String)>,
+    /// Indexes with lines appended and not synced.
+    indexes: BTreeSet<PathBuf>,
+}
+
+/// An object in `pending/`, and where it goes once durable.
+#[derive(Debug, Clone)]
+struct PendingObject {
+    pending: PathBuf,
+    kind: &'static str,
+    hash: String,
 }
 
 /// Up to this many new objects are synced one by one (with their directories); more are
 /// synced with one `syncfs`, which also flushes whatever else is pending on that file system.
 const SYNC_EACH_UP_TO: usize = 64;
 
+/// The most deltas between a manifest and the whole one it is read from: past it a whole
+/// manifest is written again, so reading one costs at most this many small files more.
+const MAX_DELTA_DEPTH: u32 = 32;
+
+/// Where objects wait until they are durable (see [`Store::sync`]).
+const PENDING: &str = "pending";
+
+/// A temp file in `pending/` left this long by a writer that was killed is removed.
+const STALE_TEMP: Duration = Duration::from_secs(3600);
+
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A name for a temp file no other writer in this or another process uses.
 pub(crate) fn temp_name(prefix: &str) -> String {
+    format!("{prefix}{}.tmp", unique())
+}
+
+/// A unique part of a file name: no other writer in this or another process uses it.
+fn unique() -> String {
     format!(
-        "{prefix}{}-{}-{}.tmp",
+        "{}-{}-{}",
         std::process::id(),
         TEMP_COUNTER.fetch_add(1, Ordering::Relaxed),
         crate::now_ns()
     )
+}
+
+fn object_path(root: &Path, kind: &str, hash: &str) -> PathBuf {
+    root.join(kind).join(&hash[..2]).join(&hash[2..])
+}
+
+/// The directory in `pending/` of an object (fanned out as the objects in place are, so no
+/// directory grows large when a first checkpoint writes thousands).
+fn pending_dir(root: &Path, hash: &str) -> PathBuf {
+    root.join(PENDING).join(&hash[..2])
+}
+
+/// The kind and hash of an object's name in `pending/` (`<kind>-<hash>-<unique>`).
+fn parse_pending(name: &str) -> Option<(&'static str, String)> {
+    let (kind, rest) = if let Some(rest) = name.strip_prefix("blobs-") {
+        ("blobs", rest)
+    } else {
+        ("manifests", name.strip_prefix("manifests-")?)
+    };
+    let hash = rest.get(..64)?;
+    (valid_hash(hash).is_ok() && rest[64..].starts_with('-')).then(|| (kind, hash.to_owned()))
+}
+
+/// A stored object's content: unpacked and checked against `hash`, or why not.
+fn unpack_checked(packed: &[u8], hash: &str) -> std::result::Result<Vec<u8>, String> {
+    let content =
+        zstd::stream::decode_all(packed).map_err(|e| format!("cannot be unpacked ({e})"))?;
+    if hash_hex(&content) == hash {
+        Ok(content)
+    } else {
+        Err("does not match its hash".into())
+    }
+}
+
+/// A manifest read while the checkpoints of an index are checked in order
+/// ([`Store::unrestorable`]), with its paths whose content is not stored.
+struct Resolved {
+    hash: String,
+    manifest: Manifest,
+    missing: BTreeSet<String>,
+}
+
+/// The `version` of a manifest stored as the differences from another.
+const DELTA_VERSION: u32 = 2;
+
+/// A manifest as stored: whole (version 1, written as a [`Manifest`]), or the differences
+/// from the manifest `base` (version 2): the entries added or changed, the paths removed,
+/// and everything not kept (the whole list, usually short).
+#[derive(Debug, Serialize, Deserialize)]
+struct StoredManifest {
+    version: u32,
+    taken_ns: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    base: Option<String>,
+    entries: BTreeMap<String, crate::Node>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    removed: Vec<String>,
+    #[serde(default)]
+    skipped: Vec<Skipped>,
+}
+
+/// The entries of `to` that `from` lacks or holds otherwise (a file's stat included), and the
+/// paths of `from` that `to` lacks: one pass over both, as both are sorted.
+fn differences(from: &Manifest, to: &Manifest) -> (BTreeMap<String, crate::Node>, Vec<String>) {
+    let mut changed = BTreeMap::new();
+    let mut removed = Vec::new();
+    let mut old = from.entries.iter().peekable();
+    for (path, node) in &to.entries {
+        while let Some((p, _)) = old.next_if(|(p, _)| *p < path) {
+            removed.push(p.clone());
+        }
+        match old.next_if(|(p, _)| *p == path) {
+            Some((_, n)) if n == node => {}
+            _ => {
+                changed.insert(path.clone(), node.clone());
+            }
+        }
+    }
+    removed.extend(old.map(|(p, _)| p.clone()));
+    (changed, removed)
+}
+
+impl Durability {
+    fn unsynced(&self) -> std::sync::MutexGuard<'_, Unsynced> {
+        self.unsynced.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn syncing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.syncing.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// [`Store::sync`]; on a failure what was not made durable stays listed for the next.
+    fn sync(&self, root: &Path) -> Result<()> {
+        let _syncing = self.syncing();
+        // Whatever is written from here on gets a background sync of its own.
+        self.scheduled.store(false, Ordering::Release);
+        let (objects, indexes) = {
+            let mut unsynced = self.unsynced();
+            unsynced.hashes.clear();
+            (
+                std::mem::take(&mut unsynced.objects),
+                std::mem::take(&mut unsynced.indexes),
+            )
+        };
+        let put_back = |objects: Vec<PendingObject>, indexes: BTreeSet<PathBuf>| {
+            let mut unsynced = self.unsynced();
+            unsynced.objects.extend(objects);
+            unsynced.indexes.extend(indexes);
+        };
+        if let Err(e) = promote(root, objects.clone(), true) {
+            put_back(objects, indexes);
+            return Err(e);
+        }
+        for index in &indexes {
+            match File::open(index).and_then(|f| f.sync_data()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    put_back(Vec::new(), indexes.clone());
+                    return Err(Error(format!("syncing {}: {e}", index.display())));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Make `objects` durable and move them from `pending/` into place: their content synced
+/// first (each file, or the whole file system past [`SYNC_EACH_UP_TO`]), then each renamed to
+/// its name, then the renames synced. An object is thus in place only once it is whole on
+/// disk. Objects another process left (`own` false) are checked against their hash first, and
+/// one that is not whole is removed: the machine stopped before it reached the disk. One
+/// another keel process moved meanwhile is in place already.
+fn promote(root: &Path, mut objects: Vec<PendingObject>, own: bool) -> Result<()> {
+    if objects.is_empty() {
+        return Ok(());
+    }
+    let failed = |e: std::io::Error| Error(format!("syncing the checkpoint store: {e}"));
+    if !own {
+        objects.retain(|o| match fs::read(&o.pending) {
+            Ok(packed) if unpack_checked(&packed, &o.hash).is_ok() => true,
+            Ok(_) => {
+                let _ = fs::remove_file(&o.pending);
+                false
+            }
+            Err(_) => false,
+        });
+    }
+    let many = objects.len() > SYNC_EACH_UP_TO;
+    let sync_all = || {
+        let dir = File::open(root).map_err(io_error("opening the checkpoint store"))?;
+        nix::unistd::syncfs(&dir).map_err(|e| failed(e.into()))
+    };
+    if many {
+        sync_all()?;
+    } else {
+        for o in &objects {
+            match File::open(&o.pending).and_then(|f| f.sync_all()) {
+                Ok(()) => {}
+                // Moved into place by another keel process, which synced it first.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(failed(e)),
+            }
+        }
+    }
+    let mut dirs = BTreeSet::new();
+    for o in &objects {
+        let dest = object_path(root, o.kind, &o.hash);
+        let fan = dest.parent().unwrap_or(root).to_owned();
+        if !dirs.contains(&fan) {
+            // Not recursive: a store removed meanwhile is not made again.
+            use std::os::unix::fs::DirBuilderExt;
+            match fs::DirBuilder::new().mode(0o700).create(&fan) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(failed(e)),
+            }
+        }
+        match fs::rename(&o.pending, &dest) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(failed(e)),
+        }
+        // The object's directory, and the one above it, which may have just gained it.
+        if let Some(kind_dir) = fan.parent() {
+            dirs.insert(kind_dir.to_owned());
+        }
+        dirs.insert(fan);
+    }
+    // Emptied fan directories of `pending/` go, so opening the store reads few directories.
+    let emptied: BTreeSet<PathBuf> = objects
+        .iter()
+        .filter_map(|o| o.pending.parent().map(Path::to_owned))
+        .collect();
+    for dir in emptied {
+        let _ = fs::remove_dir(dir);
+    }
+    if many {
+        return sync_all();
+    }
+    for dir in dirs {
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(failed)?;
+    }
+    Ok(())
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // What the store's last deferred checkpoints wrote is durable when it goes (a session
+        // that ends); a failure leaves it in `pending/` for the next store opened.
+        let _ = self.sync();
+    }
 }
 
 /// The store's key for `workspace`: the start of the SHA-256 of its path.
@@ -188,7 +454,8 @@ fn valid_session(id: &str) -> Result<()> {
 
 impl Store {
     /// The store of `workspace` under `checkpoints_dir` (`<home>/checkpoints`), made if
-    /// missing (owner-only).
+    /// missing (owner-only). What a keel process left in `pending/` (it was killed, or the
+    /// machine stopped, before its objects were durable) is checked and moved into place.
     pub fn open(checkpoints_dir: &Path, workspace: &Path) -> Result<Store> {
         let root = checkpoints_dir.join(workspace_key(workspace));
         for dir in [
@@ -197,6 +464,7 @@ impl Store {
             root.join("blobs"),
             root.join("manifests"),
             root.join("sessions"),
+            root.join(PENDING),
         ] {
             make_private_dir(&dir)?;
         }
@@ -204,11 +472,16 @@ impl Store {
         if !marker.exists() {
             write_atomic(&marker, workspace.as_os_str().as_encoded_bytes(), true)?;
         }
-        Ok(Store {
+        let store = Store {
             root,
             workspace: workspace.to_owned(),
-            unsynced: std::sync::Mutex::default(),
-        })
+            durability: Arc::default(),
+            depths: Mutex::default(),
+        };
+        // Best effort: what is not moved now stays readable in `pending/`, and the next
+        // store opened or durable checkpoint taken tries again.
+        let _ = store.recover_pending();
+        Ok(store)
     }
 
     /// The workspace this store records.
@@ -222,137 +495,511 @@ impl Store {
     }
 
     fn object_path(&self, kind: &str, hash: &str) -> PathBuf {
-        self.root.join(kind).join(&hash[..2]).join(&hash[2..])
+        object_path(&self.root, kind, hash)
     }
 
-    /// Whether the blob `hash` is stored.
+    /// Whether the blob `hash` is stored (in place, or written and not yet durable).
     pub fn has_blob(&self, hash: &str) -> bool {
-        valid_hash(hash).is_ok() && self.object_path("blobs", hash).exists()
+        self.stored("blobs", hash)
+    }
+
+    /// Whether the manifest `hash` is stored (in place, or written and not yet durable).
+    pub fn has_manifest(&self, hash: &str) -> bool {
+        self.stored("manifests", hash)
+    }
+
+    /// Whether an object is in place or in `pending/` (looked for in place again after, as a
+    /// sync may move it in between).
+    fn stored(&self, kind: &'static str, hash: &str) -> bool {
+        if valid_hash(hash).is_err() {
+            return false;
+        }
+        let path = self.object_path(kind, hash);
+        path.exists()
+            || self
+                .durability
+                .unsynced()
+                .hashes
+                .contains(&(kind, hash.to_owned()))
+            || !self.pending_copies(kind, hash).is_empty()
+            || path.exists()
     }
 
     /// Store `content` under `hash` (its SHA-256) unless it is there; whether it was written.
-    /// Not synced: [`Store::sync`] makes every new blob durable at once before an index line
-    /// names it.
+    /// It goes to `pending/`, not synced: [`Store::sync`] makes it durable and moves it into
+    /// place (on another thread soon after a deferred checkpoint, before a durable one).
     pub fn put_blob(&self, hash: &str, content: &[u8]) -> Result<bool> {
         valid_hash(hash)?;
-        let path = self.object_path("blobs", hash);
-        if path.exists() {
-            // Touched, so a garbage collection running now keeps it for its grace period
-            // while the checkpoint naming it is being recorded.
-            if let Ok(f) = File::options().write(true).open(&path) {
-                let _ = f.set_modified(std::time::SystemTime::now());
-            }
+        if self.present("blobs", hash) {
             return Ok(false);
         }
         let packed = zstd::bulk::compress(content, 1).map_err(io_error("compressing a file"))?;
-        make_private_dir(path.parent().unwrap_or(&self.root))?;
-        write_atomic(&path, &packed, false)?;
-        self.written(path);
+        self.put_pending("blobs", hash, &packed)?;
         Ok(true)
+    }
+
+    /// Whether the object is in place (touched, so a garbage collection running now keeps it
+    /// for its grace period while the checkpoint naming it is being recorded) or this store
+    /// wrote it to `pending/` already.
+    fn present(&self, kind: &'static str, hash: &str) -> bool {
+        let path = self.object_path(kind, hash);
+        if path.exists() {
+            if let Ok(f) = File::options().write(true).open(&path) {
+                let _ = f.set_modified(std::time::SystemTime::now());
+            }
+            return true;
+        }
+        self.durability
+            .unsynced()
+            .hashes
+            .contains(&(kind, hash.to_owned()))
+    }
+
+    /// Write an object to `pending/` under a name of its own (a temp file renamed, so a name
+    /// there always holds what its writer wrote whole, as far as the page cache goes).
+    fn put_pending(&self, kind: &'static str, hash: &str, packed: &[u8]) -> Result<()> {
+        let dir = pending_dir(&self.root, hash);
+        let pending = dir.join(format!("{kind}-{hash}-{}", unique()));
+        // A sync removes a fan directory it emptied: made again if it went meanwhile.
+        let mut tries = 0;
+        loop {
+            make_private_dir(&dir)?;
+            match write_atomic(&pending, packed, false) {
+                Ok(()) => break,
+                Err(_) if tries < 3 && !dir.exists() => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        let mut unsynced = self.durability.unsynced();
+        unsynced.hashes.insert((kind, hash.to_owned()));
+        unsynced.objects.push(PendingObject {
+            pending,
+            kind,
+            hash: hash.to_owned(),
+        });
+        Ok(())
+    }
+
+    /// The copies of an object waiting in `pending/`.
+    fn pending_copies(&self, kind: &str, hash: &str) -> Vec<PathBuf> {
+        let prefix = format!("{kind}-{hash}-");
+        let Ok(entries) = fs::read_dir(pending_dir(&self.root, hash)) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.starts_with(&prefix))
+            })
+            .map(|e| e.path())
+            .collect()
+    }
+
+    /// An object's content, unpacked and checked against its hash: in place, else a copy
+    /// waiting in `pending/`, else in place again (a copy may have been moved in between the
+    /// two looks).
+    fn read_object(&self, kind: &'static str, hash: &str, what: &str) -> Result<Vec<u8>> {
+        valid_hash(hash)?;
+        let path = self.object_path(kind, hash);
+        let mut damaged = None;
+        for attempt in 0..3 {
+            let candidates = if attempt == 1 {
+                self.pending_copies(kind, hash)
+            } else {
+                vec![path.clone()]
+            };
+            for candidate in candidates {
+                match fs::read(&candidate) {
+                    Ok(packed) => match unpack_checked(&packed, hash) {
+                        Ok(bytes) => return Ok(bytes),
+                        Err(why) => damaged = Some(why),
+                    },
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(io_error(format!(
+                            "reading {what} {hash} ({})",
+                            candidate.display()
+                        ))(e));
+                    }
+                }
+            }
+        }
+        Err(Error(match damaged {
+            Some(why) => format!(
+                "{what} {hash} {why}; the checkpoint store at {} is damaged",
+                self.root.display()
+            ),
+            None => format!(
+                "{what} {hash} is missing from the checkpoint store at {} (a checkpoint taken \
+                 just before the machine stopped may not have reached the disk)",
+                self.root.display()
+            ),
+        }))
     }
 
     /// The content stored under `hash`, checked against it.
     pub fn blob(&self, hash: &str) -> Result<Vec<u8>> {
-        valid_hash(hash)?;
-        let path = self.object_path("blobs", hash);
-        let packed = fs::read(&path).map_err(io_error(format!(
-            "reading the stored content {hash} ({})",
-            path.display()
-        )))?;
-        let content = zstd::stream::decode_all(&packed[..])
-            .map_err(io_error(format!("unpacking the stored content {hash}")))?;
-        if hash_hex(&content) != hash {
-            return Err(Error(format!(
-                "the stored content {hash} does not match its hash; the checkpoint store at {} \
-                 is damaged",
-                self.root.display()
-            )));
-        }
-        Ok(content)
+        self.read_object("blobs", hash, "the stored content")
     }
 
-    /// Store `manifest`; its hash.
+    /// Store `manifest` whole; its hash.
     pub fn put_manifest(&self, manifest: &Manifest) -> Result<String> {
         let json =
             serde_json::to_vec(manifest).map_err(|e| Error(format!("encoding a manifest: {e}")))?;
-        let hash = hash_hex(&json);
-        let path = self.object_path("manifests", &hash);
-        if path.exists() {
-            // Touched for a garbage collection running now, as a blob is.
-            if let Ok(f) = File::options().write(true).open(&path) {
-                let _ = f.set_modified(std::time::SystemTime::now());
-            }
-        } else {
-            let packed = zstd::bulk::compress(&json, 3).map_err(io_error("compressing"))?;
-            make_private_dir(path.parent().unwrap_or(&self.root))?;
-            write_atomic(&path, &packed, false)?;
-            self.written(path);
+        let hash = self.put_manifest_json(&json)?;
+        self.set_depth(&hash, 0);
+        Ok(hash)
+    }
+
+    /// Store `manifest` as its differences from `base` (the base's hash and manifest) when
+    /// they are few and the base's chain of deltas is short, else whole; its hash. A checkpoint
+    /// that changed a few paths of a large workspace then writes a few lines, not all of them.
+    pub fn put_manifest_over(
+        &self,
+        manifest: &Manifest,
+        base: Option<(&str, &Manifest)>,
+    ) -> Result<String> {
+        let Some((base_hash, base)) = base else {
+            return self.put_manifest(manifest);
+        };
+        let (entries, removed) = differences(base, manifest);
+        self.put_manifest_changes(manifest, base_hash, entries, removed)
+    }
+
+    /// [`Store::put_manifest_over`] with the differences known: `entries` added or changed
+    /// and `removed` since the manifest `base_hash`.
+    pub(crate) fn put_manifest_changes(
+        &self,
+        manifest: &Manifest,
+        base_hash: &str,
+        entries: BTreeMap<String, crate::Node>,
+        removed: Vec<String>,
+    ) -> Result<String> {
+        let depth = self
+            .depths
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(base_hash)
+            .copied();
+        let Some(depth) = depth.filter(|d| *d < MAX_DELTA_DEPTH) else {
+            return self.put_manifest(manifest);
+        };
+        if (entries.len() + removed.len()) * 4 > manifest.entries.len().max(64) {
+            return self.put_manifest(manifest);
+        }
+        let delta = StoredManifest {
+            version: DELTA_VERSION,
+            taken_ns: manifest.taken_ns,
+            base: Some(base_hash.to_owned()),
+            entries,
+            removed,
+            skipped: manifest.skipped.clone(),
+        };
+        let json =
+            serde_json::to_vec(&delta).map_err(|e| Error(format!("encoding a manifest: {e}")))?;
+        let hash = self.put_manifest_json(&json)?;
+        self.set_depth(&hash, depth + 1);
+        Ok(hash)
+    }
+
+    fn put_manifest_json(&self, json: &[u8]) -> Result<String> {
+        let hash = hash_hex(json);
+        if !self.present("manifests", &hash) {
+            let packed = zstd::bulk::compress(json, 3).map_err(io_error("compressing"))?;
+            self.put_pending("manifests", &hash, &packed)?;
         }
         Ok(hash)
     }
 
-    /// The manifest stored under `hash`, checked against it.
+    fn set_depth(&self, hash: &str, depth: u32) {
+        self.depths
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(hash.to_owned(), depth);
+    }
+
+    /// The manifest stored under `hash` (read through its chain of deltas), each part checked
+    /// against its hash.
     pub fn manifest(&self, hash: &str) -> Result<Manifest> {
-        valid_hash(hash)?;
-        let path = self.object_path("manifests", hash);
-        let packed = fs::read(&path).map_err(io_error(format!(
-            "reading the manifest {hash} ({})",
-            path.display()
-        )))?;
-        let json = zstd::stream::decode_all(&packed[..])
-            .map_err(io_error(format!("unpacking the manifest {hash}")))?;
-        if hash_hex(&json) != hash {
-            return Err(Error(format!(
-                "the manifest {hash} does not match its hash; the checkpoint store at {} is \
-                 damaged",
-                self.root.display()
-            )));
+        self.manifest_chain(hash).1
+    }
+
+    /// The manifest `hash` resolved, and the hashes of the stored manifests it is read from
+    /// (itself first, its whole one last), as far as they could be read.
+    fn manifest_chain(&self, hash: &str) -> (Vec<String>, Result<Manifest>) {
+        let mut chain: Vec<String> = Vec::new();
+        let mut deltas: Vec<StoredManifest> = Vec::new();
+        let mut next = hash.to_owned();
+        let whole = loop {
+            chain.push(next.clone());
+            let mut stored = match self.stored_manifest(&next) {
+                Ok(m) => m,
+                Err(e) => break Err(e),
+            };
+            match stored.base.take() {
+                None => break Ok(stored),
+                Some(_) if deltas.len() as u32 >= MAX_DELTA_DEPTH => {
+                    break Err(Error(format!(
+                        "the manifest {hash} is read through more than {MAX_DELTA_DEPTH} \
+                         others; the checkpoint store at {} is damaged",
+                        self.root.display()
+                    )));
+                }
+                Some(base) => {
+                    deltas.push(stored);
+                    next = base;
+                }
+            }
+        };
+        let resolved = whole.map(|whole| {
+            let mut manifest = Manifest {
+                version: whole.version,
+                taken_ns: whole.taken_ns,
+                entries: whole.entries,
+                skipped: whole.skipped,
+            };
+            for delta in deltas.into_iter().rev() {
+                for path in &delta.removed {
+                    manifest.entries.remove(path);
+                }
+                manifest.entries.extend(delta.entries);
+                manifest.skipped = delta.skipped;
+                manifest.taken_ns = delta.taken_ns;
+            }
+            manifest
+        });
+        if resolved.is_ok() {
+            self.set_depth(hash, chain.len() as u32 - 1);
         }
+        (chain, resolved)
+    }
+
+    /// The first path of `manifest` whose content is not stored, if any.
+    pub fn missing_content(&self, manifest: &Manifest) -> Option<String> {
+        self.missing_content_cached(manifest, &mut HashMap::new())
+    }
+
+    fn missing_content_cached(
+        &self,
+        manifest: &Manifest,
+        stored: &mut HashMap<String, bool>,
+    ) -> Option<String> {
+        manifest.entries.iter().find_map(|(path, node)| match node {
+            crate::Node::File { hash, .. } => {
+                let here = *stored
+                    .entry(hash.clone())
+                    .or_insert_with(|| self.has_blob(hash));
+                (!here).then(|| path.clone())
+            }
+            _ => None,
+        })
+    }
+
+    /// The checkpoints of `index` that cannot be restored, by id, with why: their manifest,
+    /// or the stored content of a file they name, is missing or damaged. A crash of the
+    /// machine can leave the last checkpoints before it so (see [`Store::sync`]); a rewind to
+    /// one is refused, and the others restore as before.
+    pub fn unrestorable(&self, index: &[Checkpoint]) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let mut verdicts: HashMap<String, Option<String>> = HashMap::new();
+        let mut stored: HashMap<String, bool> = HashMap::new();
+        // The manifest read last: the next is usually stored as changes to it, so each is
+        // read as those changes, not whole again.
+        let mut current: Option<Resolved> = None;
+        for c in index {
+            let verdict = match verdicts.get(&c.manifest) {
+                Some(verdict) => verdict.clone(),
+                None => {
+                    let verdict = match self.resolve_after(&c.manifest, &mut current, &mut stored) {
+                        Err(e) => Some(e.0),
+                        Ok(resolved) => resolved.missing.first().map(|path| {
+                            format!(
+                                "the stored content of `{path}` is missing (a checkpoint taken \
+                                 just before the machine stopped may not have reached the disk)"
+                            )
+                        }),
+                    };
+                    verdicts.insert(c.manifest.clone(), verdict.clone());
+                    verdict
+                }
+            };
+            if let Some(why) = verdict {
+                out.insert(c.id.clone(), why);
+            }
+        }
+        out
+    }
+
+    /// The manifest `hash` resolved, with the paths whose content is not stored: read through
+    /// its chain of deltas down to `current` (changed in place) or to a whole one. On an error
+    /// `current` is left as it was.
+    fn resolve_after<'a>(
+        &self,
+        hash: &str,
+        current: &'a mut Option<Resolved>,
+        stored: &mut HashMap<String, bool>,
+    ) -> Result<&'a Resolved> {
+        let mut is_stored = |hash: &String| {
+            *stored
+                .entry(hash.clone())
+                .or_insert_with(|| self.has_blob(hash))
+        };
+        let mut deltas: Vec<StoredManifest> = Vec::new();
+        let mut next = hash.to_owned();
+        let mut resolved = loop {
+            if current.as_ref().is_some_and(|c| c.hash == next) {
+                break current.take().ok_or_else(|| Error("no manifest".into()))?;
+            }
+            if deltas.len() as u32 > MAX_DELTA_DEPTH {
+                return Err(Error(format!(
+                    "the manifest {hash} is read through more than {MAX_DELTA_DEPTH} others; \
+                     the checkpoint store at {} is damaged",
+                    self.root.display()
+                )));
+            }
+            let mut part = self.stored_manifest(&next)?;
+            match part.base.take() {
+                Some(base) => {
+                    deltas.push(part);
+                    next = base;
+                }
+                None => {
+                    let missing = part
+                        .entries
+                        .iter()
+                        .filter_map(|(path, node)| match node {
+                            crate::Node::File { hash, .. } if !is_stored(hash) => {
+                                Some(path.clone())
+                            }
+                            _ => None,
+                        })
+                        .collect();
+                    break Resolved {
+                        hash: next,
+                        manifest: Manifest {
+                            version: part.version,
+                            taken_ns: part.taken_ns,
+                            entries: part.entries,
+                            skipped: part.skipped,
+                        },
+                        missing,
+                    };
+                }
+            }
+        };
+        for delta in deltas.into_iter().rev() {
+            for path in &delta.removed {
+                resolved.manifest.entries.remove(path);
+                resolved.missing.remove(path);
+            }
+            for (path, node) in delta.entries {
+                match &node {
+                    crate::Node::File { hash, .. } if !is_stored(hash) => {
+                        resolved.missing.insert(path.clone());
+                    }
+                    _ => {
+                        resolved.missing.remove(&path);
+                    }
+                }
+                resolved.manifest.entries.insert(path, node);
+            }
+            resolved.manifest.skipped = delta.skipped;
+            resolved.manifest.taken_ns = delta.taken_ns;
+        }
+        resolved.hash = hash.to_owned();
+        Ok(current.insert(resolved))
+    }
+
+    /// One stored manifest, whole or a delta, checked against its hash.
+    fn stored_manifest(&self, hash: &str) -> Result<StoredManifest> {
+        let json = self.read_object("manifests", hash, "the manifest")?;
         serde_json::from_slice(&json)
             .map_err(|e| Error(format!("reading the manifest {hash}: {e}")))
     }
 
-    fn written(&self, path: PathBuf) {
-        self.unsynced
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(path);
+    /// Make what this store wrote durable, in an order that keeps the store whole: its objects
+    /// (each synced, then moved from `pending/` into place, the moves synced), then the indexes
+    /// it appended to without a sync. A durable append ([`Store::append`]) runs this before its
+    /// own line, so everything a durable line names is on disk first. A deferred line
+    /// ([`Store::append_deferred`]) may reach the disk before its objects if the machine stops
+    /// in between: an object in place is always whole, one left in `pending/` is checked
+    /// against its hash before it is moved, and a checkpoint naming what is missing is
+    /// reported by [`Store::unrestorable`] and refused by a rewind, never restored wrong.
+    pub fn sync(&self) -> Result<()> {
+        self.durability.sync(&self.root)
     }
 
-    /// Make every object written so far durable: a checkpoint that changed a few files syncs
-    /// those objects and their directories, so a tool call waits on its own writes only; a
-    /// large first checkpoint syncs the store's file system once instead of thousands of files.
-    pub fn sync(&self) -> Result<()> {
-        let written = std::mem::take(
-            &mut *self
-                .unsynced
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        if written.is_empty() {
+    /// Move what other keel processes left in `pending/` into place, each checked against its
+    /// hash first (one the machine stopped before it reached the disk is removed).
+    fn recover_pending(&self) -> Result<()> {
+        let Ok(fans) = fs::read_dir(self.root.join(PENDING)) else {
             return Ok(());
-        }
-        let failed = |e: std::io::Error| Error(format!("syncing the checkpoint store: {e}"));
-        if written.len() > SYNC_EACH_UP_TO {
-            let dir = File::open(&self.root).map_err(io_error("opening the checkpoint store"))?;
-            return nix::unistd::syncfs(&dir).map_err(|e| failed(e.into()));
-        }
-        let mut dirs = std::collections::BTreeSet::new();
-        for path in &written {
-            File::open(path)
-                .and_then(|f| f.sync_all())
-                .map_err(failed)?;
-            // The object's directory, and the one above it, which may have just gained it.
-            for dir in path.ancestors().skip(1).take(2) {
-                dirs.insert(dir.to_owned());
+        };
+        let fans: Vec<PathBuf> = fans.flatten().map(|fan| fan.path()).collect();
+        let mut found = Vec::new();
+        for entry in fans
+            .iter()
+            .filter_map(|fan| fs::read_dir(fan).ok())
+            .flat_map(|entries| entries.flatten())
+        {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else {
+                continue;
+            };
+            if name.starts_with('.') {
+                // A temp file of a writer killed mid-write; one being written now is young.
+                let stale = entry
+                    .metadata()
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|m| m.elapsed().ok())
+                    .is_some_and(|age| age > STALE_TEMP);
+                if stale {
+                    let _ = fs::remove_file(entry.path());
+                }
+                continue;
+            }
+            if let Some((kind, hash)) = parse_pending(name) {
+                found.push(PendingObject {
+                    pending: entry.path(),
+                    kind,
+                    hash,
+                });
             }
         }
-        for dir in dirs {
-            File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(failed)?;
+        let promoted = if found.is_empty() {
+            Ok(())
+        } else {
+            let _syncing = self.durability.syncing();
+            promote(&self.root, found, false)
+        };
+        for fan in fans {
+            // Only when empty; a writer that finds it gone makes it again.
+            let _ = fs::remove_dir(fan);
         }
-        Ok(())
+        promoted
+    }
+
+    /// Make what this store wrote durable on another thread, soon: the caller of a deferred
+    /// checkpoint does not wait for it.
+    fn sync_in_background(&self) {
+        if self.durability.scheduled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let durability = Arc::clone(&self.durability);
+        let root = self.root.clone();
+        let spawned = std::thread::Builder::new()
+            .name("keel-checkpoint-sync".into())
+            .spawn(move || {
+                // A failure leaves the objects in `pending/`, readable, for the next sync.
+                let _ = durability.sync(&root);
+            });
+        if spawned.is_err() {
+            // The next durable checkpoint, or the store's end, syncs them.
+            self.durability.scheduled.store(false, Ordering::Release);
+        }
     }
 
     fn index_path(&self, session: &str) -> Result<PathBuf> {
@@ -423,13 +1070,37 @@ impl Store {
         self.manifest(&last.manifest).ok()
     }
 
-    /// Append a checkpoint of `session` under the store's lock: `fill` gets the sequence
-    /// number (1 + the last one) and the last checkpoint, and returns the line to write. Everything the line names must
-    /// already be stored; it is synced first.
+    /// Append a checkpoint of `session` under the store's lock, durably: `fill` gets the
+    /// sequence number (1 + the last one) and the last checkpoint, and returns the line to
+    /// write. Everything the store wrote is made durable first ([`Store::sync`]), then the line
+    /// is written and synced.
     pub fn append(
         &self,
         session: &str,
         fill: impl FnOnce(u64, Option<&Checkpoint>) -> Checkpoint,
+    ) -> Result<Checkpoint> {
+        self.append_with(session, fill, true)
+    }
+
+    /// [`Store::append`] without waiting for the disk: the line and what it names are written
+    /// (a keel process killed now loses nothing), and made durable, in that same order, on
+    /// another thread soon after. If the machine stops before, the line may be lost, or name
+    /// what is missing: [`Store::unrestorable`] says which.
+    pub fn append_deferred(
+        &self,
+        session: &str,
+        fill: impl FnOnce(u64, Option<&Checkpoint>) -> Checkpoint,
+    ) -> Result<Checkpoint> {
+        let checkpoint = self.append_with(session, fill, false)?;
+        self.sync_in_background();
+        Ok(checkpoint)
+    }
+
+    fn append_with(
+        &self,
+        session: &str,
+        fill: impl FnOnce(u64, Option<&Checkpoint>) -> Checkpoint,
+        durable: bool,
     ) -> Result<Checkpoint> {
         let path = self.index_path(session)?;
         let _lock = self.lock()?;
@@ -449,14 +1120,19 @@ impl Store {
         let mut line = serde_json::to_vec(&checkpoint)
             .map_err(|e| Error(format!("encoding a checkpoint: {e}")))?;
         line.push(b'\n');
-        self.sync()?;
+        if durable {
+            self.sync()?;
+        }
         // A line torn by a killed writer is ended first, so this one parses.
         if !ends_with_newline(&file).map_err(io_error(format!("reading {}", path.display())))? {
             line.insert(0, b'\n');
         }
         file.write_all(&line)
-            .and_then(|()| file.sync_data())
+            .and_then(|()| if durable { file.sync_data() } else { Ok(()) })
             .map_err(io_error(format!("writing {}", path.display())))?;
+        if !durable {
+            self.durability.unsynced().indexes.insert(path);
+        }
         Ok(checkpoint)
     }
 
@@ -867,12 +1543,17 @@ impl Store {
                 *manifest_refs.entry(c.manifest.clone()).or_default() += 1;
             }
         }
-        // The blobs each manifest names. A manifest that cannot be read names nothing more;
-        // its blobs may go, and the restore that needs it fails with the reason.
+        // The blobs each manifest names, and the stored manifests it is read from (itself and
+        // the chain of deltas down to a whole one: kept while a kept manifest needs them). A
+        // manifest that cannot be read names nothing more; its blobs may go, and the restore
+        // that needs it fails with the reason.
         let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut chains: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut blob_refs: BTreeMap<String, usize> = BTreeMap::new();
+        let mut chain_users: BTreeMap<String, usize> = BTreeMap::new();
         for hash in manifest_refs.keys() {
-            let blobs: Vec<String> = match self.manifest(hash) {
+            let (chain, manifest) = self.manifest_chain(hash);
+            let blobs: Vec<String> = match manifest {
                 Ok(m) => {
                     let set: std::collections::BTreeSet<&String> = m
                         .entries
@@ -889,12 +1570,16 @@ impl Store {
             for b in &blobs {
                 *blob_refs.entry(b.clone()).or_default() += 1;
             }
+            for m in &chain {
+                *chain_users.entry(m.clone()).or_default() += 1;
+            }
             names.insert(hash.clone(), blobs);
+            chains.insert(hash.clone(), chain);
         }
         let size = |objects: &BTreeMap<String, Object>, hash: &str| {
             objects.get(hash).map_or(0, |o| o.bytes)
         };
-        let mut kept_bytes: u64 = manifest_refs
+        let mut kept_bytes: u64 = chain_users
             .keys()
             .map(|h| size(&manifest_objects, h))
             .sum::<u64>()
@@ -929,7 +1614,15 @@ impl Store {
                     continue;
                 }
                 manifest_refs.remove(manifest);
-                kept_bytes -= size(&manifest_objects, manifest);
+                for m in chains.remove(manifest).unwrap_or_default() {
+                    if let Some(n) = chain_users.get_mut(&m) {
+                        *n -= 1;
+                        if *n == 0 {
+                            chain_users.remove(&m);
+                            kept_bytes -= size(&manifest_objects, &m);
+                        }
+                    }
+                }
                 for b in names.remove(manifest).unwrap_or_default() {
                     if let Some(n) = blob_refs.get_mut(&b) {
                         *n -= 1;
@@ -968,7 +1661,7 @@ impl Store {
         }
         // …then what no kept line names.
         for (objects, keep) in [
-            (&manifest_objects, &manifest_refs),
+            (&manifest_objects, &chain_users),
             (&blob_objects, &blob_refs),
         ] {
             for (hash, object) in objects {

@@ -1,6 +1,7 @@
 //! keel-checkpoints' integration tests, one binary.
 
 mod common;
+mod durability;
 mod hostile;
 mod index;
 mod journal;

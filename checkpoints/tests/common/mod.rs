@@ -8,11 +8,12 @@ use keel_checkpoints::{Recorder, Settings, Store};
 
 /// A workspace, keel's home beside it, and a recorder for the workspace.
 pub struct Fixture {
-    _dir: tempfile::TempDir,
     pub workspace: PathBuf,
     #[allow(dead_code)]
     pub home: PathBuf,
     pub recorder: Recorder,
+    /// Removed last, after the recorder's store has synced what it wrote.
+    _dir: tempfile::TempDir,
 }
 
 impl Fixture {

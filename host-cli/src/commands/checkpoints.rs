@@ -155,8 +155,19 @@ fn list(ctx: &Context, session: &str, json: bool) -> anyhow::Result<ExitCode> {
         .store()
         .index(session)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Checkpoints whose stored state is missing or damaged (the machine stopped before the
+    // last ones reached the disk): said, and a rewind to them is refused.
+    let unrestorable = recorder.store().unrestorable(&index);
     if json {
-        println!("{}", serde_json::to_string_pretty(&index)?);
+        let mut lines = Vec::with_capacity(index.len());
+        for c in &index {
+            let mut line = serde_json::to_value(c)?;
+            if let (Some(why), Some(fields)) = (unrestorable.get(&c.id), line.as_object_mut()) {
+                fields.insert("unrestorable".into(), why.clone().into());
+            }
+            lines.push(line);
+        }
+        println!("{}", serde_json::to_string_pretty(&lines)?);
         return Ok(ExitCode::SUCCESS);
     }
     if index.is_empty() {
@@ -170,6 +181,9 @@ fn list(ctx: &Context, session: &str, json: bool) -> anyhow::Result<ExitCode> {
     let mut not_covered: &[String] = &[];
     for c in &index {
         println!("{}", line(c));
+        if let Some(why) = unrestorable.get(&c.id) {
+            println!("        cannot be restored: {}", terminal_safe(why));
+        }
         // What the session could change outside the workspace, when it first differs: the
         // same for every checkpoint of a session but for a resume under another config.
         if c.not_covered != not_covered {
