@@ -281,6 +281,8 @@ fn main() -> ExitCode {
             Command::Hooks(cmd) => commands::hooks::run(&ctx, cmd),
         }
     });
+    // For root: the cgroup made ahead for a next command is not needed any more.
+    keel_kernel::sandbox::release();
     match result {
         Ok(code) => code,
         Err(e) if is_closed_output_error(&e) => ExitCode::from(CLOSED_OUTPUT),

@@ -399,3 +399,42 @@ fn a_stop_hook_that_denies_makes_the_agent_go_on_within_a_bound() {
     let stops = std::fs::read_to_string(ws.join("stops.txt")).unwrap_or_default();
     assert_eq!(stops.lines().count(), 9, "{stderr}");
 }
+
+/// A keel that ran a sandboxed command (here a hook) leaves no cgroup of its own behind when
+/// it exits: as root each command gets a `pids` cgroup, and the one keel made ahead for a next
+/// command goes at exit. (Where keel may make no cgroup there is none to find.)
+#[test]
+fn an_exiting_keel_leaves_no_cgroup_of_its_own() {
+    let (_ws, ws) = workspace_with(&[]);
+    let home = home_with(
+        &shell_step("true"),
+        "[[hooks.pre-tool-use]]\nmatcher = \"exec_shell\"\ncommand = \"true\"\n",
+    );
+    let mut child = crate::common::keel_process(home.path(), &ws)
+        .args(["exec", "--json", "--approval", "auto", "go"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("keel exec");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("keel exec");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The hook and the command ran in the sandbox.
+    let (tool, status, _) = only_outcome(&out.stdout);
+    assert_eq!(
+        (tool.as_str(), status.as_str()),
+        ("exec_shell", "ok"),
+        "{stderr}"
+    );
+    let mine = format!("keel-{pid}-");
+    let left: Vec<String> = ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"]
+        .iter()
+        .filter_map(|base| std::fs::read_dir(base).ok())
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&mine))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

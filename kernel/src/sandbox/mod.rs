@@ -43,6 +43,8 @@ use std::time::Duration;
 pub(crate) mod control;
 pub(crate) mod netns;
 pub(crate) mod pids;
+
+pub use pids::release;
 pub(crate) mod proxy;
 pub(crate) mod runner;
 

@@ -133,6 +133,44 @@ pub(crate) fn prepare(max: u64) {
     }
 }
 
+/// The ready cgroup, waiting up to [`WAIT_FOR_READY`] for one being made.
+fn take_ready() -> Option<PidsCgroup> {
+    let deadline = std::time::Instant::now() + WAIT_FOR_READY;
+    let mut ahead = ahead();
+    while ahead.ready.is_none() && ahead.making {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        ahead = MADE
+            .wait_timeout(ahead, left)
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0;
+    }
+    ahead.ready.take()
+}
+
+/// Remove the ready cgroup, for a keel about to exit: its spawner thread ends and the empty
+/// cgroup goes, instead of waiting for the next keel's sweep (one being made is waited for, a
+/// moment).
+pub fn release() {
+    let Some(mut cgroup) = take_ready() else {
+        return;
+    };
+    if let Some(spawner) = &mut cgroup.spawner {
+        spawner.stop();
+    }
+    // The ended thread leaves the cgroup a moment after it woke its joiner.
+    for _ in 0..50 {
+        if std::fs::remove_dir(&cgroup.dir).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Dropping it finds it gone (or tries once more).
+    drop(cgroup);
+}
+
 impl PidsCgroup {
     /// The ready cgroup when there is one (waiting a moment for one being made), else a new one.
     fn for_command(max: u64) -> Option<PidsCgroup> {
@@ -140,22 +178,7 @@ impl PidsCgroup {
         if NO_CGROUP.with(std::cell::Cell::get) {
             return None;
         }
-        let ready = {
-            let deadline = std::time::Instant::now() + WAIT_FOR_READY;
-            let mut ahead = ahead();
-            while ahead.ready.is_none() && ahead.making {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                ahead = MADE
-                    .wait_timeout(ahead, left)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .0;
-            }
-            ahead.ready.take()
-        };
-        match ready {
+        match take_ready() {
             Some(mut c) => {
                 if c.set_max(max) {
                     Some(c)
@@ -337,8 +360,11 @@ impl Drop for PidsCgroup {
         if self.used && self.spawner.is_some() {
             prepare(self.max);
         }
-        if std::fs::remove_dir(&self.dir).is_ok() {
-            return;
+        match std::fs::remove_dir(&self.dir) {
+            Ok(()) => return,
+            // Removed already ([`release`]).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) => {}
         }
         // The killed processes leave the cgroup a moment later; removing it must not hold up
         // the command's result, so a short-lived thread retries.
