@@ -410,7 +410,7 @@ fn an_exiting_keel_leaves_no_cgroup_of_its_own() {
         &shell_step("true"),
         "[[hooks.pre-tool-use]]\nmatcher = \"exec_shell\"\ncommand = \"true\"\n",
     );
-    let mut child = crate::common::keel_process(home.path(), &ws)
+    let child = crate::common::keel_process(home.path(), &ws)
         .args(["exec", "--json", "--approval", "auto", "go"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
