@@ -717,3 +717,29 @@ async fn roots_commands_are_born_in_their_own_pids_cgroup_and_keel_stays_out() {
         }
     }
 }
+
+/// An exiting keel removes the cgroup it made ahead for a next command (`release`). Other
+/// tests of this binary start commands meanwhile and may take the ready one first, so a few
+/// tries are allowed; one whose cgroup `release` leaves behind fails every try.
+#[test]
+fn release_removes_the_cgroup_made_ahead() {
+    if pids::ProcessCap::cgroup(64).is_none() {
+        // No cgroups here (not root, or read-only): nothing is made ahead.
+        return;
+    }
+    for _ in 0..10 {
+        pids::prepare(64);
+        let ready = pids::take_ready();
+        let Some(cgroup) = ready else {
+            continue;
+        };
+        let dir = cgroup.dir.clone();
+        // Back, as the ready one, then released.
+        pids::put_back(cgroup);
+        pids::release();
+        if !dir.exists() {
+            return;
+        }
+    }
+    panic!("the cgroup made ahead was still there after `release`, ten times");
+}
