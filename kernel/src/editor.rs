@@ -63,9 +63,14 @@ impl EditorDoor {
             .clone();
         let text = match (files, workspace) {
             (Some(files), Some(workspace)) => {
-                let path = inside(workspace, &request.path)?;
-                match path {
-                    Some(path) => ask(files.as_ref(), path).await,
+                match inside(workspace, &request.path)? {
+                    Some(path) => {
+                        let text = ask(files.as_ref(), path.clone()).await;
+                        // A name swapped for a link out of the workspace while the editor
+                        // read: what it read is not taken.
+                        let still = inside(workspace, &request.path).ok().flatten();
+                        text.filter(|_| still.as_ref() == Some(&path))
+                    }
                     None => None,
                 }
             }
@@ -138,6 +143,45 @@ mod tests {
             let text = self.0;
             Box::pin(async move { Ok(Some(format!("{text} {}", path.display()))) })
         }
+    }
+
+    /// An editor during whose read the file's name was swapped for a link out of the
+    /// workspace, as a command running alongside could.
+    struct Swapping {
+        outside: PathBuf,
+    }
+
+    impl EditorFiles for Swapping {
+        fn read_text_file(
+            &self,
+            path: PathBuf,
+        ) -> BoxFuture<'static, Result<Option<String>, String>> {
+            let outside = self.outside.clone();
+            Box::pin(async move {
+                std::fs::remove_file(&path).map_err(|e| e.to_string())?;
+                std::os::unix::fs::symlink(&outside, &path).map_err(|e| e.to_string())?;
+                std::fs::read_to_string(&path)
+                    .map(Some)
+                    .map_err(|e| e.to_string())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_name_swapped_for_a_link_out_while_the_editor_reads_is_not_taken() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::create_dir(dir.path().join("ws")).expect("ws");
+        let ws = dir.path().join("ws").canonicalize().expect("canonical");
+        std::fs::write(ws.join("a.txt"), "disk").expect("a");
+        let outside = dir.path().join("secret.txt");
+        std::fs::write(&outside, "SECRET").expect("secret");
+        let door = EditorDoor::default();
+        door.attach(Some(Arc::new(Swapping { outside })));
+        let answer = door
+            .read(Some(&ws), r#"{"path": "a.txt"}"#)
+            .await
+            .expect("read");
+        assert_eq!(answer, r#"{"text":null}"#);
     }
 
     #[tokio::test]
