@@ -10,8 +10,8 @@
 //! answers is combined with the exec policy by maximum.
 //!
 //! Each hook becomes a process entry of the bundled `hooks` plugin (`GateConfig.processes`):
-//! `sh -c` of [`WRAPPER`], run by the kernel in the OS sandbox with the workspace writable and
-//! no network unless the person's hook says `network = true`. The plugin names the entry, never
+//! `sh -c` of a small [`wrapper`], run by the kernel in the OS sandbox with the workspace
+//! writable and no network unless the person's hook says `network = true`. The plugin names the entry, never
 //! a command line. The list is read once, when the context is made, so the plugin's config and
 //! the entries the kernel may start are the same hooks (a file changed in between changes
 //! neither).
@@ -48,33 +48,38 @@ pub const EVENTS: &[&str] = &[
     "subagent-stop",
 ];
 
-/// The script each hook's process runs in the OS sandbox (`sh -c WRAPPER keel-hook COMMAND`).
-/// The plugin writes `MARK LEN` and the event's JSON line (`plugins/hooks/src/logic.rs`,
-/// `wrapper_input`): a line of up to 4 KiB is read with the shell's own `read`, a longer one
-/// with `head`, into a file that becomes the hook's stdin, so the hook sees its input end. The
-/// hook's stdout passes straight through; then `MARK CODE` and, when there is any, the first
-/// 64 KiB of its stderr (`Framed::parse`). The file lives in the sandbox's `/tmp`, a tmpfs of
-/// this process alone that goes with it. A process start is most of what a hook costs: for a
-/// short event and a hook that writes no stderr, none is started besides the hook's own `sh`.
-pub const WRAPPER: &str = r#"read -r k n || exit 125
-if [ "$n" -le 4096 ] 2>/dev/null; then IFS= read -r l; printf '%s\n' "$l" > /tmp/keel-hook-in
-else head -n 1 > /tmp/keel-hook-in; fi
-sh -c "$1" < /tmp/keel-hook-in 2> /tmp/keel-hook-err
+/// The script each hook's process runs (`sh -c WRAPPER keel-hook COMMAND`). The plugin writes
+/// `MARK LEN` and the event's JSON line (`plugins/hooks/src/logic.rs`, `wrapper_input`): a
+/// line of up to 4 KiB is read with the shell's own `read`, a longer one with `head`, into a
+/// file that becomes the hook's stdin, so the hook sees its input end. The hook's stdout passes
+/// straight through; then `MARK CODE` and, when there is any, the first 64 KiB of its stderr
+/// (`Framed::parse`). A process start is most of what a hook costs: for a short event and a
+/// hook that writes no stderr, none is started besides the hook's own `sh`.
+///
+/// `sandboxed`: the files live in the sandbox's `/tmp`, a tmpfs of this process alone that goes
+/// with it. Without the sandbox (`[sandbox] mode = "off"`) `/tmp` is the machine's, so they go
+/// into a directory of `mktemp`'s making, removed after.
+pub fn wrapper(sandboxed: bool) -> String {
+    let (begin, input, errors, end) = if sandboxed {
+        ("", "/tmp/keel-hook-in", "/tmp/keel-hook-err", "")
+    } else {
+        (
+            "d=$(mktemp -d) || exit 125\n",
+            r#""$d/i""#,
+            r#""$d/e""#,
+            "rm -rf \"$d\"\n",
+        )
+    };
+    format!(
+        r#"{begin}read -r k n || exit 125
+if [ "$n" -le 4096 ] 2>/dev/null; then IFS= read -r l; printf '%s\n' "$l" > {input}
+else head -n 1 > {input}; fi
+sh -c "$1" < {input} 2> {errors}
 printf '\n%s %s\n' "$k" "$?"
-if [ -s /tmp/keel-hook-err ]; then head -c 65536 /tmp/keel-hook-err; fi
-"#;
-
-/// [`WRAPPER`] where hooks run without the sandbox (`[sandbox] mode = "off"`): `/tmp` is the
-/// machine's, so the files go into a directory of `mktemp`'s making, removed after.
-pub const WRAPPER_UNSANDBOXED: &str = r#"d=$(mktemp -d) || exit 125
-read -r k n || exit 125
-if [ "$n" -le 4096 ] 2>/dev/null; then IFS= read -r l; printf '%s\n' "$l" > "$d/i"
-else head -n 1 > "$d/i"; fi
-sh -c "$1" < "$d/i" 2> "$d/e"
-printf '\n%s %s\n' "$k" "$?"
-if [ -s "$d/e" ]; then head -c 65536 "$d/e"; fi
-rm -rf "$d"
-"#;
+if [ -s {errors} ]; then head -c 65536 {errors}; fi
+{end}"#
+    )
+}
 
 /// Where a hook comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -406,18 +411,14 @@ pub fn any_running(config: &UserConfig) -> bool {
 }
 
 /// The process entries the `hooks` plugin may start: one per running hook, its command under
-/// [`WRAPPER`] (or, with the sandbox off, [`WRAPPER_UNSANDBOXED`]), the workspace writable,
+/// [`wrapper`], the workspace writable,
 /// network only for the person's hook that asks for it.
 pub fn entries(
     workspace: &Path,
     config: &UserConfig,
     sandboxed: bool,
 ) -> BTreeMap<String, keel_kernel::ProcessEntry> {
-    let wrapper = if sandboxed {
-        WRAPPER
-    } else {
-        WRAPPER_UNSANDBOXED
-    };
+    let script = wrapper(sandboxed);
     running(&config.session_hooks)
         .map(|(n, h)| {
             let ws = workspace.to_string_lossy().into_owned();
@@ -425,7 +426,7 @@ pub fn entries(
                 command: "sh".into(),
                 args: vec![
                     "-c".into(),
-                    wrapper.into(),
+                    script.clone(),
                     "keel-hook".into(),
                     h.command.clone(),
                 ],
@@ -503,7 +504,7 @@ mod tests {
         let tmp = tempfile::tempdir()?;
         let run = |line: &str| -> anyhow::Result<String> {
             let mut child = std::process::Command::new("sh")
-                .args(["-c", WRAPPER_UNSANDBOXED, "keel-hook"])
+                .args(["-c", &wrapper(false), "keel-hook"])
                 .arg("cat; echo said >&2; exit 3")
                 .env("TMPDIR", tmp.path())
                 .stdin(std::process::Stdio::piped())

@@ -608,6 +608,8 @@ mod tests {
             big.push(&[b'a'; 4096]);
         }
         big.push(b"\nkeel-hook-0123 0\nwarning");
+        // A hook that floods its stdout is held in bounded memory until it ends or times out.
+        assert!(big.head.len() + big.tail.len() <= STDOUT_CAP + 2 * Framed::TAIL);
         let exited = big.parse(mark).expect("big");
         assert_eq!(exited.stdout.len(), STDOUT_CAP);
         assert_eq!((exited.code, exited.stderr.as_str()), (0, "warning"));
