@@ -130,6 +130,8 @@ impl Deadlines {
 #[derive(Debug, Default)]
 pub struct CpuAccount {
     spent_ns: AtomicU64,
+    /// Everything ever charged, never renewed: what the call figures read.
+    ever_ns: AtomicU64,
     /// 0 until the first metered plugin enters.
     limit_ns: AtomicU64,
     /// Whether [`renew`](Self::renew) starts it afresh (an account opened at a turn or child
@@ -157,6 +159,7 @@ impl CpuAccount {
     /// Add guest time.
     pub(crate) fn charge(&self, time: Duration) {
         let ns = u64::try_from(time.as_nanos()).unwrap_or(u64::MAX);
+        self.ever_ns.fetch_add(ns, Ordering::Relaxed);
         // Saturating: an account that reached u64::MAX ns is far over any limit anyway.
         let _ = self
             .spent_ns
@@ -168,6 +171,11 @@ impl CpuAccount {
     /// Guest time charged so far.
     pub(crate) fn spent(&self) -> Duration {
         Duration::from_nanos(self.spent_ns.load(Ordering::Relaxed))
+    }
+
+    /// Guest time charged since the account was opened, renewals included.
+    pub(crate) fn charged_ever(&self) -> Duration {
+        Duration::from_nanos(self.ever_ns.load(Ordering::Relaxed))
     }
 
     /// The account's limit, once a metered plugin has set it.

@@ -42,7 +42,8 @@ pub use graph::{GraphError, PluginGraph};
 pub use host_api::HostHandle;
 pub use instance::{InstanceError, PluginError, PluginInstance, PluginSource};
 pub use lifecycle::{
-    Kernel, KernelConfig, LifecycleError, PluginPackage, PluginState, PluginStatus,
+    CallFigures, Kernel, KernelConfig, LifecycleError, PluginChange, PluginChangeKind,
+    PluginPackage, PluginState, PluginStatus,
 };
 pub use loader::{
     DATA_DIR_PREFIX, LoadError, LoaderConfig, PluginLoader, code_path, manifest_path,

@@ -38,11 +38,13 @@ use crate::undo::UndoLog;
 mod calls;
 mod conversation;
 mod events;
+mod observe;
 mod routing;
 mod settle;
 mod state;
 use calls::Request;
 use events::{Backlog, deliver_events};
+pub use observe::{CallFigures, PluginChange, PluginChangeKind};
 pub(crate) use routing::fence_data;
 use state::KeptState;
 
@@ -189,6 +191,8 @@ struct Record {
     undo: UndoLog,
     /// Bumped at every activation; a stale instance's requests are refused.
     generation: u64,
+    /// Reloads that took (a new build or version activated in its place), for observers.
+    reloads: u64,
     slot: Slot,
     /// Extra instances, made on demand up to `limits.instances` − 1 while the first is busy.
     extra: Vec<ExtraSlot>,
@@ -228,6 +232,8 @@ pub(crate) struct Shared {
     pub(crate) boundary: crate::boundary::BoundaryMeter,
     /// The editor driving the session, if the host attached one (`keel.editor`).
     pub(crate) editor: crate::editor::EditorDoor,
+    /// Plugin changes and call figures for observers (the web page, the trace exporter).
+    observatory: observe::Observatory,
     me: Weak<Shared>,
 }
 
@@ -268,6 +274,7 @@ impl Kernel {
                 queued_events: Arc::default(),
                 boundary: Default::default(),
                 editor: Default::default(),
+                observatory: Default::default(),
                 me: me.clone(),
             }),
         }
@@ -502,6 +509,18 @@ impl Kernel {
         self.shared.host_events.subscribe()
     }
 
+    /// Every change of a plugin's lifecycle from now on (loaded, reloaded, restarted, a new
+    /// state, unloaded), as the kernel makes it. A receiver that falls more than 256 changes
+    /// behind is told it lagged and should read [`list`](Self::list) again.
+    pub fn plugin_changes(&self) -> broadcast::Receiver<PluginChange> {
+        self.shared.observatory.subscribe()
+    }
+
+    /// The calls made into each plugin so far: count, failures, wall time, guest CPU.
+    pub fn call_figures(&self) -> BTreeMap<String, CallFigures> {
+        self.shared.observatory.figures()
+    }
+
     /// Every loaded plugin, by name.
     pub fn list(&self) -> Vec<PluginStatus> {
         let inner = self.shared.lock();
@@ -510,6 +529,16 @@ impl Kernel {
             .iter()
             .map(|(name, r)| status_of(name, r))
             .collect()
+    }
+
+    /// The manifest a loaded plugin was loaded with (the person's config and limits laid
+    /// over it): what it declares it may do.
+    pub fn manifest(&self, name: &str) -> Option<Arc<Manifest>> {
+        self.shared
+            .lock()
+            .plugins
+            .get(name)
+            .map(|r| r.manifest.clone())
     }
 
     /// One plugin's status.

@@ -423,3 +423,53 @@ async fn ctrl_c_stops_an_agent_that_does_not_end_the_turn() -> R {
     );
     Ok(())
 }
+
+/// What an observer (the web page, the trace exporter) sees: each change as the kernel makes
+/// it, in order, and the calls counted per plugin.
+#[tokio::test]
+async fn observers_see_every_plugin_change_as_it_happens_and_the_calls_counted() -> R {
+    use keel_kernel::PluginChangeKind as K;
+    let kernel = Kernel::default();
+    let mut changes = kernel.plugin_changes();
+    kernel.load(consumer()).await?;
+    kernel.load(provider("1.0.0")).await?;
+    kernel.call_service("s.cons", "forward", "x").await?;
+    kernel.reload(provider("1.1.0")).await?;
+    kernel.unload("prov").await?;
+    let mut seen = Vec::new();
+    while let Ok(c) = changes.try_recv() {
+        let state = c.status.as_ref().map(|s| s.state.name()).unwrap_or("-");
+        let what = match &c.kind {
+            K::Loaded => "loaded".to_owned(),
+            K::Reloaded { from } => format!("reloaded from {from}"),
+            K::Restarted => "restarted".to_owned(),
+            K::State { from } => format!("{from} →"),
+            K::Unloaded => "unloaded".to_owned(),
+        };
+        seen.push(format!("{} {what} {state}", c.plugin));
+    }
+    assert_eq!(
+        seen,
+        [
+            "cons loaded pending",
+            "cons pending → active",
+            "prov loaded active",
+            "prov reloaded from 1.0.0 active",
+            "cons active → pending",
+            "prov unloaded -",
+            // Still pending, for another reason: no provider at all now.
+            "cons pending → pending",
+        ]
+    );
+    let figures = kernel.call_figures();
+    assert_eq!(
+        figures.get("cons").map(|f| (f.calls, f.failed)),
+        Some((1, 0))
+    );
+    // The consumer's call went on to the provider: counted there too, as its own call.
+    assert!(
+        figures.get("prov").is_some_and(|f| f.calls >= 1),
+        "{figures:?}"
+    );
+    Ok(())
+}

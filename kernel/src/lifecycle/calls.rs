@@ -165,7 +165,32 @@ impl Shared {
         seat: impl Into<Seat>,
         request: Request<'_>,
     ) -> Result<String, KernelError> {
-        let seat = seat.into();
+        let started = std::time::Instant::now();
+        let mut account = None;
+        let result = self
+            .call_into_bounded(chain, plugin, seat.into(), request, &mut account)
+            .await;
+        let cpu = account
+            .map(
+                |(cpu, before): (std::sync::Arc<crate::CpuAccount>, Duration)| {
+                    cpu.charged_ever().saturating_sub(before)
+                },
+            )
+            .unwrap_or_default();
+        self.observatory
+            .record_call(plugin, result.is_ok(), started.elapsed(), cpu);
+        result
+    }
+
+    /// [`call_into`](Self::call_into) without the figures.
+    async fn call_into_bounded(
+        &self,
+        chain: &CallChain,
+        plugin: &str,
+        seat: Seat,
+        request: Request<'_>,
+        account: &mut Option<(std::sync::Arc<crate::CpuAccount>, Duration)>,
+    ) -> Result<String, KernelError> {
         let what = request.describe();
         let mut kind = request.kind(chain);
         // A plugin that drives agents may serve a tool call by running a child agent, whose
@@ -186,6 +211,7 @@ impl Shared {
             &self.config.deadlines,
             tokio::time::Instant::now(),
         );
+        *account = Some((callee.cpu().clone(), callee.cpu().charged_ever()));
         if let Some(limit) = callee.cpu().limit()
             && callee.cpu().spent() > limit
         {
@@ -449,6 +475,7 @@ impl Shared {
             if let Some(r) = shared.lock().plugins.get_mut(&name) {
                 r.reloading = false;
             }
+            shared.publish_changes();
             match activated {
                 Ok(()) => Ok(guard),
                 Err(reason) => {

@@ -28,6 +28,7 @@ impl Shared {
                 },
                 undo: UndoLog::default(),
                 generation: 0,
+                reloads: 0,
                 slot,
                 extra: Vec::new(),
                 events: tx,
@@ -120,7 +121,10 @@ impl Shared {
                 step
             };
             match step {
-                None => return Ok(()),
+                None => {
+                    self.publish_changes();
+                    return Ok(());
+                }
                 Some(Step::Activate(name)) => self.activate(&name).await,
                 Some(Step::Deactivate(name)) => {
                     let slot = match self.lock().plugins.get(&name) {
@@ -257,7 +261,9 @@ impl Shared {
         if inner.state.remove(name).is_some() {
             inner.conversation_revision += 1;
         }
+        drop(inner);
         tracing::info!(plugin = name, "disposed");
+        self.publish_changes();
         Ok(())
     }
 
@@ -300,7 +306,12 @@ impl Shared {
         }
         let first = self.activate_holding(name, &mut guard).await;
         let result = match first {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if let Some(r) = self.lock().plugins.get_mut(name) {
+                    r.reloads += 1;
+                }
+                Ok(())
+            }
             Err(reason) => {
                 {
                     let mut inner = self.lock();
@@ -422,6 +433,7 @@ impl Shared {
             r.state = PluginState::Failed { reason };
         }
         self.gates.net.close_all(name);
+        self.publish_changes();
         self.resettle_later();
     }
 
