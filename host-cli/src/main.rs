@@ -9,6 +9,7 @@ mod project_mcp;
 mod runtime;
 mod session;
 mod settings;
+mod web;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -133,6 +134,9 @@ enum Command {
     /// Serve an editor over the Agent Client Protocol on stdin/stdout (Zed, JetBrains,
     /// Neovim …): each of its sessions is a keel session with this config's gates.
     Acp(acp::AcpArgs),
+    /// A local web page: the plugin graph live, the sessions and their timelines
+    /// (`keel run --web` serves a live session, with its approval questions).
+    Web(commands::web::WebArgs),
 }
 
 #[derive(Subcommand)]
@@ -272,6 +276,7 @@ fn main() -> ExitCode {
             Command::Demo { keep } => commands::run::demo(&ctx, keep).await,
             Command::Doctor(args) => commands::doctor::run(&ctx, args).await,
             Command::Acp(args) => acp::serve(&ctx, args).await,
+            Command::Web(args) => commands::web::run(&ctx, args).await,
             Command::Registry(cmd) => commands::registry::run(&ctx, cmd).await,
             Command::Tool(cmd) => commands::tool::run(&ctx, cmd).await,
             Command::Mcp(cmd) => commands::mcp::run(&ctx, cmd).await,

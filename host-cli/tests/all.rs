@@ -24,3 +24,4 @@ mod session_builder;
 mod subagents;
 mod terminal;
 mod untrusted_text;
+mod web;

@@ -48,10 +48,10 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
         "[dev] built `{name}` in {:.1} s",
         began.elapsed().as_secs_f64()
     );
-    let mut plugins = args.plugins;
+    let mut plugins = args.plugins.clone();
     plugins.push(dir.clone());
     let session = Arc::new(
-        Session::start(
+        Session::start_asking(
             ctx,
             SessionOptions {
                 approval: args.approval,
@@ -60,9 +60,11 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
                 resume: None,
                 overrides: Vec::new(),
             },
+            args.asker(ctx),
         )
         .await?,
     );
+    args.serve_page(&session).await?;
     session.kernel.set_plan_mode(args.plan);
     say_session(&session);
     super::run::say_ignored(ctx);

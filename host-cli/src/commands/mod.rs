@@ -19,6 +19,7 @@ pub mod run;
 pub mod sessions;
 pub mod skills;
 pub mod tool;
+pub mod web;
 
 /// Asks `question` on the terminal (`[y/N]`); true only for `y`. Without a terminal to ask on,
 /// an error saying to pass `--yes`.

@@ -28,6 +28,50 @@ pub struct SessionArgs {
     /// or Shift-Tab switches it during a session.
     #[arg(long)]
     pub plan: bool,
+    /// Serve this session on a local web page too (its URL is the first line on stdout): the
+    /// plugin graph live, the timeline as it happens, and its approval questions, answered
+    /// there or here. `/web` starts it during a session.
+    #[arg(long)]
+    pub web: bool,
+    /// The page's port on 127.0.0.1 (with --web; any free one by default).
+    #[arg(long, value_name = "N", requires = "web")]
+    pub web_port: Option<u16>,
+}
+
+impl SessionArgs {
+    /// Who answers approval questions in place of the terminal: the page, under `--web`
+    /// when there is no terminal to ask on.
+    pub(crate) fn asker(
+        &self,
+        ctx: &Context,
+    ) -> Option<std::sync::Arc<dyn keel_kernel::gates::approvals::Approver>> {
+        use std::io::IsTerminal as _;
+        (self.web && !std::io::stdin().is_terminal()).then(|| {
+            std::sync::Arc::new(crate::session::PageApprover {
+                workspace: ctx.workspace.clone(),
+            }) as _
+        })
+    }
+
+    /// Under `--web`, serve the session's page and put its URL on stdout.
+    pub(crate) async fn serve_page(&self, session: &Session) -> anyhow::Result<()> {
+        if self.web {
+            say_page(session, self.web_port.unwrap_or(0)).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Serve `session`'s page on `port` (or say where it is already): the URL on stdout, where a
+/// script reads it, and flushed at once.
+async fn say_page(session: &Session, port: u16) -> anyhow::Result<()> {
+    let url = session
+        .open_page(&crate::web::Options { port, open: true })
+        .await?;
+    println!("{url}");
+    std::io::stdout().flush()?;
+    eprintln!("the session's page: {url} (it lives as long as this session)");
+    Ok(())
 }
 
 /// keel's exit statuses, the same for `run`, `exec`, `resume` and `demo` (README: "Exit
@@ -86,17 +130,19 @@ pub async fn run(
         require_model_key(ctx)?;
     }
     crate::session::handle_stop_signals();
-    let session = Session::start(
+    let session = Session::start_asking(
         ctx,
         SessionOptions {
             approval: args.approval,
-            extra_plugins: args.plugins,
+            extra_plugins: args.plugins.clone(),
             display: Display::Human,
             resume,
             overrides: Vec::new(),
         },
+        args.asker(ctx),
     )
     .await?;
+    args.serve_page(&session).await?;
     session.kernel.set_plan_mode(args.plan);
     say_session(&session);
     say_ignored(ctx);
@@ -239,6 +285,11 @@ pub async fn exec(
     raw: bool,
 ) -> anyhow::Result<ExitCode> {
     let json = !display.is_human();
+    if args.web {
+        anyhow::bail!(
+            "`keel exec` ends with its turn, so it serves no page; `keel run --web` does, and              `keel web` shows the sessions afterwards"
+        );
+    }
     require_model_key(ctx)?;
     crate::session::handle_stop_signals();
     let mut session = Session::start(
@@ -291,7 +342,7 @@ pub async fn exec(
 
 const HELP: &str = "commands: /plugins, /sessions, /expand, /approvals [revoke N|all], /mcp, \
                     /compact [FOCUS], /clear, /rewind [N|N.M|cK], /plan [REQUEST] (or \
-                    Shift-Tab), /load NAME|DIR, /unload NAME, /reload NAME, /help, /exit";
+                    Shift-Tab), /load NAME|DIR, /unload NAME, /reload NAME, /web, /help, /exit";
 
 /// `/approvals`: the answers that still stand, numbered; `/approvals revoke N|all` withdraws
 /// them, so keel asks again.
@@ -492,6 +543,7 @@ pub(crate) async fn interactive(
                         })
                 }
                 "load" => session.load_mid_session(arg).await.map(Some),
+                "web" => say_page(session, 0).await.map(|()| None),
                 "approvals" => approvals(session, arg),
                 "mcp" => match session.kernel.call_service("mcp", "status", "").await {
                     Ok(status) => {

@@ -167,7 +167,42 @@ impl Approver for TerminalApprover {
         let mut err = std::io::stderr();
         let colour = crate::colour_on_stderr();
         input::show_question(&approval_question(request, &self.workspace, colour));
-        let line = match input::answer_unless_cancelled("  answer: ") {
+        // With a live page open the question is put there too; the first answer wins.
+        let inbox = crate::web::inbox::inbox();
+        let ticket = inbox
+            .served()
+            .then(|| inbox.ask(web_question(request, &self.workspace)))
+            .flatten();
+        let elsewhere = || ticket.as_ref().and_then(|t| t.answers.try_recv().ok());
+        let line = match input::answer_unless_cancelled_or("  answer: ", &elsewhere) {
+            input::Answered::Elsewhere(line) => {
+                let said = read_answer(&line, request);
+                let words = answer_words(&said);
+                let _ = writeln!(err, "\n[answered on the web page: {words}]");
+                if let Some(t) = ticket {
+                    t.settle("page", &words);
+                }
+                return said;
+            }
+            input::Answered::Here(reply) => reply,
+        };
+        let said = self.typed(line, request, &mut err);
+        if let Some(t) = ticket {
+            t.settle("terminal", &answer_words(&said));
+        }
+        said
+    }
+}
+
+impl TerminalApprover {
+    /// What the person's reply at the terminal means.
+    fn typed(
+        &self,
+        reply: Reply,
+        request: &ApprovalRequest,
+        err: &mut std::io::Stderr,
+    ) -> (Answer, Option<String>) {
+        let line = match reply {
             // Shift-Tab switches plan mode only at a request; an answer is read as typed.
             Reply::Line(line) | Reply::PlanKey(line) => line,
             Reply::End => return (Answer::Deny, None),
@@ -184,6 +219,110 @@ impl Approver for TerminalApprover {
             }
         };
         read_answer(&line, request)
+    }
+}
+
+/// Answers on the live page alone: `keel run --web` with no terminal to ask on. Ctrl-C (the
+/// turn cancelled) denies at once, as at the terminal.
+pub(crate) struct PageApprover {
+    pub(crate) workspace: PathBuf,
+}
+
+impl Approver for PageApprover {
+    fn ask(&self, request: &ApprovalRequest) -> Answer {
+        self.ask_why(request).0
+    }
+
+    fn ask_why(&self, request: &ApprovalRequest) -> (Answer, Option<String>) {
+        let inbox = crate::web::inbox::inbox();
+        let Some(ticket) = inbox.ask(web_question(request, &self.workspace)) else {
+            eprintln!("[denied: too many questions wait on the page]");
+            return (Answer::Deny, None);
+        };
+        eprintln!(
+            "{}\n  (waiting for an answer on the web page)",
+            approval_question(request, &self.workspace, false)
+        );
+        match input::wait_unless_cancelled(&ticket.answers) {
+            Some(line) => {
+                let said = read_answer(&line, request);
+                let words = answer_words(&said);
+                eprintln!("[answered on the web page: {words}]");
+                ticket.settle("page", &words);
+                said
+            }
+            None => {
+                eprintln!("[denied: the turn is being cancelled]");
+                (Answer::Deny, None)
+            }
+        }
+    }
+}
+
+/// An answer in the words the terminal offered it with.
+fn answer_words((answer, instead): &(Answer, Option<String>)) -> String {
+    match (answer, instead) {
+        (Answer::Once, _) => "yes, this once".to_owned(),
+        (Answer::Session, _) => "yes, for the rest of this session".to_owned(),
+        (Answer::Always, _) => "yes, always".to_owned(),
+        (_, Some(instead)) => format!("no — {}", terminal_safe(instead)),
+        _ => "no".to_owned(),
+    }
+}
+
+/// The question for the page: the terminal's wording (no colour) and its parts.
+fn web_question(request: &ApprovalRequest, workspace: &Path) -> crate::web::inbox::Question {
+    use crate::web::inbox::{Choice, Question};
+    let safe = |text: &str| terminal_safe(text);
+    let covers = request
+        .key
+        .as_ref()
+        .map(|key| format!("any `{} …` in this workspace", safe(key)));
+    let mut choices = vec![Choice {
+        key: "y",
+        label: "yes, this once".into(),
+    }];
+    if let Some(covers) = &covers {
+        choices.push(Choice {
+            key: "s",
+            label: format!("yes, and for the rest of this session: {covers}"),
+        });
+        if request.can_always {
+            choices.push(Choice {
+                key: "a",
+                label: format!("yes, and always (remembered across sessions): {covers}"),
+            });
+        }
+    }
+    choices.push(Choice {
+        key: "n",
+        label: "no".into(),
+    });
+    let (subject, diff) = match &request.preview {
+        Some(Preview::Write { path, .. } | Preview::Edit { path, .. }) => (
+            safe(path),
+            request
+                .preview
+                .as_ref()
+                .map(|p| preview::render(p, workspace, false)),
+        ),
+        None => (safe(&request.summary), None),
+    };
+    let who = request
+        .requester
+        .as_ref()
+        .map(|r| format!("{} → ", safe(r)))
+        .unwrap_or_default();
+    Question {
+        id: 0,
+        tool: format!("{who}{}", safe(&request.tool)),
+        subject,
+        diff,
+        reason: safe(&request.reason),
+        wording: approval_question(request, workspace, false)
+            .trim()
+            .to_owned(),
+        choices,
     }
 }
 

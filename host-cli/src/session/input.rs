@@ -218,21 +218,53 @@ pub(crate) fn answer(prompt: &str) -> Reply {
     ask(prompt, false).recv().unwrap_or(Reply::End)
 }
 
-/// An answer to a question asked during a turn: [`Reply::Cancelled`] as soon as the turn is
-/// cancelled (the line being read then goes to nobody).
-pub(crate) fn answer_unless_cancelled(prompt: &str) -> Reply {
+/// Who answered a question that could be answered in two places.
+pub(crate) enum Answered {
+    /// The terminal: what was read (or that the turn was cancelled).
+    Here(Reply),
+    /// The other place (the web page), with the line its answer stands for.
+    Elsewhere(String),
+}
+
+/// An answer to a question asked during a turn — [`Reply::Cancelled`] as soon as the turn is
+/// cancelled (the line being read then goes to nobody) — or the answer `elsewhere` gives
+/// first. The line the terminal is still reading then goes to the next asker, as after
+/// Ctrl-C.
+pub(crate) fn answer_unless_cancelled_or(
+    prompt: &str,
+    elsewhere: &dyn Fn() -> Option<String>,
+) -> Answered {
     let answer = ask(prompt, false);
     loop {
         if INTERRUPTED.load(Ordering::SeqCst) {
             *LEFTOVER.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
-            return Reply::Cancelled;
+            return Answered::Here(Reply::Cancelled);
         }
-        // A question is open only while a person reads it; checking the flag every 25 ms
-        // answers Ctrl-C well within a keystroke's time.
+        if let Some(line) = elsewhere() {
+            *LEFTOVER.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
+            return Answered::Elsewhere(line);
+        }
+        // A question is open only while a person reads it; checking every 25 ms answers
+        // Ctrl-C (or the page) well within a keystroke's time.
         match answer.recv_timeout(Duration::from_millis(25)) {
-            Ok(reply) => return reply,
+            Ok(reply) => return Answered::Here(reply),
             Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return Reply::End,
+            Err(RecvTimeoutError::Disconnected) => return Answered::Here(Reply::End),
+        }
+    }
+}
+
+/// The next line from `answers` (a question put to the web page alone), or `None` once the
+/// turn is cancelled or nobody can answer any more.
+pub(crate) fn wait_unless_cancelled(answers: &Receiver<String>) -> Option<String> {
+    loop {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return None;
+        }
+        match answers.recv_timeout(Duration::from_millis(25)) {
+            Ok(line) => return Some(line),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return None,
         }
     }
 }

@@ -31,6 +31,7 @@ use crate::runtime;
 use crate::runtime::Origin;
 use crate::settings::{ModelChoice, model_overrides};
 pub use builder::KernelBuilder;
+pub(crate) use gates::PageApprover;
 pub(crate) use input::{Reply, answer, prompt_from, use_line_editor};
 use output::Printer;
 pub(crate) use output::terminal_safe;
@@ -57,8 +58,9 @@ pub struct SessionOptions {
 pub struct Session {
     pub kernel: Kernel,
     pub loader: PluginLoader,
-    /// The session's id; `/clear` starts a new one.
-    id: Mutex<String>,
+    /// The session's id; `/clear` starts a new one. Shared with the web page, which follows
+    /// the session across a `/clear`.
+    id: std::sync::Arc<Mutex<String>>,
     /// The model the session talks to, as the session log records it.
     model: String,
     display: Display,
@@ -87,6 +89,8 @@ pub struct Session {
     /// What the session-start hooks said for the model when a user-prompt-submit hook held
     /// that prompt back: offered with the next prompt instead.
     start_context: Mutex<Option<String>>,
+    /// The web page serving this session (`keel run --web`, `/web`), while it runs.
+    page: Mutex<Option<crate::web::Served>>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -180,7 +184,7 @@ impl Session {
         let session = Session {
             kernel,
             loader,
-            id: Mutex::new(id),
+            id: std::sync::Arc::new(Mutex::new(id)),
             model,
             display: opts.display,
             ctx_workspace: ctx.workspace.clone(),
@@ -199,6 +203,7 @@ impl Session {
             resumed: opts.resume.clone(),
             hooks_started: Mutex::new(None),
             start_context: Mutex::new(None),
+            page: Mutex::new(None),
         };
         let sources = runtime::session_plugins(ctx, &session.loader)?;
         runtime::say_if_compiling(&session.loader, &sources);
@@ -227,6 +232,33 @@ impl Session {
         }
         session.announce();
         Ok(session)
+    }
+
+    /// The web page for this session: its URL, serving it first if it is not served yet.
+    pub async fn open_page(&self, options: &crate::web::Options) -> anyhow::Result<String> {
+        if let Some(served) = &*self
+            .page
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            return Ok(served.url.clone());
+        }
+        let id = self.id.clone();
+        let sources = crate::web::Sources {
+            kernel: self.kernel.clone(),
+            live: Some(std::sync::Arc::new(move || {
+                id.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+            })),
+        };
+        let served = crate::web::serve(sources, options).await?;
+        let url = served.url.clone();
+        *self
+            .page
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(served);
+        Ok(url)
     }
 
     /// The session's id.

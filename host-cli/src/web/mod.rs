@@ -1,0 +1,180 @@
+//! `keel web` and `keel run --web`: the runtime on a local page. The plugin graph live (from
+//! the kernel's plugin changes, not by polling), the sessions and their timelines (from the
+//! session logs, through the session-log plugin as `keel sessions` reads them), and, for a
+//! live session, its events as they happen and its approval questions (the inbox).
+//!
+//! The server is keel's own (axum on the session's runtime); the page is three embedded files
+//! with no build step. `door.rs` decides who may use it; `api.rs` answers; `feed.rs` streams.
+//! Nothing of this runs unless the person asks for the page.
+
+mod api;
+pub mod door;
+mod feed;
+pub mod inbox;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use keel_kernel::Kernel;
+
+use door::{Asked, Door};
+
+/// How the page is served.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The port on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+    /// Open the person's browser at the URL.
+    pub open: bool,
+}
+
+/// What the page shows.
+#[derive(Clone)]
+pub struct Sources {
+    /// The kernel whose plugins the graph shows and whose session-log plugin reads the logs.
+    pub kernel: Kernel,
+    /// The live session's id, when the page serves one (`keel run --web`, `/web`): its events
+    /// stream and its approval questions reach the inbox.
+    pub live: Option<Arc<dyn Fn() -> String + Send + Sync>>,
+}
+
+/// A running page; dropping it stops the server.
+pub struct Served {
+    pub url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    live: bool,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if self.live {
+            inbox::inbox().serving(false);
+        }
+    }
+}
+
+#[derive(Clone)]
+struct App {
+    door: Door,
+    sources: Sources,
+}
+
+/// Serve the page for `sources` on 127.0.0.1.
+pub async fn serve(sources: Sources, options: &Options) -> anyhow::Result<Served> {
+    let listener =
+        tokio::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, options.port)))
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot serve the page on 127.0.0.1:{}; choose another with --port",
+                    options.port
+                )
+            })?;
+    let port = listener.local_addr()?.port();
+    let door = Door::new(port)?;
+    let url = door.url();
+    let live = sources.live.is_some();
+    let app = App { door, sources };
+    let router = api::routes()
+        .layer(middleware::from_fn_with_state(app.clone(), guard))
+        .with_state(app);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+            let _ = stopped.await;
+        });
+        if let Err(e) = server.await {
+            tracing::warn!("the web page's server stopped: {e}");
+        }
+    });
+    if live {
+        inbox::inbox().serving(true);
+    }
+    if options.open {
+        open_browser(&url);
+    }
+    Ok(Served {
+        url,
+        stop: Some(stop),
+        live,
+    })
+}
+
+/// The door every request passes, and the headers every answer carries.
+async fn guard(State(app): State<App>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    // The page's own code and styles are the same for everyone and hold no secret: they load
+    // without the token (the page then sends it with every request), but not from a foreign
+    // Host.
+    let public = matches!(request.uri().path(), "/app.js" | "/app.css");
+    let asked = Asked {
+        host: text("host"),
+        origin: text("origin"),
+        token: door::token_in_query(request.uri().query()).or(text("x-keel-token")),
+        changes_state: request.method() != Method::GET && request.method() != Method::HEAD,
+    };
+    let verdict = match app.door.check(&asked) {
+        Err(door::Refusal::Token) if public => Ok(()),
+        other => other,
+    };
+    let mut response = match verdict {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => (StatusCode::FORBIDDEN, refusal.message()).into_response(),
+    };
+    secure(response.headers_mut());
+    response
+}
+
+fn secure(headers: &mut HeaderMap) {
+    let set = |headers: &mut HeaderMap, name, value: &'static str| {
+        headers.insert(name, HeaderValue::from_static(value));
+    };
+    set(
+        headers,
+        header::CONTENT_SECURITY_POLICY,
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+         img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    );
+    set(headers, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
+    set(headers, header::REFERRER_POLICY, "no-referrer");
+    set(headers, header::CACHE_CONTROL, "no-store");
+    set(headers, header::X_FRAME_OPTIONS, "DENY");
+}
+
+/// The person's browser at `url`, when there is a desktop to show it on. Its failure is only
+/// a note: the URL is on stdout.
+fn open_browser(url: &str) {
+    let desktop = std::env::var_os("DISPLAY").is_some()
+        || std::env::var_os("WAYLAND_DISPLAY").is_some()
+        || cfg!(target_os = "macos");
+    if !desktop {
+        return;
+    }
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    let started = std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    match started {
+        // Reaped in the background so it leaves no zombie.
+        Ok(mut child) => {
+            std::thread::spawn(move || child.wait());
+        }
+        Err(e) => eprintln!("note: could not open a browser ({opener}: {e}); open the URL above"),
+    }
+}
