@@ -342,6 +342,23 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
             "{said}"
         );
         screenshot(&browser, "answered.png").await?;
+        // The turn's calls are counted per plugin, with the guest CPU they took.
+        browser
+            .find(Locator::Css("#tab-plugins"))
+            .await?
+            .click()
+            .await?;
+        find(
+            &browser,
+            "#plugins tr[data-plugin='agent-loop']:not([data-calls='0']):not([data-cpu-us='0'])",
+        )
+        .await?;
+        find(
+            &browser,
+            "#plugins tr[data-plugin='shell']:not([data-calls='0'])",
+        )
+        .await?;
+        screenshot(&browser, "figures.png").await?;
 
         // The live timeline: the turn's calls and outcomes arrived as they happened.
         browser

@@ -140,7 +140,7 @@ function drawTable() {
     const f = state.figures[p.name] || p.figures || { calls: 0, failed: 0, wall_us: 0, cpu_us: 0 };
     const limits = p.limits ? Object.entries(p.limits).filter(([, v]) => v != null).map(([k, v]) => `${k} ${v}`).join(', ') : '';
     const stateText = p.state + (p.reason ? `: ${p.reason}` : '') + (p.waiting_for ? ` (waiting for ${p.waiting_for.join('; ')})` : '');
-    body.append(el('tr', { 'data-plugin': p.name },
+    body.append(el('tr', { 'data-plugin': p.name, 'data-calls': String(f.calls), 'data-cpu-us': String(f.cpu_us) },
       el('th', { scope: 'row', text: p.name }),
       el('td', { text: stateText }),
       el('td', { text: p.version }),
