@@ -368,6 +368,33 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
             .await?;
         find(&browser, "#timeline .row[data-kind='tool_outcome']").await?;
         find(&browser, "#timeline .row[data-kind='turn_ended']").await?;
+        // The answer streamed into one row, which its message then replaced.
+        let rows = browser
+            .execute(
+                "return [...document.querySelectorAll('#timeline .row')].map(r => \
+                 r.dataset.kind + ' ' + r.lastChild.textContent)",
+                vec![],
+            )
+            .await?;
+        let rows: Vec<String> = serde_json::from_value(rows)?;
+        assert!(
+            rows.iter().any(|r| r == "message model: Done."),
+            "{rows:#?}"
+        );
+        assert!(
+            !rows.iter().any(|r| r.starts_with("streaming")),
+            "{rows:#?}"
+        );
+        let streamed = browser
+            .execute(
+                "return Number(document.getElementById('timeline').dataset.streamed || 0)",
+                vec![],
+            )
+            .await?;
+        assert!(
+            streamed.as_u64().unwrap_or(0) >= 1,
+            "the answer's text streamed: {streamed}"
+        );
         screenshot(&browser, "timeline.png").await?;
         Ok::<(), Box<dyn std::error::Error>>(())
     }

@@ -1,6 +1,6 @@
 //! The page's live feed (server-sent events): plugin changes as the kernel makes them, the
 //! call figures once a second while they change, and, for a live session, its log entries
-//! and approval questions as they happen. A page that falls behind is told to read everything
+//! (a subagent's too), the model's text as it streams and approval questions as they happen. A page that falls behind is told to read everything
 //! again (`resync`) rather than shown a timeline with a hole in it.
 
 use std::collections::BTreeMap;
@@ -113,10 +113,15 @@ impl Feed {
                     None => return std::future::pending().await,
                 },
                 event = recv_or_never(&mut self.events) => match event {
-                    Some(Ok(event)) if event.topic == topics::SESSION_EVENT => {
-                        return Event::default().event("session").data(event.payload);
+                    Some(Ok(event)) => {
+                        let name = match event.topic.as_str() {
+                            topics::SESSION_EVENT => "session",
+                            topics::SUBAGENT_EVENT => "subagent",
+                            topics::MODEL_DELTA => "delta",
+                            _ => continue,
+                        };
+                        return Event::default().event(name).data(event.payload);
                     }
-                    Some(Ok(_)) => {}
                     Some(Err(n)) => return resync(n),
                     None => self.events = None,
                 },

@@ -7,7 +7,7 @@ const token = new URLSearchParams(location.search).get('token') || '';
 const ROW = 26;
 const state = {
   live: null, graph: { plugins: [], edges: [] }, figures: {}, changed: new Map(),
-  rows: [], selected: -1, shown: null, lastTime: null, approvals: new Map(),
+  rows: [], selected: -1, shown: null, approvals: new Map(), streaming: -1, drawPending: false,
 };
 
 function api(path, options = {}) {
@@ -309,6 +309,7 @@ async function loadSessions() {
 function startTimeline(id) {
   state.shown = id;
   state.rows = [];
+  state.streaming = -1;
   state.selected = -1;
   document.getElementById('detail').textContent = '';
   document.getElementById('timeline-title').textContent = `Timeline of ${id}${id === state.live ? ' (live)' : ''}`;
@@ -327,11 +328,54 @@ async function openSession(id) {
   }
 }
 
+// The live session's entries as they arrive; the list follows the end unless the person
+// moved up in it.
+function liveLine(event) {
+  const following = state.selected < 0 || state.selected >= state.rows.length - 2;
+  const streaming = state.streaming >= 0 ? state.rows.splice(state.streaming, 1)[0] : null;
+  addLines([Object.assign({ time_ms: Date.now() }, event)]);
+  if (streaming) {
+    state.streaming = state.rows.length;
+    state.rows.push(streaming);
+    addLines([]);
+  }
+  if (following) {
+    const box = document.getElementById('timeline');
+    box.scrollTop = box.scrollHeight;
+  }
+}
+
+// The model's text as it streams, in one row at the end until its message arrives.
+function stream(text) {
+  if (state.streaming < 0) {
+    state.streaming = state.rows.length;
+    state.rows.push({ text: 'model (writing): ', detail: '', meta: '', time: Date.now(), kind: 'streaming' });
+  }
+  const row = state.rows[state.streaming];
+  row.detail += text;
+  const box = document.getElementById('timeline');
+  box.dataset.streamed = String(Number(box.dataset.streamed || 0) + 1);
+  row.text = 'model (writing): ' + oneLine(row.detail.slice(-400));
+  if (!state.drawPending) {
+    state.drawPending = true;
+    requestAnimationFrame(() => { state.drawPending = false; addLines([]); });
+  }
+}
+
+function endStreaming() {
+  if (state.streaming < 0) return;
+  state.rows.splice(state.streaming, 1);
+  state.streaming = -1;
+  addLines([]);
+}
+
 // ---- approvals -----------------------------------------------------------------------
 
 function drawApprovalCount() {
   const open = [...state.approvals.values()].filter((a) => !a.answered).length;
   document.getElementById('approval-count').textContent = `(${open})`;
+  // Seen from another tab of the browser too.
+  document.title = open ? `(${open}) keel: approval waiting` : 'keel';
 }
 
 function addApproval(q) {
@@ -413,12 +457,19 @@ function connect() {
       loadSessions();
     }
     if (event.session !== state.live || state.shown !== state.live) return;
-    addLines([Object.assign({ time_ms: Date.now() }, event)]);
-    if (state.selected < 0 || state.selected >= state.rows.length - 2) {
-      const box = document.getElementById('timeline');
-      box.scrollTop = box.scrollHeight;
-    }
-    if (event.kind === 'turn_ended') loadSessions();
+    if (event.kind === 'message' && event.message.role === 'assistant') endStreaming();
+    liveLine(event);
+    if (event.kind === 'turn_ended') { endStreaming(); loadSessions(); }
+  });
+  feed.addEventListener('subagent', (e) => {
+    const child = JSON.parse(e.data);
+    if (state.shown !== state.live) return;
+    liveLine({ kind: 'subagent', session: state.live, parent_call: child.parent_call, child: child.child, label: child.label, event: child.event });
+  });
+  feed.addEventListener('delta', (e) => {
+    const delta = JSON.parse(e.data);
+    if (delta.type !== 'text' || state.shown !== state.live) return;
+    stream(delta.text);
   });
   feed.addEventListener('approval', (e) => {
     const data = JSON.parse(e.data);
