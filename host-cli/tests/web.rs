@@ -529,6 +529,29 @@ async fn keel_web_shows_a_thousand_call_session_in_a_list_that_stays_small() -> 
         let detail = browser.find(Locator::Css("#detail")).await?.text().await?;
         assert_eq!(detail, "completed");
         screenshot(&browser, "long-session.png").await?;
+        // Another keel process goes on with the session: its log grows, and so does the page.
+        let log = home
+            .path()
+            .join("data/sessions")
+            .join(format!("{id}.jsonl"));
+        let mut more = std::fs::OpenOptions::new().append(true).open(&log)?;
+        for (seq, event) in [
+            json!({"kind": "message", "session": id, "message": {"role": "user",
+                   "content": [{"type": "text", "text": "and now?"}]}}),
+            json!({"kind": "message", "session": id, "message": {"role": "assistant",
+                   "content": [{"type": "text", "text": "Nothing more."}]}}),
+            json!({"kind": "turn_ended", "session": id, "end": "completed", "detail": ""}),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut line = event;
+            line["seq"] = json!(4004 + seq);
+            line["time_ms"] = json!(1_800_000_000_000u64);
+            writeln!(more, "{line}")?;
+        }
+        more.sync_all()?;
+        find(&browser, "#timeline[data-rows='2007']").await?;
         Ok::<(), Box<dyn std::error::Error>>(())
     }
     .await;

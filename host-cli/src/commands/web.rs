@@ -33,6 +33,7 @@ pub async fn run(ctx: &Context, args: WebArgs) -> anyhow::Result<ExitCode> {
         crate::web::Sources {
             kernel: rt.kernel.clone(),
             live: None,
+            logs: Some(ctx.data_dir().join("sessions")),
         },
         &crate::web::Options {
             port: args.port,

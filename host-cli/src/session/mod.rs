@@ -251,6 +251,7 @@ impl Session {
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .clone()
             })),
+            logs: None,
         };
         let served = crate::web::serve(sources, options).await?;
         let url = served.url.clone();

@@ -26,6 +26,8 @@ struct Feed {
     /// The live session's bus (absent for `keel web` on its own).
     events: Option<broadcast::Receiver<keel_kernel::Event>>,
     inbox: Option<broadcast::Receiver<InboxEvent>>,
+    /// Sessions whose logs changed (`keel web`).
+    logs: Option<broadcast::Receiver<Vec<String>>>,
     tick: tokio::time::Interval,
     figures: BTreeMap<String, CallFigures>,
     /// Sent before anything else: the questions already waiting when the page connected.
@@ -55,6 +57,7 @@ pub(super) async fn events(
         changes: kernel.plugin_changes(),
         events: live.then(|| kernel.events()),
         inbox: asked,
+        logs: app.logs.as_ref().map(broadcast::Sender::subscribe),
         figures: kernel.call_figures(),
         kernel,
         tick,
@@ -129,6 +132,17 @@ impl Feed {
                     Some(Ok(asked)) => return approval(&asked),
                     Some(Err(n)) => return resync(n),
                     None => self.inbox = None,
+                },
+                changed = recv_or_never(&mut self.logs) => match changed {
+                    Some(Ok(ids)) => {
+                        let data = serde_json::to_string(&ids).unwrap_or_default();
+                        return Event::default().event("logs").data(data);
+                    }
+                    // Missed changes: the page reads the list again either way.
+                    Some(Err(_)) => {
+                        return Event::default().event("logs").data("[]");
+                    }
+                    None => self.logs = None,
                 },
                 _ = self.tick.tick() => {
                     let now = self.kernel.call_figures();

@@ -11,6 +11,7 @@ mod api;
 pub mod door;
 mod feed;
 pub mod inbox;
+mod logs;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -41,6 +42,9 @@ pub struct Sources {
     /// The live session's id, when the page serves one (`keel run --web`, `/web`): its events
     /// stream and its approval questions reach the inbox.
     pub live: Option<Arc<dyn Fn() -> String + Send + Sync>>,
+    /// The folder of the session logs, watched so that sessions other processes are running
+    /// grow on the page (`keel web`).
+    pub logs: Option<std::path::PathBuf>,
 }
 
 /// A running page; dropping it stops the server.
@@ -48,6 +52,8 @@ pub struct Served {
     pub url: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     live: bool,
+    /// Watches the session logs while the page is served.
+    _logs: Option<logs::LogWatch>,
 }
 
 impl Drop for Served {
@@ -65,6 +71,8 @@ impl Drop for Served {
 struct App {
     door: Door,
     sources: Sources,
+    /// The sessions whose logs changed, as the watcher sees them.
+    logs: Option<tokio::sync::broadcast::Sender<Vec<String>>>,
 }
 
 /// Serve the page for `sources` on 127.0.0.1.
@@ -82,7 +90,21 @@ pub async fn serve(sources: Sources, options: &Options) -> anyhow::Result<Served
     let door = Door::new(port)?;
     let url = door.url();
     let live = sources.live.is_some();
-    let app = App { door, sources };
+    let watch = match &sources.logs {
+        Some(dir) => match logs::LogWatch::start(dir) {
+            Ok(watch) => Some(watch),
+            Err(e) => {
+                eprintln!("note: the page will not see sessions grow: {e:#}");
+                None
+            }
+        },
+        None => None,
+    };
+    let app = App {
+        door,
+        sources,
+        logs: watch.as_ref().map(logs::LogWatch::sender),
+    };
     let router = api::routes()
         .layer(middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app);
@@ -105,6 +127,7 @@ pub async fn serve(sources: Sources, options: &Options) -> anyhow::Result<Served
         url,
         stop: Some(stop),
         live,
+        _logs: watch,
     })
 }
 

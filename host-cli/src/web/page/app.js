@@ -369,6 +369,21 @@ function endStreaming() {
   addLines([]);
 }
 
+// A session's log read again: its rows rebuilt, the selection and scroll kept.
+async function reread(id) {
+  const box = document.getElementById('timeline');
+  const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - ROW;
+  const { selected } = state;
+  let read;
+  try { read = await api('/api/sessions/' + encodeURIComponent(id)); } catch (_) { return; }
+  if (state.shown !== id) return;
+  state.rows = [];
+  addLines(read.lines);
+  state.selected = Math.min(selected, state.rows.length - 1);
+  if (atEnd) box.scrollTop = box.scrollHeight;
+  drawRows();
+}
+
 // ---- approvals -----------------------------------------------------------------------
 
 function drawApprovalCount() {
@@ -477,6 +492,19 @@ function connect() {
     else answered(data.id, data.by, data.answer);
   });
   feed.addEventListener('resync', () => { loadAll(); });
+  // Another keel process wrote to a session's log: the list, and the session shown if it is
+  // one of them, are read again (at most once a second).
+  feed.addEventListener('logs', (e) => {
+    const ids = JSON.parse(e.data);
+    if (state.shown && (ids.length === 0 || ids.includes(state.shown))) state.reread = true;
+    state.relist = true;
+    if (state.rereadTimer) return;
+    state.rereadTimer = setTimeout(async () => {
+      state.rereadTimer = null;
+      if (state.relist) { state.relist = false; await loadSessions(); }
+      if (state.reread && state.shown && state.shown !== state.live) { state.reread = false; await reread(state.shown); }
+    }, 1000);
+  });
 }
 
 loadAll().catch((e) => { document.getElementById('link').textContent = `cannot reach keel: ${e.message}`; });
