@@ -368,6 +368,15 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
             .await?;
         find(&browser, "#timeline .row[data-kind='tool_outcome']").await?;
         find(&browser, "#timeline .row[data-kind='turn_ended']").await?;
+        // A command's result says where it ran.
+        let outcome = find(&browser, "#timeline .row[data-kind='tool_outcome']").await?;
+        outcome.click().await?;
+        let detail = browser.find(Locator::Css("#detail")).await?.text().await?;
+        assert!(
+            detail.contains("$ touch x1.txt")
+                && detail.contains("ran in: bubblewrap workspace-write, no network"),
+            "{detail}"
+        );
         // The answer streamed into one row, which its message then replaced.
         let rows = browser
             .execute(

@@ -644,6 +644,7 @@ impl SessionGates {
         )
         .await
         .map_err(|e| KernelError::Invalid(e.to_string()))?;
+        let mut ran_in = ran_in(&containment.confinement, network.is_some());
         // Plan mode never offers a run outside the sandbox.
         if !plan
             && let Some(rerun) = self
@@ -651,6 +652,7 @@ impl SessionGates {
                 .await
         {
             outcome = rerun;
+            ran_in = "outside the sandbox (approved)".to_owned();
         }
         outcome.output = self.redact(&outcome.output);
         if let Some(i) = lock(&self.inflight).get_mut(plugin) {
@@ -658,6 +660,7 @@ impl SessionGates {
                 command: cmd.line.clone(),
                 exit_code: outcome.exit_code,
                 timed_out: outcome.timed_out,
+                sandbox: Some(ran_in),
             });
         }
         Ok(outcome)
@@ -834,6 +837,18 @@ pub(crate) fn refusal_text(verdict: &Verdict) -> String {
         text.push_str(s);
     }
     text
+}
+
+/// Where a command ran, in a few words for its record (the session log, the web page).
+fn ran_in(confinement: &Confinement, network: bool) -> String {
+    match confinement {
+        Confinement::Bubblewrap(mode, net) if network || *net == CommandNetwork::All => {
+            format!("bubblewrap {}, network through keel's gate", mode.as_str())
+        }
+        Confinement::Bubblewrap(mode, _) => format!("bubblewrap {}, no network", mode.as_str()),
+        Confinement::Off => "not sandboxed (sandbox off in the config)".to_owned(),
+        Confinement::Unavailable(_) => "not sandboxed (the sandbox could not start)".to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -634,6 +634,11 @@ pub struct ExecRecord {
     pub exit_code: Option<i32>,
     /// Whether the timeout ended it.
     pub timed_out: bool,
+    /// Where it ran: `bubblewrap workspace-write`, `… with network through keel's gate`,
+    /// `outside the sandbox (approved)`, `not sandboxed (…)`. Absent in logs written before
+    /// it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
 }
 
 /// What the kernel's dispatcher returns for one tool call.

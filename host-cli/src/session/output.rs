@@ -539,6 +539,7 @@ mod tests {
                     command: "sleep 9".into(),
                     exit_code,
                     timed_out,
+                    sandbox: None,
                 })
                 .into_iter()
                 .collect(),

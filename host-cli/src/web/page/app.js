@@ -199,10 +199,8 @@ function rowsOf(event, time, depth, out, label = '') {
     }
     case 'tool_outcome': {
       const o = event.outcome;
-      const exec = (o.exec || []).map((x) => `$ ${x.command}  → ${x.timed_out ? 'timed out' : 'exit ' + x.exit_code}`).join('\n');
-      // The log does not record the sandbox: the live session's is the one in force.
-      const sandbox = event.session === state.live ? `sandbox: ${state.sandbox}` : `sandbox: not recorded in the log (keel's now: ${state.sandbox})`;
-      const detail = `${o.tool} ${o.status} (call ${o.call_id})\n` + (exec ? `\n${exec}\n${sandbox}\n` : '') + `\n${o.content}` + (o.spill ? `\n\nfull output: ${o.spill}` : '');
+      const exec = (o.exec || []).map((x) => `$ ${x.command}  → ${x.timed_out ? 'timed out' : 'exit ' + x.exit_code}\n  ran in: ${x.sandbox || 'not recorded (an older log)'}`).join('\n');
+      const detail = `${o.tool} ${o.status} (call ${o.call_id})\n` + (exec ? `\n${exec}\n` : '') + `\n${o.content}` + (o.spill ? `\n\nfull output: ${o.spill}` : '');
       push(`← ${o.tool} ${o.status}: ${o.content}`, detail, exec ? `${o.exec.length} command(s)` : '');
       break;
     }

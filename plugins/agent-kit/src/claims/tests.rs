@@ -318,6 +318,7 @@ fn outcome(
             command: "cargo test".into(),
             exit_code: exit,
             timed_out,
+            sandbox: None,
         }],
         spill: None,
     }
