@@ -96,12 +96,6 @@ pub(crate) fn approval_question(
     colour: bool,
 ) -> String {
     let safe = |text: &str| terminal_safe(text);
-    // A call without an approval key (a file write, a rerun outside the sandbox) cannot be
-    // remembered, so only "this once" is offered.
-    let covers = request
-        .key
-        .as_ref()
-        .map(|key| format!("any `{} …` in this workspace", safe(key)));
     let change = request
         .preview
         .as_ref()
@@ -113,33 +107,54 @@ pub(crate) fn approval_question(
         Some(Preview::Edit { path, .. }) => format!("wants to edit {}", safe(path)),
         None => format!("wants to run: {}", safe(&request.summary)),
     };
-    // A subagent's call says whose it is: the person approves a child's step, not the
-    // main agent's.
-    let who = request
-        .requester
-        .as_ref()
-        .map(|r| format!("{} → ", safe(r)))
-        .unwrap_or_default();
     let mut question = format!(
-        "\n? {who}{} {wants}\n{change}  why: {}\n  [y] yes, this once\n",
+        "\n? {}{} {wants}\n{change}  why: {}\n",
+        whose(request),
         safe(&request.tool),
         safe(&request.reason)
     );
-    if let Some(covers) = &covers {
-        question.push_str(&format!(
-            "  [s] yes, and for the rest of this session: {covers}\n"
-        ));
-        if request.can_always {
-            question.push_str(&format!(
-                "  [a] yes, and always (remembered across sessions): {covers}\n"
-            ));
-        }
+    for choice in offered(request) {
+        question.push_str(&format!("  [{}] {}\n", choice.key, choice.label));
     }
     question.push_str(
         "  [n] no — or type what to do instead, and the model is told\n  (Ctrl-C: no, and cancel \
          the turn)\n",
     );
     question
+}
+
+/// A subagent's call says whose it is: the person approves a child's step, not the main
+/// agent's.
+fn whose(request: &ApprovalRequest) -> String {
+    request
+        .requester
+        .as_ref()
+        .map(|r| format!("{} → ", terminal_safe(r)))
+        .unwrap_or_default()
+}
+
+/// The yes answers `request` offers, each saying what it lets run. A call without an approval
+/// key (a file write, a rerun outside the sandbox) cannot be remembered, so only "this once".
+fn offered(request: &ApprovalRequest) -> Vec<crate::web::inbox::Choice> {
+    use crate::web::inbox::Choice;
+    let mut choices = vec![Choice {
+        key: "y",
+        label: "yes, this once".into(),
+    }];
+    if let Some(key) = &request.key {
+        let covers = format!("any `{} …` in this workspace", terminal_safe(key));
+        choices.push(Choice {
+            key: "s",
+            label: format!("yes, and for the rest of this session: {covers}"),
+        });
+        if request.can_always {
+            choices.push(Choice {
+                key: "a",
+                label: format!("yes, and always (remembered across sessions): {covers}"),
+            });
+        }
+    }
+    choices
 }
 
 /// What a typed answer means: a key offered by `request`, or (two words or more) "no, and
@@ -272,50 +287,21 @@ fn answer_words((answer, instead): &(Answer, Option<String>)) -> String {
 
 /// The question for the page: the terminal's wording (no colour) and its parts.
 fn web_question(request: &ApprovalRequest, workspace: &Path) -> crate::web::inbox::Question {
-    use crate::web::inbox::{Choice, Question};
     let safe = |text: &str| terminal_safe(text);
-    let covers = request
-        .key
-        .as_ref()
-        .map(|key| format!("any `{} …` in this workspace", safe(key)));
-    let mut choices = vec![Choice {
-        key: "y",
-        label: "yes, this once".into(),
-    }];
-    if let Some(covers) = &covers {
-        choices.push(Choice {
-            key: "s",
-            label: format!("yes, and for the rest of this session: {covers}"),
-        });
-        if request.can_always {
-            choices.push(Choice {
-                key: "a",
-                label: format!("yes, and always (remembered across sessions): {covers}"),
-            });
-        }
-    }
-    choices.push(Choice {
+    let mut choices = offered(request);
+    choices.push(crate::web::inbox::Choice {
         key: "n",
         label: "no".into(),
     });
     let (subject, diff) = match &request.preview {
-        Some(Preview::Write { path, .. } | Preview::Edit { path, .. }) => (
-            safe(path),
-            request
-                .preview
-                .as_ref()
-                .map(|p| preview::render(p, workspace, false)),
-        ),
+        Some(p @ (Preview::Write { path, .. } | Preview::Edit { path, .. })) => {
+            (safe(path), Some(preview::render(p, workspace, false)))
+        }
         None => (safe(&request.summary), None),
     };
-    let who = request
-        .requester
-        .as_ref()
-        .map(|r| format!("{} → ", safe(r)))
-        .unwrap_or_default();
-    Question {
+    crate::web::inbox::Question {
         id: 0,
-        tool: format!("{who}{}", safe(&request.tool)),
+        tool: format!("{}{}", whose(request), safe(&request.tool)),
         subject,
         diff,
         reason: safe(&request.reason),
