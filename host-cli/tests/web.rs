@@ -130,6 +130,34 @@ async fn two_commands() -> Result<ModelServer, Box<dyn std::error::Error>> {
     .await?)
 }
 
+/// A home whose config points keel at `server`, and a workspace.
+fn home_for(
+    server: &ModelServer,
+) -> Result<(tempfile::TempDir, tempfile::TempDir), std::io::Error> {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
+            server.url("/v1")
+        ),
+    )?;
+    Ok((home, ws))
+}
+
+/// The port and the token of the page's URL.
+fn port_and_token(url: &str) -> Result<(u16, String), Box<dyn std::error::Error>> {
+    let port = url
+        .trim_start_matches("http://127.0.0.1:")
+        .split('/')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| format!("no port in {url:?}"))?;
+    let token = url.rsplit('=').next().unwrap_or_default().to_owned();
+    Ok((port, token))
+}
+
 /// One raw HTTP request to the page's server; the status code.
 fn status_of(port: u16, head: &str) -> Result<u16, Box<dyn std::error::Error>> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
@@ -148,15 +176,7 @@ fn status_of(port: u16, head: &str) -> Result<u16, Box<dyn std::error::Error>> {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
     let server = two_commands().await?;
-    let home = tempfile::tempdir()?;
-    let ws = tempfile::tempdir()?;
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!(
-            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
-            server.url("/v1")
-        ),
-    )?;
+    let (home, ws) = home_for(&server)?;
     let mut cmd = keel_process(home.path(), ws.path());
     cmd.env("OPENAI_API_KEY", "sk-web-0123456789abcdefghijklmnop")
         .env_remove("DISPLAY")
@@ -209,13 +229,7 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
             .await
             .unwrap_or(Err("the terminal thread ended".into()))
     };
-    let port: u16 = url
-        .trim_start_matches("http://127.0.0.1:")
-        .split('/')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .ok_or("no port in the URL")?;
-    let token = url.rsplit('=').next().unwrap_or_default().to_owned();
+    let (port, token) = port_and_token(&url)?;
 
     // The door, from outside the browser: no token, a rebinding Host, a foreign Origin.
     let get = |path: &str, host: &str, extra: &str| {
@@ -267,7 +281,7 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
         assert!(body.contains("refused"), "{body}");
 
         browser.goto(&url).await?;
-        find(&browser, "body[data-ready='1']").await?;
+        find(&browser, "body[data-ready='1'][data-feed='open']").await?;
         find(
             &browser,
             "#graph g[data-plugin='agent-loop'][data-state='active']",
@@ -368,9 +382,14 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
             .await?;
         find(&browser, "#timeline .row[data-kind='tool_outcome']").await?;
         find(&browser, "#timeline .row[data-kind='turn_ended']").await?;
-        // A command's result says where it ran.
-        let outcome = find(&browser, "#timeline .row[data-kind='tool_outcome']").await?;
-        outcome.click().await?;
+        // A command's result says where it ran (clicked from the page's own script: the list
+        // redraws its rows, so a row found first may be gone by the time it is clicked).
+        browser
+            .execute(
+                "document.querySelector(\"#timeline .row[data-kind='tool_outcome']\").click()",
+                vec![],
+            )
+            .await?;
         let detail = browser.find(Locator::Css("#detail")).await?.text().await?;
         assert!(
             detail.contains("$ touch x1.txt")
@@ -488,7 +507,7 @@ async fn keel_web_shows_a_thousand_call_session_in_a_list_that_stays_small() -> 
     let browser = driver.browser(profile.path()).await?;
     let outcome = async {
         browser.goto(&url).await?;
-        find(&browser, "body[data-ready='1']").await?;
+        find(&browser, "body[data-ready='1'][data-feed='open']").await?;
         browser
             .find(Locator::Css("#tab-sessions"))
             .await?
@@ -616,15 +635,7 @@ fn approvals_asked(
 #[tokio::test(flavor = "multi_thread")]
 async fn without_a_terminal_the_question_waits_for_the_page() -> R {
     let server = two_commands().await?;
-    let home = tempfile::tempdir()?;
-    let ws = tempfile::tempdir()?;
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!(
-            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
-            server.url("/v1")
-        ),
-    )?;
+    let (home, ws) = home_for(&server)?;
     let mut run = keel_process(home.path(), ws.path())
         .env("OPENAI_API_KEY", "sk-web-0123456789abcdefghijklmnop")
         .env_remove("DISPLAY")
@@ -642,13 +653,7 @@ async fn without_a_terminal_the_question_waits_for_the_page() -> R {
         url.starts_with("http://127.0.0.1:"),
         "the URL is stdout's first line: {url:?}"
     );
-    let port: u16 = url
-        .trim_start_matches("http://127.0.0.1:")
-        .split('/')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .ok_or("no port")?;
-    let token = url.rsplit('=').next().unwrap_or_default().to_owned();
+    let (port, token) = port_and_token(&url)?;
     let answer = |id: u64, said: &str| -> Result<u16, Box<dyn std::error::Error>> {
         let body = json!({ "answer": said }).to_string();
         status_of(

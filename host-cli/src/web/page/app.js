@@ -55,6 +55,8 @@ function show(view) {
     document.getElementById('tab-' + name).setAttribute('aria-selected', String(on));
     document.getElementById('view-' + name).hidden = !on;
   }
+  // A hidden list has no height: draw the rows in view now that it has one.
+  if (view === 'sessions') drawRows();
 }
 
 for (const name of ['plugins', 'sessions', 'approvals']) {
@@ -453,8 +455,8 @@ async function loadAll() {
 function connect() {
   const link = document.getElementById('link');
   const feed = new EventSource('/api/events?token=' + encodeURIComponent(token));
-  feed.addEventListener('open', () => { link.textContent = 'connected'; });
-  feed.addEventListener('error', () => { link.textContent = 'reconnecting…'; });
+  feed.addEventListener('open', () => { link.textContent = 'connected'; document.body.dataset.feed = 'open'; });
+  feed.addEventListener('error', () => { link.textContent = 'reconnecting…'; document.body.dataset.feed = 'closed'; });
   feed.addEventListener('plugin', (e) => {
     const data = JSON.parse(e.data);
     state.graph = data.graph;
