@@ -12,7 +12,8 @@
 //! - the size of the first request's body.
 //!
 //! `cargo bench -p keel --bench whole_process` (release); `KEEL_BENCH_RUNS` sets the runs per
-//! figure (default 12).
+//! figure (default 12); `KEEL_BENCH_BIN` runs another `keel` binary instead of this build's
+//! (an earlier build, measured back to back with this one).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -34,11 +35,16 @@ struct Run {
     max_rss_kib: i64,
 }
 
+/// The binary measured: this build's, or `KEEL_BENCH_BIN`.
+fn keel_binary() -> std::ffi::OsString {
+    std::env::var_os("KEEL_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_keel").into())
+}
+
 /// Run `keel exec PROMPT` with `home` and `ws`, waiting for it with `wait4` for its rusage.
 fn run_keel(home: &Path, ws: &Path, prompt: &str) -> Run {
     let stderr = std::fs::File::create(home.join("stderr.txt")).expect("stderr file");
     let started = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let child = Command::new(keel_binary())
         .arg("--home")
         .arg(home)
         .arg("--workspace")
