@@ -87,6 +87,8 @@ pub struct Session {
     /// What the session-start hooks said for the model when a user-prompt-submit hook held
     /// that prompt back: offered with the next prompt instead.
     start_context: Mutex<Option<String>>,
+    /// The OpenTelemetry exporter, when `[telemetry] otlp-endpoint` is set.
+    telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -153,6 +155,8 @@ impl Session {
             .approval(opts.approval)
             .asker(asker)
             .build()?;
+        // Before any plugin loads, so their loading is seen too.
+        let telemetry = crate::telemetry::Telemetry::start(ctx, &choice, &kernel);
         let id = match &opts.resume {
             Some(id) => id.clone(),
             None => keel_agent_kit::session_log::new_session_id(now_ms(), rand_u32()),
@@ -199,6 +203,7 @@ impl Session {
             resumed: opts.resume.clone(),
             hooks_started: Mutex::new(None),
             start_context: Mutex::new(None),
+            telemetry,
         };
         let sources = runtime::session_plugins(ctx, &session.loader)?;
         runtime::say_if_compiling(&session.loader, &sources);
@@ -834,6 +839,10 @@ impl Session {
     pub async fn close(&self) {
         if let Err(e) = self.kernel.shutdown().await {
             eprintln!("warning: {e}");
+        }
+        // After the unloading, so the exporter sees it; bounded whatever the collector does.
+        if let Some(telemetry) = &self.telemetry {
+            telemetry.close().await;
         }
         // What this session's `remember` added to an offered project memory stays offered.
         crate::commands::memory::keep_own_writes(
