@@ -22,5 +22,6 @@ mod plan_mode;
 mod registry;
 mod session_builder;
 mod subagents;
+mod telemetry;
 mod terminal;
 mod untrusted_text;
