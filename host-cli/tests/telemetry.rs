@@ -103,9 +103,8 @@ fn home_and_workspace(extra: &str) -> (tempfile::TempDir, tempfile::TempDir, Pat
 /// `[telemetry]` pointing at 127.0.0.1:`port`, with the network policy allowing it when
 /// `allowed`.
 fn telemetry_config(port: u16, content: bool, allowed: bool) -> String {
-    let mut config = format!(
-        "[telemetry]\notlp-endpoint = \"http://127.0.0.1:{port}\"\ncontent = {content}\n"
-    );
+    let mut config =
+        format!("[telemetry]\notlp-endpoint = \"http://127.0.0.1:{port}\"\ncontent = {content}\n");
     if allowed {
         config.push_str(&format!(
             "[network]\nrules = [{{ host = \"127.0.0.1\", decision = \"allow\" }}]\nallow_private \
@@ -177,8 +176,14 @@ fn a_turn_is_exported_as_linked_spans_and_metrics_without_content() {
     for child in models.iter().chain(&tools) {
         assert_eq!(child["trace_id"], turn["trace_id"], "{child}");
         assert_eq!(child["parent_span_id"], turn["span_id"], "{child}");
-        assert!(child["start_ns"].as_u64() >= turn["start_ns"].as_u64(), "{child}");
-        assert!(child["end_ns"].as_u64() <= turn["end_ns"].as_u64(), "{child}");
+        assert!(
+            child["start_ns"].as_u64() >= turn["start_ns"].as_u64(),
+            "{child}"
+        );
+        assert!(
+            child["end_ns"].as_u64() <= turn["end_ns"].as_u64(),
+            "{child}"
+        );
     }
     let tool = tools[0];
     assert_eq!(tool["attributes"]["keel.tool.name"], "read_file");
@@ -203,7 +208,10 @@ fn a_turn_is_exported_as_linked_spans_and_metrics_without_content() {
             .any(|s| s["attributes"]["keel.plugin.name"] == "agent-loop"),
         "{lines:#?}"
     );
-    assert!(!spans(&lines, "keel.plugin.unloaded").is_empty(), "{lines:#?}");
+    assert!(
+        !spans(&lines, "keel.plugin.unloaded").is_empty(),
+        "{lines:#?}"
+    );
 
     // Metrics.
     let tokens = metric(&lines, "gen_ai.client.token.usage").expect("token metric");
@@ -251,7 +259,9 @@ fn content_is_exported_only_when_asked_for() {
         .as_str()
         .expect("arguments");
     assert!(arguments.contains(ARGUMENT), "{arguments}");
-    let result = tool["attributes"]["keel.tool.result"].as_str().expect("result");
+    let result = tool["attributes"]["keel.tool.result"]
+        .as_str()
+        .expect("result");
     assert!(result.contains(RESULT), "{result}");
     assert!(
         spans(&lines, "keel.model.call")
@@ -268,6 +278,8 @@ fn an_endpoint_the_network_policy_refuses_gets_nothing_and_one_warning() {
     let receiver = Receiver::start();
     let (home, _ws, ws) = home_and_workspace(&telemetry_config(receiver.port, false, false));
     let (stderr, _) = exec(home.path(), &ws);
+    assert!(receiver.lines().is_empty(), "{:?}", receiver.lines());
+    assert!(receiver.raw().is_empty());
     let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("telemetry")).collect();
     assert_eq!(warnings.len(), 1, "{stderr}");
     assert!(
@@ -275,8 +287,6 @@ fn an_endpoint_the_network_policy_refuses_gets_nothing_and_one_warning() {
         "{}",
         warnings[0]
     );
-    assert!(receiver.lines().is_empty(), "{:?}", receiver.lines());
-    assert!(receiver.raw().is_empty());
 }
 
 /// A collector that accepts the connection and never answers: the exit is late by at most

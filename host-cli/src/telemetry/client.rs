@@ -162,3 +162,74 @@ async fn send(
         .body(Bytes::from(answer))
         .map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    fn post(port: u16) -> Request<Bytes> {
+        Request::post(format!("http://127.0.0.1:{port}/v1/traces"))
+            .body(Bytes::from_static(b"spans"))
+            .expect("request")
+    }
+
+    /// Each request is judged again, whatever the start allowed: a loopback collector the
+    /// policy does not list in `allow_private` is never connected to.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_the_policy_refuses_never_connects() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listener");
+        let port = listener.local_addr().expect("addr").port();
+        let policy = NetPolicy::new(NetDecision::Allow);
+        let client = GatedClient::new(
+            policy,
+            tokio::runtime::Handle::current(),
+            Duration::from_secs(5),
+        );
+        let refused = client.send_bytes(post(port)).await.expect_err("refused");
+        assert!(refused.to_string().contains("127.0.0.1"), "{refused}");
+        // Had it connected, the connection would be waiting already.
+        assert!(listener.accept().now_or_never().is_none());
+    }
+
+    /// Allowed (`allow_private` names it), the request goes out and the answer comes back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_the_policy_allows_is_sent() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("listener");
+        let port = listener.local_addr().expect("addr").port();
+        let server = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.expect("accept");
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !seen.ends_with(b"spans") {
+                let n = conn.read(&mut buf).await.expect("read");
+                if n == 0 {
+                    break;
+                }
+                seen.extend_from_slice(&buf[..n]);
+            }
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await
+                .expect("write");
+            seen
+        });
+        let policy = NetPolicy::new(NetDecision::Allow)
+            .with_allow_private(&format!("127.0.0.1:{port}"))
+            .expect("allow_private");
+        let client = GatedClient::new(
+            policy,
+            tokio::runtime::Handle::current(),
+            Duration::from_secs(5),
+        );
+        let answer = client.send_bytes(post(port)).await.expect("sent");
+        assert_eq!(answer.status(), 200);
+        assert_eq!(answer.body().as_ref(), b"ok");
+        let seen = String::from_utf8_lossy(&server.await.expect("server")).into_owned();
+        assert!(seen.starts_with("POST /v1/traces HTTP/1.1"), "{seen}");
+    }
+}
