@@ -308,3 +308,74 @@ fn a_collector_that_never_answers_delays_the_exit_by_a_bounded_time() {
     );
     drop(silent);
 }
+
+/// A subagent's turn is a child of the parent's `task` call span, in the parent's trace, and
+/// its own model call a child of its turn.
+#[test]
+fn a_subagents_turn_is_a_child_of_the_tool_call_that_started_it() {
+    let receiver = Receiver::start();
+    let home = tempfile::tempdir().expect("home");
+    let script = home.path().join("script.toml");
+    std::fs::write(
+        &script,
+        format!(
+            // The scripted model plays a conversation's steps by its length: the child asks
+            // for `task` too (refused: a child has none) and then answers as the parent does.
+            "{}[[step]]\ntext = \"{ANSWER}\"\n",
+            scripted_tool_step(&[(
+                "task",
+                "{ description = \"look around\", prompt = \"list nothing\" }".to_owned()
+            )])
+        ),
+    )
+    .expect("script");
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"scripted\"\nscript = {:?}\n{}",
+            script.display().to_string(),
+            telemetry_config(receiver.port, false, true)
+        ),
+    )
+    .expect("config");
+    let ws = tempfile::tempdir().expect("workspace");
+    exec(home.path(), ws.path());
+    let lines = receiver.lines();
+    let turns = spans(&lines, "keel.turn");
+    assert_eq!(turns.len(), 2, "{lines:#?}");
+    let (parent, child): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) =
+        turns.iter().partition(|t| t["parent_span_id"] == "");
+    assert_eq!((parent.len(), child.len()), (1, 1), "{turns:#?}");
+    let (parent, child) = (parent[0], child[0]);
+    // The parent's `task` call (the child asked for one too, refused).
+    let task = spans(&lines, "keel.tool.call")
+        .into_iter()
+        .find(|t| {
+            t["attributes"]["keel.tool.name"] == "task" && t["parent_span_id"] == parent["span_id"]
+        })
+        .expect("the parent's task call span");
+    assert_eq!(task["attributes"]["keel.tool.status"], "ok");
+    assert_eq!(child["parent_span_id"], task["span_id"], "{child}");
+    assert_eq!(child["trace_id"], parent["trace_id"]);
+    assert!(
+        child["attributes"]["keel.subagent.child"].is_i64(),
+        "{child}"
+    );
+    let refused = spans(&lines, "keel.tool.call")
+        .into_iter()
+        .find(|t| t["parent_span_id"] == child["span_id"])
+        .expect("the child's own call");
+    assert_eq!(refused["attributes"]["keel.tool.status"], "refused");
+    assert!(
+        refused["events"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["name"] == "keel.gate.refused")),
+        "{refused}"
+    );
+    assert!(
+        spans(&lines, "keel.model.call")
+            .iter()
+            .any(|m| m["parent_span_id"] == child["span_id"]),
+        "the child's model call: {lines:#?}"
+    );
+}

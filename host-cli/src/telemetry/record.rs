@@ -10,8 +10,9 @@
 //!   the step before (logged right after the last `ToolOutcome`), to the assistant message the
 //!   call produced. It includes the context fitting (compaction) before the request. A
 //!   request that failed is a span with an error status ending at `TurnEnded`.
-//! - `keel.tool.call` (child of the turn): from `ToolStarted` to its `ToolOutcome`; a call
-//!   answered without starting (the loop guard) is a span of no length. The gate's decision
+//! - `keel.tool.call` (child of the turn): from the assistant message asking for it to its
+//!   `ToolOutcome`, so it includes the gates' checks and any approval wait (`ToolStarted`
+//!   goes to the session log by a service call, not over the bus). The gate's decision
 //!   is its `keel.tool.status` (`ok`, `error`, `refused`, `not_executed`, or `unfinished` when
 //!   the turn ended first) with an event `keel.gate.refused` / `keel.gate.not_executed`, and
 //!   one `keel.exec` event per command the kernel ran (exit code, whether it timed out).
@@ -62,7 +63,6 @@ struct Agent {
     turn: Option<Turn>,
     /// The tool calls of the last assistant message: id → (name as written, arguments).
     calls: HashMap<String, (String, String)>,
-    children: HashMap<u64, Agent>,
 }
 
 struct Turn {
@@ -76,10 +76,12 @@ struct Turn {
     tool_calls: i64,
 }
 
-/// The task's state: the instruments and the main agent.
+/// The task's state: the instruments, the main agent and the subagents running, by the
+/// kernel's number (a grandchild's entries come on `subagent.event` like a child's).
 pub(super) struct Recorder {
     inst: Instruments,
     main: Agent,
+    children: HashMap<u64, Agent>,
 }
 
 impl Recorder {
@@ -137,20 +139,60 @@ impl Recorder {
         Recorder {
             inst,
             main: Agent::default(),
+            children: HashMap::new(),
         }
     }
 
     fn on_bus(&mut self, event: Event) {
-        if event.topic != keel_protocol::topics::SESSION_EVENT {
-            return;
+        use keel_protocol::topics;
+        // The kernel takes `session.event` only from the `agent` provider, and
+        // `subagent.event` only from the plugin holding that child.
+        if event.topic == topics::SESSION_EVENT {
+            let Ok(entry) = serde_json::from_str::<SessionEvent>(&event.payload) else {
+                return;
+            };
+            if let SessionEvent::SessionStarted { model, .. } = &entry {
+                self.inst.model = model.clone();
+            }
+            on_entry(&self.inst, &mut self.main, entry, SystemTime::now());
+        } else if event.topic == topics::SUBAGENT_EVENT {
+            let Ok(sub) = serde_json::from_str::<keel_protocol::SubagentEvent>(&event.payload)
+            else {
+                return;
+            };
+            self.on_subagent(sub, SystemTime::now());
         }
-        let Ok(entry) = serde_json::from_str::<SessionEvent>(&event.payload) else {
-            return;
-        };
-        if let SessionEvent::SessionStarted { model, .. } = &entry {
-            self.inst.model = model.clone();
+    }
+
+    /// A child agent's entry: its spans go under the tool call that started it, found among
+    /// the open calls of the main agent, then of the other children (a grandchild's). Call ids
+    /// of children running at once may coincide; the first open call of that id is taken.
+    fn on_subagent(&mut self, sub: keel_protocol::SubagentEvent, now: SystemTime) {
+        if !self.children.contains_key(&sub.child) {
+            let open = |agent: &Agent| {
+                agent
+                    .turn
+                    .as_ref()
+                    .and_then(|t| t.tools.get(&sub.parent_call))
+                    .map(|(cx, _, _)| cx.clone())
+            };
+            let parent = open(&self.main).or_else(|| self.children.values().find_map(open));
+            self.children.insert(
+                sub.child,
+                Agent {
+                    parent: parent.map(|cx| (cx, sub.parent_call.clone())),
+                    child: Some((sub.child, sub.label.clone())),
+                    ..Agent::default()
+                },
+            );
         }
-        on_entry(&self.inst, &mut self.main, entry, SystemTime::now());
+        let ended = matches!(sub.event, SessionEvent::TurnEnded { .. });
+        if let Some(agent) = self.children.get_mut(&sub.child) {
+            on_entry(&self.inst, agent, sub.event, now);
+        }
+        if ended {
+            self.children.remove(&sub.child);
+        }
     }
 
     fn on_change(&mut self, change: PluginChange) {
@@ -199,7 +241,11 @@ impl Recorder {
 
     /// End whatever is still open (the session closed mid-turn).
     fn finish(&mut self) {
-        end_agent(&self.inst, &mut self.main, SystemTime::now());
+        let now = SystemTime::now();
+        for (_, mut child) in self.children.drain() {
+            end_agent(&self.inst, &mut child, now);
+        }
+        end_agent(&self.inst, &mut self.main, now);
     }
 }
 
@@ -278,6 +324,25 @@ fn child_span(
     Context::new().with_span(span)
 }
 
+/// A tool call's span under the turn `parent`, started at `start`.
+fn tool_span(
+    inst: &Instruments,
+    parent: &Context,
+    id: &str,
+    name: &str,
+    arguments: &str,
+    start: SystemTime,
+) -> Context {
+    let mut attrs = vec![
+        KeyValue::new("keel.tool.call_id", id.to_owned()),
+        KeyValue::new("keel.tool.name", name.to_owned()),
+    ];
+    if inst.content {
+        attrs.push(KeyValue::new("keel.tool.arguments", bounded(arguments)));
+    }
+    child_span(inst, "keel.tool.call", parent, start, attrs)
+}
+
 fn on_entry(inst: &Instruments, agent: &mut Agent, entry: SessionEvent, now: SystemTime) {
     match entry {
         SessionEvent::Message {
@@ -341,25 +406,12 @@ fn on_entry(inst: &Instruments, agent: &mut Agent, entry: SessionEvent, now: Sys
                     seconds(start, now),
                     &[KeyValue::new("gen_ai.request.model", inst.model.clone())],
                 );
+                for (id, (name, arguments)) in &agent.calls {
+                    let cx = tool_span(inst, &turn.cx, id, name, arguments, now);
+                    turn.tools.insert(id.clone(), (cx, now, name.clone()));
+                }
             }
         },
-        SessionEvent::ToolStarted { calls, .. } => {
-            let Some(turn) = &mut agent.turn else {
-                return;
-            };
-            for id in calls {
-                let (name, arguments) = agent.calls.get(&id).cloned().unwrap_or_default();
-                let mut attrs = vec![
-                    KeyValue::new("keel.tool.call_id", id.clone()),
-                    KeyValue::new("keel.tool.name", name.clone()),
-                ];
-                if inst.content {
-                    attrs.push(KeyValue::new("keel.tool.arguments", bounded(&arguments)));
-                }
-                let cx = child_span(inst, "keel.tool.call", &turn.cx, now, attrs);
-                turn.tools.insert(id, (cx, now, name));
-            }
-        }
         SessionEvent::ToolOutcome { outcome, .. } => {
             let Some(turn) = &mut agent.turn else {
                 return;
@@ -367,38 +419,18 @@ fn on_entry(inst: &Instruments, agent: &mut Agent, entry: SessionEvent, now: Sys
             let (cx, start, _) = match turn.tools.remove(&outcome.call_id) {
                 Some(open) => open,
                 None => {
-                    // Answered without starting (the loop guard): a span of no length.
+                    // A call no assistant message of this turn asked for: no length.
                     let (name, arguments) = agent
                         .calls
                         .get(&outcome.call_id)
                         .cloned()
                         .unwrap_or_default();
-                    let mut attrs = vec![
-                        KeyValue::new("keel.tool.call_id", outcome.call_id.clone()),
-                        KeyValue::new("keel.tool.name", name.clone()),
-                    ];
-                    if inst.content {
-                        attrs.push(KeyValue::new("keel.tool.arguments", bounded(&arguments)));
-                    }
-                    let cx = child_span(inst, "keel.tool.call", &turn.cx, now, attrs);
+                    let cx = tool_span(inst, &turn.cx, &outcome.call_id, &name, &arguments, now);
                     (cx, now, name)
                 }
             };
             end_tool(inst, &cx, start, &outcome, now);
             turn.tool_calls += 1;
-            // Its subagents are done.
-            let call = outcome.call_id.clone();
-            let done: Vec<u64> = agent
-                .children
-                .iter()
-                .filter(|(_, c)| c.parent.as_ref().is_some_and(|(_, id)| *id == call))
-                .map(|(n, _)| *n)
-                .collect();
-            for n in done {
-                if let Some(mut child) = agent.children.remove(&n) {
-                    end_agent(inst, &mut child, now);
-                }
-            }
         }
         SessionEvent::TurnEnded { end, detail, .. } => end_turn(inst, agent, end, &detail, now),
         SessionEvent::Compacted {
@@ -433,28 +465,11 @@ fn on_entry(inst: &Instruments, agent: &mut Agent, entry: SessionEvent, now: Sys
                 }
             }
         }
-        SessionEvent::Subagent {
-            parent_call,
-            child,
-            label,
-            event,
-            ..
-        } => {
-            let parent = agent
-                .turn
-                .as_ref()
-                .and_then(|t| t.tools.get(&parent_call))
-                .map(|(cx, _, _)| (cx.clone(), parent_call.clone()));
-            let sub = agent.children.entry(child).or_insert_with(|| Agent {
-                child: Some((child, label)),
-                ..Agent::default()
-            });
-            if parent.is_some() {
-                sub.parent = parent;
-            }
-            on_entry(inst, sub, *event, now);
-        }
-        SessionEvent::SessionStarted { .. }
+        // `Subagent` is how the session log files a child's entries; on the bus they come
+        // on `subagent.event` (`Recorder::on_subagent`).
+        SessionEvent::Subagent { .. }
+        | SessionEvent::ToolStarted { .. }
+        | SessionEvent::SessionStarted { .. }
         | SessionEvent::Context { .. }
         | SessionEvent::Verdict { .. }
         | SessionEvent::Rewound { .. } => {}
@@ -574,9 +589,6 @@ fn end_tool(
 }
 
 fn end_turn(inst: &Instruments, agent: &mut Agent, end: TurnEnd, detail: &str, now: SystemTime) {
-    for (_, mut child) in agent.children.drain() {
-        end_agent(inst, &mut child, now);
-    }
     let Some(mut turn) = agent.turn.take() else {
         return;
     };
@@ -617,11 +629,8 @@ fn end_turn(inst: &Instruments, agent: &mut Agent, end: TurnEnd, detail: &str, n
     );
 }
 
-/// End an agent's open turn (and its subagents'), as cut off.
+/// End an agent's open turn, as cut off.
 fn end_agent(inst: &Instruments, agent: &mut Agent, now: SystemTime) {
-    for (_, mut child) in agent.children.drain() {
-        end_agent(inst, &mut child, now);
-    }
     if let Some(turn) = agent.turn.take() {
         for (_, (cx, _, _)) in turn.tools {
             cx.span()
