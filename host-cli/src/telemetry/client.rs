@@ -141,13 +141,18 @@ async fn send(
         .body(body)
         .send()
         .await
-        .map_err(|e| format!("cannot reach the OTLP endpoint {host}:{port}: {e}"))?;
+        .map_err(|e| {
+            format!(
+                "cannot reach the OTLP endpoint {host}:{port}: {}",
+                chain(&e)
+            )
+        })?;
     let status = response.status();
     let mut answer = Vec::new();
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|e| format!("the OTLP endpoint's answer broke off: {e}"))?
+        .map_err(|e| format!("the OTLP endpoint's answer broke off: {}", chain(&e)))?
     {
         if answer.len() + chunk.len() > MAX_ANSWER {
             break;
@@ -161,6 +166,18 @@ async fn send(
         .status(status)
         .body(Bytes::from(answer))
         .map_err(|e| e.to_string())
+}
+
+/// An error and its causes, one after the other (reqwest's own words name only the URL).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut words = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        words.push_str(": ");
+        words.push_str(&c.to_string());
+        cause = c.source();
+    }
+    words
 }
 
 #[cfg(test)]
