@@ -67,6 +67,9 @@ pub struct UserConfig {
     /// Commands run at points of a session, `[[hooks.EVENT]]` (the `hooks` plugin).
     #[serde(default)]
     pub hooks: HookSettings,
+    /// OpenTelemetry export, `[telemetry]` (off unless `otlp-endpoint` is set).
+    #[serde(default)]
+    pub telemetry: TelemetrySettings,
     /// The hooks a session here runs: these and the workspace's approved ones, read once when
     /// the context is made (`crate::hooks::session_hooks`).
     #[serde(skip)]
@@ -397,6 +400,21 @@ impl UserConfig {
             }
         }
     }
+}
+
+/// `[telemetry]`: a session's turns, model calls, tool calls, gate decisions and plugin
+/// changes exported as OpenTelemetry spans and metrics over OTLP/HTTP (protobuf), through the
+/// network gate like any other destination (`crate::telemetry`).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TelemetrySettings {
+    /// The collector's base URL (`http://127.0.0.1:4318`); spans go to `/v1/traces` under
+    /// it and metrics to `/v1/metrics`. Nothing is exported without it.
+    pub otlp_endpoint: Option<String>,
+    /// `true` exports the prompt, the model's text, tool arguments, tool results and command
+    /// lines as attributes (each cut to a bound); off by default.
+    #[serde(default)]
+    pub content: bool,
 }
 
 /// `[display]`: how a session is shown on the terminal.

@@ -9,6 +9,7 @@ mod project_mcp;
 mod runtime;
 mod session;
 mod settings;
+mod telemetry;
 mod web;
 
 use std::path::PathBuf;

@@ -313,12 +313,25 @@ pub fn sandbox_config(ctx: &Context) -> anyhow::Result<SandboxConfig> {
 /// The network policy: the user's `[network]`, plus the model endpoint the user configured
 /// (named explicitly, so a loopback server such as Ollama becomes reachable).
 pub fn network_policy(ctx: &Context, choice: &ModelChoice) -> anyhow::Result<NetPolicy> {
-    let (mut policy, warnings) = NetPolicy::from_toml(&ctx.config_text).map_err(|e| {
-        anyhow::anyhow!("{}: [network]: {e}", ctx.home.join("config.toml").display())
-    })?;
+    let (policy, warnings) = network_policy_quiet(ctx, choice)?;
     for w in warnings {
         eprintln!("warning: {w}");
     }
+    Ok(policy)
+}
+
+/// [`network_policy`] with the `[network]` table's warnings handed back instead of printed
+/// (for a second reader of the same policy, such as the telemetry exporter).
+pub fn network_policy_quiet(
+    ctx: &Context,
+    choice: &ModelChoice,
+) -> anyhow::Result<(
+    NetPolicy,
+    Vec<keel_kernel::gates::net_policy::NetPolicyWarning>,
+)> {
+    let (mut policy, warnings) = NetPolicy::from_toml(&ctx.config_text).map_err(|e| {
+        anyhow::anyhow!("{}: [network]: {e}", ctx.home.join("config.toml").display())
+    })?;
     if let Some(base) = choice.endpoint().as_deref() {
         let url = url::Url::parse(base).with_context(|| {
             format!("model base URL `{base}` is not a URL; fix [model] base-url")
@@ -345,7 +358,7 @@ pub fn network_policy(ctx: &Context, choice: &ModelChoice) -> anyhow::Result<Net
                 .map_err(|e| anyhow::anyhow!("the editor's MCP server `{name}`: {e}"))?;
         }
     }
-    Ok(policy)
+    Ok((policy, warnings))
 }
 
 /// `policy` with `url`'s host allowed, and with `private` its exact `host:port` exempt from the

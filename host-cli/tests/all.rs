@@ -22,6 +22,7 @@ mod plan_mode;
 mod registry;
 mod session_builder;
 mod subagents;
+mod telemetry;
 mod terminal;
 mod untrusted_text;
 mod web;

@@ -91,6 +91,8 @@ pub struct Session {
     start_context: Mutex<Option<String>>,
     /// The web page serving this session (`keel run --web`, `/web`), while it runs.
     page: Mutex<Option<crate::web::Served>>,
+    /// The OpenTelemetry exporter, when `[telemetry] otlp-endpoint` is set.
+    telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -157,6 +159,8 @@ impl Session {
             .approval(opts.approval)
             .asker(asker)
             .build()?;
+        // Before any plugin loads, so their loading is seen too.
+        let telemetry = crate::telemetry::Telemetry::start(ctx, &choice, &kernel);
         let id = match &opts.resume {
             Some(id) => id.clone(),
             None => keel_agent_kit::session_log::new_session_id(now_ms(), rand_u32()),
@@ -204,6 +208,7 @@ impl Session {
             hooks_started: Mutex::new(None),
             start_context: Mutex::new(None),
             page: Mutex::new(None),
+            telemetry,
         };
         let sources = runtime::session_plugins(ctx, &session.loader)?;
         runtime::say_if_compiling(&session.loader, &sources);
@@ -867,6 +872,10 @@ impl Session {
     pub async fn close(&self) {
         if let Err(e) = self.kernel.shutdown().await {
             eprintln!("warning: {e}");
+        }
+        // After the unloading, so the exporter sees it; bounded whatever the collector does.
+        if let Some(telemetry) = &self.telemetry {
+            telemetry.close().await;
         }
         // What this session's `remember` added to an offered project memory stays offered.
         crate::commands::memory::keep_own_writes(
