@@ -541,9 +541,17 @@ async fn keel_web_shows_a_thousand_call_session_in_a_list_that_stays_small() -> 
         let list = browser.find(Locator::Css("#timeline")).await?;
         list.send_keys("\u{E010}").await?; // End
         list.send_keys("\u{E007}").await?; // Enter
-        let last = find(&browser, "#timeline .row[aria-selected='true']").await?;
-        let kind = last.attr("data-kind").await?;
-        assert_eq!(kind.as_deref(), Some("turn_ended"));
+        find(&browser, "#timeline .row[aria-selected='true']").await?;
+        // Read in the page's script: the list redraws its rows as it scrolls, so an element
+        // found a moment ago may be gone.
+        let kind = browser
+            .execute(
+                "return document.querySelector(\"#timeline .row[aria-selected='true']\")\
+                 .dataset.kind",
+                vec![],
+            )
+            .await?;
+        assert_eq!(kind, json!("turn_ended"));
         // …and it is where the list shows it, inside the list's box.
         let inside = browser
             .execute(
