@@ -2,9 +2,9 @@
 //! on the page as its log is appended to. The folder is watched (inotify, debounced), not
 //! polled; what changed is named by file, and the page reads the log again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use notify_debouncer_mini::notify::RecursiveMode;
@@ -38,11 +38,25 @@ impl LogWatch {
             .with_context(|| format!("cannot watch `{}`", dir.display()))?;
         let changed = broadcast::channel(64).0;
         let tx = changed.clone();
+        // A log only counts as changed when its size or time did: reading one (the page asking
+        // for it) is an event too, and must not make the page read it again.
+        let mut seen: HashMap<String, (u64, Option<SystemTime>)> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| Some((session_of(&entry.path())?, stamp(&entry.path()))))
+            .collect();
         std::thread::spawn(move || {
             for result in settled {
                 let Ok(events) = result else { continue };
-                let ids: BTreeSet<String> =
-                    events.iter().filter_map(|e| session_of(&e.path)).collect();
+                let ids: BTreeSet<String> = events
+                    .iter()
+                    .filter_map(|e| {
+                        let id = session_of(&e.path)?;
+                        let now = stamp(&e.path);
+                        (seen.insert(id.clone(), now) != Some(now)).then_some(id)
+                    })
+                    .collect();
                 if !ids.is_empty() {
                     // Nobody watching is not an error; the watcher ends with the page.
                     let _ = tx.send(ids.into_iter().collect());
@@ -58,6 +72,13 @@ impl LogWatch {
     pub(super) fn sender(&self) -> broadcast::Sender<Vec<String>> {
         self.changed.clone()
     }
+}
+
+/// A log's size and time, to tell a write from a read.
+fn stamp(path: &Path) -> (u64, Option<SystemTime>) {
+    std::fs::symlink_metadata(path)
+        .map(|m| (m.len(), m.modified().ok()))
+        .unwrap_or_default()
 }
 
 /// The session a changed path is the log of: `<id>.jsonl`, the id as keel makes them.

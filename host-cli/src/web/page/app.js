@@ -375,10 +375,11 @@ function endStreaming() {
 async function reread(id) {
   const box = document.getElementById('timeline');
   const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - ROW;
-  const { selected } = state;
   let read;
   try { read = await api('/api/sessions/' + encodeURIComponent(id)); } catch (_) { return; }
   if (state.shown !== id) return;
+  // The selection as it is now: the person may have moved while the log was read.
+  const { selected } = state;
   state.rows = [];
   addLines(read.lines);
   state.selected = Math.min(selected, state.rows.length - 1);
