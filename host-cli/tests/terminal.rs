@@ -11,7 +11,7 @@ use keel_tests::model_server::{ModelServer, Step, sse_head};
 use keel_tests::wire::{oa, oa_done, oa_text};
 use serde_json::json;
 
-use crate::common::keel_process;
+use crate::common::{home_for, keel_process};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -47,23 +47,6 @@ async fn call_then(
         steps
     })
     .await?)
-}
-
-/// A home whose config points keel at `server` (with `extra` config lines), and a workspace.
-fn home_for(
-    server: &ModelServer,
-    extra: &str,
-) -> Result<(tempfile::TempDir, tempfile::TempDir), std::io::Error> {
-    let home = tempfile::tempdir()?;
-    let ws = tempfile::tempdir()?;
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!(
-            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n{extra}",
-            server.url("/v1")
-        ),
-    )?;
-    Ok((home, ws))
 }
 
 /// `keel run ARGS` in `home` and `ws`, with a key for the loopback model.

@@ -15,7 +15,7 @@ use keel_tests::model_server::{ModelServer, sse_head};
 use keel_tests::wire::{oa, oa_done, oa_text};
 use serde_json::json;
 
-use crate::common::keel_process;
+use crate::common::{home_for, keel_process};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -130,22 +130,6 @@ async fn two_commands() -> Result<ModelServer, Box<dyn std::error::Error>> {
     .await?)
 }
 
-/// A home whose config points keel at `server`, and a workspace.
-fn home_for(
-    server: &ModelServer,
-) -> Result<(tempfile::TempDir, tempfile::TempDir), std::io::Error> {
-    let home = tempfile::tempdir()?;
-    let ws = tempfile::tempdir()?;
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!(
-            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
-            server.url("/v1")
-        ),
-    )?;
-    Ok((home, ws))
-}
-
 /// The port and the token of the page's URL.
 fn port_and_token(url: &str) -> Result<(u16, String), Box<dyn std::error::Error>> {
     let port = url
@@ -176,7 +160,7 @@ fn status_of(port: u16, head: &str) -> Result<u16, Box<dyn std::error::Error>> {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
     let server = two_commands().await?;
-    let (home, ws) = home_for(&server)?;
+    let (home, ws) = home_for(&server, "")?;
     let mut cmd = keel_process(home.path(), ws.path());
     cmd.env("OPENAI_API_KEY", "sk-web-0123456789abcdefghijklmnop")
         .env_remove("DISPLAY")
@@ -643,7 +627,7 @@ fn approvals_asked(
 #[tokio::test(flavor = "multi_thread")]
 async fn without_a_terminal_the_question_waits_for_the_page() -> R {
     let server = two_commands().await?;
-    let (home, ws) = home_for(&server)?;
+    let (home, ws) = home_for(&server, "")?;
     let mut run = keel_process(home.path(), ws.path())
         .env("OPENAI_API_KEY", "sk-web-0123456789abcdefghijklmnop")
         .env_remove("DISPLAY")

@@ -169,3 +169,20 @@ pub fn session_ids(home: &Path) -> Vec<String> {
     ids.sort();
     ids
 }
+
+/// A home whose config points keel at `server` (with `extra` config lines), and a workspace.
+pub fn home_for(
+    server: &keel_tests::model_server::ModelServer,
+    extra: &str,
+) -> Result<(tempfile::TempDir, tempfile::TempDir), std::io::Error> {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n{extra}",
+            server.url("/v1")
+        ),
+    )?;
+    Ok((home, ws))
+}
