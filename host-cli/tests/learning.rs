@@ -472,15 +472,7 @@ fn consolidate_shows_a_dry_run_applies_after_a_backup_and_rejects_a_bad_proposal
 async fn consolidate_with_a_stalled_model_lands_the_tidy() -> R {
     use keel_tests::model_server::{ModelServer, Step, sse_head};
     let server = ModelServer::start(|_, _| vec![sse_head(), Step::Sleep(120_000)]).await?;
-    let home = tempfile::tempdir()?;
-    let ws = tempfile::tempdir()?;
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!(
-            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n",
-            server.url("/v1")
-        ),
-    )?;
+    let (home, ws) = crate::common::home_for(&server, "")?;
     let dir = messy_memory(ws.path())?;
     approve_memory(home.path(), ws.path())?;
     let (h, w) = (home.path().to_path_buf(), ws.path().to_path_buf());

@@ -68,15 +68,7 @@ fn setup(
     server: &ModelServer,
     extra: &str,
 ) -> std::io::Result<(tempfile::TempDir, tempfile::TempDir)> {
-    let home = tempfile::tempdir()?;
-    let ws = tempfile::tempdir()?;
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!(
-            "[model]\nprovider = \"openai\"\nmodel = \"gpt-test\"\nbase-url = \"{}\"\n{extra}",
-            server.url("/v1")
-        ),
-    )?;
+    let (home, ws) = crate::common::home_for(server, extra)?;
     std::fs::write(ws.path().join("alpha.txt"), "ALPHA-CONTENT\n")?;
     std::fs::write(ws.path().join("beta.txt"), "BETA-CONTENT\n")?;
     Ok((home, ws))

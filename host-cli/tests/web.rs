@@ -109,11 +109,16 @@ async fn find(browser: &Client, css: &str) -> Result<fantoccini::elements::Eleme
         .map_err(|err| format!("waiting for `{css}`: {err}"))
 }
 
-/// A model that asks to run `touch x1.txt`, then `touch x2.txt`, then answers "Done.".
+/// Markup a hostile model writes, meant to run in the page.
+const HOSTILE: &str = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>";
+
+/// A model that asks to run `touch x1.txt`, then `touch x2.txt`, then answers "Done." with
+/// [`HOSTILE`] markup.
 async fn two_commands() -> Result<ModelServer, Box<dyn std::error::Error>> {
     Ok(ModelServer::start(move |n, _| {
         if n >= 2 {
-            return oa_text(&["Done."], "stop");
+            // Markup from the model: the page must show it as text, never run or render it.
+            return oa_text(&["Done. ", HOSTILE], "stop");
         }
         let command = format!("touch x{}.txt", n + 1);
         let mut steps = vec![sse_head()];
@@ -390,8 +395,21 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
             .await?;
         let rows: Vec<String> = serde_json::from_value(rows)?;
         assert!(
-            rows.iter().any(|r| r == "message model: Done."),
-            "{rows:#?}"
+            rows.iter()
+                .any(|r| r == &format!("message model: Done. {HOSTILE}")),
+            "the markup shown as text: {rows:#?}"
+        );
+        let ran = browser
+            .execute(
+                "return [window.pwned === undefined, \
+                 document.querySelectorAll('main img, main script').length]",
+                vec![],
+            )
+            .await?;
+        assert_eq!(
+            ran,
+            json!([true, 0]),
+            "nothing of the model's markup ran or rendered"
         );
         assert!(
             !rows.iter().any(|r| r.starts_with("streaming")),
