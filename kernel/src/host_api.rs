@@ -260,6 +260,21 @@ impl HostHandle {
         answer
     }
 
+    /// A typed service call (ABI 0.6.0's `memory`, `compaction`), through the same
+    /// declaration check and routing as [`Self::call`].
+    pub async fn call_typed(
+        &self,
+        call: &crate::ServiceCall,
+    ) -> Result<crate::ServiceAnswer, KernelError> {
+        let shared = self.declared(call.service())?;
+        let answer = shared.call_service_typed(&self.chain, call).await;
+        self.crossed(
+            &shared,
+            call.bytes() + answer.as_ref().map_or(0, crate::ServiceAnswer::bytes),
+        );
+        answer
+    }
+
     /// The kernel, when this plugin declared that it calls `service`: a plugin calls only
     /// what its manifest declares, and so what the person consented to. Every door to a
     /// service passes here, the JSON one ([`Self::call`]) and the kernel's typed ones.

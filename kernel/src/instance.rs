@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use crate::call_chain::CallChain;
 use crate::host_api::HostHandle;
+use crate::typed_services::{ServiceAnswer, ServiceCall};
 use crate::types::{Event, GuardVerdict};
 
 /// What a plugin answered when it refused or failed a call, by kind: ABI 0.4.0's
@@ -103,6 +104,17 @@ pub trait PluginInstance: Send {
         method: &str,
         payload: &str,
     ) -> Result<String, InstanceError>;
+    /// Serve `call` through the plugin's typed door for its service (ABI 0.6.0); `None` when
+    /// the plugin has none (an earlier ABI, a native or in-process plugin), and the kernel
+    /// sends the same call through [`handle_call`](Self::handle_call) as JSON text.
+    async fn call_typed(
+        &mut self,
+        chain: &CallChain,
+        call: &ServiceCall,
+    ) -> Result<Option<ServiceAnswer>, InstanceError> {
+        let _ = (chain, call);
+        Ok(None)
+    }
     /// Run the registered tool `name` with its JSON input.
     async fn invoke_tool(
         &mut self,

@@ -392,6 +392,17 @@ impl Kernel {
             .await
     }
 
+    /// `call` through its service's typed door on behalf of the host: to the provider's
+    /// typed export, or its `handle-call` as JSON when it has none.
+    pub async fn call_service_typed(
+        &self,
+        call: &crate::ServiceCall,
+    ) -> Result<crate::ServiceAnswer, KernelError> {
+        self.shared
+            .call_service_typed(&CallChain::starting_at(KERNEL_NAME), call)
+            .await
+    }
+
     /// Run the tool `name` with its JSON input.
     pub async fn invoke_tool(&self, name: &str, input: &str) -> Result<String, KernelError> {
         self.shared

@@ -175,6 +175,100 @@ async fn reentrant_call_is_refused_with_the_chain() -> R {
     Ok(())
 }
 
+/// A typed service call (ABI 0.6.0) reaches a provider without the typed door through its
+/// JSON one, and its answer is read back as the method's; through the same declaration check
+/// and routing as `services.call`.
+#[tokio::test]
+async fn a_typed_call_reaches_a_json_provider_through_the_same_checks() -> R {
+    use keel_kernel::{ServiceAnswer, ServiceCall};
+    use keel_protocol::{RecallRequest, RecalledEntry, SummarizeRequest};
+
+    let kernel = Kernel::default();
+    let recall = |input: &str| {
+        ServiceCall::Recall(RecallRequest {
+            session: "s".into(),
+            input: input.into(),
+        })
+    };
+    // Nobody provides it: said as `services.call` says it.
+    match kernel.call_service_typed(&recall("x")).await {
+        Err(KernelError::Unavailable(m)) => assert!(m.contains("`memory`"), "{m}"),
+        other => panic!("expected an unavailable service, got {other:?}"),
+    }
+    kernel
+        .load(package(
+            manifest("notes", "1.0.0", &[("memory", "1.0.0")], &[]),
+            Behaviour::default(),
+        ))
+        .await?;
+    assert_eq!(
+        kernel
+            .call_service_typed(&recall("how do we build"))
+            .await?,
+        ServiceAnswer::Recalled(vec![RecalledEntry {
+            source: "notes@1.0.0".into(),
+            text: "how do we build".into(),
+        }])
+    );
+    // A provider whose JSON answer is not the method's is a failure naming the door.
+    kernel
+        .load(package(
+            manifest("squash", "1.0.0", &[("compaction", "1.0.0")], &[]),
+            Behaviour::default(),
+        ))
+        .await?;
+    let summarize = ServiceCall::Summarize(SummarizeRequest {
+        messages: vec![keel_protocol::Message::user_text("read every file")],
+        focus: String::new(),
+        budget_chars: 1000,
+    });
+    match kernel.call_service_typed(&summarize).await {
+        Err(KernelError::Failed(m)) => assert!(
+            m.contains("`compaction` provider's answer to `summarize`"),
+            "{m}"
+        ),
+        other => panic!("expected a malformed answer, got {other:?}"),
+    }
+    // A plugin calls a typed service only when it declared it, as through `services.call`.
+    kernel
+        .load(package(
+            manifest("nosy", "1.0.0", &[("s.nosy", "1.0.0")], &[]),
+            Behaviour::default(),
+        ))
+        .await?;
+    let refused = kernel
+        .call_service("s.nosy", "recall-typed", "secrets")
+        .await?;
+    assert!(
+        refused.starts_with("error: denied: plugin `nosy` did not declare the service `memory`"),
+        "{refused}"
+    );
+    kernel
+        .load(package(
+            manifest(
+                "asker",
+                "1.0.0",
+                &[("s.asker", "1.0.0")],
+                &[("memory", "^1")],
+            ),
+            Behaviour::default(),
+        ))
+        .await?;
+    assert_eq!(
+        kernel
+            .call_service("s.asker", "recall-typed", "tests")
+            .await?,
+        format!(
+            "{:?}",
+            ServiceAnswer::Recalled(vec![RecalledEntry {
+                source: "notes@1.0.0".into(),
+                text: "tests".into(),
+            }])
+        )
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn missing_service_is_named() {
     let kernel = Kernel::default();

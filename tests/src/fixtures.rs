@@ -44,6 +44,10 @@
 //!   tools `flood_<prefix>_<n>` (8 KiB descriptions) and 8 KiB prompt fragments until refused;
 //!   tool `flood_<prefix>` stores 1 MiB state values until refused and emits 1 MiB events 300 times
 //!   (`prefix` from `[config]`, so several copies can load under different names).
+//! - `typed-memory`: provides `memory` through ABI 0.6.0's typed export (one entry, source
+//!   `typed door`, text the input; input `refuse` → `invalid("refused by the typed door")`)
+//!   and through its JSON door (source `json door`); tool `summarize_undeclared` calls the
+//!   typed `compaction` without declaring it and returns the answer or `error: <kernel error>`.
 //! - `stall`: tools `stall_sleep` (sleeps forever), `stall_spin` (emits
 //!   `fixture.stall.started`, then spins forever), `stall_ping` (`pong`); service
 //!   `fixture.stall` with `relay` (calls `fixture.spin`'s `spin` forever, ignoring errors),

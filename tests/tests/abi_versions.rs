@@ -1,7 +1,8 @@
 //! Plugins built against every ABI keel hosts load and run side by side: a 0.3.0 component
 //! (the fixture `abi-0-3-tool`, bound to the 0.3.0 WIT) through the kernel's version glue, a
-//! 0.4.0 one (the bundled `echo-tool`, on keel-sdk's typed API) directly, and 0.5.0 ones (the
-//! bundled `agent-loop`, which asks the kernel's own services through their typed doors).
+//! 0.4.0 one (the bundled `echo-tool`, on keel-sdk's typed API) directly, and 0.6.0 ones (the
+//! bundled `agent-loop`, which asks the kernel's own services and the plugins' `memory` and
+//! `compaction` through their typed doors, and the fixture `typed-memory`, which serves one).
 
 use keel_kernel::{KernelError, PluginState, WasmHost, WasmHostConfig, inspect_component};
 use keel_tests::Harness;
@@ -125,30 +126,101 @@ async fn a_0_3_plugin_asks_the_kernel_services_through_json() -> R {
     Ok(())
 }
 
-/// The agent loop is a 0.5.0 component: it imports the typed `caller` and `prompt-context`
-/// (so its prompt and the compaction provider come through them) and exports 0.4.0's
-/// `plugin`; the subagents plugin, which still asks through `services.call`, stays 0.4.0.
+/// The agent loop is a 0.6.0 component: it imports the typed `caller` and `prompt-context`
+/// (so its prompt and the compaction provider come through them), and the typed `memory` and
+/// `compaction` it asks the plugins providing them through; those export their typed door
+/// beside 0.4.0's `plugin`. The subagents plugin, which still asks through `services.call`,
+/// stays 0.4.0.
 #[test]
-fn the_agent_loop_uses_the_typed_kernel_services() -> R {
+fn the_agent_loop_uses_the_typed_services() -> R {
     let host = WasmHost::new(WasmHostConfig::default())?;
-    let agent = keel_tests::plugins::plugin("agent-loop")
-        .ok_or_else(|| anyhow::anyhow!("agent-loop is bundled"))?;
-    let report = inspect_component(&host, "agent-loop", &agent.component())?;
-    assert_eq!(report.abi_version.to_string(), "0.5.0");
+    let report = |name: &str| -> anyhow::Result<keel_kernel::ComponentReport> {
+        let plugin = keel_tests::plugins::plugin(name)
+            .ok_or_else(|| anyhow::anyhow!("{name} is bundled"))?;
+        Ok(inspect_component(&host, name, &plugin.component())?)
+    };
+    let agent = report("agent-loop")?;
+    assert_eq!(agent.abi_version.to_string(), "0.6.0");
     for typed in [
         "keel:plugin/caller@0.5.0",
         "keel:plugin/prompt-context@0.5.0",
+        "keel:plugin/memory@0.6.0",
+        "keel:plugin/compaction@0.6.0",
     ] {
-        assert!(report.imports.contains(&typed.to_owned()), "{report:?}");
+        assert!(agent.imports.contains(&typed.to_owned()), "{agent:?}");
     }
     assert!(
-        report
+        agent
             .exports
             .contains(&"keel:plugin/plugin@0.4.0".to_owned())
     );
-    let subagents = keel_tests::plugins::plugin("subagents")
-        .ok_or_else(|| anyhow::anyhow!("subagents is bundled"))?;
-    let report = inspect_component(&host, "subagents", &subagents.component())?;
-    assert_eq!(report.abi_version.to_string(), "0.4.0");
+    for (provider, export) in [
+        ("memory", "keel:plugin/memory@0.6.0"),
+        ("compaction", "keel:plugin/compaction@0.6.0"),
+    ] {
+        let report = report(provider)?;
+        assert_eq!(report.abi_version.to_string(), "0.6.0", "{report:?}");
+        assert!(report.exports.contains(&export.to_owned()), "{report:?}");
+        assert!(
+            report
+                .exports
+                .contains(&"keel:plugin/plugin@0.4.0".to_owned()),
+            "{report:?}"
+        );
+    }
+    assert_eq!(report("subagents")?.abi_version.to_string(), "0.4.0");
+    Ok(())
+}
+
+/// A typed service call goes to the provider's typed export when it has one, and the same
+/// call through `services.call` to its JSON door (the fixture answers each in its own
+/// words); what the typed door answers keeps its kind; and a plugin's typed import is refused
+/// a service it did not declare, as `services.call` is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typed_call_takes_the_providers_typed_door() -> R {
+    use keel_kernel::{ServiceAnswer, ServiceCall};
+    use keel_protocol::{RecallRequest, RecalledEntry};
+
+    let (h, _dir) = harness()?;
+    let status = h.load_fixture("typed-memory").await?;
+    assert_eq!(status.state, PluginState::Active, "{status:?}");
+    let recall = |input: &str| {
+        ServiceCall::Recall(RecallRequest {
+            session: "s1".into(),
+            input: input.into(),
+        })
+    };
+    let entry = |source: &str, text: &str| RecalledEntry {
+        source: source.into(),
+        text: text.into(),
+    };
+    assert_eq!(
+        h.kernel.call_service_typed(&recall("how to build")).await?,
+        ServiceAnswer::Recalled(vec![entry("typed door", "how to build")])
+    );
+    // A caller of an earlier ABI still reaches it, through `handle-call`.
+    let call = recall("how to test");
+    let json = h
+        .kernel
+        .call_service("memory", "recall", &call.to_json())
+        .await?;
+    assert_eq!(
+        call.answer_from_json(&json),
+        Ok(ServiceAnswer::Recalled(vec![entry(
+            "json door",
+            "how to test"
+        )]))
+    );
+    match h.kernel.call_service_typed(&recall("refuse")).await {
+        Err(KernelError::Invalid(m)) => assert_eq!(m, "refused by the typed door"),
+        other => panic!("expected the provider's invalid input, got {other:?}"),
+    }
+    let refused = h.kernel.invoke_tool("summarize_undeclared", "{}").await?;
+    assert!(
+        refused.starts_with(
+            "error: denied: plugin `typed-memory` did not declare the service `compaction`"
+        ),
+        "{refused}"
+    );
     Ok(())
 }

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::typed_services::{ServiceAnswer, ServiceCall};
 
 impl Shared {
     /// Wait until every reload in progress has released its plugin.
@@ -43,6 +44,40 @@ impl Shared {
         if service.starts_with(RESERVED_SERVICE_PREFIX) {
             return self.kernel_service(chain, service, method, payload);
         }
+        let request = Request::Service {
+            service,
+            method,
+            payload,
+        };
+        self.call_provider(chain, service, request)
+            .await
+            .map(Reply::text)
+    }
+
+    /// `call` through the typed door of its service (ABI 0.6.0): to the provider's typed
+    /// export when it has one, else to its `handle-call` as JSON, the answer read back.
+    pub(crate) async fn call_service_typed(
+        &self,
+        chain: &CallChain,
+        call: &ServiceCall,
+    ) -> Result<ServiceAnswer, KernelError> {
+        match self
+            .call_provider(chain, call.service(), Request::Typed { call })
+            .await?
+        {
+            Reply::Typed(answer) => Ok(answer),
+            Reply::Text(text) => call.answer_from_json(&text).map_err(KernelError::Failed),
+        }
+    }
+
+    /// Route `request` to the plugin that provides `service` now, waiting once for reloads in
+    /// progress.
+    async fn call_provider(
+        &self,
+        chain: &CallChain,
+        service: &str,
+        request: Request<'_>,
+    ) -> Result<Reply, KernelError> {
         let mut waited = false;
         loop {
             let route = {
@@ -75,18 +110,7 @@ impl Shared {
             };
             match route {
                 Ok((provider, seat)) => {
-                    return self
-                        .call_into(
-                            chain,
-                            &provider,
-                            seat,
-                            Request::Service {
-                                service,
-                                method,
-                                payload,
-                            },
-                        )
-                        .await;
+                    return self.call_into(chain, &provider, seat, request).await;
                 }
                 Err(why) if waited => return Err(KernelError::Unavailable(why)),
                 Err(why) => {
@@ -128,7 +152,8 @@ impl Shared {
                 Some((owner, seat)) => {
                     return self
                         .call_into(chain, &owner, seat, Request::Tool { name, input })
-                        .await;
+                        .await
+                        .map(Reply::text);
                 }
                 None if waited || !self.lock().plugins.values().any(|r| r.reloading) => {
                     return Err(KernelError::Unavailable(format!(
@@ -164,7 +189,7 @@ impl Shared {
         plugin: &str,
         seat: impl Into<Seat>,
         request: Request<'_>,
-    ) -> Result<String, KernelError> {
+    ) -> Result<Reply, KernelError> {
         let started = std::time::Instant::now();
         let mut account = None;
         let result = self
@@ -190,7 +215,7 @@ impl Shared {
         seat: Seat,
         request: Request<'_>,
         account: &mut Option<(std::sync::Arc<crate::CpuAccount>, Duration)>,
-    ) -> Result<String, KernelError> {
+    ) -> Result<Reply, KernelError> {
         let what = request.describe();
         let mut kind = request.kind(chain);
         // A plugin that drives agents may serve a tool call by running a child agent, whose
@@ -304,7 +329,7 @@ impl Shared {
         plugin: &str,
         seat: Seat,
         request: Request<'_>,
-    ) -> Result<String, KernelError> {
+    ) -> Result<Reply, KernelError> {
         let mut guard = match seat {
             Seat::First(slot) => slot.lock_owned().await,
             Seat::FirstHeld(guard) => guard,
@@ -389,7 +414,7 @@ impl Shared {
         plugin: &str,
         mut guard: tokio::sync::OwnedMutexGuard<Option<(u64, Box<dyn PluginInstance>)>>,
         request: Request<'_>,
-    ) -> Result<String, KernelError> {
+    ) -> Result<Reply, KernelError> {
         let what = request.describe();
         let (generation, source, config) = {
             let inner = self.lock();
@@ -609,6 +634,37 @@ pub(super) enum Request<'a> {
     Event {
         event: &'a Event,
     },
+    /// A typed service call (ABI 0.6.0), routed by its service like [`Request::Service`].
+    Typed {
+        call: &'a ServiceCall,
+    },
+}
+
+/// What a plugin answered a [`Request`].
+pub(super) enum Reply {
+    /// Text: a service's or tool's answer, a guard's verdict as JSON, nothing for an event;
+    /// also a typed call's answer from a provider without the typed door, to be read back.
+    Text(String),
+    /// A typed call's answer through the provider's typed door.
+    Typed(ServiceAnswer),
+}
+
+impl Reply {
+    /// The text of a reply to a request other than a typed call, which is always text.
+    pub(super) fn text(self) -> String {
+        match self {
+            Reply::Text(text) => text,
+            // Only a `Request::Typed` is answered in records, and its caller reads them.
+            Reply::Typed(_) => String::new(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Reply::Text(text) => text.len(),
+            Reply::Typed(answer) => answer.bytes(),
+        }
+    }
 }
 
 /// The error a caller gets when `plugin`'s code did not answer its call to `door`: what the
@@ -645,10 +701,10 @@ impl Request<'_> {
         instance: &mut dyn PluginInstance,
         callee: &CallChain,
         meter: &crate::boundary::BoundaryMeter,
-    ) -> Result<String, crate::instance::InstanceError> {
+    ) -> Result<Reply, crate::instance::InstanceError> {
         meter.crossed(self.bytes_in());
         let answer = self.serve_unmetered(instance, callee).await;
-        meter.crossed(answer.as_ref().map_or(0, String::len));
+        meter.crossed(answer.as_ref().map_or(0, Reply::bytes));
         answer
     }
 
@@ -658,6 +714,7 @@ impl Request<'_> {
             Request::Service { payload, .. } => payload.len(),
             Request::Tool { input, .. } | Request::Guard { input, .. } => input.len(),
             Request::Event { event } => event.payload.len(),
+            Request::Typed { call } => call.bytes(),
         }
     }
 
@@ -665,8 +722,8 @@ impl Request<'_> {
         &self,
         instance: &mut dyn PluginInstance,
         callee: &CallChain,
-    ) -> Result<String, crate::instance::InstanceError> {
-        match self {
+    ) -> Result<Reply, crate::instance::InstanceError> {
+        let text = match self {
             Request::Service {
                 service,
                 method,
@@ -681,7 +738,17 @@ impl Request<'_> {
                 .on_event(callee, event)
                 .await
                 .map(|()| String::new()),
-        }
+            Request::Typed { call } => match instance.call_typed(callee, call).await? {
+                Some(answer) => return Ok(Reply::Typed(answer)),
+                // A provider without the typed door serves the same call as JSON.
+                None => {
+                    instance
+                        .handle_call(callee, call.service(), call.method(), &call.to_json())
+                        .await
+                }
+            },
+        };
+        text.map(Reply::Text)
     }
 
     /// The door this request came through, made on `chain`.
@@ -690,6 +757,7 @@ impl Request<'_> {
             Request::Service { service, .. } if *service == keel_protocol::services::MODEL => {
                 CallKind::Model
             }
+            Request::Typed { .. } => CallKind::Service,
             Request::Service { service, .. }
                 if *service == keel_protocol::services::AGENT && chain.is_root() =>
             {
@@ -717,6 +785,9 @@ impl Request<'_> {
             }
             (Request::Event { event }, _) => format!("its handler of `{}` events", event.topic),
             (Request::Service { service, .. }, _) => format!("a call to its `{service}` service"),
+            (Request::Typed { call }, _) => {
+                format!("a call to its `{}` service", call.service())
+            }
         }
     }
 
@@ -728,6 +799,11 @@ impl Request<'_> {
             Request::Tool { name, .. } => format!("tool `{name}`"),
             Request::Guard { guard, .. } => format!("guard `{guard}`"),
             Request::Event { event } => format!("event `{}`", event.topic),
+            Request::Typed { call } => format!(
+                "service `{}`, method `{}` (typed)",
+                call.service(),
+                call.method()
+            ),
         }
     }
 
@@ -737,6 +813,10 @@ impl Request<'_> {
             Request::Service { service, .. } => env
                 .services()
                 .get(*service)
+                .is_some_and(|e| e.provider == plugin),
+            Request::Typed { call } => env
+                .services()
+                .get(call.service())
                 .is_some_and(|e| e.provider == plugin),
             Request::Tool { name, .. } => env.tools().get(*name).is_some_and(|t| t.owner == plugin),
             Request::Guard { guard, .. } => env.guards().any(|(g, p)| g == *guard && p == plugin),

@@ -127,7 +127,8 @@ impl Shared {
         }
         let text = self
             .call_into(chain, &plugin, slot, Request::Guard { guard, tool, input })
-            .await?;
+            .await?
+            .text();
         serde_json::from_str(&text).map_err(|e| {
             KernelError::Failed(format!("guard `{guard}` answered malformed data: {e}"))
         })

@@ -9,7 +9,7 @@ use super::WasmError;
 use crate::manifest::Capabilities;
 
 /// The newest keel plugin ABI (WIT package `keel:plugin`) this kernel hosts.
-pub const SUPPORTED_ABI: Version = Version::new(0, 5, 0);
+pub const SUPPORTED_ABI: Version = Version::new(0, 6, 0);
 
 /// The first ABI, whose interfaces every later one keeps (a 0.3.0 component imports them and
 /// exports `plugin` at this version).
@@ -18,30 +18,37 @@ const BASE_ABI: Version = Version::new(0, 2, 0);
 /// The versions between them: 0.3.0 added interfaces, 0.4.0 typed the export.
 const ABI_0_3: Version = Version::new(0, 3, 0);
 const ABI_0_4: Version = Version::new(0, 4, 0);
+const ABI_0_5: Version = Version::new(0, 5, 0);
 
 /// The interfaces each later version defines anew (0.2.0 defines every other one). 0.4.0
 /// redefines `plugin`, the export, with typed errors; 0.5.0 adds the kernel's own services,
-/// typed; every other name of theirs is an earlier version's.
+/// typed; 0.6.0 the services plugins provide to each other, typed; every other name of theirs
+/// is an earlier version's.
 const ADDED_IN_0_3: &[&str] = &["processes", "tool-list"];
 const ADDED_IN_0_4: &[&str] = &["plugin"];
 const ADDED_IN_0_5: &[&str] = &["caller", "prompt-context", "conversation", "agents"];
+const ADDED_IN_0_6: &[&str] = &["memory", "compaction"];
 
 /// The ABI versions this kernel hosts, for messages.
 fn hosted() -> String {
-    format!("{BASE_ABI}, {ABI_0_3}, {ABI_0_4} and {SUPPORTED_ABI}")
+    format!("{BASE_ABI}, {ABI_0_3}, {ABI_0_4}, {ABI_0_5} and {SUPPORTED_ABI}")
 }
 
 /// Whether `interface` exists at `version` in an ABI this kernel hosts (glue in
 /// `abi_versions/since_v*`).
 fn hosted_interface(interface: &str, version: &Version) -> bool {
     if *version == BASE_ABI {
-        !ADDED_IN_0_3.contains(&interface) && !ADDED_IN_0_5.contains(&interface)
+        !ADDED_IN_0_3.contains(&interface)
+            && !ADDED_IN_0_5.contains(&interface)
+            && !ADDED_IN_0_6.contains(&interface)
     } else if *version == ABI_0_3 {
         ADDED_IN_0_3.contains(&interface)
     } else if *version == ABI_0_4 {
         ADDED_IN_0_4.contains(&interface)
+    } else if *version == ABI_0_5 {
+        ADDED_IN_0_5.contains(&interface)
     } else {
-        *version == SUPPORTED_ABI && ADDED_IN_0_5.contains(&interface)
+        *version == SUPPORTED_ABI && ADDED_IN_0_6.contains(&interface)
     }
 }
 

@@ -15,6 +15,7 @@ use super::{WasmComponent, WasmGrants, wasi};
 use crate::call_chain::CallChain;
 use crate::host_api::HostHandle;
 use crate::instance::{InstanceError, PluginError, PluginInstance, PluginSource};
+use crate::typed_services::{ServiceAnswer, ServiceCall};
 use crate::types::{Event, GuardVerdict};
 
 /// The data of a plugin's store.
@@ -267,6 +268,24 @@ impl PluginInstance for WasmInstance {
             .handle_call(&mut self.store, service, method, payload);
         let result = Metered::new(meter, call).await;
         self.finish("handle-call", result)
+    }
+
+    async fn call_typed(
+        &mut self,
+        chain: &CallChain,
+        call: &ServiceCall,
+    ) -> Result<Option<ServiceAnswer>, InstanceError> {
+        let export = match call {
+            ServiceCall::Recall(_) => "memory.recall",
+            ServiceCall::Summarize(_) => "compaction.summarize",
+        };
+        if !self.bindings.serves(call) {
+            // No typed door: the kernel sends the call as JSON instead.
+            return Ok(None);
+        }
+        let meter = self.begin(export, chain)?;
+        let result = Metered::new(meter, self.bindings.call_typed(&mut self.store, call)).await;
+        self.finish(export, result).map(Some)
     }
 
     async fn invoke_tool(

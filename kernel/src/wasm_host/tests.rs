@@ -270,27 +270,30 @@ fn chain(plugin: &str) -> CallChain {
 #[test]
 fn abi_mismatch_names_both_versions() {
     let err = host()
-        .compile("future", &plugin_of_version("0.6.0"))
+        .compile("future", &plugin_of_version("0.7.0"))
         .expect_err("must be refused");
     assert_eq!(
         err,
         WasmError::AbiMismatch {
             plugin: "future".into(),
-            found: "0.6.0".into(),
-            supported: "0.2.0, 0.3.0, 0.4.0 and 0.5.0".into(),
+            found: "0.7.0".into(),
+            supported: "0.2.0, 0.3.0, 0.4.0, 0.5.0 and 0.6.0".into(),
         }
     );
     assert_eq!(
         err.to_string(),
-        "plugin `future` was built against keel ABI 0.6.0; this keel hosts ABI 0.2.0, 0.3.0, \
-         0.4.0 and 0.5.0; rebuild it against this keel's keel-sdk and WIT (`keel plugin new` \
-         vendors both)"
+        "plugin `future` was built against keel ABI 0.7.0; this keel hosts ABI 0.2.0, 0.3.0, \
+         0.4.0, 0.5.0 and 0.6.0; rebuild it against this keel's keel-sdk and WIT (`keel plugin \
+         new` vendors both)"
     );
-    // 0.5.0 adds imports only: a `plugin` export at 0.5.0 is no ABI keel hosts either.
-    let err = host()
-        .compile("odd", &plugin_of_version("0.5.0"))
-        .expect_err("must be refused");
-    assert!(matches!(err, WasmError::AbiMismatch { .. }), "{err}");
+    // 0.5.0 and 0.6.0 add other interfaces only: a `plugin` export at either is no ABI keel
+    // hosts.
+    for version in ["0.5.0", "0.6.0"] {
+        let err = host()
+            .compile("odd", &plugin_of_version(version))
+            .expect_err("must be refused");
+        assert!(matches!(err, WasmError::AbiMismatch { .. }), "{err}");
+    }
     // 0.3.0 defines only what it adds: a `plugin` export at 0.3.0 is no ABI keel hosts.
     let err = host()
         .compile("odd", &plugin_of_version("0.3.0"))
@@ -1116,5 +1119,45 @@ fn shipped_machine_code_is_used_only_by_the_engine_that_made_it() {
             .expect("compile")
             .cache_status(),
         CacheStatus::Hit
+    );
+}
+
+/// A component exporting ABI 0.6.0's `memory` with other types than the WIT's never starts:
+/// its instance is refused, naming the export, so the kernel never routes a typed call to a
+/// function of another shape (and a load fails at activation, before it provides anything).
+#[tokio::test]
+async fn a_typed_service_export_of_another_shape_never_starts() {
+    let at = PLUGIN_WAT.rfind(')').expect("the WAT ends its component");
+    let text = format!(
+        "{}  (func $bad_recall (canon lift (core func $main \"deactivate\")))\n  \
+         (instance $memory (export \"recall\" (func $bad_recall)))\n  \
+         (export \"keel:plugin/memory@0.6.0\" (instance $memory))\n)",
+        &PLUGIN_WAT[..at]
+    );
+    let host = host();
+    let grants = || WasmGrants {
+        dirs: Vec::new(),
+        limits: WasmLimits::default(),
+        hidden: Vec::new(),
+    };
+    let bad = host.compile("bad-memory", &wat(&text)).expect("compile");
+    let err = host
+        .source(&bad, grants())
+        .instantiate(handle("bad-memory"))
+        .await
+        .err()
+        .expect("must be refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("keel:plugin/memory@0.6.0") && message.contains("type mismatch"),
+        "{message}"
+    );
+    // The same component without the export starts: the refusal is the export's shape.
+    let good = host.compile("good", &wat(PLUGIN_WAT)).expect("compile");
+    assert!(
+        host.source(&good, grants())
+            .instantiate(handle("good"))
+            .await
+            .is_ok()
     );
 }

@@ -285,6 +285,27 @@ impl PluginInstance for Fake {
                     .map_err(ke)?;
                 Ok(n.to_string())
             }
+            // `memory` `recall` through the JSON door: one entry naming this plugin.
+            "recall" => {
+                let request: keel_protocol::RecallRequest =
+                    serde_json::from_str(payload).map_err(fail)?;
+                Ok(serde_json::json!([{
+                    "source": format!("{}@{}", self.manifest.name, self.manifest.version),
+                    "text": request.input,
+                }])
+                .to_string())
+            }
+            // A typed `memory` `recall` (ABI 0.6.0's door) for the input `payload`.
+            "recall-typed" => {
+                let call = keel_kernel::ServiceCall::Recall(keel_protocol::RecallRequest {
+                    session: "s".into(),
+                    input: payload.to_owned(),
+                });
+                Ok(match self.host.call_typed(&call).await {
+                    Ok(answer) => format!("{answer:?}"),
+                    Err(e) => format!("error: {e}"),
+                })
+            }
             "last-event" => Ok(self
                 .host
                 .state_get("last-event")

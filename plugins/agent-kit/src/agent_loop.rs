@@ -121,6 +121,34 @@ pub trait AgentDoors {
             .ok()
             .filter(|p| !p.is_empty())
     }
+
+    /// `memory` `recall`: the entries memory finds for the person's input. Through the JSON
+    /// door here; the plugin's doors take the typed one (ABI 0.6.0).
+    fn recall(&mut self, request: &RecallRequest) -> Result<Vec<RecalledEntry>, DoorError> {
+        let answer = self.call(services::MEMORY, "recall", &encode(request)?)?;
+        serde_json::from_str(&answer).map_err(|e| DoorError {
+            kind: "failed",
+            message: format!("memory's recall is malformed: {e}"),
+        })
+    }
+
+    /// `compaction` `summarize`: the summary of the oldest messages. Through the JSON door
+    /// here; the plugin's doors take the typed one (ABI 0.6.0).
+    fn summarize(&mut self, request: &SummarizeRequest) -> Result<String, DoorError> {
+        let answer = self.call(services::COMPACTION, "summarize", &encode(request)?)?;
+        serde_json::from_str(&answer).map_err(|e| DoorError {
+            kind: "failed",
+            message: format!("the summary is malformed: {e}"),
+        })
+    }
+}
+
+/// `request` as the JSON payload of a service call.
+fn encode(request: &impl serde::Serialize) -> Result<String, DoorError> {
+    serde_json::to_string(request).map_err(|e| DoorError {
+        kind: "invalid",
+        message: e.to_string(),
+    })
 }
 
 /// Why a turn ended early when the person pressed Ctrl-C.
@@ -563,28 +591,19 @@ impl<D: AgentDoors> AgentLoop<D> {
                 .unwrap_or(usize::MAX)
                 .saturating_mul(2),
         };
-        let request = serde_json::to_string(&SummarizeRequest {
+        let answer = self.doors.summarize(&SummarizeRequest {
             messages: conversation[..cut].to_vec(),
             focus: focus.to_owned(),
             budget_chars,
-        })
-        .map_err(|e| DoorError {
-            kind: "invalid",
-            message: e.to_string(),
-        })?;
-        let answer = self.doors.call(services::COMPACTION, "summarize", &request);
-        let answer = match answer {
-            Ok(a) => a,
+        });
+        let summary = match answer {
+            Ok(summary) => summary,
             Err(e) if e.kind == "unavailable" => {
                 self.compaction_status(session, "skipped", "the compaction plugin is gone");
                 return Err(e);
             }
             Err(e) => return Err(e),
         };
-        let summary: String = serde_json::from_str(&answer).map_err(|e| DoorError {
-            kind: "failed",
-            message: format!("the summary is malformed: {e}"),
-        })?;
         if summary.trim().is_empty() {
             return Err(DoorError {
                 kind: "failed",
@@ -715,17 +734,12 @@ impl<D: AgentDoors> AgentLoop<D> {
     /// (whichever plugin provides `memory`, what it returns never reaches the model as
     /// instructions); `None` without a provider, without entries, or when the fence fails.
     fn recall(&mut self, session: &str, input: &str) -> Option<String> {
-        let request = serde_json::to_string(&RecallRequest {
+        let request = RecallRequest {
             session: session.to_owned(),
             input: input.to_owned(),
-        })
-        .ok()?;
-        let entries = match self.doors.call(services::MEMORY, "recall", &request) {
-            Ok(json) => serde_json::from_str::<Vec<RecalledEntry>>(&json).unwrap_or_else(|e| {
-                self.doors
-                    .warn(&format!("memory's recall is malformed, left out: {e}"));
-                Vec::new()
-            }),
+        };
+        let entries = match self.doors.recall(&request) {
+            Ok(entries) => entries,
             // No memory plugin loaded: the loop works without it.
             Err(e) if e.kind == "unavailable" => return None,
             Err(e) => {

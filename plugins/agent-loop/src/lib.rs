@@ -3,11 +3,12 @@
 //! (`turn`, and `load` to seed a resumed session).
 
 use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError, LoadRequest};
+use keel_protocol::{Block, Message, RecallRequest, RecalledEntry, Role, SummarizeRequest};
 use keel_protocol::{PromptFragment, ToolCapabilities, ToolSpec};
 use keel_protocol::{TurnRequest, services};
 use keel_sdk::{
-    KernelError, Plugin, agent, caller, events, log, prompt_context, services as kernel_services,
-    state, tools,
+    KernelError, Plugin, agent, caller, compaction, conversation, events, log, memory,
+    prompt_context, services as kernel_services, state, tools,
 };
 
 /// The kernel's doors, through the SDK.
@@ -102,6 +103,70 @@ impl AgentDoors for KernelDoors {
 
     fn provider(&mut self, service: &str) -> Option<String> {
         caller::provider(service)
+    }
+
+    // The services plugins provide to each other, typed (ABI 0.6.0): the request crosses as
+    // records, to the provider's typed export or, for one built against an earlier ABI, to its
+    // JSON door by the kernel.
+
+    fn recall(&mut self, request: &RecallRequest) -> Result<Vec<RecalledEntry>, DoorError> {
+        let request = memory::RecallRequest {
+            session: request.session.clone(),
+            input: request.input.clone(),
+        };
+        Ok(memory::recall(&request)
+            .map_err(door_error)?
+            .into_iter()
+            .map(|e| RecalledEntry {
+                source: e.source,
+                text: e.text,
+            })
+            .collect())
+    }
+
+    fn summarize(&mut self, request: &SummarizeRequest) -> Result<String, DoorError> {
+        let request = compaction::SummarizeRequest {
+            messages: request.messages.iter().map(to_wit).collect(),
+            focus: request.focus.clone(),
+            budget_chars: u64::try_from(request.budget_chars).unwrap_or(u64::MAX),
+        };
+        compaction::summarize(&request).map_err(door_error)
+    }
+}
+
+/// A message of the loop's conversation as the typed doors carry it.
+fn to_wit(message: &Message) -> conversation::Message {
+    conversation::Message {
+        role: match message.role {
+            Role::User => conversation::Role::User,
+            Role::Assistant => conversation::Role::Assistant,
+        },
+        content: message
+            .content
+            .iter()
+            .map(|block| match block {
+                Block::Text { text } => conversation::Block::Text(text.clone()),
+                Block::Thinking { text } => conversation::Block::Thinking(text.clone()),
+                Block::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => conversation::Block::ToolCall(conversation::ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                }),
+                Block::ToolResult {
+                    call_id,
+                    content,
+                    is_error,
+                } => conversation::Block::ToolResult(conversation::ToolResult {
+                    call_id: call_id.clone(),
+                    content: content.clone(),
+                    is_error: *is_error,
+                }),
+            })
+            .collect(),
     }
 }
 

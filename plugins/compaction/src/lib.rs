@@ -95,3 +95,75 @@ impl Plugin for Compaction {
 }
 
 keel_sdk::export_plugin!(Compaction);
+
+/// `compaction` served typed (ABI 0.6.0's world `compaction-service`): callers of 0.6.0 hand
+/// the messages over as records, callers of earlier versions as JSON through `handle-call`.
+#[allow(unsafe_code, missing_docs, clippy::all, clippy::unwrap_used)]
+mod typed {
+    wit_bindgen::generate!({
+        path: [
+            "../../wit/keel-plugin-0.2.0",
+            "../../wit/keel-plugin-0.3.0",
+            "../../wit/keel-plugin-0.4.0",
+            "../../wit/keel-plugin-0.5.0",
+            "../../wit/keel-plugin-0.6.0",
+        ],
+        world: "keel:plugin/compaction-service@0.6.0",
+        with: {
+            "keel:plugin/types@0.2.0": keel_sdk::bindings::keel::plugin0_2_0::types,
+            "keel:plugin/conversation@0.5.0": keel_sdk::bindings::keel::plugin0_5_0::conversation,
+        },
+    });
+}
+
+use keel_sdk::bindings::keel::plugin0_2_0::types::KernelError as RawKernelError;
+use keel_sdk::conversation as wit;
+use typed::exports::keel::plugin0_6_0::compaction as compaction_export;
+
+/// A message as the typed door carries it, as the transcript reads it.
+fn from_wit(message: wit::Message) -> Message {
+    use keel_protocol::{Block, Role};
+    Message {
+        role: match message.role {
+            wit::Role::User => Role::User,
+            wit::Role::Assistant => Role::Assistant,
+        },
+        content: message
+            .content
+            .into_iter()
+            .map(|block| match block {
+                wit::Block::Text(text) => Block::Text { text },
+                wit::Block::Thinking(text) => Block::Thinking { text },
+                wit::Block::ToolCall(call) => Block::ToolCall {
+                    id: call.id,
+                    name: call.name,
+                    arguments: call.arguments,
+                },
+                wit::Block::ToolResult(result) => Block::ToolResult {
+                    call_id: result.call_id,
+                    content: result.content,
+                    is_error: result.is_error,
+                },
+            })
+            .collect(),
+    }
+}
+
+struct TypedCompaction;
+
+impl compaction_export::Guest for TypedCompaction {
+    fn summarize(request: compaction_export::SummarizeRequest) -> Result<String, RawKernelError> {
+        let request = SummarizeRequest {
+            messages: request.messages.into_iter().map(from_wit).collect(),
+            focus: request.focus,
+            budget_chars: usize::try_from(request.budget_chars).unwrap_or(usize::MAX),
+        };
+        keel_sdk::with_plugin(|compaction: &mut Compaction| compaction.summarize(&request))?
+            .map_err(RawKernelError::Failed)
+    }
+}
+
+#[allow(unsafe_code)]
+const _: () = {
+    typed::export!(TypedCompaction with_types_in typed);
+};

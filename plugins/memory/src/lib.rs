@@ -315,3 +315,54 @@ impl Plugin for Memory {
 }
 
 keel_sdk::export_plugin!(Memory);
+
+/// `memory` served typed (ABI 0.6.0's world `memory-service`): callers of 0.6.0 reach
+/// [`Memory::recall`] through this export, callers of earlier versions through
+/// `handle-call`.
+#[allow(unsafe_code, missing_docs, clippy::all, clippy::unwrap_used)]
+mod typed {
+    wit_bindgen::generate!({
+        path: [
+            "../../wit/keel-plugin-0.2.0",
+            "../../wit/keel-plugin-0.3.0",
+            "../../wit/keel-plugin-0.4.0",
+            "../../wit/keel-plugin-0.5.0",
+            "../../wit/keel-plugin-0.6.0",
+        ],
+        world: "keel:plugin/memory-service@0.6.0",
+        with: {
+            "keel:plugin/types@0.2.0": keel_sdk::bindings::keel::plugin0_2_0::types,
+        },
+    });
+}
+
+use typed::exports::keel::plugin0_6_0::memory as memory_export;
+
+struct TypedMemory;
+
+impl memory_export::Guest for TypedMemory {
+    fn recall(
+        request: memory_export::RecallRequest,
+    ) -> Result<
+        Vec<memory_export::RecalledEntry>,
+        keel_sdk::bindings::keel::plugin0_2_0::types::KernelError,
+    > {
+        let request = RecallRequest {
+            session: request.session,
+            input: request.input,
+        };
+        let entries = keel_sdk::with_plugin(|memory: &mut Memory| memory.recall(&request))?;
+        Ok(entries
+            .into_iter()
+            .map(|e| memory_export::RecalledEntry {
+                source: e.source,
+                text: e.text,
+            })
+            .collect())
+    }
+}
+
+#[allow(unsafe_code)]
+const _: () = {
+    typed::export!(TypedMemory with_types_in typed);
+};

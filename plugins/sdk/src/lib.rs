@@ -1,16 +1,23 @@
 //! The keel guest SDK: write a keel plugin as a plain Rust type.
 //!
 //! A plugin is a type implementing [`Plugin`], exported with [`export_plugin!`]. The SDK owns
-//! the WebAssembly component bindings of the plugin ABI (`keel:plugin@0.5.0`, world
-//! `keel-plugin`, which imports every interface of 0.2.0 and 0.3.0 and the kernel's own
-//! services typed, and exports the typed `plugin@0.4.0`), keeps the activated instance, and
+//! the WebAssembly component bindings of the plugin ABI (`keel:plugin@0.6.0`, world
+//! `keel-plugin`, which imports every interface of 0.2.0 and 0.3.0, the kernel's own
+//! services typed and the services plugins provide to each other typed, and exports the typed
+//! `plugin@0.4.0`), keeps the activated instance, and
 //! wraps every kernel import in a safe function: [`log`], [`services`], [`tools`],
 //! [`events`], [`prompt`], [`state`], [`guards`], [`http`], [`exec`], [`agent`],
-//! [`processes`], [`tool_list`], and the kernel's services [`caller`], [`prompt_context`],
-//! [`conversation`] and [`agents`].
+//! [`processes`], [`tool_list`], the kernel's services [`caller`], [`prompt_context`],
+//! [`conversation`] and [`agents`], and the plugins' services [`memory`] and [`compaction`].
 //!
-//! A component's ABI version is the newest it uses: a plugin that calls none of the kernel's
-//! typed services is a 0.4.0 component, which keels hosting 0.4.0 load as well.
+//! A component's ABI version is the newest it uses: a plugin that calls none of the typed
+//! services is a 0.4.0 component, which keels hosting 0.4.0 load as well.
+//!
+//! A plugin that provides `memory` or `compaction` may serve it typed too: it binds the
+//! world `memory-service` (or `compaction-service`) of the WIT with `wit-bindgen`, mapping
+//! `keel:plugin/types@0.2.0` to `keel_sdk::bindings::keel::plugin0_2_0::types`, and reaches
+//! its state with [`with_plugin`]. Callers of 0.6.0 are then served through that export,
+//! callers of earlier versions through [`Plugin::handle_call`] as before.
 //!
 //! A tool is declared once, from its input type: the type's doc comment is the description
 //! the model reads, its fields (and their doc comments) the JSON Schema of its input, derived
@@ -78,8 +85,9 @@ pub mod bindings {
             "../../wit/keel-plugin-0.3.0",
             "../../wit/keel-plugin-0.4.0",
             "../../wit/keel-plugin-0.5.0",
+            "../../wit/keel-plugin-0.6.0",
         ],
-        world: "keel:plugin/keel-plugin@0.5.0",
+        world: "keel:plugin/keel-plugin@0.6.0",
         generate_all,
         additional_derives: [PartialEq],
         pub_export_macro: true,
@@ -597,7 +605,7 @@ pub mod __private {
     pub struct Adapter<T>(PhantomData<T>);
 
     /// Runs `f` with the active instance of `T`, or says why there is none.
-    fn with_instance<T: Plugin, R>(f: impl FnOnce(&mut T) -> R) -> Result<R, String> {
+    pub(crate) fn with_instance<T: Plugin, R>(f: impl FnOnce(&mut T) -> R) -> Result<R, String> {
         INSTANCE.with(|slot| {
             let Ok(mut slot) = slot.try_borrow_mut() else {
                 return Err("plugin re-entered while busy".to_string());
@@ -681,6 +689,7 @@ mod door {
     pub(crate) use crate::bindings::keel::plugin0_5_0::{
         agents, caller, conversation, prompt_context,
     };
+    pub(crate) use crate::bindings::keel::plugin0_6_0::{compaction, memory};
 }
 
 /// Where the wrappers' calls go outside WebAssembly: the in-memory [`mock`] host.
@@ -915,6 +924,43 @@ pub mod agents {
     pub fn open(request: &OpenRequest) -> Result<ChildScope, KernelError> {
         raw::open(request).map_err(KernelError::from)
     }
+}
+
+/// Notes kept across sessions, from whichever plugin provides `memory` (ABI 0.6.0). The
+/// plugin must declare `memory` (under `[requires]`, or `services` in `[capabilities]` when it
+/// works without it).
+pub mod memory {
+    use crate::KernelError;
+    use crate::door::memory as raw;
+    pub use raw::{RecallRequest, RecalledEntry};
+
+    /// The entries that match `request`, best first, at most five; none recalled before in
+    /// the same session.
+    pub fn recall(request: &RecallRequest) -> Result<Vec<RecalledEntry>, KernelError> {
+        raw::recall(request).map_err(KernelError::from)
+    }
+}
+
+/// Summaries that replace the oldest part of a conversation, from whichever plugin provides
+/// `compaction` (ABI 0.6.0). The plugin must declare `compaction`.
+pub mod compaction {
+    use crate::KernelError;
+    use crate::door::compaction as raw;
+    pub use raw::SummarizeRequest;
+
+    /// The summary of `request`'s messages; an error when none could be made.
+    pub fn summarize(request: &SummarizeRequest) -> Result<String, KernelError> {
+        raw::summarize(request).map_err(KernelError::from)
+    }
+}
+
+/// Runs `f` with this component's active plugin, for a typed service export (ABI 0.6.0's
+/// `memory-service`, `compaction-service`) that a provider binds with `wit-bindgen` next to
+/// [`export_plugin!`]: the export's functions are free functions, and the plugin's state is
+/// the instance this SDK keeps. [`KernelError::Unavailable`] when `T` is not active (or is
+/// already inside a call).
+pub fn with_plugin<T: Plugin, R>(f: impl FnOnce(&mut T) -> R) -> Result<R, KernelError> {
+    __private::with_instance(f).map_err(KernelError::Unavailable)
 }
 
 /// Long-lived programs the person configured for this plugin (ABI 0.3.0; needs the

@@ -84,6 +84,15 @@ pub struct MockHost {
     /// What `agents::open` answers; `None` (the default): the plugin is not serving a tool
     /// call, and the opening is refused as the kernel refuses it.
     pub child: Option<crate::agents::ChildScope>,
+    /// What `memory::recall` answers; `None` (the default): no plugin provides `memory`.
+    pub recalled: Option<Vec<crate::memory::RecalledEntry>>,
+    /// The requests `memory::recall` was asked, in order.
+    pub recall_requests: Vec<crate::memory::RecallRequest>,
+    /// What `compaction::summarize` answers; `None` (the default): no plugin provides
+    /// `compaction`.
+    pub summary: Option<String>,
+    /// The requests `compaction::summarize` was asked, in order.
+    pub summarize_requests: Vec<crate::compaction::SummarizeRequest>,
     services: BTreeMap<String, Handler>,
 }
 
@@ -105,6 +114,10 @@ impl std::fmt::Debug for MockHost {
             .field("generation", &self.generation)
             .field("conversation", &self.conversation)
             .field("child", &self.child)
+            .field("recalled", &self.recalled)
+            .field("recall_requests", &self.recall_requests)
+            .field("summary", &self.summary)
+            .field("summarize_requests", &self.summarize_requests)
             .field("services", &self.services.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -456,6 +469,46 @@ pub(crate) mod door {
                     )));
                 }
                 Ok(messages[from..to].to_vec())
+            })
+        }
+    }
+
+    pub(crate) mod memory {
+        pub use crate::bindings::keel::plugin0_6_0::memory::{RecallRequest, RecalledEntry};
+
+        use super::{RawKernelError, with_host};
+
+        pub(crate) fn recall(
+            request: &RecallRequest,
+        ) -> Result<Vec<RecalledEntry>, RawKernelError> {
+            with_host(|h| {
+                h.recall_requests.push(request.clone());
+                h.recalled.clone().ok_or_else(|| {
+                    RawKernelError::Unavailable(
+                        "no plugin provides `memory` in the mock host; set \
+                         `MockHost::recalled`"
+                            .into(),
+                    )
+                })
+            })
+        }
+    }
+
+    pub(crate) mod compaction {
+        pub use crate::bindings::keel::plugin0_6_0::compaction::SummarizeRequest;
+
+        use super::{RawKernelError, with_host};
+
+        pub(crate) fn summarize(request: &SummarizeRequest) -> Result<String, RawKernelError> {
+            with_host(|h| {
+                h.summarize_requests.push(request.clone());
+                h.summary.clone().ok_or_else(|| {
+                    RawKernelError::Unavailable(
+                        "no plugin provides `compaction` in the mock host; set \
+                         `MockHost::summary`"
+                            .into(),
+                    )
+                })
             })
         }
     }

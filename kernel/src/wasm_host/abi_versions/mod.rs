@@ -9,10 +9,12 @@
 //! | 0.3.0 | `since_v0_2` + `since_v0_3` | `plugin@0.2.0` | the same |
 //! | 0.4.0 | `since_v0_2` + `since_v0_3` | `plugin@0.4.0` | its variants map one to one |
 //! | 0.5.0 | `since_v0_2` + `since_v0_3` + `since_v0_5` | `plugin@0.4.0` | as 0.4.0 |
+//! | 0.6.0 | … + `since_v0_6` | `plugin@0.4.0`, and a provider's `memory`, `compaction` | as 0.4.0 |
 //!
 //! 0.5.0 changes no export: it adds the kernel's own services as typed imports (`caller`,
 //! `prompt-context`, `conversation`, `agents`), whose host side calls the same core as their
-//! JSON door through `services.call`.
+//! JSON door through `services.call`. 0.6.0 types the services plugins provide to each other:
+//! a caller imports them, a provider exports them beside `plugin` ([`since_v0_6`]).
 //!
 //! A new version adds a module here, its interfaces to `abi.rs`'s table, and a variant to both
 //! enums; the released WIT of the older ones never changes.
@@ -21,9 +23,12 @@ pub(crate) mod since_v0_2;
 pub(crate) mod since_v0_3;
 pub(crate) mod since_v0_4;
 pub(crate) mod since_v0_5;
+pub(crate) mod since_v0_6;
 
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
+
+use crate::typed_services::{ServiceAnswer, ServiceCall};
 
 use super::abi::ComponentReport;
 use super::store::StoreState;
@@ -62,29 +67,52 @@ pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result
         linker,
         |state| state,
     )?;
+    // ABI 0.6.0 adds the services plugins provide to each other, typed.
+    since_v0_6::keel::plugin0_6_0::memory::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
+    since_v0_6::keel::plugin0_6_0::compaction::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
     Ok(())
 }
 
-/// A linked component, ready to instantiate, typed by the version of its `plugin` export.
-pub(crate) enum PluginPre {
+/// A linked component, ready to instantiate: where its `plugin` export is, by the version of
+/// that export, and the typed services it exports.
+pub(crate) struct PluginPre {
+    instance_pre: InstancePre<StoreState>,
+    plugin: PluginIndices,
+    services: since_v0_6::ServiceIndices,
+}
+
+/// Where a component's `plugin` export is, by its version.
+enum PluginIndices {
     /// A 0.2.0 or 0.3.0 component: it exports `plugin@0.2.0`.
-    Since0_2(since_v0_2::KeelPluginPre<StoreState>),
-    /// A 0.4.0 or 0.5.0 component: it exports `plugin@0.4.0`.
-    Since0_4(since_v0_4::KeelPluginPre<StoreState>),
+    Since0_2(since_v0_2::KeelPluginIndices),
+    /// A 0.4.0 component or newer: it exports `plugin@0.4.0`.
+    Since0_4(since_v0_4::KeelPluginIndices),
 }
 
 impl PluginPre {
-    /// The typed pre-instance of `pre`, by the `plugin` export `report` lists; fails when the
-    /// component's export does not have the functions and types of its version.
+    /// The typed pre-instance of `pre`, by the exports `report` lists; fails when an export
+    /// does not have the functions and types of its version.
     pub(crate) fn new(
         pre: InstancePre<StoreState>,
         report: &ComponentReport,
     ) -> wasmtime::Result<PluginPre> {
-        if report.exports.iter().any(|e| e == PLUGIN_EXPORT_0_4) {
-            since_v0_4::KeelPluginPre::new(pre).map(PluginPre::Since0_4)
+        let plugin = if report.exports.iter().any(|e| e == PLUGIN_EXPORT_0_4) {
+            PluginIndices::Since0_4(since_v0_4::KeelPluginIndices::new(&pre)?)
         } else {
-            since_v0_2::KeelPluginPre::new(pre).map(PluginPre::Since0_2)
-        }
+            PluginIndices::Since0_2(since_v0_2::KeelPluginIndices::new(&pre)?)
+        };
+        let services = since_v0_6::ServiceIndices::new(&pre, report)?;
+        Ok(PluginPre {
+            instance_pre: pre,
+            plugin,
+            services,
+        })
     }
 
     /// Instantiate into `store`.
@@ -92,23 +120,28 @@ impl PluginPre {
         &self,
         store: &mut Store<StoreState>,
     ) -> wasmtime::Result<PluginExports> {
-        Ok(match self {
-            PluginPre::Since0_2(pre) => {
-                PluginExports::Since0_2(pre.instantiate_async(store).await?)
-            }
-            PluginPre::Since0_4(pre) => {
-                PluginExports::Since0_4(pre.instantiate_async(store).await?)
-            }
-        })
+        let instance = self.instance_pre.instantiate_async(&mut *store).await?;
+        let plugin = match &self.plugin {
+            PluginIndices::Since0_2(i) => PluginBindings::Since0_2(i.load(&mut *store, &instance)?),
+            PluginIndices::Since0_4(i) => PluginBindings::Since0_4(i.load(&mut *store, &instance)?),
+        };
+        let services = self.services.load(store, &instance)?;
+        Ok(PluginExports { plugin, services })
     }
 }
 
 /// The exports of a plugin instance in the newest ABI's shape: errors are [`PluginError`]s.
 /// The outer `Result` is a trap; the inner one what the plugin answered.
-pub(crate) enum PluginExports {
+pub(crate) struct PluginExports {
+    plugin: PluginBindings,
+    services: since_v0_6::ServiceExports,
+}
+
+/// An instance's `plugin` export, by its version.
+enum PluginBindings {
     /// A 0.2.0 or 0.3.0 instance: its error strings are adapted to [`PluginError::Failed`].
     Since0_2(since_v0_2::KeelPlugin),
-    /// A 0.4.0 or 0.5.0 instance.
+    /// A 0.4.0 instance or newer.
     Since0_4(since_v0_4::KeelPlugin),
 }
 
@@ -133,11 +166,11 @@ impl PluginExports {
         store: &mut Store<StoreState>,
         config: &str,
     ) -> wasmtime::Result<Result<(), PluginError>> {
-        match self {
-            PluginExports::Since0_2(b) => {
+        match &self.plugin {
+            PluginBindings::Since0_2(b) => {
                 adapt_0_2(b.keel_plugin_plugin().call_activate(store, config).await)
             }
-            PluginExports::Since0_4(b) => adapt_0_4(
+            PluginBindings::Since0_4(b) => adapt_0_4(
                 b.keel_plugin0_4_0_plugin()
                     .call_activate(store, config)
                     .await,
@@ -147,9 +180,9 @@ impl PluginExports {
 
     /// `deactivate`.
     pub(crate) async fn deactivate(&self, store: &mut Store<StoreState>) -> wasmtime::Result<()> {
-        match self {
-            PluginExports::Since0_2(b) => b.keel_plugin_plugin().call_deactivate(store).await,
-            PluginExports::Since0_4(b) => b.keel_plugin0_4_0_plugin().call_deactivate(store).await,
+        match &self.plugin {
+            PluginBindings::Since0_2(b) => b.keel_plugin_plugin().call_deactivate(store).await,
+            PluginBindings::Since0_4(b) => b.keel_plugin0_4_0_plugin().call_deactivate(store).await,
         }
     }
 
@@ -161,13 +194,13 @@ impl PluginExports {
         method: &str,
         payload: &str,
     ) -> wasmtime::Result<Result<String, PluginError>> {
-        match self {
-            PluginExports::Since0_2(b) => adapt_0_2(
+        match &self.plugin {
+            PluginBindings::Since0_2(b) => adapt_0_2(
                 b.keel_plugin_plugin()
                     .call_handle_call(store, service, method, payload)
                     .await,
             ),
-            PluginExports::Since0_4(b) => adapt_0_4(
+            PluginBindings::Since0_4(b) => adapt_0_4(
                 b.keel_plugin0_4_0_plugin()
                     .call_handle_call(store, service, method, payload)
                     .await,
@@ -182,13 +215,13 @@ impl PluginExports {
         name: &str,
         input: &str,
     ) -> wasmtime::Result<Result<String, PluginError>> {
-        match self {
-            PluginExports::Since0_2(b) => adapt_0_2(
+        match &self.plugin {
+            PluginBindings::Since0_2(b) => adapt_0_2(
                 b.keel_plugin_plugin()
                     .call_invoke_tool(store, name, input)
                     .await,
             ),
-            PluginExports::Since0_4(b) => adapt_0_4(
+            PluginBindings::Since0_4(b) => adapt_0_4(
                 b.keel_plugin0_4_0_plugin()
                     .call_invoke_tool(store, name, input)
                     .await,
@@ -203,9 +236,11 @@ impl PluginExports {
         event: &Event,
     ) -> wasmtime::Result<()> {
         let event = event.into();
-        match self {
-            PluginExports::Since0_2(b) => b.keel_plugin_plugin().call_on_event(store, &event).await,
-            PluginExports::Since0_4(b) => {
+        match &self.plugin {
+            PluginBindings::Since0_2(b) => {
+                b.keel_plugin_plugin().call_on_event(store, &event).await
+            }
+            PluginBindings::Since0_4(b) => {
                 b.keel_plugin0_4_0_plugin()
                     .call_on_event(store, &event)
                     .await
@@ -222,17 +257,31 @@ impl PluginExports {
         input: &str,
     ) -> wasmtime::Result<GuardVerdict> {
         // Both versions answer with 0.2.0's `guard-verdict`.
-        Ok(match self {
-            PluginExports::Since0_2(b) => b
+        Ok(match &self.plugin {
+            PluginBindings::Since0_2(b) => b
                 .keel_plugin_plugin()
                 .call_check_tool_call(store, guard, tool, input)
                 .await?
                 .into(),
-            PluginExports::Since0_4(b) => b
+            PluginBindings::Since0_4(b) => b
                 .keel_plugin0_4_0_plugin()
                 .call_check_tool_call(store, guard, tool, input)
                 .await?
                 .into(),
         })
+    }
+
+    /// Whether the instance has a typed door for `call`'s service.
+    pub(crate) fn serves(&self, call: &ServiceCall) -> bool {
+        self.services.serves(call)
+    }
+
+    /// `call` through the instance's typed door; only for a call it [`serves`](Self::serves).
+    pub(crate) async fn call_typed(
+        &self,
+        store: &mut Store<StoreState>,
+        call: &ServiceCall,
+    ) -> wasmtime::Result<Result<ServiceAnswer, PluginError>> {
+        self.services.call(store, call).await
     }
 }

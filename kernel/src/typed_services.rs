@@ -1,0 +1,162 @@
+//! The services plugins provide to each other through typed doors (ABI 0.6.0's `memory` and
+//! `compaction`), in `keel_protocol`'s types: the one vocabulary the kernel routes, whichever
+//! door each side uses.
+//!
+//! A caller of 0.6.0 asks through the typed import; the kernel routes the call to the plugin
+//! that provides the service now. A provider that exports the service's interface is called
+//! through it (`wasm_host::abi_versions::since_v0_6`); any other provider (built against an
+//! earlier ABI, native, in-process) through its `handle-call`, with [`ServiceCall::to_json`]
+//! as the payload, its answer read back by [`ServiceCall::answer_from_json`]. So a typed
+//! caller works with every provider, and the kernel never hands a plugin JSON text it did not
+//! ask for.
+
+use keel_protocol::{RecallRequest, RecalledEntry, SummarizeRequest, services};
+
+/// A call to a typed service.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServiceCall {
+    /// `memory` `recall`.
+    Recall(RecallRequest),
+    /// `compaction` `summarize`.
+    Summarize(SummarizeRequest),
+}
+
+/// What a typed service answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceAnswer {
+    /// `memory` `recall`: the entries found, best first.
+    Recalled(Vec<RecalledEntry>),
+    /// `compaction` `summarize`: the summary's text.
+    Summary(String),
+}
+
+impl ServiceCall {
+    /// The service it is routed by.
+    pub fn service(&self) -> &'static str {
+        match self {
+            ServiceCall::Recall(_) => services::MEMORY,
+            ServiceCall::Summarize(_) => services::COMPACTION,
+        }
+    }
+
+    /// The method of the service's JSON door.
+    pub fn method(&self) -> &'static str {
+        match self {
+            ServiceCall::Recall(_) => "recall",
+            ServiceCall::Summarize(_) => "summarize",
+        }
+    }
+
+    /// The payload of the same call through `handle-call`, for a provider without the typed
+    /// door.
+    pub fn to_json(&self) -> String {
+        match self {
+            ServiceCall::Recall(request) => serde_json::to_string(request),
+            ServiceCall::Summarize(request) => serde_json::to_string(request),
+        }
+        // Plain records of strings, numbers and lists: nothing here fails to serialize.
+        .unwrap_or_default()
+    }
+
+    /// The answer of a provider's `handle-call` to [`Self::to_json`], read as this call's.
+    pub fn answer_from_json(&self, text: &str) -> Result<ServiceAnswer, String> {
+        let malformed = |e: serde_json::Error| {
+            format!(
+                "the `{}` provider's answer to `{}` is not what the method answers ({e})",
+                self.service(),
+                self.method()
+            )
+        };
+        match self {
+            ServiceCall::Recall(_) => serde_json::from_str(text)
+                .map(ServiceAnswer::Recalled)
+                .map_err(malformed),
+            ServiceCall::Summarize(_) => serde_json::from_str(text)
+                .map(ServiceAnswer::Summary)
+                .map_err(malformed),
+        }
+    }
+
+    /// About how many bytes the call hands its provider (its strings), for the boundary's
+    /// figures.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            ServiceCall::Recall(r) => r.session.len() + r.input.len(),
+            ServiceCall::Summarize(r) => {
+                r.focus.len()
+                    + r.messages
+                        .iter()
+                        .flat_map(|m| &m.content)
+                        .map(block_bytes)
+                        .sum::<usize>()
+            }
+        }
+    }
+}
+
+impl ServiceAnswer {
+    /// About how many bytes the answer hands back (its strings).
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            ServiceAnswer::Recalled(entries) => {
+                entries.iter().map(|e| e.source.len() + e.text.len()).sum()
+            }
+            ServiceAnswer::Summary(text) => text.len(),
+        }
+    }
+}
+
+fn block_bytes(block: &keel_protocol::Block) -> usize {
+    use keel_protocol::Block;
+    match block {
+        Block::Text { text } | Block::Thinking { text } => text.len(),
+        Block::ToolCall {
+            id,
+            name,
+            arguments,
+        } => id.len() + name.len() + arguments.len(),
+        Block::ToolResult {
+            call_id, content, ..
+        } => call_id.len() + content.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_typed_call_has_the_json_door_of_the_same_method() {
+        let recall = ServiceCall::Recall(RecallRequest {
+            session: "s1".into(),
+            input: "how do we build".into(),
+        });
+        assert_eq!((recall.service(), recall.method()), ("memory", "recall"));
+        assert_eq!(
+            recall.to_json(),
+            r#"{"session":"s1","input":"how do we build"}"#
+        );
+        assert_eq!(
+            recall.answer_from_json(r#"[{"source":"project/build.md","text":"cargo b"}]"#),
+            Ok(ServiceAnswer::Recalled(vec![RecalledEntry {
+                source: "project/build.md".into(),
+                text: "cargo b".into(),
+            }]))
+        );
+        let summarize = ServiceCall::Summarize(SummarizeRequest {
+            messages: vec![keel_protocol::Message::user_text("read every file")],
+            focus: String::new(),
+            budget_chars: 1000,
+        });
+        assert_eq!(
+            summarize.answer_from_json("\"the task: read\""),
+            Ok(ServiceAnswer::Summary("the task: read".into()))
+        );
+        // A provider answering something else is an error naming the door, not a panic.
+        let wrong = summarize
+            .answer_from_json("[1, 2]")
+            .expect_err("a list is no summary");
+        assert!(wrong.contains("`compaction` provider"), "{wrong}");
+        assert_eq!(summarize.bytes(), "read every file".len());
+    }
+}

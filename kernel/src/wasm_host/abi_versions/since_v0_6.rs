@@ -1,0 +1,314 @@
+//! ABI 0.6.0: services plugins provide to each other, typed (`memory`, `compaction`). Both
+//! sides of a typed call are here: the host side of the import a caller uses, which routes
+//! the call through the kernel ([`HostHandle::call_typed`](crate::HostHandle::call_typed)),
+//! and the provider's export the kernel calls ([`ServiceExports`]).
+//!
+//! The kernel routes a typed call in `keel_protocol`'s types ([`ServiceCall`]); this module
+//! only converts between them and each side's WIT records. Both sides are type-checked: the
+//! caller's import when the component is linked, against the host functions bound here; the
+//! provider's export when it is instantiated ([`ServiceIndices::load`]), which a load does
+//! before the plugin activates. A component built against other types for these names does
+//! not load.
+
+use keel_protocol as protocol;
+use wasmtime::Store;
+use wasmtime::component::{Instance, InstancePre};
+
+use super::since_v0_2::keel::plugin::types::KernelError;
+use crate::instance::PluginError;
+use crate::typed_services::{ServiceAnswer, ServiceCall};
+use crate::wasm_host::abi::ComponentReport;
+use crate::wasm_host::store::StoreState;
+
+wasmtime::component::bindgen!({
+    path: [
+        "../wit/keel-plugin-0.2.0",
+        "../wit/keel-plugin-0.3.0",
+        "../wit/keel-plugin-0.4.0",
+        "../wit/keel-plugin-0.5.0",
+        "../wit/keel-plugin-0.6.0",
+    ],
+    world: "keel:plugin/keel-plugin@0.6.0",
+    imports: { default: async },
+    exports: { default: async },
+    with: {
+        "keel:plugin/types@0.2.0": super::since_v0_2::keel::plugin::types,
+        "keel:plugin/log@0.2.0": super::since_v0_2::keel::plugin::log,
+        "keel:plugin/services@0.2.0": super::since_v0_2::keel::plugin::services,
+        "keel:plugin/tools@0.2.0": super::since_v0_2::keel::plugin::tools,
+        "keel:plugin/events@0.2.0": super::since_v0_2::keel::plugin::events,
+        "keel:plugin/prompt@0.2.0": super::since_v0_2::keel::plugin::prompt,
+        "keel:plugin/state@0.2.0": super::since_v0_2::keel::plugin::state,
+        "keel:plugin/guards@0.2.0": super::since_v0_2::keel::plugin::guards,
+        "keel:plugin/http@0.2.0": super::since_v0_2::keel::plugin::http,
+        "keel:plugin/exec@0.2.0": super::since_v0_2::keel::plugin::exec,
+        "keel:plugin/agent@0.2.0": super::since_v0_2::keel::plugin::agent,
+        "keel:plugin/processes@0.3.0": super::since_v0_3::keel::plugin0_3_0::processes,
+        "keel:plugin/tool-list@0.3.0": super::since_v0_3::keel::plugin0_3_0::tool_list,
+        "keel:plugin/plugin@0.4.0": super::since_v0_4::exports::keel::plugin0_4_0::plugin,
+        "keel:plugin/caller@0.5.0": super::since_v0_5::keel::plugin0_5_0::caller,
+        "keel:plugin/prompt-context@0.5.0": super::since_v0_5::keel::plugin0_5_0::prompt_context,
+        "keel:plugin/conversation@0.5.0": super::since_v0_5::keel::plugin0_5_0::conversation,
+        "keel:plugin/agents@0.5.0": super::since_v0_5::keel::plugin0_5_0::agents,
+    },
+});
+
+/// The provider's side of `memory`: the world a provider builds in besides `keel-plugin`.
+mod memory_service {
+    wasmtime::component::bindgen!({
+        path: [
+            "../wit/keel-plugin-0.2.0",
+            "../wit/keel-plugin-0.3.0",
+            "../wit/keel-plugin-0.4.0",
+            "../wit/keel-plugin-0.5.0",
+            "../wit/keel-plugin-0.6.0",
+        ],
+        world: "keel:plugin/memory-service@0.6.0",
+        exports: { default: async },
+        with: {
+            "keel:plugin/types@0.2.0": crate::wasm_host::abi_versions::since_v0_2::keel::plugin::types,
+        },
+    });
+}
+
+/// The provider's side of `compaction`.
+mod compaction_service {
+    wasmtime::component::bindgen!({
+        path: [
+            "../wit/keel-plugin-0.2.0",
+            "../wit/keel-plugin-0.3.0",
+            "../wit/keel-plugin-0.4.0",
+            "../wit/keel-plugin-0.5.0",
+            "../wit/keel-plugin-0.6.0",
+        ],
+        world: "keel:plugin/compaction-service@0.6.0",
+        exports: { default: async },
+        with: {
+            "keel:plugin/types@0.2.0": crate::wasm_host::abi_versions::since_v0_2::keel::plugin::types,
+            "keel:plugin/conversation@0.5.0": crate::wasm_host::abi_versions::since_v0_5::keel::plugin0_5_0::conversation,
+        },
+    });
+}
+
+use compaction_service::exports::keel::plugin0_6_0::compaction as compaction_export;
+use keel::plugin0_6_0::{compaction, memory};
+use memory_service::exports::keel::plugin0_6_0::memory as memory_export;
+
+/// The export of a plugin that provides `memory` through its typed door.
+pub(crate) const MEMORY_EXPORT: &str = "keel:plugin/memory@0.6.0";
+/// The export of a plugin that provides `compaction` through its typed door.
+pub(crate) const COMPACTION_EXPORT: &str = "keel:plugin/compaction@0.6.0";
+
+/// A typed call's answer of the wrong kind: the kernel routes each call to the one export that
+/// answers it, so this is a kernel bug, said as one rather than a panic.
+fn mismatched(call: &str) -> KernelError {
+    KernelError::Failed(format!(
+        "keel routed a typed `{call}` call and got another method's answer; please report this"
+    ))
+}
+
+impl memory::Host for StoreState {
+    async fn recall(
+        &mut self,
+        request: memory::RecallRequest,
+    ) -> Result<Vec<memory::RecalledEntry>, KernelError> {
+        // May wait for another plugin: the meter stays paused across the await.
+        let _host = self.meter.host_call();
+        let call = ServiceCall::Recall(protocol::RecallRequest {
+            session: request.session,
+            input: request.input,
+        });
+        match self.host.call_typed(&call).await? {
+            ServiceAnswer::Recalled(entries) => Ok(entries
+                .into_iter()
+                .map(|e| memory::RecalledEntry {
+                    source: e.source,
+                    text: e.text,
+                })
+                .collect()),
+            ServiceAnswer::Summary(_) => Err(mismatched("memory.recall")),
+        }
+    }
+}
+
+impl compaction::Host for StoreState {
+    async fn summarize(
+        &mut self,
+        request: compaction::SummarizeRequest,
+    ) -> Result<String, KernelError> {
+        let _host = self.meter.host_call();
+        let call = ServiceCall::Summarize(protocol::SummarizeRequest {
+            messages: request.messages.into_iter().map(Into::into).collect(),
+            focus: request.focus,
+            budget_chars: usize::try_from(request.budget_chars).unwrap_or(usize::MAX),
+        });
+        match self.host.call_typed(&call).await? {
+            ServiceAnswer::Summary(text) => Ok(text),
+            ServiceAnswer::Recalled(_) => Err(mismatched("compaction.summarize")),
+        }
+    }
+}
+
+/// Where each typed service a component exports is, found when it is linked.
+#[derive(Default)]
+pub(crate) struct ServiceIndices {
+    memory: Option<memory_export::GuestIndices>,
+    compaction: Option<compaction_export::GuestIndices>,
+}
+
+impl ServiceIndices {
+    /// The typed services `report` lists among the component's exports.
+    pub(crate) fn new(
+        pre: &InstancePre<StoreState>,
+        report: &ComponentReport,
+    ) -> wasmtime::Result<ServiceIndices> {
+        let exports = |name: &str| report.exports.iter().any(|e| e == name);
+        Ok(ServiceIndices {
+            memory: exports(MEMORY_EXPORT)
+                .then(|| memory_export::GuestIndices::new(pre))
+                .transpose()?,
+            compaction: exports(COMPACTION_EXPORT)
+                .then(|| compaction_export::GuestIndices::new(pre))
+                .transpose()?,
+        })
+    }
+
+    /// The exports of `instance`, each type-checked against this package's WIT: one of
+    /// another shape fails the instance, naming the export.
+    pub(crate) fn load(
+        &self,
+        store: &mut Store<StoreState>,
+        instance: &Instance,
+    ) -> wasmtime::Result<ServiceExports> {
+        let shape = |export: &str| {
+            format!(
+                "its export `{export}` does not have the functions and types of keel's WIT \
+                 for it; rebuild the plugin against this keel's WIT"
+            )
+        };
+        Ok(ServiceExports {
+            memory: self
+                .memory
+                .as_ref()
+                .map(|i| i.load(&mut *store, instance))
+                .transpose()
+                .map_err(|e| e.context(shape(MEMORY_EXPORT)))?,
+            compaction: self
+                .compaction
+                .as_ref()
+                .map(|i| i.load(&mut *store, instance))
+                .transpose()
+                .map_err(|e| e.context(shape(COMPACTION_EXPORT)))?,
+        })
+    }
+}
+
+/// The typed services an instance exports.
+pub(crate) struct ServiceExports {
+    memory: Option<memory_export::Guest>,
+    compaction: Option<compaction_export::Guest>,
+}
+
+/// What a provider's typed export answered with, in the kernel's vocabulary.
+fn answered<T>(
+    answer: wasmtime::Result<Result<T, KernelError>>,
+    into: impl FnOnce(T) -> ServiceAnswer,
+) -> wasmtime::Result<Result<ServiceAnswer, PluginError>> {
+    answer.map(|r| r.map(into).map_err(provider_error))
+}
+
+/// A provider's `kernel-error`, as the kernel reads what a plugin answered: the same kind
+/// reaches the caller.
+fn provider_error(e: KernelError) -> PluginError {
+    match e {
+        KernelError::Invalid(m) => PluginError::InvalidInput(m),
+        KernelError::Denied(m) => PluginError::Denied(m),
+        KernelError::Unavailable(m) => PluginError::Unavailable(m),
+        KernelError::Conflict(m) | KernelError::Failed(m) | KernelError::TimedOut(m) => {
+            PluginError::Failed(m)
+        }
+    }
+}
+
+impl ServiceExports {
+    /// Whether the instance serves `call` through its typed door.
+    pub(crate) fn serves(&self, call: &ServiceCall) -> bool {
+        match call {
+            ServiceCall::Recall(_) => self.memory.is_some(),
+            ServiceCall::Summarize(_) => self.compaction.is_some(),
+        }
+    }
+
+    /// `call` through the typed export; only for a call it [`serves`](Self::serves).
+    pub(crate) async fn call(
+        &self,
+        store: &mut Store<StoreState>,
+        call: &ServiceCall,
+    ) -> wasmtime::Result<Result<ServiceAnswer, PluginError>> {
+        match (call, &self.memory, &self.compaction) {
+            (ServiceCall::Recall(request), Some(memory), _) => {
+                let request = memory_export::RecallRequest {
+                    session: request.session.clone(),
+                    input: request.input.clone(),
+                };
+                answered(memory.call_recall(store, &request).await, |entries| {
+                    ServiceAnswer::Recalled(
+                        entries
+                            .into_iter()
+                            .map(|e| protocol::RecalledEntry {
+                                source: e.source,
+                                text: e.text,
+                            })
+                            .collect(),
+                    )
+                })
+            }
+            (ServiceCall::Summarize(request), _, Some(compaction)) => {
+                let request = compaction_export::SummarizeRequest {
+                    messages: request.messages.iter().cloned().map(Into::into).collect(),
+                    focus: request.focus.clone(),
+                    budget_chars: u64::try_from(request.budget_chars).unwrap_or(u64::MAX),
+                };
+                answered(
+                    compaction.call_summarize(store, &request).await,
+                    ServiceAnswer::Summary,
+                )
+            }
+            _ => Err(wasmtime::format_err!(
+                "the instance has no typed door for `{}`",
+                call.service()
+            )),
+        }
+    }
+}
+
+/// A message a 0.6.0 caller sent (`compaction` `summarize`), in the kernel's vocabulary.
+impl From<super::since_v0_5::keel::plugin0_5_0::conversation::Message> for protocol::Message {
+    fn from(message: super::since_v0_5::keel::plugin0_5_0::conversation::Message) -> Self {
+        use super::since_v0_5::keel::plugin0_5_0::conversation::{Block, Role};
+        protocol::Message {
+            role: match message.role {
+                Role::User => protocol::Role::User,
+                Role::Assistant => protocol::Role::Assistant,
+            },
+            content: message
+                .content
+                .into_iter()
+                .map(|block| match block {
+                    Block::Text(text) => protocol::Block::Text { text },
+                    Block::Thinking(text) => protocol::Block::Thinking { text },
+                    Block::ToolCall(call) => protocol::Block::ToolCall {
+                        id: call.id,
+                        name: call.name,
+                        arguments: call.arguments,
+                    },
+                    Block::ToolResult(result) => protocol::Block::ToolResult {
+                        call_id: result.call_id,
+                        content: result.content,
+                        is_error: result.is_error,
+                    },
+                })
+                .collect(),
+        }
+    }
+}
