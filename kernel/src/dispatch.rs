@@ -32,6 +32,12 @@ pub(crate) trait Mediator: Send + Sync {
         method: &'a str,
         payload: &'a str,
     ) -> futures::future::BoxFuture<'a, Result<String, KernelError>>;
+    /// Call a typed service on behalf of the chain.
+    fn call_service_typed<'a>(
+        &'a self,
+        chain: &'a crate::call_chain::CallChain,
+        call: &'a crate::ServiceCall,
+    ) -> futures::future::BoxFuture<'a, Result<crate::ServiceAnswer, KernelError>>;
     /// Run a tool.
     fn invoke_tool<'a>(
         &'a self,
@@ -267,26 +273,29 @@ async fn resolve(
             format!("[keel] no tool named `{name}` is registered; use one of the tools offered"),
         ));
     }
-    let payload = serde_json::to_string(&ResolveRequest {
+    let call = crate::ServiceCall::ResolveTool(ResolveRequest {
         name: name.to_owned(),
-    })
-    .unwrap_or_default();
-    let answer = m
-        .call_service(chain, services::TOOL_REGISTRY, "resolve", &payload)
-        .await
-        .map_err(|e| {
-            (
-                OutcomeStatus::Error,
-                format!("[keel] resolving tool `{name}` failed: {e}"),
-            )
-        })?;
-    match serde_json::from_str::<Resolution>(&answer) {
-        Ok(Resolution::Found { name }) => Ok(name),
-        Ok(Resolution::Unknown { did_you_mean }) if did_you_mean.is_empty() => Err((
+    });
+    let answer = m.call_service_typed(chain, &call).await.map_err(|e| {
+        (
+            OutcomeStatus::Error,
+            format!("[keel] resolving tool `{name}` failed: {e}"),
+        )
+    })?;
+    let crate::ServiceAnswer::Resolution(resolution) = answer else {
+        // The kernel routes a `resolve` only to the export that answers it.
+        return Err((
+            OutcomeStatus::Error,
+            format!("[keel] resolving tool `{name}` got another method's answer"),
+        ));
+    };
+    match resolution {
+        Resolution::Found { name } => Ok(name),
+        Resolution::Unknown { did_you_mean } if did_you_mean.is_empty() => Err((
             OutcomeStatus::Error,
             format!("[keel] no tool named `{name}` is registered; use one of the tools offered"),
         )),
-        Ok(Resolution::Unknown { did_you_mean }) => Err((
+        Resolution::Unknown { did_you_mean } => Err((
             OutcomeStatus::Error,
             format!(
                 "[keel] no tool named `{name}` is registered; did you mean {}?",
@@ -297,13 +306,9 @@ async fn resolve(
                     .join(" or ")
             ),
         )),
-        Ok(Resolution::Disabled { name, reason }) => Err((
+        Resolution::Disabled { name, reason } => Err((
             OutcomeStatus::Refused,
             format!("[keel] tool `{name}` is disabled: {reason}"),
-        )),
-        Err(e) => Err((
-            OutcomeStatus::Error,
-            format!("[keel] the tool registry answered malformed JSON ({e})"),
         )),
     }
 }

@@ -1,5 +1,5 @@
-//! The services plugins provide to each other through typed doors (ABI 0.6.0's `memory` and
-//! `compaction`), in `keel_protocol`'s types: the one vocabulary the kernel routes, whichever
+//! The services plugins provide to each other through typed doors (ABI 0.6.0's `memory`,
+//! `compaction` and `tool-registry`), in `keel_protocol`'s types: the one vocabulary the kernel routes, whichever
 //! door each side uses.
 //!
 //! A caller of 0.6.0 asks through the typed import; the kernel routes the call to the plugin
@@ -10,7 +10,9 @@
 //! caller works with every provider, and the kernel never hands a plugin JSON text it did not
 //! ask for.
 
-use keel_protocol::{RecallRequest, RecalledEntry, SummarizeRequest, services};
+use keel_protocol::{
+    RecallRequest, RecalledEntry, Resolution, ResolveRequest, SummarizeRequest, ToolDef, services,
+};
 
 /// A call to a typed service.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,15 +21,23 @@ pub enum ServiceCall {
     Recall(RecallRequest),
     /// `compaction` `summarize`.
     Summarize(SummarizeRequest),
+    /// `tool-registry` `list`.
+    ListTools,
+    /// `tool-registry` `resolve`.
+    ResolveTool(ResolveRequest),
 }
 
 /// What a typed service answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ServiceAnswer {
     /// `memory` `recall`: the entries found, best first.
     Recalled(Vec<RecalledEntry>),
     /// `compaction` `summarize`: the summary's text.
     Summary(String),
+    /// `tool-registry` `list`: the tools offered to the model.
+    Tools(Vec<ToolDef>),
+    /// `tool-registry` `resolve`: what the name stands for.
+    Resolution(Resolution),
 }
 
 impl ServiceCall {
@@ -36,6 +46,7 @@ impl ServiceCall {
         match self {
             ServiceCall::Recall(_) => services::MEMORY,
             ServiceCall::Summarize(_) => services::COMPACTION,
+            ServiceCall::ListTools | ServiceCall::ResolveTool(_) => services::TOOL_REGISTRY,
         }
     }
 
@@ -44,6 +55,8 @@ impl ServiceCall {
         match self {
             ServiceCall::Recall(_) => "recall",
             ServiceCall::Summarize(_) => "summarize",
+            ServiceCall::ListTools => "list",
+            ServiceCall::ResolveTool(_) => "resolve",
         }
     }
 
@@ -53,6 +66,8 @@ impl ServiceCall {
         match self {
             ServiceCall::Recall(request) => serde_json::to_string(request),
             ServiceCall::Summarize(request) => serde_json::to_string(request),
+            ServiceCall::ListTools => Ok("{}".to_owned()),
+            ServiceCall::ResolveTool(request) => serde_json::to_string(request),
         }
         // Plain records of strings, numbers and lists: nothing here fails to serialize.
         .unwrap_or_default()
@@ -74,6 +89,12 @@ impl ServiceCall {
             ServiceCall::Summarize(_) => serde_json::from_str(text)
                 .map(ServiceAnswer::Summary)
                 .map_err(malformed),
+            ServiceCall::ListTools => serde_json::from_str(text)
+                .map(ServiceAnswer::Tools)
+                .map_err(malformed),
+            ServiceCall::ResolveTool(_) => serde_json::from_str(text)
+                .map(ServiceAnswer::Resolution)
+                .map_err(malformed),
         }
     }
 
@@ -90,6 +111,8 @@ impl ServiceCall {
                         .map(block_bytes)
                         .sum::<usize>()
             }
+            ServiceCall::ListTools => 0,
+            ServiceCall::ResolveTool(r) => r.name.len(),
         }
     }
 }
@@ -102,6 +125,11 @@ impl ServiceAnswer {
                 entries.iter().map(|e| e.source.len() + e.text.len()).sum()
             }
             ServiceAnswer::Summary(text) => text.len(),
+            ServiceAnswer::Tools(tools) => tools
+                .iter()
+                .map(|t| t.name.len() + t.description.len())
+                .sum(),
+            ServiceAnswer::Resolution(_) => 0,
         }
     }
 }

@@ -127,9 +127,9 @@ async fn a_0_3_plugin_asks_the_kernel_services_through_json() -> R {
 }
 
 /// The agent loop is a 0.6.0 component: it imports the typed `caller` and `prompt-context`
-/// (so its prompt and the compaction provider come through them), and the typed `memory` and
-/// `compaction` it asks the plugins providing them through; those export their typed door
-/// beside 0.4.0's `plugin`. The subagents plugin, which still asks through `services.call`,
+/// (so its prompt and the compaction provider come through them), and the typed `memory`,
+/// `compaction` and `tool-registry` it asks the plugins providing them through; those export
+/// their typed door beside 0.4.0's `plugin`. The subagents plugin, which still asks through `services.call`,
 /// stays 0.4.0.
 #[test]
 fn the_agent_loop_uses_the_typed_services() -> R {
@@ -146,6 +146,7 @@ fn the_agent_loop_uses_the_typed_services() -> R {
         "keel:plugin/prompt-context@0.5.0",
         "keel:plugin/memory@0.6.0",
         "keel:plugin/compaction@0.6.0",
+        "keel:plugin/tool-registry@0.6.0",
     ] {
         assert!(agent.imports.contains(&typed.to_owned()), "{agent:?}");
     }
@@ -157,6 +158,7 @@ fn the_agent_loop_uses_the_typed_services() -> R {
     for (provider, export) in [
         ("memory", "keel:plugin/memory@0.6.0"),
         ("compaction", "keel:plugin/compaction@0.6.0"),
+        ("tool-registry", "keel:plugin/tool-registry@0.6.0"),
     ] {
         let report = report(provider)?;
         assert_eq!(report.abi_version.to_string(), "0.6.0", "{report:?}");
@@ -221,6 +223,48 @@ async fn a_typed_call_takes_the_providers_typed_door() -> R {
             "error: denied: plugin `typed-memory` did not declare the service `compaction`"
         ),
         "{refused}"
+    );
+    Ok(())
+}
+
+/// The bundled tool registry answers alike through its typed door, which the kernel's
+/// dispatcher and the agent loop use, and its JSON one, which callers of earlier ABIs use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tool_registry_answers_alike_through_both_doors() -> R {
+    use keel_kernel::{ServiceAnswer, ServiceCall};
+    use keel_protocol::{Resolution, ResolveRequest};
+
+    let (h, _dir) = harness()?;
+    h.load_bundled("tool-registry").await?;
+    h.load_bundled("echo-tool").await?;
+    let typed = h.kernel.call_service_typed(&ServiceCall::ListTools).await?;
+    let json = h.kernel.call_service("tool-registry", "list", "{}").await?;
+    assert_eq!(
+        ServiceCall::ListTools.answer_from_json(&json),
+        Ok(typed.clone())
+    );
+    match &typed {
+        ServiceAnswer::Tools(tools) => {
+            let echo = tools.iter().find(|t| t.name == "echo");
+            assert!(
+                echo.is_some_and(|t| t.input_schema["type"] == "object"),
+                "{tools:?}"
+            );
+        }
+        other => panic!("expected the tools, got {other:?}"),
+    }
+    let resolve = |name: &str| ServiceCall::ResolveTool(ResolveRequest { name: name.into() });
+    assert_eq!(
+        h.kernel.call_service_typed(&resolve("Echo")).await?,
+        ServiceAnswer::Resolution(Resolution::Found {
+            name: "echo".into()
+        })
+    );
+    assert_eq!(
+        h.kernel.call_service_typed(&resolve("ecko")).await?,
+        ServiceAnswer::Resolution(Resolution::Unknown {
+            did_you_mean: vec!["echo".into()]
+        })
     );
     Ok(())
 }

@@ -26,6 +26,14 @@ impl Mediator for Shared {
         Box::pin(Shared::call_service(self, chain, service, method, payload))
     }
 
+    fn call_service_typed<'a>(
+        &'a self,
+        chain: &'a CallChain,
+        call: &'a crate::ServiceCall,
+    ) -> futures::future::BoxFuture<'a, Result<crate::ServiceAnswer, KernelError>> {
+        Box::pin(Shared::call_service_typed(self, chain, call))
+    }
+
     fn invoke_tool<'a>(
         &'a self,
         chain: &'a CallChain,

@@ -278,6 +278,8 @@ impl PluginInstance for WasmInstance {
         let export = match call {
             ServiceCall::Recall(_) => "memory.recall",
             ServiceCall::Summarize(_) => "compaction.summarize",
+            ServiceCall::ListTools => "tool-registry.list",
+            ServiceCall::ResolveTool(_) => "tool-registry.resolve",
         };
         if !self.bindings.serves(call) {
             // No typed door: the kernel sends the call as JSON instead.

@@ -132,6 +132,16 @@ pub trait AgentDoors {
         })
     }
 
+    /// `tool-registry` `list`: the tools offered to the model. Through the JSON door here;
+    /// the plugin's doors take the typed one (ABI 0.6.0).
+    fn list_tools(&mut self) -> Result<Vec<ToolDef>, DoorError> {
+        let answer = self.call(services::TOOL_REGISTRY, "list", "{}")?;
+        serde_json::from_str(&answer).map_err(|e| DoorError {
+            kind: "failed",
+            message: format!("the tool registry's list is malformed: {e}"),
+        })
+    }
+
     /// `compaction` `summarize`: the summary of the oldest messages. Through the JSON door
     /// here; the plugin's doors take the typed one (ABI 0.6.0).
     fn summarize(&mut self, request: &SummarizeRequest) -> Result<String, DoorError> {
@@ -404,11 +414,7 @@ impl<D: AgentDoors> AgentLoop<D> {
             .iter()
             .map(|t| (t.name.clone(), t.parallel_safe))
             .collect();
-        let from_registry = self
-            .doors
-            .call(services::TOOL_REGISTRY, "list", "{}")
-            .ok()
-            .and_then(|json| serde_json::from_str::<Vec<ToolDef>>(&json).ok());
+        let from_registry = self.doors.list_tools().ok();
         let defs = from_registry.unwrap_or_else(|| {
             registered
                 .iter()

@@ -4,11 +4,11 @@
 
 use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError, LoadRequest};
 use keel_protocol::{Block, Message, RecallRequest, RecalledEntry, Role, SummarizeRequest};
-use keel_protocol::{PromptFragment, ToolCapabilities, ToolSpec};
+use keel_protocol::{PromptFragment, ToolCapabilities, ToolDef, ToolSpec};
 use keel_protocol::{TurnRequest, services};
 use keel_sdk::{
     KernelError, Plugin, agent, caller, compaction, conversation, events, log, memory,
-    prompt_context, services as kernel_services, state, tools,
+    prompt_context, services as kernel_services, state, tool_registry, tools,
 };
 
 /// The kernel's doors, through the SDK.
@@ -122,6 +122,29 @@ impl AgentDoors for KernelDoors {
                 text: e.text,
             })
             .collect())
+    }
+
+    fn list_tools(&mut self) -> Result<Vec<ToolDef>, DoorError> {
+        tool_registry::list()
+            .map_err(door_error)?
+            .into_iter()
+            .map(|tool| {
+                // The schema is the tool's own JSON text, which the registry checked.
+                let input_schema =
+                    serde_json::from_str(&tool.input_schema).map_err(|e| DoorError {
+                        kind: "failed",
+                        message: format!(
+                            "the input schema of tool `{}` is not JSON: {e}",
+                            tool.name
+                        ),
+                    })?;
+                Ok(ToolDef {
+                    name: tool.name,
+                    description: tool.description,
+                    input_schema,
+                })
+            })
+            .collect()
     }
 
     fn summarize(&mut self, request: &SummarizeRequest) -> Result<String, DoorError> {

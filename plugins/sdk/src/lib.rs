@@ -8,13 +8,15 @@
 //! wraps every kernel import in a safe function: [`log`], [`services`], [`tools`],
 //! [`events`], [`prompt`], [`state`], [`guards`], [`http`], [`exec`], [`agent`],
 //! [`processes`], [`tool_list`], the kernel's services [`caller`], [`prompt_context`],
-//! [`conversation`] and [`agents`], and the plugins' services [`memory`] and [`compaction`].
+//! [`conversation`] and [`agents`], and the plugins' services [`memory`], [`compaction`] and
+//! [`tool_registry`].
 //!
 //! A component's ABI version is the newest it uses: a plugin that calls none of the typed
 //! services is a 0.4.0 component, which keels hosting 0.4.0 load as well.
 //!
-//! A plugin that provides `memory` or `compaction` may serve it typed too: it binds the
-//! world `memory-service` (or `compaction-service`) of the WIT with `wit-bindgen`, mapping
+//! A plugin that provides `memory`, `compaction` or `tool-registry` may serve it typed too: it
+//! binds the world `memory-service` (`compaction-service`, `tool-registry-service`) of the WIT
+//! with `wit-bindgen`, mapping
 //! `keel:plugin/types@0.2.0` to `keel_sdk::bindings::keel::plugin0_2_0::types`, and reaches
 //! its state with [`with_plugin`]. Callers of 0.6.0 are then served through that export,
 //! callers of earlier versions through [`Plugin::handle_call`] as before.
@@ -689,7 +691,7 @@ mod door {
     pub(crate) use crate::bindings::keel::plugin0_5_0::{
         agents, caller, conversation, prompt_context,
     };
-    pub(crate) use crate::bindings::keel::plugin0_6_0::{compaction, memory};
+    pub(crate) use crate::bindings::keel::plugin0_6_0::{compaction, memory, tool_registry};
 }
 
 /// Where the wrappers' calls go outside WebAssembly: the in-memory [`mock`] host.
@@ -951,6 +953,25 @@ pub mod compaction {
     /// The summary of `request`'s messages; an error when none could be made.
     pub fn summarize(request: &SummarizeRequest) -> Result<String, KernelError> {
         raw::summarize(request).map_err(KernelError::from)
+    }
+}
+
+/// The tools as the model is offered them, and names resolved to registered tools, from
+/// whichever plugin provides `tool-registry` (ABI 0.6.0). The plugin must declare
+/// `tool-registry`.
+pub mod tool_registry {
+    use crate::KernelError;
+    use crate::door::tool_registry as raw;
+    pub use raw::{DisabledTool, Resolution, ToolDef};
+
+    /// Every tool offered to the model, in the order offered; each input schema is JSON text.
+    pub fn list() -> Result<Vec<ToolDef>, KernelError> {
+        raw::list().map_err(KernelError::from)
+    }
+
+    /// The registered tool `name` stands for.
+    pub fn resolve(name: &str) -> Result<Resolution, KernelError> {
+        raw::resolve(name).map_err(KernelError::from)
     }
 }
 

@@ -93,6 +93,10 @@ pub struct MockHost {
     pub summary: Option<String>,
     /// The requests `compaction::summarize` was asked, in order.
     pub summarize_requests: Vec<crate::compaction::SummarizeRequest>,
+    /// What `tool_registry::list` answers; `None` (the default): no plugin provides
+    /// `tool-registry`. `tool_registry::resolve` finds a name here exactly, else answers
+    /// `unknown` with no suggestion.
+    pub offered_tools: Option<Vec<crate::tool_registry::ToolDef>>,
     services: BTreeMap<String, Handler>,
 }
 
@@ -118,6 +122,7 @@ impl std::fmt::Debug for MockHost {
             .field("recall_requests", &self.recall_requests)
             .field("summary", &self.summary)
             .field("summarize_requests", &self.summarize_requests)
+            .field("offered_tools", &self.offered_tools)
             .field("services", &self.services.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -509,6 +514,36 @@ pub(crate) mod door {
                             .into(),
                     )
                 })
+            })
+        }
+    }
+
+    pub(crate) mod tool_registry {
+        pub use crate::bindings::keel::plugin0_6_0::tool_registry::{
+            DisabledTool, Resolution, ToolDef,
+        };
+
+        use super::{RawKernelError, with_host};
+
+        fn offered() -> Result<Vec<ToolDef>, RawKernelError> {
+            with_host(|h| h.offered_tools.clone()).ok_or_else(|| {
+                RawKernelError::Unavailable(
+                    "no plugin provides `tool-registry` in the mock host; set \
+                     `MockHost::offered_tools`"
+                        .into(),
+                )
+            })
+        }
+
+        pub(crate) fn list() -> Result<Vec<ToolDef>, RawKernelError> {
+            offered()
+        }
+
+        pub(crate) fn resolve(name: &str) -> Result<Resolution, RawKernelError> {
+            Ok(if offered()?.iter().any(|t| t.name == name) {
+                Resolution::Found(name.to_owned())
+            } else {
+                Resolution::Unknown(Vec::new())
             })
         }
     }

@@ -9,6 +9,9 @@
 //!   suggestions. The kernel's dispatcher calls it for names not registered exactly.
 //! - `problems` (payload ignored) → `Vec<String>`: why definitions were disabled.
 //!
+//! `list` and `resolve` are served typed too (ABI 0.6.0's `tool-registry-service`), to
+//! callers of 0.6.0 and the kernel's dispatcher; callers of earlier versions keep the JSON door.
+//!
 //! The registry is rebuilt from the kernel's registered tools on every call, so tools that
 //! come and go with hot reload are always current.
 
@@ -67,3 +70,54 @@ impl Plugin for ToolRegistry {
 }
 
 keel_sdk::export_plugin!(ToolRegistry);
+
+#[allow(unsafe_code, missing_docs, clippy::all, clippy::unwrap_used)]
+mod typed {
+    wit_bindgen::generate!({
+        path: [
+            "../../wit/keel-plugin-0.2.0",
+            "../../wit/keel-plugin-0.3.0",
+            "../../wit/keel-plugin-0.4.0",
+            "../../wit/keel-plugin-0.5.0",
+            "../../wit/keel-plugin-0.6.0",
+        ],
+        world: "keel:plugin/tool-registry-service@0.6.0",
+        with: {
+            "keel:plugin/types@0.2.0": keel_sdk::bindings::keel::plugin0_2_0::types,
+        },
+    });
+}
+
+use keel_sdk::bindings::keel::plugin0_2_0::types::KernelError as RawKernelError;
+use typed::exports::keel::plugin0_6_0::tool_registry as registry_export;
+
+struct TypedRegistry;
+
+impl registry_export::Guest for TypedRegistry {
+    fn list() -> Result<Vec<registry_export::ToolDef>, RawKernelError> {
+        Ok(registry()
+            .list()
+            .into_iter()
+            .map(|def| registry_export::ToolDef {
+                input_schema: def.input_schema.to_string(),
+                name: def.name,
+                description: def.description,
+            })
+            .collect())
+    }
+
+    fn resolve(name: String) -> Result<registry_export::Resolution, RawKernelError> {
+        use keel_protocol::Resolution;
+        use registry_export::{DisabledTool, Resolution as Typed};
+        Ok(match registry().resolve(&name) {
+            Resolution::Found { name } => Typed::Found(name),
+            Resolution::Unknown { did_you_mean } => Typed::Unknown(did_you_mean),
+            Resolution::Disabled { name, reason } => Typed::Disabled(DisabledTool { name, reason }),
+        })
+    }
+}
+
+#[allow(unsafe_code)]
+const _: () = {
+    typed::export!(TypedRegistry with_types_in typed);
+};

@@ -1,4 +1,5 @@
-//! ABI 0.6.0: services plugins provide to each other, typed (`memory`, `compaction`). Both
+//! ABI 0.6.0: services plugins provide to each other, typed (`memory`, `compaction`,
+//! `tool-registry`). Both
 //! sides of a typed call are here: the host side of the import a caller uses, which routes
 //! the call through the kernel ([`HostHandle::call_typed`](crate::HostHandle::call_typed)),
 //! and the provider's export the kernel calls ([`ServiceExports`]).
@@ -90,14 +91,35 @@ mod compaction_service {
     });
 }
 
+/// The provider's side of `tool-registry`.
+mod tool_registry_service {
+    wasmtime::component::bindgen!({
+        path: [
+            "../wit/keel-plugin-0.2.0",
+            "../wit/keel-plugin-0.3.0",
+            "../wit/keel-plugin-0.4.0",
+            "../wit/keel-plugin-0.5.0",
+            "../wit/keel-plugin-0.6.0",
+        ],
+        world: "keel:plugin/tool-registry-service@0.6.0",
+        exports: { default: async },
+        with: {
+            "keel:plugin/types@0.2.0": crate::wasm_host::abi_versions::since_v0_2::keel::plugin::types,
+        },
+    });
+}
+
 use compaction_service::exports::keel::plugin0_6_0::compaction as compaction_export;
-use keel::plugin0_6_0::{compaction, memory};
+use keel::plugin0_6_0::{compaction, memory, tool_registry};
 use memory_service::exports::keel::plugin0_6_0::memory as memory_export;
+use tool_registry_service::exports::keel::plugin0_6_0::tool_registry as registry_export;
 
 /// The export of a plugin that provides `memory` through its typed door.
 pub(crate) const MEMORY_EXPORT: &str = "keel:plugin/memory@0.6.0";
 /// The export of a plugin that provides `compaction` through its typed door.
 pub(crate) const COMPACTION_EXPORT: &str = "keel:plugin/compaction@0.6.0";
+/// The export of a plugin that provides `tool-registry` through its typed door.
+pub(crate) const TOOL_REGISTRY_EXPORT: &str = "keel:plugin/tool-registry@0.6.0";
 
 /// A typed call's answer of the wrong kind: the kernel routes each call to the one export that
 /// answers it, so this is a kernel bug, said as one rather than a panic.
@@ -126,7 +148,7 @@ impl memory::Host for StoreState {
                     text: e.text,
                 })
                 .collect()),
-            ServiceAnswer::Summary(_) => Err(mismatched("memory.recall")),
+            _ => Err(mismatched("memory.recall")),
         }
     }
 }
@@ -144,7 +166,40 @@ impl compaction::Host for StoreState {
         });
         match self.host.call_typed(&call).await? {
             ServiceAnswer::Summary(text) => Ok(text),
-            ServiceAnswer::Recalled(_) => Err(mismatched("compaction.summarize")),
+            _ => Err(mismatched("compaction.summarize")),
+        }
+    }
+}
+
+impl tool_registry::Host for StoreState {
+    async fn list(&mut self) -> Result<Vec<tool_registry::ToolDef>, KernelError> {
+        let _host = self.meter.host_call();
+        match self.host.call_typed(&ServiceCall::ListTools).await? {
+            ServiceAnswer::Tools(tools) => Ok(tools
+                .into_iter()
+                .map(|t| tool_registry::ToolDef {
+                    input_schema: t.input_schema.to_string(),
+                    name: t.name,
+                    description: t.description,
+                })
+                .collect()),
+            _ => Err(mismatched("tool-registry.list")),
+        }
+    }
+
+    async fn resolve(&mut self, name: String) -> Result<tool_registry::Resolution, KernelError> {
+        use tool_registry::{DisabledTool, Resolution};
+        let _host = self.meter.host_call();
+        let call = ServiceCall::ResolveTool(protocol::ResolveRequest { name });
+        match self.host.call_typed(&call).await? {
+            ServiceAnswer::Resolution(resolution) => Ok(match resolution {
+                protocol::Resolution::Found { name } => Resolution::Found(name),
+                protocol::Resolution::Unknown { did_you_mean } => Resolution::Unknown(did_you_mean),
+                protocol::Resolution::Disabled { name, reason } => {
+                    Resolution::Disabled(DisabledTool { name, reason })
+                }
+            }),
+            _ => Err(mismatched("tool-registry.resolve")),
         }
     }
 }
@@ -154,6 +209,7 @@ impl compaction::Host for StoreState {
 pub(crate) struct ServiceIndices {
     memory: Option<memory_export::GuestIndices>,
     compaction: Option<compaction_export::GuestIndices>,
+    tool_registry: Option<registry_export::GuestIndices>,
 }
 
 impl ServiceIndices {
@@ -169,6 +225,9 @@ impl ServiceIndices {
                 .transpose()?,
             compaction: exports(COMPACTION_EXPORT)
                 .then(|| compaction_export::GuestIndices::new(pre))
+                .transpose()?,
+            tool_registry: exports(TOOL_REGISTRY_EXPORT)
+                .then(|| registry_export::GuestIndices::new(pre))
                 .transpose()?,
         })
     }
@@ -199,6 +258,12 @@ impl ServiceIndices {
                 .map(|i| i.load(&mut *store, instance))
                 .transpose()
                 .map_err(|e| e.context(shape(COMPACTION_EXPORT)))?,
+            tool_registry: self
+                .tool_registry
+                .as_ref()
+                .map(|i| i.load(&mut *store, instance))
+                .transpose()
+                .map_err(|e| e.context(shape(TOOL_REGISTRY_EXPORT)))?,
         })
     }
 }
@@ -207,6 +272,7 @@ impl ServiceIndices {
 pub(crate) struct ServiceExports {
     memory: Option<memory_export::Guest>,
     compaction: Option<compaction_export::Guest>,
+    tool_registry: Option<registry_export::Guest>,
 }
 
 /// What a provider's typed export answered with, in the kernel's vocabulary.
@@ -236,6 +302,7 @@ impl ServiceExports {
         match call {
             ServiceCall::Recall(_) => self.memory.is_some(),
             ServiceCall::Summarize(_) => self.compaction.is_some(),
+            ServiceCall::ListTools | ServiceCall::ResolveTool(_) => self.tool_registry.is_some(),
         }
     }
 
@@ -245,8 +312,8 @@ impl ServiceExports {
         store: &mut Store<StoreState>,
         call: &ServiceCall,
     ) -> wasmtime::Result<Result<ServiceAnswer, PluginError>> {
-        match (call, &self.memory, &self.compaction) {
-            (ServiceCall::Recall(request), Some(memory), _) => {
+        match (call, &self.memory, &self.compaction, &self.tool_registry) {
+            (ServiceCall::Recall(request), Some(memory), _, _) => {
                 let request = memory_export::RecallRequest {
                     session: request.session.clone(),
                     input: request.input.clone(),
@@ -263,7 +330,7 @@ impl ServiceExports {
                     )
                 })
             }
-            (ServiceCall::Summarize(request), _, Some(compaction)) => {
+            (ServiceCall::Summarize(request), _, Some(compaction), _) => {
                 let request = compaction_export::SummarizeRequest {
                     messages: request.messages.iter().cloned().map(Into::into).collect(),
                     focus: request.focus.clone(),
@@ -272,6 +339,50 @@ impl ServiceExports {
                 answered(
                     compaction.call_summarize(store, &request).await,
                     ServiceAnswer::Summary,
+                )
+            }
+            (ServiceCall::ListTools, _, _, Some(registry)) => {
+                let tools = match registry.call_list(store).await? {
+                    Ok(tools) => tools,
+                    Err(e) => return Ok(Err(provider_error(e))),
+                };
+                let mut defs = Vec::with_capacity(tools.len());
+                for tool in tools {
+                    // The schema is the tool's own JSON text; one that does not parse is the
+                    // provider's failure, said with the tool's name.
+                    let schema = match serde_json::from_str(&tool.input_schema) {
+                        Ok(schema) => schema,
+                        Err(e) => {
+                            return Ok(Err(PluginError::Failed(format!(
+                                "the input schema of tool `{}` is not JSON: {e}",
+                                tool.name
+                            ))));
+                        }
+                    };
+                    defs.push(protocol::ToolDef {
+                        name: tool.name,
+                        description: tool.description,
+                        input_schema: schema,
+                    });
+                }
+                Ok(Ok(ServiceAnswer::Tools(defs)))
+            }
+            (ServiceCall::ResolveTool(request), _, _, Some(registry)) => {
+                use registry_export::Resolution;
+                answered(
+                    registry.call_resolve(store, &request.name).await,
+                    |resolution| {
+                        ServiceAnswer::Resolution(match resolution {
+                            Resolution::Found(name) => protocol::Resolution::Found { name },
+                            Resolution::Unknown(did_you_mean) => {
+                                protocol::Resolution::Unknown { did_you_mean }
+                            }
+                            Resolution::Disabled(d) => protocol::Resolution::Disabled {
+                                name: d.name,
+                                reason: d.reason,
+                            },
+                        })
+                    },
                 )
             }
             _ => Err(wasmtime::format_err!(
