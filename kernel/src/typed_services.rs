@@ -1,5 +1,5 @@
-//! The services plugins provide to each other through typed doors (ABI 0.6.0's `memory`,
-//! `compaction` and `tool-registry`), in `keel_protocol`'s types: the one vocabulary the kernel routes, whichever
+//! The services plugins provide through typed doors (ABI 0.6.0's `memory`, `compaction`,
+//! `tool-registry` and `turns`, the `agent` service), in `keel_protocol`'s types: the one vocabulary the kernel routes, whichever
 //! door each side uses.
 //!
 //! A caller of 0.6.0 asks through the typed import; the kernel routes the call to the plugin
@@ -11,7 +11,8 @@
 //! ask for.
 
 use keel_protocol::{
-    RecallRequest, RecalledEntry, Resolution, ResolveRequest, SummarizeRequest, ToolDef, services,
+    CompactRequest, Compacted, LoadRequest, RecallRequest, RecalledEntry, Resolution,
+    ResolveRequest, SummarizeRequest, ToolDef, TurnReport, TurnRequest, services,
 };
 
 /// A call to a typed service.
@@ -25,6 +26,12 @@ pub enum ServiceCall {
     ListTools,
     /// `tool-registry` `resolve`.
     ResolveTool(ResolveRequest),
+    /// `agent` `turn`.
+    Turn(TurnRequest),
+    /// `agent` `load`.
+    LoadConversation(LoadRequest),
+    /// `agent` `compact`.
+    Compact(CompactRequest),
 }
 
 /// What a typed service answered.
@@ -38,6 +45,12 @@ pub enum ServiceAnswer {
     Tools(Vec<ToolDef>),
     /// `tool-registry` `resolve`: what the name stands for.
     Resolution(Resolution),
+    /// `agent` `turn`: how the turn ended.
+    TurnReport(TurnReport),
+    /// `agent` `load`: the messages the session now holds.
+    Loaded(u32),
+    /// `agent` `compact`: what the compaction did.
+    Compacted(Compacted),
 }
 
 impl ServiceCall {
@@ -47,6 +60,9 @@ impl ServiceCall {
             ServiceCall::Recall(_) => services::MEMORY,
             ServiceCall::Summarize(_) => services::COMPACTION,
             ServiceCall::ListTools | ServiceCall::ResolveTool(_) => services::TOOL_REGISTRY,
+            ServiceCall::Turn(_) | ServiceCall::LoadConversation(_) | ServiceCall::Compact(_) => {
+                services::AGENT
+            }
         }
     }
 
@@ -57,6 +73,9 @@ impl ServiceCall {
             ServiceCall::Summarize(_) => "summarize",
             ServiceCall::ListTools => "list",
             ServiceCall::ResolveTool(_) => "resolve",
+            ServiceCall::Turn(_) => "turn",
+            ServiceCall::LoadConversation(_) => "load",
+            ServiceCall::Compact(_) => "compact",
         }
     }
 
@@ -68,6 +87,9 @@ impl ServiceCall {
             ServiceCall::Summarize(request) => serde_json::to_string(request),
             ServiceCall::ListTools => Ok("{}".to_owned()),
             ServiceCall::ResolveTool(request) => serde_json::to_string(request),
+            ServiceCall::Turn(request) => serde_json::to_string(request),
+            ServiceCall::LoadConversation(request) => serde_json::to_string(request),
+            ServiceCall::Compact(request) => serde_json::to_string(request),
         }
         // Plain records of strings, numbers and lists: nothing here fails to serialize.
         .unwrap_or_default()
@@ -95,6 +117,15 @@ impl ServiceCall {
             ServiceCall::ResolveTool(_) => serde_json::from_str(text)
                 .map(ServiceAnswer::Resolution)
                 .map_err(malformed),
+            ServiceCall::Turn(_) => serde_json::from_str(text)
+                .map(ServiceAnswer::TurnReport)
+                .map_err(malformed),
+            ServiceCall::LoadConversation(_) => serde_json::from_str(text)
+                .map(ServiceAnswer::Loaded)
+                .map_err(malformed),
+            ServiceCall::Compact(_) => serde_json::from_str(text)
+                .map(ServiceAnswer::Compacted)
+                .map_err(malformed),
         }
     }
 
@@ -103,16 +134,12 @@ impl ServiceCall {
     pub(crate) fn bytes(&self) -> usize {
         match self {
             ServiceCall::Recall(r) => r.session.len() + r.input.len(),
-            ServiceCall::Summarize(r) => {
-                r.focus.len()
-                    + r.messages
-                        .iter()
-                        .flat_map(|m| &m.content)
-                        .map(block_bytes)
-                        .sum::<usize>()
-            }
+            ServiceCall::Summarize(r) => r.focus.len() + messages_bytes(&r.messages),
             ServiceCall::ListTools => 0,
             ServiceCall::ResolveTool(r) => r.name.len(),
+            ServiceCall::Turn(r) => r.session.len() + r.input.len(),
+            ServiceCall::LoadConversation(r) => r.session.len() + messages_bytes(&r.messages),
+            ServiceCall::Compact(r) => r.session.len() + r.focus.len(),
         }
     }
 }
@@ -129,9 +156,20 @@ impl ServiceAnswer {
                 .iter()
                 .map(|t| t.name.len() + t.description.len())
                 .sum(),
-            ServiceAnswer::Resolution(_) => 0,
+            ServiceAnswer::TurnReport(report) => report.text.len() + report.detail.len(),
+            ServiceAnswer::Resolution(_)
+            | ServiceAnswer::Loaded(_)
+            | ServiceAnswer::Compacted(_) => 0,
         }
     }
+}
+
+fn messages_bytes(messages: &[keel_protocol::Message]) -> usize {
+    messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .map(block_bytes)
+        .sum()
 }
 
 fn block_bytes(block: &keel_protocol::Block) -> usize {

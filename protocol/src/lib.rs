@@ -706,6 +706,40 @@ pub struct TurnRequest {
     pub input: String,
 }
 
+/// `agent` `load`: seed a session's conversation (resume).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadRequest {
+    /// The session to seed.
+    pub session: String,
+    /// Its conversation so far.
+    pub messages: Vec<Message>,
+    /// The context window a provider's refusal showed earlier in the session, if one did
+    /// ([`SessionEvent::Compacted`]'s `context_window`).
+    #[serde(default)]
+    pub context_window: Option<u64>,
+}
+
+/// `agent` `compact`: compact a session's conversation now (`/compact FOCUS`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactRequest {
+    /// The session.
+    pub session: String,
+    /// What the summary should keep in particular; may be empty.
+    #[serde(default)]
+    pub focus: String,
+}
+
+/// `agent` `compact`'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compacted {
+    /// The messages replaced by the summary.
+    pub replaced: u64,
+    /// About how many tokens the conversation took before.
+    pub tokens_before: u64,
+    /// And after.
+    pub tokens_after: u64,
+}
+
 /// Why a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -22,7 +22,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use keel_kernel::gates::exec_policy::ApprovalMode;
-use keel_kernel::{Kernel, PluginLoader};
+use keel_kernel::{Kernel, PluginLoader, ServiceAnswer, ServiceCall};
 use keel_protocol::{SessionEvent, TurnEnd, TurnReport, TurnRequest, services, topics};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
@@ -367,16 +367,17 @@ impl Session {
         for repair in &conversation.repairs {
             eprintln!("note: session `{id}`: {}", terminal_safe(repair));
         }
-        let payload = serde_json::json!({
-            "session": id,
-            "messages": conversation.messages,
-            "context_window": conversation.context_window,
+        let held = conversation.messages.len();
+        let load = ServiceCall::LoadConversation(keel_protocol::LoadRequest {
+            session: id.to_owned(),
+            messages: conversation.messages,
+            context_window: conversation.context_window,
         });
         self.kernel
-            .call_service(services::AGENT, "load", &payload.to_string())
+            .call_service_typed(&load)
             .await
             .map_err(|e| anyhow::anyhow!("the agent plugin could not load session `{id}`: {e}"))?;
-        Ok(conversation.messages.len())
+        Ok(held)
     }
 
     /// Whether the session log wrote everything since it was last asked: an error naming
@@ -431,7 +432,7 @@ impl Session {
                 anyhow::bail!("a user-prompt-submit hook held the prompt back: {reason}")
             }
         };
-        self.turns_until_stop(input, true, |payload| self.agent_call("turn", payload))
+        self.turns_until_stop(input, true, |call| self.agent_call(call))
             .await
     }
 
@@ -445,19 +446,17 @@ impl Session {
         mut call: F,
     ) -> anyhow::Result<TurnReport>
     where
-        F: FnMut(String) -> Call,
-        Call: std::future::Future<Output = Result<String, keel_kernel::KernelError>>,
+        F: FnMut(ServiceCall) -> Call,
+        Call: std::future::Future<Output = Result<ServiceAnswer, keel_kernel::KernelError>>,
     {
         let mut went_on = 0;
         loop {
-            let request = TurnRequest {
-                session: self.id(),
+            let session = self.id();
+            let request = ServiceCall::Turn(TurnRequest {
+                session: session.clone(),
                 input,
-            };
-            let payload = serde_json::to_string(&request)?;
-            let report = self
-                .checkpointed_turn(&request.session, call(payload))
-                .await;
+            });
+            let report = self.checkpointed_turn(&session, call(request)).await;
             let asked = self.stop_hooks(went_on > 0).await;
             let report = report?;
             if show {
@@ -626,7 +625,7 @@ impl Session {
     async fn checkpointed_turn(
         &self,
         session: &str,
-        call: impl std::future::Future<Output = Result<String, keel_kernel::KernelError>>,
+        call: impl std::future::Future<Output = Result<ServiceAnswer, keel_kernel::KernelError>>,
     ) -> anyhow::Result<TurnReport> {
         if let Some(Err(e)) = self.kernel.checkpoint_before_turn(session) {
             eprintln!("warning: no checkpoint before this turn: {e}");
@@ -642,9 +641,10 @@ impl Session {
                 failure::turn_failure(&e, &agent, &self.id())
             )
         })?;
-        let report: TurnReport = serde_json::from_str(&answer)
-            .map_err(|e| anyhow::anyhow!("the agent plugin answered malformed data: {e}"))?;
-        Ok(report)
+        match answer {
+            ServiceAnswer::TurnReport(report) => Ok(report),
+            other => anyhow::bail!("the agent plugin answered a turn with {other:?}"),
+        }
     }
 
     /// Run one turn for a client other than the terminal (an editor over ACP). Nothing is
@@ -665,11 +665,11 @@ impl Session {
         // Shared, so each turn's call waits on the one cancel; once it fired, every later
         // turn is cancelled at once (and so is never asked to go on).
         let cancel = futures::FutureExt::shared(cancel);
-        let call = |payload: String| {
+        let call = |request: ServiceCall| {
             let cancel = cancel.clone();
             async move {
                 self.kernel.begin_turn();
-                let call = self.kernel.call_service(services::AGENT, "turn", &payload);
+                let call = self.kernel.call_service_typed(&request);
                 tokio::pin!(call);
                 let mut cancelled = false;
                 loop {
@@ -690,25 +690,29 @@ impl Session {
 
     /// `/compact [focus]`: the agent's conversation compacted now; what it says it did.
     pub async fn compact(&self, focus: &str) -> anyhow::Result<String> {
-        let payload = serde_json::json!({ "session": self.id(), "focus": focus });
-        let answer = self
-            .agent_call("compact", payload.to_string())
+        let compact = ServiceCall::Compact(keel_protocol::CompactRequest {
+            session: self.id(),
+            focus: focus.to_owned(),
+        });
+        match self
+            .agent_call(compact)
             .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let done: serde_json::Value = serde_json::from_str(&answer)?;
-        Ok(format!(
-            "compacted: {} messages replaced by a summary, about {} → {} tokens",
-            done["replaced"], done["tokens_before"], done["tokens_after"]
-        ))
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+        {
+            ServiceAnswer::Compacted(done) => Ok(format!(
+                "compacted: {} messages replaced by a summary, about {} → {} tokens",
+                done.replaced, done.tokens_before, done.tokens_after
+            )),
+            other => anyhow::bail!("the agent plugin answered a compaction with {other:?}"),
+        }
     }
 
-    /// Call `method` of the agent as a turn: its events shown as they come, its questions
-    /// asked, Ctrl-C cancelling it.
+    /// Call the agent (a turn, a compaction) as a turn: its events shown as they come, its
+    /// questions asked, Ctrl-C cancelling it.
     async fn agent_call(
         &self,
-        method: &str,
-        payload: String,
-    ) -> Result<String, keel_kernel::KernelError> {
+        call: ServiceCall,
+    ) -> Result<ServiceAnswer, keel_kernel::KernelError> {
         input::clear_interrupt();
         self.kernel.begin_turn();
         let mut events = self.kernel.events();
@@ -775,7 +779,7 @@ impl Session {
             input::route_questions(None);
         });
         let kernel = self.kernel.clone();
-        let call = kernel.call_service(services::AGENT, method, &payload);
+        let call = kernel.call_service_typed(&call);
         tokio::pin!(call);
         let mut interrupts = 0;
         let mut terminating = false;

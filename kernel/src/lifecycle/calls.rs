@@ -757,6 +757,11 @@ impl Request<'_> {
             Request::Service { service, .. } if *service == keel_protocol::services::MODEL => {
                 CallKind::Model
             }
+            Request::Typed { call }
+                if call.service() == keel_protocol::services::AGENT && chain.is_root() =>
+            {
+                CallKind::Turn
+            }
             Request::Typed { .. } => CallKind::Service,
             Request::Service { service, .. }
                 if *service == keel_protocol::services::AGENT && chain.is_root() =>

@@ -280,6 +280,9 @@ impl PluginInstance for WasmInstance {
             ServiceCall::Summarize(_) => "compaction.summarize",
             ServiceCall::ListTools => "tool-registry.list",
             ServiceCall::ResolveTool(_) => "tool-registry.resolve",
+            ServiceCall::Turn(_) => "turns.turn",
+            ServiceCall::LoadConversation(_) => "turns.load",
+            ServiceCall::Compact(_) => "turns.compact",
         };
         if !self.bindings.serves(call) {
             // No typed door: the kernel sends the call as JSON instead.

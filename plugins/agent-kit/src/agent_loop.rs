@@ -20,11 +20,12 @@
 use std::collections::HashMap;
 use std::fmt;
 
+pub use keel_protocol::LoadRequest;
 use keel_protocol::{
-    Block, ConversationRef, FenceRequest, Message, ModelRequest, ModelResponse, OutcomeStatus,
-    PromptFragment, RecallRequest, RecalledEntry, Role, SessionEvent, StopReason, SummarizeRequest,
-    ToolDef, ToolOutcome, ToolSpec, TurnCall, TurnEnd, TurnReport, TurnRequest, Usage, Verdict,
-    VerifyRequest, services, topics,
+    Block, Compacted, ConversationRef, FenceRequest, Message, ModelRequest, ModelResponse,
+    OutcomeStatus, PromptFragment, RecallRequest, RecalledEntry, Role, SessionEvent, StopReason,
+    SummarizeRequest, ToolDef, ToolOutcome, ToolSpec, TurnCall, TurnEnd, TurnReport, TurnRequest,
+    Usage, Verdict, VerifyRequest, services, topics,
 };
 use serde::Deserialize;
 
@@ -240,19 +241,6 @@ struct StepEnvironment {
     tools: Vec<ToolDef>,
     parallel: HashMap<String, bool>,
     system: String,
-}
-
-/// `{session, messages}`: seed a session's conversation (resume).
-#[derive(Debug, Deserialize)]
-pub struct LoadRequest {
-    /// The session to seed.
-    pub session: String,
-    /// Its conversation so far.
-    pub messages: Vec<Message>,
-    /// The context window a provider's refusal showed earlier in the session, if one did
-    /// ([`SessionEvent::Compacted`]'s `context_window`).
-    #[serde(default)]
-    pub context_window: Option<u64>,
 }
 
 fn state_key(session: &str, index: usize) -> String {
@@ -718,16 +706,15 @@ impl<D: AgentDoors> AgentLoop<D> {
 
     /// `/compact [focus]`: compacts the session now, whatever its size; `{replaced,
     /// tokens_before, tokens_after}`.
-    pub fn compact_now(&mut self, session: &str, focus: &str) -> Result<String, String> {
+    pub fn compact_now(&mut self, session: &str, focus: &str) -> Result<Compacted, String> {
         let (tools, _) = self.tools();
         let system = self.system_prompt();
         match self.compact(session, &system, &tools, focus, "manual") {
-            Ok(Some((before, after, replaced))) => Ok(serde_json::json!({
-                "replaced": replaced,
-                "tokens_before": before,
-                "tokens_after": after,
-            })
-            .to_string()),
+            Ok(Some((before, after, replaced))) => Ok(Compacted {
+                replaced: replaced as u64,
+                tokens_before: before,
+                tokens_after: after,
+            }),
             Ok(None) => Err(format!(
                 "nothing to compact yet: the conversation has no turns before the last {}",
                 self.config.keep_turns.max(1)

@@ -3,12 +3,12 @@
 //! (`turn`, and `load` to seed a resumed session).
 
 use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError, LoadRequest};
-use keel_protocol::{Block, Message, RecallRequest, RecalledEntry, Role, SummarizeRequest};
 use keel_protocol::{PromptFragment, ToolCapabilities, ToolDef, ToolSpec};
+use keel_protocol::{RecallRequest, RecalledEntry, SummarizeRequest};
 use keel_protocol::{TurnRequest, services};
 use keel_sdk::{
-    KernelError, Plugin, agent, caller, compaction, conversation, events, log, memory,
-    prompt_context, services as kernel_services, state, tool_registry, tools,
+    KernelError, Plugin, agent, caller, compaction, events, log, memory, prompt_context,
+    services as kernel_services, state, tool_registry, tools,
 };
 
 /// The kernel's doors, through the SDK.
@@ -149,47 +149,15 @@ impl AgentDoors for KernelDoors {
 
     fn summarize(&mut self, request: &SummarizeRequest) -> Result<String, DoorError> {
         let request = compaction::SummarizeRequest {
-            messages: request.messages.iter().map(to_wit).collect(),
+            messages: request
+                .messages
+                .iter()
+                .map(keel_sdk_protocol::message_to_wit)
+                .collect(),
             focus: request.focus.clone(),
             budget_chars: u64::try_from(request.budget_chars).unwrap_or(u64::MAX),
         };
         compaction::summarize(&request).map_err(door_error)
-    }
-}
-
-/// A message of the loop's conversation as the typed doors carry it.
-fn to_wit(message: &Message) -> conversation::Message {
-    conversation::Message {
-        role: match message.role {
-            Role::User => conversation::Role::User,
-            Role::Assistant => conversation::Role::Assistant,
-        },
-        content: message
-            .content
-            .iter()
-            .map(|block| match block {
-                Block::Text { text } => conversation::Block::Text(text.clone()),
-                Block::Thinking { text } => conversation::Block::Thinking(text.clone()),
-                Block::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                } => conversation::Block::ToolCall(conversation::ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    arguments: arguments.clone(),
-                }),
-                Block::ToolResult {
-                    call_id,
-                    content,
-                    is_error,
-                } => conversation::Block::ToolResult(conversation::ToolResult {
-                    call_id: call_id.clone(),
-                    content: content.clone(),
-                    is_error: *is_error,
-                }),
-            })
-            .collect(),
     }
 }
 
@@ -225,8 +193,10 @@ impl Plugin for AgentLoopPlugin {
                 let req: serde_json::Value = serde_json::from_str(payload)
                     .map_err(|e| format!("`compact` takes {{session, focus}}: {e}"))?;
                 let session = req["session"].as_str().ok_or("`compact` needs `session`")?;
-                self.0
-                    .compact_now(session, req["focus"].as_str().unwrap_or_default())
+                let done = self
+                    .0
+                    .compact_now(session, req["focus"].as_str().unwrap_or_default())?;
+                serde_json::to_string(&done).map_err(|e| e.to_string())
             }
             other => Err(format!(
                 "the agent service has no method `{other}`; it has `turn`, `load` and `compact`"
@@ -236,3 +206,95 @@ impl Plugin for AgentLoopPlugin {
 }
 
 keel_sdk::export_plugin!(AgentLoopPlugin);
+
+/// `agent` served typed (ABI 0.6.0's world `agent-service`): keel runs turns, seeds resumed
+/// sessions and compacts through this export; callers of earlier versions use `handle-call`.
+#[allow(unsafe_code, missing_docs, clippy::all, clippy::unwrap_used)]
+mod typed {
+    wit_bindgen::generate!({
+        path: [
+            "../../wit/keel-plugin-0.2.0",
+            "../../wit/keel-plugin-0.3.0",
+            "../../wit/keel-plugin-0.4.0",
+            "../../wit/keel-plugin-0.5.0",
+            "../../wit/keel-plugin-0.6.0",
+        ],
+        world: "keel:plugin/agent-service@0.6.0",
+        with: {
+            "keel:plugin/types@0.2.0": keel_sdk::bindings::keel::plugin0_2_0::types,
+            "keel:plugin/conversation@0.5.0": keel_sdk::bindings::keel::plugin0_5_0::conversation,
+        },
+    });
+}
+
+use keel_sdk::bindings::keel::plugin0_2_0::types::KernelError as RawKernelError;
+use typed::exports::keel::plugin0_6_0::turns;
+
+/// A turn's report as the typed door carries it.
+fn report_to_wit(report: keel_protocol::TurnReport) -> turns::TurnReport {
+    use keel_protocol::TurnEnd;
+    turns::TurnReport {
+        end: match report.end {
+            TurnEnd::Completed => turns::TurnEnd::Completed,
+            TurnEnd::Interrupted => turns::TurnEnd::Interrupted,
+            TurnEnd::StepLimit => turns::TurnEnd::StepLimit,
+            TurnEnd::LoopGuard => turns::TurnEnd::LoopGuard,
+            TurnEnd::Cancelled => turns::TurnEnd::Cancelled,
+            TurnEnd::ModelError => turns::TurnEnd::ModelError,
+        },
+        text: report.text,
+        steps: report.steps,
+        tool_calls: report.tool_calls,
+        usage: turns::Usage {
+            input_tokens: report.usage.input_tokens,
+            output_tokens: report.usage.output_tokens,
+            cache_read_tokens: report.usage.cache_read_tokens,
+            cache_write_tokens: report.usage.cache_write_tokens,
+        },
+        detail: report.detail,
+    }
+}
+
+struct TypedTurns;
+
+impl turns::Guest for TypedTurns {
+    fn turn(request: turns::TurnRequest) -> Result<turns::TurnReport, RawKernelError> {
+        let request = TurnRequest {
+            session: request.session,
+            input: request.input,
+        };
+        let report = keel_sdk::with_plugin(|agent: &mut AgentLoopPlugin| agent.0.turn(request))?;
+        Ok(report_to_wit(report))
+    }
+
+    fn load(request: turns::LoadRequest) -> Result<u32, RawKernelError> {
+        let request = LoadRequest {
+            session: request.session,
+            messages: request
+                .messages
+                .into_iter()
+                .map(keel_sdk_protocol::message_from_wit)
+                .collect(),
+            context_window: request.context_window,
+        };
+        let held = keel_sdk::with_plugin(|agent: &mut AgentLoopPlugin| agent.0.load(request))?;
+        Ok(u32::try_from(held).unwrap_or(u32::MAX))
+    }
+
+    fn compact(session: String, focus: String) -> Result<turns::Compacted, RawKernelError> {
+        let done = keel_sdk::with_plugin(|agent: &mut AgentLoopPlugin| {
+            agent.0.compact_now(&session, &focus)
+        })?
+        .map_err(RawKernelError::Failed)?;
+        Ok(turns::Compacted {
+            replaced: done.replaced,
+            tokens_before: done.tokens_before,
+            tokens_after: done.tokens_after,
+        })
+    }
+}
+
+#[allow(unsafe_code)]
+const _: () = {
+    typed::export!(TypedTurns with_types_in typed);
+};

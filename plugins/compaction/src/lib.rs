@@ -117,44 +117,18 @@ mod typed {
 }
 
 use keel_sdk::bindings::keel::plugin0_2_0::types::KernelError as RawKernelError;
-use keel_sdk::conversation as wit;
 use typed::exports::keel::plugin0_6_0::compaction as compaction_export;
-
-/// A message as the typed door carries it, as the transcript reads it.
-fn from_wit(message: wit::Message) -> Message {
-    use keel_protocol::{Block, Role};
-    Message {
-        role: match message.role {
-            wit::Role::User => Role::User,
-            wit::Role::Assistant => Role::Assistant,
-        },
-        content: message
-            .content
-            .into_iter()
-            .map(|block| match block {
-                wit::Block::Text(text) => Block::Text { text },
-                wit::Block::Thinking(text) => Block::Thinking { text },
-                wit::Block::ToolCall(call) => Block::ToolCall {
-                    id: call.id,
-                    name: call.name,
-                    arguments: call.arguments,
-                },
-                wit::Block::ToolResult(result) => Block::ToolResult {
-                    call_id: result.call_id,
-                    content: result.content,
-                    is_error: result.is_error,
-                },
-            })
-            .collect(),
-    }
-}
 
 struct TypedCompaction;
 
 impl compaction_export::Guest for TypedCompaction {
     fn summarize(request: compaction_export::SummarizeRequest) -> Result<String, RawKernelError> {
         let request = SummarizeRequest {
-            messages: request.messages.into_iter().map(from_wit).collect(),
+            messages: request
+                .messages
+                .into_iter()
+                .map(keel_sdk_protocol::message_from_wit)
+                .collect(),
             focus: request.focus,
             budget_chars: usize::try_from(request.budget_chars).unwrap_or(usize::MAX),
         };

@@ -1,5 +1,5 @@
-//! ABI 0.6.0: services plugins provide to each other, typed (`memory`, `compaction`,
-//! `tool-registry`). Both
+//! ABI 0.6.0: the services plugins provide, typed (`memory`, `compaction`, `tool-registry`,
+//! and `turns`, the `agent` service). Both
 //! sides of a typed call are here: the host side of the import a caller uses, which routes
 //! the call through the kernel ([`HostHandle::call_typed`](crate::HostHandle::call_typed)),
 //! and the provider's export the kernel calls ([`ServiceExports`]).
@@ -109,8 +109,28 @@ mod tool_registry_service {
     });
 }
 
+/// The provider's side of `agent` (`turns`).
+mod agent_service {
+    wasmtime::component::bindgen!({
+        path: [
+            "../wit/keel-plugin-0.2.0",
+            "../wit/keel-plugin-0.3.0",
+            "../wit/keel-plugin-0.4.0",
+            "../wit/keel-plugin-0.5.0",
+            "../wit/keel-plugin-0.6.0",
+        ],
+        world: "keel:plugin/agent-service@0.6.0",
+        exports: { default: async },
+        with: {
+            "keel:plugin/types@0.2.0": crate::wasm_host::abi_versions::since_v0_2::keel::plugin::types,
+            "keel:plugin/conversation@0.5.0": crate::wasm_host::abi_versions::since_v0_5::keel::plugin0_5_0::conversation,
+        },
+    });
+}
+
+use agent_service::exports::keel::plugin0_6_0::turns as turns_export;
 use compaction_service::exports::keel::plugin0_6_0::compaction as compaction_export;
-use keel::plugin0_6_0::{compaction, memory, tool_registry};
+use keel::plugin0_6_0::{compaction, memory, tool_registry, turns};
 use memory_service::exports::keel::plugin0_6_0::memory as memory_export;
 use tool_registry_service::exports::keel::plugin0_6_0::tool_registry as registry_export;
 
@@ -120,6 +140,8 @@ pub(crate) const MEMORY_EXPORT: &str = "keel:plugin/memory@0.6.0";
 pub(crate) const COMPACTION_EXPORT: &str = "keel:plugin/compaction@0.6.0";
 /// The export of a plugin that provides `tool-registry` through its typed door.
 pub(crate) const TOOL_REGISTRY_EXPORT: &str = "keel:plugin/tool-registry@0.6.0";
+/// The export of a plugin that provides `agent` through its typed door.
+pub(crate) const TURNS_EXPORT: &str = "keel:plugin/turns@0.6.0";
 
 /// A typed call's answer of the wrong kind: the kernel routes each call to the one export that
 /// answers it, so this is a kernel bug, said as one rather than a panic.
@@ -204,12 +226,110 @@ impl tool_registry::Host for StoreState {
     }
 }
 
+/// A turn's report as a 0.6.0 caller reads it.
+fn report_to_import(report: protocol::TurnReport) -> turns::TurnReport {
+    use turns::TurnEnd;
+    turns::TurnReport {
+        end: match report.end {
+            protocol::TurnEnd::Completed => TurnEnd::Completed,
+            protocol::TurnEnd::Interrupted => TurnEnd::Interrupted,
+            protocol::TurnEnd::StepLimit => TurnEnd::StepLimit,
+            protocol::TurnEnd::LoopGuard => TurnEnd::LoopGuard,
+            protocol::TurnEnd::Cancelled => TurnEnd::Cancelled,
+            protocol::TurnEnd::ModelError => TurnEnd::ModelError,
+        },
+        text: report.text,
+        steps: report.steps,
+        tool_calls: report.tool_calls,
+        usage: turns::Usage {
+            input_tokens: report.usage.input_tokens,
+            output_tokens: report.usage.output_tokens,
+            cache_read_tokens: report.usage.cache_read_tokens,
+            cache_write_tokens: report.usage.cache_write_tokens,
+        },
+        detail: report.detail,
+    }
+}
+
+impl turns::Host for StoreState {
+    async fn turn(
+        &mut self,
+        request: turns::TurnRequest,
+    ) -> Result<turns::TurnReport, KernelError> {
+        let _host = self.meter.host_call();
+        let call = ServiceCall::Turn(protocol::TurnRequest {
+            session: request.session,
+            input: request.input,
+        });
+        match self.host.call_typed(&call).await? {
+            ServiceAnswer::TurnReport(report) => Ok(report_to_import(report)),
+            _ => Err(mismatched("turns.turn")),
+        }
+    }
+
+    async fn load(&mut self, request: turns::LoadRequest) -> Result<u32, KernelError> {
+        let _host = self.meter.host_call();
+        let call = ServiceCall::LoadConversation(protocol::LoadRequest {
+            session: request.session,
+            messages: request.messages.into_iter().map(Into::into).collect(),
+            context_window: request.context_window,
+        });
+        match self.host.call_typed(&call).await? {
+            ServiceAnswer::Loaded(n) => Ok(n),
+            _ => Err(mismatched("turns.load")),
+        }
+    }
+
+    async fn compact(
+        &mut self,
+        session: String,
+        focus: String,
+    ) -> Result<turns::Compacted, KernelError> {
+        let _host = self.meter.host_call();
+        let call = ServiceCall::Compact(protocol::CompactRequest { session, focus });
+        match self.host.call_typed(&call).await? {
+            ServiceAnswer::Compacted(done) => Ok(turns::Compacted {
+                replaced: done.replaced,
+                tokens_before: done.tokens_before,
+                tokens_after: done.tokens_after,
+            }),
+            _ => Err(mismatched("turns.compact")),
+        }
+    }
+}
+
+/// A turn's report as the provider's export answered it, in the kernel's vocabulary.
+fn report_from_export(report: turns_export::TurnReport) -> protocol::TurnReport {
+    use turns_export::TurnEnd;
+    protocol::TurnReport {
+        end: match report.end {
+            TurnEnd::Completed => protocol::TurnEnd::Completed,
+            TurnEnd::Interrupted => protocol::TurnEnd::Interrupted,
+            TurnEnd::StepLimit => protocol::TurnEnd::StepLimit,
+            TurnEnd::LoopGuard => protocol::TurnEnd::LoopGuard,
+            TurnEnd::Cancelled => protocol::TurnEnd::Cancelled,
+            TurnEnd::ModelError => protocol::TurnEnd::ModelError,
+        },
+        text: report.text,
+        steps: report.steps,
+        tool_calls: report.tool_calls,
+        usage: protocol::Usage {
+            input_tokens: report.usage.input_tokens,
+            output_tokens: report.usage.output_tokens,
+            cache_read_tokens: report.usage.cache_read_tokens,
+            cache_write_tokens: report.usage.cache_write_tokens,
+        },
+        detail: report.detail,
+    }
+}
+
 /// Where each typed service a component exports is, found when it is linked.
 #[derive(Default)]
 pub(crate) struct ServiceIndices {
     memory: Option<memory_export::GuestIndices>,
     compaction: Option<compaction_export::GuestIndices>,
     tool_registry: Option<registry_export::GuestIndices>,
+    turns: Option<turns_export::GuestIndices>,
 }
 
 impl ServiceIndices {
@@ -228,6 +348,9 @@ impl ServiceIndices {
                 .transpose()?,
             tool_registry: exports(TOOL_REGISTRY_EXPORT)
                 .then(|| registry_export::GuestIndices::new(pre))
+                .transpose()?,
+            turns: exports(TURNS_EXPORT)
+                .then(|| turns_export::GuestIndices::new(pre))
                 .transpose()?,
         })
     }
@@ -264,6 +387,12 @@ impl ServiceIndices {
                 .map(|i| i.load(&mut *store, instance))
                 .transpose()
                 .map_err(|e| e.context(shape(TOOL_REGISTRY_EXPORT)))?,
+            turns: self
+                .turns
+                .as_ref()
+                .map(|i| i.load(&mut *store, instance))
+                .transpose()
+                .map_err(|e| e.context(shape(TURNS_EXPORT)))?,
         })
     }
 }
@@ -273,6 +402,7 @@ pub(crate) struct ServiceExports {
     memory: Option<memory_export::Guest>,
     compaction: Option<compaction_export::Guest>,
     tool_registry: Option<registry_export::Guest>,
+    turns: Option<turns_export::Guest>,
 }
 
 /// What a provider's typed export answered with, in the kernel's vocabulary.
@@ -303,6 +433,9 @@ impl ServiceExports {
             ServiceCall::Recall(_) => self.memory.is_some(),
             ServiceCall::Summarize(_) => self.compaction.is_some(),
             ServiceCall::ListTools | ServiceCall::ResolveTool(_) => self.tool_registry.is_some(),
+            ServiceCall::Turn(_) | ServiceCall::LoadConversation(_) | ServiceCall::Compact(_) => {
+                self.turns.is_some()
+            }
         }
     }
 
@@ -312,8 +445,11 @@ impl ServiceExports {
         store: &mut Store<StoreState>,
         call: &ServiceCall,
     ) -> wasmtime::Result<Result<ServiceAnswer, PluginError>> {
-        match (call, &self.memory, &self.compaction, &self.tool_registry) {
-            (ServiceCall::Recall(request), Some(memory), _, _) => {
+        let no_door =
+            || wasmtime::format_err!("the instance has no typed door for `{}`", call.service());
+        match call {
+            ServiceCall::Recall(request) => {
+                let memory = self.memory.as_ref().ok_or_else(no_door)?;
                 let request = memory_export::RecallRequest {
                     session: request.session.clone(),
                     input: request.input.clone(),
@@ -330,7 +466,8 @@ impl ServiceExports {
                     )
                 })
             }
-            (ServiceCall::Summarize(request), _, Some(compaction), _) => {
+            ServiceCall::Summarize(request) => {
+                let compaction = self.compaction.as_ref().ok_or_else(no_door)?;
                 let request = compaction_export::SummarizeRequest {
                     messages: request.messages.iter().cloned().map(Into::into).collect(),
                     focus: request.focus.clone(),
@@ -341,7 +478,8 @@ impl ServiceExports {
                     ServiceAnswer::Summary,
                 )
             }
-            (ServiceCall::ListTools, _, _, Some(registry)) => {
+            ServiceCall::ListTools => {
+                let registry = self.tool_registry.as_ref().ok_or_else(no_door)?;
                 let tools = match registry.call_list(store).await? {
                     Ok(tools) => tools,
                     Err(e) => return Ok(Err(provider_error(e))),
@@ -367,8 +505,9 @@ impl ServiceExports {
                 }
                 Ok(Ok(ServiceAnswer::Tools(defs)))
             }
-            (ServiceCall::ResolveTool(request), _, _, Some(registry)) => {
+            ServiceCall::ResolveTool(request) => {
                 use registry_export::Resolution;
+                let registry = self.tool_registry.as_ref().ok_or_else(no_door)?;
                 answered(
                     registry.call_resolve(store, &request.name).await,
                     |resolution| {
@@ -385,10 +524,43 @@ impl ServiceExports {
                     },
                 )
             }
-            _ => Err(wasmtime::format_err!(
-                "the instance has no typed door for `{}`",
-                call.service()
-            )),
+            ServiceCall::Turn(request) => {
+                let turns = self.turns.as_ref().ok_or_else(no_door)?;
+                let request = turns_export::TurnRequest {
+                    session: request.session.clone(),
+                    input: request.input.clone(),
+                };
+                answered(turns.call_turn(store, &request).await, |report| {
+                    ServiceAnswer::TurnReport(report_from_export(report))
+                })
+            }
+            ServiceCall::LoadConversation(request) => {
+                let turns = self.turns.as_ref().ok_or_else(no_door)?;
+                let request = turns_export::LoadRequest {
+                    session: request.session.clone(),
+                    messages: request.messages.iter().cloned().map(Into::into).collect(),
+                    context_window: request.context_window,
+                };
+                answered(
+                    turns.call_load(store, &request).await,
+                    ServiceAnswer::Loaded,
+                )
+            }
+            ServiceCall::Compact(request) => {
+                let turns = self.turns.as_ref().ok_or_else(no_door)?;
+                answered(
+                    turns
+                        .call_compact(store, &request.session, &request.focus)
+                        .await,
+                    |done| {
+                        ServiceAnswer::Compacted(protocol::Compacted {
+                            replaced: done.replaced,
+                            tokens_before: done.tokens_before,
+                            tokens_after: done.tokens_after,
+                        })
+                    },
+                )
+            }
         }
     }
 }
