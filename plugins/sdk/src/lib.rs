@@ -1456,4 +1456,59 @@ mod tests {
             "{fenced}"
         );
     }
+
+    /// The plugins' typed services (ABI 0.6.0) answer from the mock host natively: unset,
+    /// `unavailable` as when nobody provides them; set, what the test scripted, with the
+    /// requests recorded.
+    #[test]
+    fn the_mock_host_answers_the_plugins_typed_services() {
+        mock::reset();
+        let request = memory::RecallRequest {
+            session: "s1".into(),
+            input: "how do we release".into(),
+        };
+        assert!(matches!(
+            memory::recall(&request),
+            Err(KernelError::Unavailable(_))
+        ));
+        let entry = memory::RecalledEntry {
+            source: "project/release.md".into(),
+            text: "tag, then publish".into(),
+        };
+        mock::with_host(|h| {
+            h.recalled = Some(vec![entry.clone()]);
+            h.summary = Some("the task so far".into());
+            h.offered_tools = Some(vec![tool_registry::ToolDef {
+                name: "read_file".into(),
+                description: "Reads a file".into(),
+                input_schema: r#"{"type":"object"}"#.into(),
+            }]);
+        });
+        assert_eq!(memory::recall(&request), Ok(vec![entry]));
+        let summarize = compaction::SummarizeRequest {
+            messages: vec![conversation::Message {
+                role: conversation::Role::User,
+                content: vec![conversation::Block::Text("read every file".into())],
+            }],
+            focus: String::new(),
+            budget_chars: 1000,
+        };
+        assert_eq!(
+            compaction::summarize(&summarize),
+            Ok("the task so far".to_owned())
+        );
+        assert_eq!(
+            tool_registry::resolve("read_file"),
+            Ok(tool_registry::Resolution::Found("read_file".into()))
+        );
+        assert_eq!(
+            tool_registry::resolve("raed_file"),
+            Ok(tool_registry::Resolution::Unknown(Vec::new()))
+        );
+        mock::with_host(|h| {
+            // Both asks are recorded, the one nobody answered too.
+            assert_eq!(h.recall_requests, vec![request.clone(), request.clone()]);
+            assert_eq!(h.summarize_requests, vec![summarize.clone()]);
+        });
+    }
 }

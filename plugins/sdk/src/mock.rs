@@ -11,7 +11,11 @@
 //! The kernel's own services (ABI 0.5.0's `caller`, `prompt_context`, `conversation`,
 //! `agents`) answer from fields a test sets: [`MockHost::caller`], [`MockHost::providers`],
 //! [`MockHost::prompt`], [`MockHost::generation`], [`MockHost::conversation`] and
-//! [`MockHost::child`]; each refuses as the kernel does when its field is unset.
+//! [`MockHost::child`]; each refuses as the kernel does when its field is unset. So do the
+//! plugins' typed services (ABI 0.6.0): `memory::recall` answers [`MockHost::recalled`],
+//! `compaction::summarize` [`MockHost::summary`], `tool_registry` [`MockHost::offered_tools`];
+//! unset, each is `unavailable`, as when no plugin provides the service, and the requests are
+//! recorded ([`MockHost::recall_requests`], [`MockHost::summarize_requests`]).
 //!
 //! The doors that reach outside the kernel (`http`, `exec`, `agent`, `processes`) answer
 //! `unavailable` here: test the logic around them, not the network.
