@@ -42,9 +42,8 @@ impl EditorDoor {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = files;
     }
 
-    /// `keel.editor` `read` for `workspace` (canonical): the editor's text of the file
-    /// `payload` names, or `None` (no editor, no such file, the editor did not answer in
-    /// time or answered too much).
+    /// `keel.editor` `read` through its JSON door: [`Self::read_path`] of the payload's path,
+    /// as an `EditorText`.
     pub(crate) async fn read(
         &self,
         workspace: Option<&Path>,
@@ -56,28 +55,37 @@ impl EditorDoor {
                 keel_protocol::services::EDITOR
             ))
         })?;
+        let text = self.read_path(workspace, &request.path).await?;
+        serde_json::to_string(&keel_protocol::EditorText { text })
+            .map_err(|e| KernelError::Failed(format!("cannot encode the editor's text: {e}")))
+    }
+
+    /// `keel.editor` `read` for `workspace` (canonical): the editor's text of the file `rel`
+    /// names, or `None` (no editor, no such file, the editor did not answer in time or
+    /// answered too much). Both doors end here.
+    pub(crate) async fn read_path(
+        &self,
+        workspace: Option<&Path>,
+        rel: &str,
+    ) -> Result<Option<String>, KernelError> {
         let files = self
             .files
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        let text = match (files, workspace) {
-            (Some(files), Some(workspace)) => {
-                match inside(workspace, &request.path)? {
-                    Some(path) => {
-                        let text = ask(files.as_ref(), path.clone()).await;
-                        // A name swapped for a link out of the workspace while the editor
-                        // read: what it read is not taken.
-                        let still = inside(workspace, &request.path).ok().flatten();
-                        text.filter(|_| still.as_ref() == Some(&path))
-                    }
-                    None => None,
+        Ok(match (files, workspace) {
+            (Some(files), Some(workspace)) => match inside(workspace, rel)? {
+                Some(path) => {
+                    let text = ask(files.as_ref(), path.clone()).await;
+                    // A name swapped for a link out of the workspace while the editor read:
+                    // what it read is not taken.
+                    let still = inside(workspace, rel).ok().flatten();
+                    text.filter(|_| still.as_ref() == Some(&path))
                 }
-            }
+                None => None,
+            },
             _ => None,
-        };
-        serde_json::to_string(&keel_protocol::EditorText { text })
-            .map_err(|e| KernelError::Failed(format!("cannot encode the editor's text: {e}")))
+        })
     }
 }
 

@@ -234,22 +234,11 @@ impl HostHandle {
         method: &str,
         payload: &str,
     ) -> Result<String, KernelError> {
-        let shared = self.declared(name)?;
-        // Through the editor a plugin reads workspace files: only one that may read the whole
-        // workspace anyway (the file tools) may ask it.
-        if name == keel_protocol::services::EDITOR
-            && !self.manifest(&shared)?.capabilities.dirs.iter().any(|d| {
-                d.path
-                    .components()
-                    .all(|c| c == std::path::Component::CurDir)
-            })
-        {
-            return Err(KernelError::Denied(format!(
-                "plugin `{}` may not read through the editor: only a plugin granted the whole \
-                 workspace (`dirs = [{{ path = \".\" … }}]`) may",
-                self.plugin
-            )));
-        }
+        let shared = if name == keel_protocol::services::EDITOR {
+            self.editor_reader()?
+        } else {
+            self.declared(name)?
+        };
         let answer = shared
             .call_service(&self.chain, name, method, payload)
             .await;
@@ -273,6 +262,45 @@ impl HostHandle {
             call.bytes() + answer.as_ref().map_or(0, crate::ServiceAnswer::bytes),
         );
         answer
+    }
+
+    /// The kernel, when this plugin may read through the editor: it declared `keel.editor`,
+    /// and it may read the whole workspace anyway (the file tools), since through the editor
+    /// it reads workspace files.
+    fn editor_reader(&self) -> Result<Arc<Shared>, KernelError> {
+        let shared = self.declared(keel_protocol::services::EDITOR)?;
+        let whole_workspace = self.manifest(&shared)?.capabilities.dirs.iter().any(|d| {
+            d.path
+                .components()
+                .all(|c| c == std::path::Component::CurDir)
+        });
+        if !whole_workspace {
+            return Err(KernelError::Denied(format!(
+                "plugin `{}` may not read through the editor: only a plugin granted the whole \
+                 workspace (`dirs = [{{ path = \".\" … }}]`) may",
+                self.plugin
+            )));
+        }
+        Ok(shared)
+    }
+
+    /// `keel.editor` `read`, typed (ABI 0.6.0): the editor's text of workspace file `path`.
+    pub async fn editor_read(&self, path: &str) -> Result<Option<String>, KernelError> {
+        let shared = self.editor_reader()?;
+        let text = shared
+            .editor
+            .read_path(shared.gates.workspace.as_deref(), path)
+            .await;
+        self.crossed(
+            &shared,
+            path.len()
+                + text
+                    .as_ref()
+                    .ok()
+                    .and_then(Option::as_ref)
+                    .map_or(0, String::len),
+        );
+        text
     }
 
     /// The kernel, when this plugin declared that it calls `service`: a plugin calls only

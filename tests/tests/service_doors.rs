@@ -66,9 +66,22 @@ async fn undeclared_services_and_topics_are_refused() -> R {
     assert!(tried["agent-dispatch"].contains("has no `agent` capability"));
     assert!(tried["open-child"].contains("did not declare the service"));
     assert!(tried["conversation-read"].contains("did not declare the service"));
-    // ABI 0.5.0's typed doors are refused exactly where the JSON ones are.
+    // ABI 0.5.0's and 0.6.0's typed doors are refused exactly where the JSON ones are.
     assert_eq!(tried["typed-open-child"], tried["open-child"]);
     assert_eq!(tried["typed-conversation-read"], tried["conversation-read"]);
+    assert_eq!(tried["typed-editor"], tried["editor"]);
+    for (what, service) in [
+        ("typed-recall", "memory"),
+        ("typed-summarize", "compaction"),
+        ("typed-list-tools", "tool-registry"),
+        ("typed-turn", "agent"),
+    ] {
+        assert!(
+            tried[what].contains(&format!("did not declare the service `{service}`")),
+            "{what}: {}",
+            tried[what]
+        );
+    }
     for what in ["typed-fragments", "typed-generation", "typed-fence"] {
         assert!(
             tried[what].contains("did not declare the service `keel.prompt`"),
@@ -176,6 +189,7 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
     );
     // The typed doors refuse the same calls with the same words.
     assert_eq!(tried["typed-open-child"], tried["open-child"]);
+    assert_eq!(tried["typed-editor"], tried["editor"]);
     assert_eq!(tried["typed-conversation-read"], tried["conversation-read"]);
     assert!(
         tried["typed-fragments"].starts_with("ok "),
@@ -212,6 +226,7 @@ async fn the_editor_door_opens_to_a_plugin_granted_the_whole_workspace() -> R {
     let (h, _dir) = setup(granted).await?;
     let tried = attempts(&h.kernel.call_service("fixture.snoop", "try", "").await?);
     assert_eq!(tried["editor"], r#"ok {"text":null}"#);
+    assert_eq!(tried["typed-editor"], "ok None");
     Ok(())
 }
 

@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use keel_agent_kit::tools::{self, ToolSpec as KitSpec, paths::WORKSPACE_PREFIX, read_file};
-use keel_sdk::{Plugin, ToolCapabilities, ToolSpec, services, tools as kernel_tools};
+use keel_sdk::{Plugin, ToolCapabilities, ToolSpec, tools as kernel_tools};
 
 /// The plugin instance; it holds nothing itself.
 struct FsTools;
@@ -55,14 +55,7 @@ impl Plugin for FsTools {
 /// The text of workspace file `rel` as the editor driving the session holds it; `None` without
 /// an editor, or when the kernel could not ask it (the disk is read then).
 fn editor_text(rel: &str) -> Option<String> {
-    let request = serde_json::to_string(&keel_protocol::EditorRead {
-        path: rel.to_owned(),
-    })
-    .ok()?;
-    let answer = services::call(keel_protocol::services::EDITOR, "read", &request).ok()?;
-    serde_json::from_str::<keel_protocol::EditorText>(&answer)
-        .ok()?
-        .text
+    keel_sdk::editor::read(rel).ok().flatten()
 }
 
 keel_sdk::export_plugin!(FsTools);

@@ -8,8 +8,8 @@
 //! wraps every kernel import in a safe function: [`log`], [`services`], [`tools`],
 //! [`events`], [`prompt`], [`state`], [`guards`], [`http`], [`exec`], [`agent`],
 //! [`processes`], [`tool_list`], the kernel's services [`caller`], [`prompt_context`],
-//! [`conversation`] and [`agents`], and the plugins' services [`memory`], [`compaction`] and
-//! [`tool_registry`].
+//! [`conversation`], [`agents`] and [`editor`], and the plugins' services [`memory`],
+//! [`compaction`], [`tool_registry`] and [`turns`].
 //!
 //! A component's ABI version is the newest it uses: a plugin that calls none of the typed
 //! services is a 0.4.0 component, which keels hosting 0.4.0 load as well.
@@ -691,7 +691,9 @@ mod door {
     pub(crate) use crate::bindings::keel::plugin0_5_0::{
         agents, caller, conversation, prompt_context,
     };
-    pub(crate) use crate::bindings::keel::plugin0_6_0::{compaction, memory, tool_registry};
+    pub(crate) use crate::bindings::keel::plugin0_6_0::{
+        compaction, editor, memory, tool_registry, turns,
+    };
 }
 
 /// Where the wrappers' calls go outside WebAssembly: the in-memory [`mock`] host.
@@ -972,6 +974,43 @@ pub mod tool_registry {
     /// The registered tool `name` stands for.
     pub fn resolve(name: &str) -> Result<Resolution, KernelError> {
         raw::resolve(name).map_err(KernelError::from)
+    }
+}
+
+/// A workspace file as the editor driving the session holds it (the kernel's `keel.editor`,
+/// ABI 0.6.0). Only a plugin granted the whole workspace that declares `keel.editor` under
+/// `services` in `[capabilities]` may ask.
+pub mod editor {
+    use crate::KernelError;
+    use crate::door::editor as raw;
+
+    /// The editor's text of workspace file `path` (workspace-relative); `None` when no editor
+    /// drives the session or it has no such file (read the disk then).
+    pub fn read(path: &str) -> Result<Option<String>, KernelError> {
+        raw::read(path).map_err(KernelError::from)
+    }
+}
+
+/// Turns of the agent (the `agent` service, ABI 0.6.0), for a plugin that drives the agent
+/// loop the way keel does. The plugin must declare `agent`.
+pub mod turns {
+    use crate::KernelError;
+    use crate::door::turns as raw;
+    pub use raw::{Compacted, LoadRequest, TurnEnd, TurnReport, TurnRequest, Usage};
+
+    /// Runs one turn to its end.
+    pub fn turn(request: &TurnRequest) -> Result<TurnReport, KernelError> {
+        raw::turn(request).map_err(KernelError::from)
+    }
+
+    /// Seeds a session's conversation; the number of messages it now holds.
+    pub fn load(request: &LoadRequest) -> Result<u32, KernelError> {
+        raw::load(request).map_err(KernelError::from)
+    }
+
+    /// Compacts a session's conversation now.
+    pub fn compact(session: &str, focus: &str) -> Result<Compacted, KernelError> {
+        raw::compact(session, focus).map_err(KernelError::from)
     }
 }
 

@@ -15,7 +15,9 @@
 //! plugins' typed services (ABI 0.6.0): `memory::recall` answers [`MockHost::recalled`],
 //! `compaction::summarize` [`MockHost::summary`], `tool_registry` [`MockHost::offered_tools`];
 //! unset, each is `unavailable`, as when no plugin provides the service, and the requests are
-//! recorded ([`MockHost::recall_requests`], [`MockHost::summarize_requests`]).
+//! recorded ([`MockHost::recall_requests`], [`MockHost::summarize_requests`]);
+//! `editor::read` answers from [`MockHost::editor_files`]. The mock runs no agent: `turns`
+//! answers `unavailable`.
 //!
 //! The doors that reach outside the kernel (`http`, `exec`, `agent`, `processes`) answer
 //! `unavailable` here: test the logic around them, not the network.
@@ -101,6 +103,9 @@ pub struct MockHost {
     /// `tool-registry`. `tool_registry::resolve` finds a name here exactly, else answers
     /// `unknown` with no suggestion.
     pub offered_tools: Option<Vec<crate::tool_registry::ToolDef>>,
+    /// What `editor::read` answers, by workspace-relative path; a path not here: `None`, as
+    /// when no editor drives the session.
+    pub editor_files: BTreeMap<String, String>,
     services: BTreeMap<String, Handler>,
 }
 
@@ -127,6 +132,7 @@ impl std::fmt::Debug for MockHost {
             .field("summary", &self.summary)
             .field("summarize_requests", &self.summarize_requests)
             .field("offered_tools", &self.offered_tools)
+            .field("editor_files", &self.editor_files)
             .field("services", &self.services.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -549,6 +555,40 @@ pub(crate) mod door {
             } else {
                 Resolution::Unknown(Vec::new())
             })
+        }
+    }
+
+    pub(crate) mod editor {
+        use super::{RawKernelError, with_host};
+
+        pub(crate) fn read(path: &str) -> Result<Option<String>, RawKernelError> {
+            Ok(with_host(|h| h.editor_files.get(path).cloned()))
+        }
+    }
+
+    pub(crate) mod turns {
+        pub use crate::bindings::keel::plugin0_6_0::turns::{
+            Compacted, LoadRequest, TurnEnd, TurnReport, TurnRequest, Usage,
+        };
+
+        use super::RawKernelError;
+
+        fn unavailable() -> RawKernelError {
+            RawKernelError::Unavailable(
+                "the mock host runs no agent; test the plugin's logic around its turns".into(),
+            )
+        }
+
+        pub(crate) fn turn(_request: &TurnRequest) -> Result<TurnReport, RawKernelError> {
+            Err(unavailable())
+        }
+
+        pub(crate) fn load(_request: &LoadRequest) -> Result<u32, RawKernelError> {
+            Err(unavailable())
+        }
+
+        pub(crate) fn compact(_session: &str, _focus: &str) -> Result<Compacted, RawKernelError> {
+            Err(unavailable())
         }
     }
 

@@ -84,6 +84,10 @@ pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result
         linker,
         |state| state,
     )?;
+    since_v0_6::keel::plugin0_6_0::editor::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
     Ok(())
 }
 

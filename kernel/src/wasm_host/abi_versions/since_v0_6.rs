@@ -1,5 +1,6 @@
 //! ABI 0.6.0: the services plugins provide, typed (`memory`, `compaction`, `tool-registry`,
-//! and `turns`, the `agent` service). Both
+//! and `turns`, the `agent` service), and the kernel's `keel.editor` (`editor`), whose host side
+//! is here too and calls the same core as its JSON door. Both
 //! sides of a typed call are here: the host side of the import a caller uses, which routes
 //! the call through the kernel ([`HostHandle::call_typed`](crate::HostHandle::call_typed)),
 //! and the provider's export the kernel calls ([`ServiceExports`]).
@@ -130,7 +131,7 @@ mod agent_service {
 
 use agent_service::exports::keel::plugin0_6_0::turns as turns_export;
 use compaction_service::exports::keel::plugin0_6_0::compaction as compaction_export;
-use keel::plugin0_6_0::{compaction, memory, tool_registry, turns};
+use keel::plugin0_6_0::{compaction, editor, memory, tool_registry, turns};
 use memory_service::exports::keel::plugin0_6_0::memory as memory_export;
 use tool_registry_service::exports::keel::plugin0_6_0::tool_registry as registry_export;
 
@@ -223,6 +224,14 @@ impl tool_registry::Host for StoreState {
             }),
             _ => Err(mismatched("tool-registry.resolve")),
         }
+    }
+}
+
+impl editor::Host for StoreState {
+    async fn read(&mut self, path: String) -> Result<Option<String>, KernelError> {
+        // The editor may take its time to answer: the meter stays paused.
+        let _host = self.meter.host_call();
+        self.host.editor_read(&path).await.map_err(Into::into)
     }
 }
 
