@@ -55,8 +55,9 @@ wasmtime::component::bindgen!({
     },
 });
 
-/// The provider's side of `memory`: the world a provider builds in besides `keel-plugin`.
-mod memory_service {
+/// The providers' side: every typed service a provider may export (each provider's component
+/// exports its one, in its own `*-service` world), bound once for their export indices.
+mod provider_exports {
     wasmtime::component::bindgen!({
         path: [
             "../wit/keel-plugin-0.2.0",
@@ -65,25 +66,17 @@ mod memory_service {
             "../wit/keel-plugin-0.5.0",
             "../wit/keel-plugin-0.6.0",
         ],
-        world: "keel:plugin/memory-service@0.6.0",
-        exports: { default: async },
-        with: {
-            "keel:plugin/types@0.2.0": crate::wasm_host::abi_versions::since_v0_2::keel::plugin::types,
-        },
-    });
-}
+        inline: "
+            package keel:host;
 
-/// The provider's side of `compaction`.
-mod compaction_service {
-    wasmtime::component::bindgen!({
-        path: [
-            "../wit/keel-plugin-0.2.0",
-            "../wit/keel-plugin-0.3.0",
-            "../wit/keel-plugin-0.4.0",
-            "../wit/keel-plugin-0.5.0",
-            "../wit/keel-plugin-0.6.0",
-        ],
-        world: "keel:plugin/compaction-service@0.6.0",
+            world provider-exports {
+                export keel:plugin/memory@0.6.0;
+                export keel:plugin/compaction@0.6.0;
+                export keel:plugin/tool-registry@0.6.0;
+                export keel:plugin/turns@0.6.0;
+            }
+        ",
+        world: "keel:host/provider-exports",
         exports: { default: async },
         with: {
             "keel:plugin/types@0.2.0": crate::wasm_host::abi_versions::since_v0_2::keel::plugin::types,
@@ -92,48 +85,11 @@ mod compaction_service {
     });
 }
 
-/// The provider's side of `tool-registry`.
-mod tool_registry_service {
-    wasmtime::component::bindgen!({
-        path: [
-            "../wit/keel-plugin-0.2.0",
-            "../wit/keel-plugin-0.3.0",
-            "../wit/keel-plugin-0.4.0",
-            "../wit/keel-plugin-0.5.0",
-            "../wit/keel-plugin-0.6.0",
-        ],
-        world: "keel:plugin/tool-registry-service@0.6.0",
-        exports: { default: async },
-        with: {
-            "keel:plugin/types@0.2.0": crate::wasm_host::abi_versions::since_v0_2::keel::plugin::types,
-        },
-    });
-}
-
-/// The provider's side of `agent` (`turns`).
-mod agent_service {
-    wasmtime::component::bindgen!({
-        path: [
-            "../wit/keel-plugin-0.2.0",
-            "../wit/keel-plugin-0.3.0",
-            "../wit/keel-plugin-0.4.0",
-            "../wit/keel-plugin-0.5.0",
-            "../wit/keel-plugin-0.6.0",
-        ],
-        world: "keel:plugin/agent-service@0.6.0",
-        exports: { default: async },
-        with: {
-            "keel:plugin/types@0.2.0": crate::wasm_host::abi_versions::since_v0_2::keel::plugin::types,
-            "keel:plugin/conversation@0.5.0": crate::wasm_host::abi_versions::since_v0_5::keel::plugin0_5_0::conversation,
-        },
-    });
-}
-
-use agent_service::exports::keel::plugin0_6_0::turns as turns_export;
-use compaction_service::exports::keel::plugin0_6_0::compaction as compaction_export;
 use keel::plugin0_6_0::{compaction, editor, memory, tool_registry, turns};
-use memory_service::exports::keel::plugin0_6_0::memory as memory_export;
-use tool_registry_service::exports::keel::plugin0_6_0::tool_registry as registry_export;
+use provider_exports::exports::keel::plugin0_6_0::{
+    compaction as compaction_export, memory as memory_export, tool_registry as registry_export,
+    turns as turns_export,
+};
 
 /// The export of a plugin that provides `memory` through its typed door.
 pub(crate) const MEMORY_EXPORT: &str = "keel:plugin/memory@0.6.0";
@@ -377,31 +333,21 @@ impl ServiceIndices {
                  for it; rebuild the plugin against this keel's WIT"
             )
         };
+        // The index of a service's export, loaded from the instance when the component has it.
+        macro_rules! load {
+            ($index:expr, $export:expr) => {
+                $index
+                    .as_ref()
+                    .map(|i| i.load(&mut *store, instance))
+                    .transpose()
+                    .map_err(|e| e.context(shape($export)))?
+            };
+        }
         Ok(ServiceExports {
-            memory: self
-                .memory
-                .as_ref()
-                .map(|i| i.load(&mut *store, instance))
-                .transpose()
-                .map_err(|e| e.context(shape(MEMORY_EXPORT)))?,
-            compaction: self
-                .compaction
-                .as_ref()
-                .map(|i| i.load(&mut *store, instance))
-                .transpose()
-                .map_err(|e| e.context(shape(COMPACTION_EXPORT)))?,
-            tool_registry: self
-                .tool_registry
-                .as_ref()
-                .map(|i| i.load(&mut *store, instance))
-                .transpose()
-                .map_err(|e| e.context(shape(TOOL_REGISTRY_EXPORT)))?,
-            turns: self
-                .turns
-                .as_ref()
-                .map(|i| i.load(&mut *store, instance))
-                .transpose()
-                .map_err(|e| e.context(shape(TURNS_EXPORT)))?,
+            memory: load!(self.memory, MEMORY_EXPORT),
+            compaction: load!(self.compaction, COMPACTION_EXPORT),
+            tool_registry: load!(self.tool_registry, TOOL_REGISTRY_EXPORT),
+            turns: load!(self.turns, TURNS_EXPORT),
         })
     }
 }
