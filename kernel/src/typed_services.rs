@@ -1,5 +1,5 @@
 //! The services plugins provide through typed doors (ABI 0.6.0's `memory`, `compaction`,
-//! `tool-registry` and `turns`, the `agent` service), in `keel_protocol`'s types: the one vocabulary the kernel routes, whichever
+//! `tool-registry`, `turns` (the `agent` service) and `verifier`), in `keel_protocol`'s types: the one vocabulary the kernel routes, whichever
 //! door each side uses.
 //!
 //! A caller of 0.6.0 asks through the typed import; the kernel routes the call to the plugin
@@ -12,7 +12,8 @@
 
 use keel_protocol::{
     CompactRequest, Compacted, LoadRequest, RecallRequest, RecalledEntry, Resolution,
-    ResolveRequest, SummarizeRequest, ToolDef, TurnReport, TurnRequest, services,
+    ResolveRequest, SummarizeRequest, ToolDef, TurnReport, TurnRequest, Verdict, VerifyRequest,
+    services,
 };
 
 /// A call to a typed service.
@@ -32,6 +33,8 @@ pub enum ServiceCall {
     LoadConversation(LoadRequest),
     /// `agent` `compact`.
     Compact(CompactRequest),
+    /// `verifier` `verify`.
+    Verify(VerifyRequest),
 }
 
 /// What a typed service answered.
@@ -51,6 +54,8 @@ pub enum ServiceAnswer {
     Loaded(u32),
     /// `agent` `compact`: what the compaction did.
     Compacted(Compacted),
+    /// `verifier` `verify`: the most severe verdict; `None` when the turn claimed nothing.
+    Verdict(Option<Verdict>),
 }
 
 impl ServiceCall {
@@ -63,6 +68,7 @@ impl ServiceCall {
             ServiceCall::Turn(_) | ServiceCall::LoadConversation(_) | ServiceCall::Compact(_) => {
                 services::AGENT
             }
+            ServiceCall::Verify(_) => services::VERIFIER,
         }
     }
 
@@ -76,6 +82,7 @@ impl ServiceCall {
             ServiceCall::Turn(_) => "turn",
             ServiceCall::LoadConversation(_) => "load",
             ServiceCall::Compact(_) => "compact",
+            ServiceCall::Verify(_) => "verify",
         }
     }
 
@@ -90,6 +97,7 @@ impl ServiceCall {
             ServiceCall::Turn(request) => serde_json::to_string(request),
             ServiceCall::LoadConversation(request) => serde_json::to_string(request),
             ServiceCall::Compact(request) => serde_json::to_string(request),
+            ServiceCall::Verify(request) => serde_json::to_string(request),
         }
         // Plain records of strings, numbers and lists: nothing here fails to serialize.
         .unwrap_or_default()
@@ -126,6 +134,9 @@ impl ServiceCall {
             ServiceCall::Compact(_) => serde_json::from_str(text)
                 .map(ServiceAnswer::Compacted)
                 .map_err(malformed),
+            ServiceCall::Verify(_) => serde_json::from_str(text)
+                .map(ServiceAnswer::Verdict)
+                .map_err(malformed),
         }
     }
 
@@ -140,6 +151,13 @@ impl ServiceCall {
             ServiceCall::Turn(r) => r.session.len() + r.input.len(),
             ServiceCall::LoadConversation(r) => r.session.len() + messages_bytes(&r.messages),
             ServiceCall::Compact(r) => r.session.len() + r.focus.len(),
+            ServiceCall::Verify(r) => {
+                r.final_text.len()
+                    + r.calls
+                        .iter()
+                        .map(|c| c.outcome.content.len())
+                        .sum::<usize>()
+            }
         }
     }
 }
@@ -157,6 +175,7 @@ impl ServiceAnswer {
                 .map(|t| t.name.len() + t.description.len())
                 .sum(),
             ServiceAnswer::TurnReport(report) => report.text.len() + report.detail.len(),
+            ServiceAnswer::Verdict(verdict) => verdict.as_ref().map_or(0, |v| v.evidence.len()),
             ServiceAnswer::Resolution(_)
             | ServiceAnswer::Loaded(_)
             | ServiceAnswer::Compacted(_) => 0,

@@ -128,7 +128,7 @@ async fn a_0_3_plugin_asks_the_kernel_services_through_json() -> R {
 
 /// The agent loop is a 0.6.0 component: it imports the typed `caller` and `prompt-context`
 /// (so its prompt and the compaction provider come through them), and the typed `memory`,
-/// `compaction` and `tool-registry` it asks the plugins providing them through; those export
+/// `compaction`, `tool-registry` and `verifier` it asks the plugins providing them through; those export
 /// their typed door beside 0.4.0's `plugin`, as the agent loop exports `turns` (the `agent`
 /// service keel runs turns through). The subagents plugin, which still asks through `services.call`,
 /// stays 0.4.0.
@@ -148,6 +148,7 @@ fn the_agent_loop_uses_the_typed_services() -> R {
         "keel:plugin/memory@0.6.0",
         "keel:plugin/compaction@0.6.0",
         "keel:plugin/tool-registry@0.6.0",
+        "keel:plugin/verifier@0.6.0",
     ] {
         assert!(agent.imports.contains(&typed.to_owned()), "{agent:?}");
     }
@@ -161,6 +162,7 @@ fn the_agent_loop_uses_the_typed_services() -> R {
         ("compaction", "keel:plugin/compaction@0.6.0"),
         ("tool-registry", "keel:plugin/tool-registry@0.6.0"),
         ("agent-loop", "keel:plugin/turns@0.6.0"),
+        ("verifier", "keel:plugin/verifier@0.6.0"),
     ] {
         let report = report(provider)?;
         assert_eq!(report.abi_version.to_string(), "0.6.0", "{report:?}");

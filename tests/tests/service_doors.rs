@@ -75,6 +75,7 @@ async fn undeclared_services_and_topics_are_refused() -> R {
         ("typed-summarize", "compaction"),
         ("typed-list-tools", "tool-registry"),
         ("typed-turn", "agent"),
+        ("typed-verify", "verifier"),
     ] {
         assert!(
             tried[what].contains(&format!("did not declare the service `{service}`")),

@@ -862,7 +862,30 @@ async fn the_session_log_appends_events_and_reads_torn_logs() -> R {
 // ---------------------------------------------------------------------------------------------
 // verifier
 
+/// The verifier's verdict on a turn, asked through its typed door (ABI 0.6.0), as the agent
+/// loop asks.
 async fn verify(
+    s: &Setup,
+    final_text: &str,
+    calls: &[TurnCall],
+) -> anyhow::Result<Option<Verdict>> {
+    let request = VerifyRequest {
+        session: "s1".into(),
+        final_text: final_text.into(),
+        calls: calls.to_vec(),
+    };
+    match s
+        .kernel()
+        .call_service_typed(&keel_kernel::ServiceCall::Verify(request))
+        .await?
+    {
+        keel_kernel::ServiceAnswer::Verdict(verdict) => Ok(verdict),
+        other => anyhow::bail!("the verifier answered {other:?}"),
+    }
+}
+
+/// The same through its JSON door, as a caller of an earlier ABI asks.
+async fn verify_json(
     s: &Setup,
     final_text: &str,
     calls: &[TurnCall],
@@ -907,8 +930,9 @@ async fn the_verifier_replays_claims_through_the_kernel() -> R {
     assert_eq!(o.exec[0].exit_code, Some(0), "{o:#?}");
     let make_test = turn_call(input, o);
 
-    // The claim holds: the replay passes.
-    let v = verify(
+    // The claim holds: the replay passes (asked through the JSON door; the rest through the
+    // typed one).
+    let v = verify_json(
         &s,
         "I fixed the parser. All tests pass now.",
         std::slice::from_ref(&make_test),

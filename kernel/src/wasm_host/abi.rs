@@ -27,7 +27,15 @@ const ABI_0_5: Version = Version::new(0, 5, 0);
 const ADDED_IN_0_3: &[&str] = &["processes", "tool-list"];
 const ADDED_IN_0_4: &[&str] = &["plugin"];
 const ADDED_IN_0_5: &[&str] = &["caller", "prompt-context", "conversation", "agents"];
-const ADDED_IN_0_6: &[&str] = &["memory", "compaction", "tool-registry", "turns", "editor"];
+const ADDED_IN_0_6: &[&str] = &[
+    "memory",
+    "compaction",
+    "tool-registry",
+    "turns",
+    "verifier",
+    "verifier-types",
+    "editor",
+];
 
 /// The ABI versions this kernel hosts, for messages.
 fn hosted() -> String {

@@ -283,6 +283,7 @@ impl PluginInstance for WasmInstance {
             ServiceCall::Turn(_) => "turns.turn",
             ServiceCall::LoadConversation(_) => "turns.load",
             ServiceCall::Compact(_) => "turns.compact",
+            ServiceCall::Verify(_) => "verifier.verify",
         };
         if !self.bindings.serves(call) {
             // No typed door: the kernel sends the call as JSON instead.

@@ -143,6 +143,16 @@ pub trait AgentDoors {
         })
     }
 
+    /// `verifier` `verify`: the most severe verdict on a finished turn's claims. Through the
+    /// JSON door here; the plugin's doors take the typed one (ABI 0.6.0).
+    fn verify(&mut self, request: &VerifyRequest) -> Result<Option<Verdict>, DoorError> {
+        let answer = self.call(services::VERIFIER, "verify", &encode(request)?)?;
+        serde_json::from_str(&answer).map_err(|e| DoorError {
+            kind: "failed",
+            message: format!("the verifier's verdict is malformed: {e}"),
+        })
+    }
+
     /// `compaction` `summarize`: the summary of the oldest messages. Through the JSON door
     /// here; the plugin's doors take the typed one (ABI 0.6.0).
     fn summarize(&mut self, request: &SummarizeRequest) -> Result<String, DoorError> {
@@ -1063,20 +1073,16 @@ impl<D: AgentDoors> AgentLoop<D> {
             final_text: final_text.to_owned(),
             calls,
         };
-        let Ok(payload) = serde_json::to_string(&request) else {
-            return;
-        };
-        let answer = match self.doors.call(services::VERIFIER, "verify", &payload) {
-            Ok(a) => a,
+        let verdict = match self.doors.verify(&request) {
+            Ok(Some(verdict)) => verdict,
+            // The turn claimed nothing.
+            Ok(None) => return,
             Err(e) => {
                 if e.kind != "unavailable" {
                     self.doors.warn(&format!("the verifier failed: {e}"));
                 }
                 return;
             }
-        };
-        let Ok(Some(verdict)) = serde_json::from_str::<Option<Verdict>>(&answer) else {
-            return;
         };
         self.emit(&SessionEvent::Verdict {
             session: session.to_owned(),

@@ -4,11 +4,11 @@
 
 use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError, LoadRequest};
 use keel_protocol::{PromptFragment, ToolCapabilities, ToolDef, ToolSpec};
-use keel_protocol::{RecallRequest, RecalledEntry, SummarizeRequest};
+use keel_protocol::{RecallRequest, RecalledEntry, SummarizeRequest, Verdict, VerifyRequest};
 use keel_protocol::{TurnRequest, services};
 use keel_sdk::{
     KernelError, Plugin, agent, caller, compaction, events, log, memory, prompt_context,
-    services as kernel_services, state, tool_registry, tools,
+    services as kernel_services, state, tool_registry, tools, verifier,
 };
 
 /// The kernel's doors, through the SDK.
@@ -145,6 +145,13 @@ impl AgentDoors for KernelDoors {
                 })
             })
             .collect()
+    }
+
+    fn verify(&mut self, request: &VerifyRequest) -> Result<Option<Verdict>, DoorError> {
+        let request = keel_sdk_protocol::verify_request_to_wit(request);
+        Ok(verifier::verify(&request)
+            .map_err(door_error)?
+            .map(keel_sdk_protocol::verdict_from_wit))
     }
 
     fn summarize(&mut self, request: &SummarizeRequest) -> Result<String, DoorError> {

@@ -1,13 +1,19 @@
 //! keel's own plugins speak `keel-protocol`'s types inside and the WIT's records at their
-//! doors (ABI 0.5.0's `conversation` messages, carried by 0.6.0's typed services): the
-//! conversions between the two, written once for every plugin that needs them (the agent
-//! loop hands messages to `compaction` and receives them in `load`; `compaction` reads them).
+//! doors (ABI 0.5.0's `conversation` messages, carried by 0.6.0's typed services, and 0.6.0's
+//! `verifier` records): the conversions between the two, written once for every plugin that
+//! needs them (the agent loop hands messages to `compaction` and receives them in `load`,
+//! and asks the verifier; `compaction` reads messages; the verifier reads a turn and answers
+//! a verdict).
 //!
 //! Pure code over `keel-sdk`'s generated records: it builds natively, so it is tested with
 //! plain `cargo test`.
 
-use keel_protocol::{Block, Message, Role};
+use keel_protocol::{
+    Block, ExecRecord, Message, OutcomeStatus, Role, ToolOutcome, TurnCall, Verdict, VerdictStatus,
+    VerifyRequest,
+};
 use keel_sdk::conversation as wit;
+use keel_sdk::verifier as checks;
 
 /// `message` as the typed doors carry it.
 pub fn message_to_wit(message: &Message) -> wit::Message {
@@ -73,6 +79,125 @@ pub fn message_from_wit(message: wit::Message) -> Message {
     }
 }
 
+/// A finished turn as the verifier's typed door carries it; the arguments as JSON text.
+pub fn verify_request_to_wit(request: &VerifyRequest) -> checks::VerifyRequest {
+    checks::VerifyRequest {
+        session: request.session.clone(),
+        final_text: request.final_text.clone(),
+        calls: request
+            .calls
+            .iter()
+            .map(|call| checks::TurnCall {
+                call_id: call.call_id.clone(),
+                tool: call.tool.clone(),
+                input: call.input.to_string(),
+                outcome: checks::ToolOutcome {
+                    call_id: call.outcome.call_id.clone(),
+                    tool: call.outcome.tool.clone(),
+                    status: match call.outcome.status {
+                        OutcomeStatus::Ok => checks::OutcomeStatus::Ok,
+                        OutcomeStatus::Error => checks::OutcomeStatus::Error,
+                        OutcomeStatus::Refused => checks::OutcomeStatus::Refused,
+                        OutcomeStatus::NotExecuted => checks::OutcomeStatus::NotExecuted,
+                    },
+                    content: call.outcome.content.clone(),
+                    exec: call
+                        .outcome
+                        .exec
+                        .iter()
+                        .map(|e| checks::ExecRecord {
+                            command: e.command.clone(),
+                            exit_code: e.exit_code,
+                            timed_out: e.timed_out,
+                            sandbox: e.sandbox.clone(),
+                        })
+                        .collect(),
+                    spill: call.outcome.spill.clone(),
+                },
+            })
+            .collect(),
+    }
+}
+
+/// A finished turn the verifier's typed door carried; arguments that are not JSON are no
+/// input (`null`), as the agent loop records them.
+pub fn verify_request_from_wit(request: checks::VerifyRequest) -> VerifyRequest {
+    VerifyRequest {
+        session: request.session,
+        final_text: request.final_text,
+        calls: request
+            .calls
+            .into_iter()
+            .map(|call| TurnCall {
+                call_id: call.call_id,
+                tool: call.tool,
+                input: serde_json::from_str(&call.input).unwrap_or(serde_json::Value::Null),
+                outcome: ToolOutcome {
+                    call_id: call.outcome.call_id,
+                    tool: call.outcome.tool,
+                    status: match call.outcome.status {
+                        checks::OutcomeStatus::Ok => OutcomeStatus::Ok,
+                        checks::OutcomeStatus::Error => OutcomeStatus::Error,
+                        checks::OutcomeStatus::Refused => OutcomeStatus::Refused,
+                        checks::OutcomeStatus::NotExecuted => OutcomeStatus::NotExecuted,
+                    },
+                    content: call.outcome.content,
+                    exec: call
+                        .outcome
+                        .exec
+                        .into_iter()
+                        .map(|e| ExecRecord {
+                            command: e.command,
+                            exit_code: e.exit_code,
+                            timed_out: e.timed_out,
+                            sandbox: e.sandbox,
+                        })
+                        .collect(),
+                    spill: call.outcome.spill,
+                },
+            })
+            .collect(),
+    }
+}
+
+/// A verdict as the verifier's typed door carries it.
+pub fn verdict_to_wit(verdict: Verdict) -> checks::Verdict {
+    checks::Verdict {
+        status: match verdict.status {
+            VerdictStatus::VerifiedPass => checks::VerdictStatus::VerifiedPass,
+            VerdictStatus::VerifiedFail => checks::VerdictStatus::VerifiedFail,
+            VerdictStatus::VerifyError => checks::VerdictStatus::VerifyError,
+            VerdictStatus::Unsubstantiated => checks::VerdictStatus::Unsubstantiated,
+        },
+        dimension: verdict.dimension,
+        claim: verdict.claim,
+        command: verdict.command,
+        call_id: verdict.call_id,
+        exit_code: verdict.exit_code,
+        evidence: verdict.evidence,
+        failure_type: verdict.failure_type,
+    }
+}
+
+/// A verdict the verifier's typed door carried.
+pub fn verdict_from_wit(verdict: checks::Verdict) -> Verdict {
+    Verdict {
+        status: match verdict.status {
+            checks::VerdictStatus::VerifiedPass => VerdictStatus::VerifiedPass,
+            checks::VerdictStatus::VerifiedFail => VerdictStatus::VerifiedFail,
+            checks::VerdictStatus::VerifyError => VerdictStatus::VerifyError,
+            checks::VerdictStatus::Unsubstantiated => VerdictStatus::Unsubstantiated,
+        },
+        dimension: verdict.dimension,
+        claim: verdict.claim,
+        command: verdict.command,
+        call_id: verdict.call_id,
+        exit_code: verdict.exit_code,
+        evidence: verdict.evidence,
+        failure_type: verdict.failure_type,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +228,46 @@ mod tests {
         assert_eq!(message_from_wit(message_to_wit(&message)), message);
         let user = Message::user_text("hi");
         assert_eq!(message_from_wit(message_to_wit(&user)), user);
+    }
+
+    #[test]
+    fn a_turn_and_its_verdict_survive_the_round_trip() {
+        let request = VerifyRequest {
+            session: "s1".into(),
+            final_text: "all tests pass".into(),
+            calls: vec![TurnCall {
+                call_id: "c1".into(),
+                tool: "exec_shell".into(),
+                input: serde_json::json!({"command": "cargo test"}),
+                outcome: ToolOutcome {
+                    call_id: "c1".into(),
+                    tool: "exec_shell".into(),
+                    status: OutcomeStatus::Error,
+                    content: "1 failed".into(),
+                    exec: vec![ExecRecord {
+                        command: "cargo test".into(),
+                        exit_code: Some(101),
+                        timed_out: false,
+                        sandbox: Some("bubblewrap workspace-write".into()),
+                    }],
+                    spill: None,
+                },
+            }],
+        };
+        assert_eq!(
+            verify_request_from_wit(verify_request_to_wit(&request)),
+            request
+        );
+        let verdict = Verdict {
+            status: VerdictStatus::VerifiedFail,
+            dimension: "tests".into(),
+            claim: "all tests pass".into(),
+            command: Some("cargo test".into()),
+            call_id: Some("c1".into()),
+            exit_code: Some(101),
+            evidence: "1 failed".into(),
+            failure_type: Some("test-failure".into()),
+        };
+        assert_eq!(verdict_from_wit(verdict_to_wit(verdict.clone())), verdict);
     }
 }

@@ -9,14 +9,14 @@
 //! [`events`], [`prompt`], [`state`], [`guards`], [`http`], [`exec`], [`agent`],
 //! [`processes`], [`tool_list`], the kernel's services [`caller`], [`prompt_context`],
 //! [`conversation`], [`agents`] and [`editor`], and the plugins' services [`memory`],
-//! [`compaction`], [`tool_registry`] and [`turns`].
+//! [`compaction`], [`tool_registry`], [`turns`] and [`verifier`].
 //!
 //! A component's ABI version is the newest it uses: a plugin that calls none of the typed
 //! services is a 0.4.0 component, which keels hosting 0.4.0 load as well.
 //!
-//! A plugin that provides `memory`, `compaction` or `tool-registry` may serve it typed too: it
-//! binds the world `memory-service` (`compaction-service`, `tool-registry-service`) of the WIT
-//! with `wit-bindgen`, mapping
+//! A plugin that provides one of these may serve it typed too: it binds the world
+//! `memory-service` (`compaction-service`, `tool-registry-service`, `agent-service`,
+//! `verifier-service`) of the WIT with `wit-bindgen`, mapping
 //! `keel:plugin/types@0.2.0` to `keel_sdk::bindings::keel::plugin0_2_0::types`, and reaches
 //! its state with [`with_plugin`]. Callers of 0.6.0 are then served through that export,
 //! callers of earlier versions through [`Plugin::handle_call`] as before.
@@ -692,7 +692,7 @@ mod door {
         agents, caller, conversation, prompt_context,
     };
     pub(crate) use crate::bindings::keel::plugin0_6_0::{
-        compaction, editor, memory, tool_registry, turns,
+        compaction, editor, memory, tool_registry, turns, verifier,
     };
 }
 
@@ -974,6 +974,21 @@ pub mod tool_registry {
     /// The registered tool `name` stands for.
     pub fn resolve(name: &str) -> Result<Resolution, KernelError> {
         raw::resolve(name).map_err(KernelError::from)
+    }
+}
+
+/// Checks of a finished turn's claims, from whichever plugin provides `verifier` (ABI 0.6.0).
+/// The plugin must declare `verifier`.
+pub mod verifier {
+    use crate::KernelError;
+    pub use crate::bindings::keel::plugin0_6_0::verifier_types::{
+        ExecRecord, OutcomeStatus, ToolOutcome, TurnCall, Verdict, VerdictStatus, VerifyRequest,
+    };
+    use crate::door::verifier as raw;
+
+    /// The most severe verdict on the turn's claims; `None` when it claimed nothing.
+    pub fn verify(request: &VerifyRequest) -> Result<Option<Verdict>, KernelError> {
+        raw::verify(request).map_err(KernelError::from)
     }
 }
 

@@ -16,7 +16,8 @@
 //! `compaction::summarize` [`MockHost::summary`], `tool_registry` [`MockHost::offered_tools`];
 //! unset, each is `unavailable`, as when no plugin provides the service, and the requests are
 //! recorded ([`MockHost::recall_requests`], [`MockHost::summarize_requests`]);
-//! `editor::read` answers from [`MockHost::editor_files`]. The mock runs no agent: `turns`
+//! `verifier::verify` answers [`MockHost::verdict`]; `editor::read` answers from
+//! [`MockHost::editor_files`]. The mock runs no agent: `turns`
 //! answers `unavailable`.
 //!
 //! The doors that reach outside the kernel (`http`, `exec`, `agent`, `processes`) answer
@@ -106,6 +107,9 @@ pub struct MockHost {
     /// What `editor::read` answers, by workspace-relative path; a path not here: `None`, as
     /// when no editor drives the session.
     pub editor_files: BTreeMap<String, String>,
+    /// What `verifier::verify` answers: `None` (the default): no plugin provides `verifier`;
+    /// `Some(None)`: the turn claimed nothing; `Some(Some(verdict))`: that verdict.
+    pub verdict: Option<Option<crate::verifier::Verdict>>,
     services: BTreeMap<String, Handler>,
 }
 
@@ -133,6 +137,7 @@ impl std::fmt::Debug for MockHost {
             .field("summarize_requests", &self.summarize_requests)
             .field("offered_tools", &self.offered_tools)
             .field("editor_files", &self.editor_files)
+            .field("verdict", &self.verdict)
             .field("services", &self.services.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -554,6 +559,21 @@ pub(crate) mod door {
                 Resolution::Found(name.to_owned())
             } else {
                 Resolution::Unknown(Vec::new())
+            })
+        }
+    }
+
+    pub(crate) mod verifier {
+        use crate::bindings::keel::plugin0_6_0::verifier_types::{Verdict, VerifyRequest};
+
+        use super::{RawKernelError, with_host};
+
+        pub(crate) fn verify(_request: &VerifyRequest) -> Result<Option<Verdict>, RawKernelError> {
+            with_host(|h| h.verdict.clone()).ok_or_else(|| {
+                RawKernelError::Unavailable(
+                    "no plugin provides `verifier` in the mock host; set `MockHost::verdict`"
+                        .into(),
+                )
             })
         }
     }

@@ -13,6 +13,7 @@
 //!   verified-pass).
 //! - `verify_all` (`VerifyRequest`) → `[Verdict]`, one per claimed dimension.
 //! - `notice` (`Verdict`) → the text for the conversation tail.
+//! - `verify` is served typed too (ABI 0.6.0's `verifier-service`), to callers of 0.6.0.
 //! - `stats` (payload ignored) → `{"verified_pass", "verified_fail", "verify_error",
 //!   "unsubstantiated", "skipped_lines", "total", "claim_match_rate"}` (rate `null` when
 //!   nothing was checked).
@@ -98,6 +99,15 @@ fn replay(call_id: &str) -> Result<ToolOutcome, String> {
         .map_err(|e| format!("the kernel's replay outcome is malformed: {e}"))
 }
 
+/// The most severe verdict of a turn; among equals, the first claimed.
+fn worst(request: &VerifyRequest) -> Option<Verdict> {
+    verify_all(request)
+        .into_iter()
+        .enumerate()
+        .max_by_key(|(i, v)| (severity(v.status), std::cmp::Reverse(*i)))
+        .map(|(_, v)| v)
+}
+
 impl Plugin for Verifier {
     fn activate(_config: &str) -> Result<Self, String> {
         kernel_services::provide(services::VERIFIER, "1.0.0")?;
@@ -118,16 +128,7 @@ impl Plugin for Verifier {
                 .map_err(|e| format!("{method}: the payload is not a VerifyRequest ({e})"))
         };
         match method {
-            "verify" => {
-                let verdicts = verify_all(&request()?);
-                let worst = verdicts
-                    .into_iter()
-                    .enumerate()
-                    // The most severe; among equals, the first claimed.
-                    .max_by_key(|(i, v)| (severity(v.status), std::cmp::Reverse(*i)))
-                    .map(|(_, v)| v);
-                to_json(&worst)
-            }
+            "verify" => to_json(&worst(&request()?)),
             "verify_all" => to_json(&verify_all(&request()?)),
             "notice" => {
                 let verdict: Verdict = serde_json::from_str(payload)
@@ -159,3 +160,40 @@ impl Plugin for Verifier {
 }
 
 keel_sdk::export_plugin!(Verifier);
+
+#[allow(unsafe_code, missing_docs, clippy::all, clippy::unwrap_used)]
+mod typed {
+    wit_bindgen::generate!({
+        path: [
+            "../../wit/keel-plugin-0.2.0",
+            "../../wit/keel-plugin-0.3.0",
+            "../../wit/keel-plugin-0.4.0",
+            "../../wit/keel-plugin-0.5.0",
+            "../../wit/keel-plugin-0.6.0",
+        ],
+        world: "keel:plugin/verifier-service@0.6.0",
+        with: {
+            "keel:plugin/types@0.2.0": keel_sdk::bindings::keel::plugin0_2_0::types,
+            "keel:plugin/verifier-types@0.6.0": keel_sdk::bindings::keel::plugin0_6_0::verifier_types,
+        },
+    });
+}
+
+struct TypedVerifier;
+
+impl typed::exports::keel::plugin0_6_0::verifier::Guest for TypedVerifier {
+    fn verify(
+        request: keel_sdk::verifier::VerifyRequest,
+    ) -> Result<
+        Option<keel_sdk::verifier::Verdict>,
+        keel_sdk::bindings::keel::plugin0_2_0::types::KernelError,
+    > {
+        let request = keel_sdk_protocol::verify_request_from_wit(request);
+        Ok(worst(&request).map(keel_sdk_protocol::verdict_to_wit))
+    }
+}
+
+#[allow(unsafe_code)]
+const _: () = {
+    typed::export!(TypedVerifier with_types_in typed);
+};

@@ -9,7 +9,7 @@
 //! | 0.3.0 | `since_v0_2` + `since_v0_3` | `plugin@0.2.0` | the same |
 //! | 0.4.0 | `since_v0_2` + `since_v0_3` | `plugin@0.4.0` | its variants map one to one |
 //! | 0.5.0 | `since_v0_2` + `since_v0_3` + `since_v0_5` | `plugin@0.4.0` | as 0.4.0 |
-//! | 0.6.0 | … + `since_v0_6` | `plugin@0.4.0`, and a provider's `memory`, `compaction`, `tool-registry`, `turns` | as 0.4.0 |
+//! | 0.6.0 | … + `since_v0_6` | `plugin@0.4.0`, and a provider's `memory`, `compaction`, `tool-registry`, `turns`, `verifier` | as 0.4.0 |
 //!
 //! 0.5.0 changes no export: it adds the kernel's own services as typed imports (`caller`,
 //! `prompt-context`, `conversation`, `agents`), whose host side calls the same core as their
@@ -81,6 +81,10 @@ pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result
         |state| state,
     )?;
     since_v0_6::keel::plugin0_6_0::turns::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
+    since_v0_6::keel::plugin0_6_0::verifier::add_to_linker::<_, HasSelf<StoreState>>(
         linker,
         |state| state,
     )?;

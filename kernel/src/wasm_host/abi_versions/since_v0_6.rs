@@ -1,5 +1,5 @@
 //! ABI 0.6.0: the services plugins provide, typed (`memory`, `compaction`, `tool-registry`,
-//! and `turns`, the `agent` service), and the kernel's `keel.editor` (`editor`), whose host side
+//! `turns` (the `agent` service) and `verifier`), and the kernel's `keel.editor` (`editor`), whose host side
 //! is here too and calls the same core as its JSON door. Both
 //! sides of a typed call are here: the host side of the import a caller uses, which routes
 //! the call through the kernel ([`HostHandle::call_typed`](crate::HostHandle::call_typed)),
@@ -74,6 +74,7 @@ mod provider_exports {
                 export keel:plugin/compaction@0.6.0;
                 export keel:plugin/tool-registry@0.6.0;
                 export keel:plugin/turns@0.6.0;
+                export keel:plugin/verifier@0.6.0;
             }
         ",
         world: "keel:host/provider-exports",
@@ -81,14 +82,17 @@ mod provider_exports {
         with: {
             "keel:plugin/types@0.2.0": crate::wasm_host::abi_versions::since_v0_2::keel::plugin::types,
             "keel:plugin/conversation@0.5.0": crate::wasm_host::abi_versions::since_v0_5::keel::plugin0_5_0::conversation,
+            "keel:plugin/verifier-types@0.6.0": crate::wasm_host::abi_versions::since_v0_6::keel::plugin0_6_0::verifier_types,
         },
     });
 }
 
-use keel::plugin0_6_0::{compaction, editor, memory, tool_registry, turns};
+use keel::plugin0_6_0::{
+    compaction, editor, memory, tool_registry, turns, verifier, verifier_types,
+};
 use provider_exports::exports::keel::plugin0_6_0::{
     compaction as compaction_export, memory as memory_export, tool_registry as registry_export,
-    turns as turns_export,
+    turns as turns_export, verifier as verifier_export,
 };
 
 /// The export of a plugin that provides `memory` through its typed door.
@@ -99,6 +103,8 @@ pub(crate) const COMPACTION_EXPORT: &str = "keel:plugin/compaction@0.6.0";
 pub(crate) const TOOL_REGISTRY_EXPORT: &str = "keel:plugin/tool-registry@0.6.0";
 /// The export of a plugin that provides `agent` through its typed door.
 pub(crate) const TURNS_EXPORT: &str = "keel:plugin/turns@0.6.0";
+/// The export of a plugin that provides `verifier` through its typed door.
+pub(crate) const VERIFIER_EXPORT: &str = "keel:plugin/verifier@0.6.0";
 
 /// A typed call's answer of the wrong kind: the kernel routes each call to the one export that
 /// answers it, so this is a kernel bug, said as one rather than a panic.
@@ -179,6 +185,169 @@ impl tool_registry::Host for StoreState {
                 }
             }),
             _ => Err(mismatched("tool-registry.resolve")),
+        }
+    }
+}
+
+/// The verifier's request and verdict between keel-protocol's types and the records a
+/// caller's import and a provider's export share (`verifier-types`).
+impl From<protocol::VerifyRequest> for verifier_types::VerifyRequest {
+    fn from(request: protocol::VerifyRequest) -> Self {
+        verifier_types::VerifyRequest {
+            session: request.session,
+            final_text: request.final_text,
+            calls: request
+                .calls
+                .into_iter()
+                .map(|call| verifier_types::TurnCall {
+                    call_id: call.call_id,
+                    tool: call.tool,
+                    input: call.input.to_string(),
+                    outcome: verifier_types::ToolOutcome {
+                        call_id: call.outcome.call_id,
+                        tool: call.outcome.tool,
+                        status: match call.outcome.status {
+                            protocol::OutcomeStatus::Ok => verifier_types::OutcomeStatus::Ok,
+                            protocol::OutcomeStatus::Error => verifier_types::OutcomeStatus::Error,
+                            protocol::OutcomeStatus::Refused => {
+                                verifier_types::OutcomeStatus::Refused
+                            }
+                            protocol::OutcomeStatus::NotExecuted => {
+                                verifier_types::OutcomeStatus::NotExecuted
+                            }
+                        },
+                        content: call.outcome.content,
+                        exec: call
+                            .outcome
+                            .exec
+                            .into_iter()
+                            .map(|e| verifier_types::ExecRecord {
+                                command: e.command,
+                                exit_code: e.exit_code,
+                                timed_out: e.timed_out,
+                                sandbox: e.sandbox,
+                            })
+                            .collect(),
+                        spill: call.outcome.spill,
+                    },
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<verifier_types::VerifyRequest> for protocol::VerifyRequest {
+    fn from(request: verifier_types::VerifyRequest) -> Self {
+        protocol::VerifyRequest {
+            session: request.session,
+            final_text: request.final_text,
+            calls: request
+                .calls
+                .into_iter()
+                .map(|call| protocol::TurnCall {
+                    call_id: call.call_id,
+                    tool: call.tool,
+                    // The model's arguments; what does not parse is no input, as the
+                    // agent loop records it.
+                    input: serde_json::from_str(&call.input).unwrap_or(serde_json::Value::Null),
+                    outcome: protocol::ToolOutcome {
+                        call_id: call.outcome.call_id,
+                        tool: call.outcome.tool,
+                        status: match call.outcome.status {
+                            verifier_types::OutcomeStatus::Ok => protocol::OutcomeStatus::Ok,
+                            verifier_types::OutcomeStatus::Error => protocol::OutcomeStatus::Error,
+                            verifier_types::OutcomeStatus::Refused => {
+                                protocol::OutcomeStatus::Refused
+                            }
+                            verifier_types::OutcomeStatus::NotExecuted => {
+                                protocol::OutcomeStatus::NotExecuted
+                            }
+                        },
+                        content: call.outcome.content,
+                        exec: call
+                            .outcome
+                            .exec
+                            .into_iter()
+                            .map(|e| protocol::ExecRecord {
+                                command: e.command,
+                                exit_code: e.exit_code,
+                                timed_out: e.timed_out,
+                                sandbox: e.sandbox,
+                            })
+                            .collect(),
+                        spill: call.outcome.spill,
+                    },
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<protocol::Verdict> for verifier_types::Verdict {
+    fn from(v: protocol::Verdict) -> Self {
+        verifier_types::Verdict {
+            status: match v.status {
+                protocol::VerdictStatus::VerifiedPass => {
+                    verifier_types::VerdictStatus::VerifiedPass
+                }
+                protocol::VerdictStatus::VerifiedFail => {
+                    verifier_types::VerdictStatus::VerifiedFail
+                }
+                protocol::VerdictStatus::VerifyError => verifier_types::VerdictStatus::VerifyError,
+                protocol::VerdictStatus::Unsubstantiated => {
+                    verifier_types::VerdictStatus::Unsubstantiated
+                }
+            },
+            dimension: v.dimension,
+            claim: v.claim,
+            command: v.command,
+            call_id: v.call_id,
+            exit_code: v.exit_code,
+            evidence: v.evidence,
+            failure_type: v.failure_type,
+        }
+    }
+}
+
+impl From<verifier_types::Verdict> for protocol::Verdict {
+    fn from(v: verifier_types::Verdict) -> Self {
+        protocol::Verdict {
+            status: match v.status {
+                verifier_types::VerdictStatus::VerifiedPass => {
+                    protocol::VerdictStatus::VerifiedPass
+                }
+                verifier_types::VerdictStatus::VerifiedFail => {
+                    protocol::VerdictStatus::VerifiedFail
+                }
+                verifier_types::VerdictStatus::VerifyError => protocol::VerdictStatus::VerifyError,
+                verifier_types::VerdictStatus::Unsubstantiated => {
+                    protocol::VerdictStatus::Unsubstantiated
+                }
+            },
+            dimension: v.dimension,
+            claim: v.claim,
+            command: v.command,
+            call_id: v.call_id,
+            exit_code: v.exit_code,
+            evidence: v.evidence,
+            failure_type: v.failure_type,
+        }
+    }
+}
+
+impl verifier::Host for StoreState {
+    async fn verify(
+        &mut self,
+        request: verifier::VerifyRequest,
+    ) -> Result<Option<verifier::Verdict>, KernelError> {
+        let _host = self.meter.host_call();
+        match self
+            .host
+            .call_typed(&ServiceCall::Verify(request.into()))
+            .await?
+        {
+            ServiceAnswer::Verdict(verdict) => Ok(verdict.map(Into::into)),
+            _ => Err(mismatched("verifier.verify")),
         }
     }
 }
@@ -295,6 +464,7 @@ pub(crate) struct ServiceIndices {
     compaction: Option<compaction_export::GuestIndices>,
     tool_registry: Option<registry_export::GuestIndices>,
     turns: Option<turns_export::GuestIndices>,
+    verifier: Option<verifier_export::GuestIndices>,
 }
 
 impl ServiceIndices {
@@ -316,6 +486,9 @@ impl ServiceIndices {
                 .transpose()?,
             turns: exports(TURNS_EXPORT)
                 .then(|| turns_export::GuestIndices::new(pre))
+                .transpose()?,
+            verifier: exports(VERIFIER_EXPORT)
+                .then(|| verifier_export::GuestIndices::new(pre))
                 .transpose()?,
         })
     }
@@ -348,6 +521,7 @@ impl ServiceIndices {
             compaction: load!(self.compaction, COMPACTION_EXPORT),
             tool_registry: load!(self.tool_registry, TOOL_REGISTRY_EXPORT),
             turns: load!(self.turns, TURNS_EXPORT),
+            verifier: load!(self.verifier, VERIFIER_EXPORT),
         })
     }
 }
@@ -358,6 +532,7 @@ pub(crate) struct ServiceExports {
     compaction: Option<compaction_export::Guest>,
     tool_registry: Option<registry_export::Guest>,
     turns: Option<turns_export::Guest>,
+    verifier: Option<verifier_export::Guest>,
 }
 
 /// What a provider's typed export answered with, in the kernel's vocabulary.
@@ -391,6 +566,7 @@ impl ServiceExports {
             ServiceCall::Turn(_) | ServiceCall::LoadConversation(_) | ServiceCall::Compact(_) => {
                 self.turns.is_some()
             }
+            ServiceCall::Verify(_) => self.verifier.is_some(),
         }
     }
 
@@ -515,6 +691,13 @@ impl ServiceExports {
                         })
                     },
                 )
+            }
+            ServiceCall::Verify(request) => {
+                let verifier = self.verifier.as_ref().ok_or_else(no_door)?;
+                let request = verifier_types::VerifyRequest::from(request.clone());
+                answered(verifier.call_verify(store, &request).await, |verdict| {
+                    ServiceAnswer::Verdict(verdict.map(Into::into))
+                })
             }
         }
     }
