@@ -133,6 +133,40 @@ fn plugin_check_validates_and_refuses_clearly() -> R {
         .stdout(predicate::str::contains("ABI keel:plugin@0.4.0"))
         .stdout(predicate::str::ends_with("ok\n"));
 
+    // The agent loop imports typed service doors (ABI 0.6.0) and declares each; without the
+    // declaration of `memory`, the check names the import and what to add (keel would refuse
+    // every call through it).
+    let agent_dir = home.path().join("agent");
+    std::fs::create_dir(&agent_dir)?;
+    let agent = keel_bundled_plugins::get("agent-loop").ok_or("agent-loop is bundled")?;
+    std::fs::write(agent_dir.join("agent-loop.wasm"), agent.component())?;
+    std::fs::write(agent_dir.join("keel.toml"), agent.manifest)?;
+    let declared = keel(home.path())?
+        .args(["plugin", "check"])
+        .arg(&agent_dir)
+        .output()?;
+    let declared = String::from_utf8_lossy(&declared.stdout).into_owned();
+    assert!(
+        declared.contains("keel:plugin/memory@0.6.0") && !declared.contains("does not declare"),
+        "{declared}"
+    );
+    let undeclared = agent
+        .manifest
+        .lines()
+        .filter(|line| !line.starts_with("memory = "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(agent_dir.join("keel.toml"), undeclared)?;
+    keel(home.path())?
+        .args(["plugin", "check"])
+        .arg(&agent_dir)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "problem: import `keel:plugin/memory@0.6.0` calls the service `memory`, which \
+             keel.toml does not declare",
+        ));
+
     // A malformed manifest: the file, the line and the field.
     std::fs::write(
         plugin.join("keel.toml"),

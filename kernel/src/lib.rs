@@ -64,5 +64,6 @@ pub use types::{
 };
 pub use wasm_host::{
     CacheStatus, ComponentReport, GrantedDir, Precompiled, SUPPORTED_ABI, Shipped, WasmComponent,
-    WasmError, WasmGrants, WasmHost, WasmHostConfig, WasmLimits, check_imports, inspect_component,
+    WasmError, WasmGrants, WasmHost, WasmHostConfig, WasmLimits, check_declarations, check_imports,
+    inspect_component,
 };

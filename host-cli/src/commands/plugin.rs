@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use clap::Subcommand;
 use keel_kernel::{
-    Manifest, PluginState, check_imports, code_path, inspect_component, manifest_path,
+    Manifest, PluginState, check_declarations, check_imports, code_path, inspect_component,
+    manifest_path,
 };
 
 use super::plugin_python;
@@ -452,6 +453,7 @@ fn check(
     let rt = Runtime::new(ctx)?;
     let report = inspect_component(rt.loader.wasm(), &manifest.name, &bytes)?;
     let mut problems = check_imports(&report, &manifest.capabilities);
+    problems.extend(check_declarations(&report, &manifest));
     let built_as = keel_registry::component_version(&bytes);
     match &built_as {
         Ok(Some(v)) if *v == manifest.version => {}

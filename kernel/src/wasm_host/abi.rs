@@ -4,9 +4,10 @@
 use semver::Version;
 use wasmtime::Engine;
 use wasmtime::component::Component;
+use wasmtime::component::types::ComponentItem;
 
 use super::WasmError;
-use crate::manifest::Capabilities;
+use crate::manifest::{Capabilities, Manifest};
 
 /// The newest keel plugin ABI (WIT package `keel:plugin`) this kernel hosts.
 pub const SUPPORTED_ABI: Version = Version::new(0, 6, 0);
@@ -74,6 +75,9 @@ pub struct ComponentReport {
     pub abi_version: Version,
     /// Names of every import, in the component's order.
     pub imports: Vec<String>,
+    /// The imports through which the component calls something: instances with at least one
+    /// function (the rest bring only types, such as `keel:plugin/types@0.2.0`).
+    pub calling_imports: Vec<String>,
     /// Names of every export, in the component's order.
     pub exports: Vec<String>,
     /// Why the component does not link against the kernel's imports, as a load would link
@@ -135,6 +139,17 @@ pub(crate) fn report(
 ) -> Result<ComponentReport, WasmError> {
     let ty = component.component_type();
     let imports: Vec<String> = ty.imports(engine).map(|(n, _)| n.to_owned()).collect();
+    let calling_imports: Vec<String> = ty
+        .imports(engine)
+        .filter(|(_, import)| match &import.ty {
+            ComponentItem::ComponentInstance(instance) => instance
+                .exports(engine)
+                .any(|(_, export)| matches!(export.ty, ComponentItem::ComponentFunc(_))),
+            ComponentItem::ComponentFunc(_) => true,
+            _ => false,
+        })
+        .map(|(n, _)| n.to_owned())
+        .collect();
     let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_owned()).collect();
 
     // Every keel name must be an interface at a version this kernel hosts; the first one that
@@ -177,9 +192,72 @@ pub(crate) fn report(
     Ok(ComponentReport {
         abi_version,
         imports,
+        calling_imports,
         exports,
         link_error: None,
     })
+}
+
+/// The typed interfaces that call a service, with the service: importing one is calling it,
+/// so the manifest must declare that service as `services.call` needs it
+/// ([`Manifest::may_call`]), or keel refuses every call.
+const TYPED_SERVICE_IMPORTS: &[(&str, &str)] = &[
+    ("prompt-context", "keel.prompt"),
+    ("conversation", "keel.conversation"),
+    ("agents", "keel.agents"),
+    ("editor", "keel.editor"),
+    ("memory", "memory"),
+    ("compaction", "compaction"),
+    ("tool-registry", "tool-registry"),
+    ("turns", "agent"),
+    ("verifier", "verifier"),
+];
+
+/// The problems `keel plugin check` reports for the typed service doors a component imports
+/// and its manifest does not declare (keel would refuse each call), and for the editor door
+/// without the whole workspace granted; empty when every such import is declared.
+pub fn check_declarations(report: &ComponentReport, manifest: &Manifest) -> Vec<String> {
+    let mut problems = Vec::new();
+    // An import that only brings types (the records of `conversation` a `compaction` caller
+    // hands over) calls nothing, so needs nothing.
+    for name in &report.calling_imports {
+        let Some(parts) = split_name(name).filter(|p| p.package == KEEL_PACKAGE) else {
+            continue;
+        };
+        let Some(&(_, service)) = TYPED_SERVICE_IMPORTS
+            .iter()
+            .find(|(interface, _)| *interface == parts.interface)
+        else {
+            continue;
+        };
+        if !manifest.may_call(service) {
+            let declare = if service.starts_with("keel.") {
+                format!("`services = [\"{service}\"]` under [capabilities]")
+            } else {
+                format!(
+                    "`{service} = \"^1\"` under [requires], or `services = [\"{service}\"]` under \
+                     [capabilities] if the plugin works without it"
+                )
+            };
+            problems.push(format!(
+                "import `{name}` calls the service `{service}`, which keel.toml does not \
+                 declare; keel refuses every such call: add {declare}"
+            ));
+        }
+        let whole_workspace = manifest.capabilities.dirs.iter().any(|d| {
+            d.path
+                .components()
+                .all(|c| c == std::path::Component::CurDir)
+        });
+        if service == keel_protocol::services::EDITOR && !whole_workspace {
+            problems.push(format!(
+                "import `{name}` reads through the editor, which keel allows only a plugin \
+                 granted the whole workspace: add `dirs = [{{ path = \".\", guest = \
+                 \"/workspace\", access = \"read\" }}]` under [capabilities], or drop the import"
+            ));
+        }
+    }
+    problems
 }
 
 /// WASI interface families a plugin may import without any capability. The filesystem is
@@ -279,9 +357,47 @@ mod tests {
         ComponentReport {
             abi_version: BASE_ABI,
             imports: imports.iter().map(|s| (*s).to_owned()).collect(),
+            calling_imports: imports.iter().map(|s| (*s).to_owned()).collect(),
             link_error: None,
             exports: vec!["keel:plugin/plugin@0.2.0".to_owned()],
         }
+    }
+
+    /// Importing a typed service door the manifest does not declare is a problem of the
+    /// check, said with what to add; declared, it is none.
+    #[test]
+    fn typed_service_imports_need_their_declaration() {
+        let report = report_with(&[
+            "keel:plugin/memory@0.6.0",
+            "keel:plugin/prompt-context@0.5.0",
+            "keel:plugin/editor@0.6.0",
+            "keel:plugin/log@0.2.0",
+        ]);
+        let manifest = |extra: &str| {
+            Manifest::parse(
+                &format!("name = \"p\"\nversion = \"0.1.0\"\nkind = \"wasm\"\n{extra}"),
+                std::path::Path::new("p/keel.toml"),
+            )
+            .expect("the manifest parses")
+        };
+        let problems = check_declarations(&report, &manifest(""));
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(
+            problems[0].contains("`keel:plugin/memory@0.6.0` calls the service `memory`")
+                && problems[0].contains("`memory = \"^1\"` under [requires]"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].contains("`services = [\"keel.prompt\"]` under [capabilities]"),
+            "{problems:?}"
+        );
+        assert!(problems[3].contains("whole workspace"), "{problems:?}");
+        let declared = manifest(
+            "[requires]\nmemory = { version = \"^1\", optional = true }\n\
+             [capabilities]\nservices = [\"keel.prompt\", \"keel.editor\"]\n\
+             dirs = [{ path = \".\", guest = \"/workspace\", access = \"read\" }]\n",
+        );
+        assert_eq!(check_declarations(&report, &declared), Vec::<String>::new());
     }
 
     #[test]

@@ -27,7 +27,7 @@ use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
-pub use abi::{ComponentReport, SUPPORTED_ABI, check_imports};
+pub use abi::{ComponentReport, SUPPORTED_ABI, check_declarations, check_imports};
 
 use abi_versions::PluginPre;
 use cache::{DiskCache, Miss};
