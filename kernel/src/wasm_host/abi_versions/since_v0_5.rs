@@ -121,6 +121,37 @@ impl From<protocol::Message> for Message {
     }
 }
 
+/// A message a caller sent as a record (0.6.0's `compaction` `summarize`, `turns` `load`), in
+/// the kernel's vocabulary: the way back of the conversion above.
+impl From<Message> for protocol::Message {
+    fn from(message: Message) -> Self {
+        protocol::Message {
+            role: match message.role {
+                Role::User => protocol::Role::User,
+                Role::Assistant => protocol::Role::Assistant,
+            },
+            content: message
+                .content
+                .into_iter()
+                .map(|block| match block {
+                    Block::Text(text) => protocol::Block::Text { text },
+                    Block::Thinking(text) => protocol::Block::Thinking { text },
+                    Block::ToolCall(call) => protocol::Block::ToolCall {
+                        id: call.id,
+                        name: call.name,
+                        arguments: call.arguments,
+                    },
+                    Block::ToolResult(result) => protocol::Block::ToolResult {
+                        call_id: result.call_id,
+                        content: result.content,
+                        is_error: result.is_error,
+                    },
+                })
+                .collect(),
+        }
+    }
+}
+
 impl keel::plugin0_5_0::conversation::Host for StoreState {
     async fn read(&mut self, start: u32, end: u32) -> Result<Vec<Message>, KernelError> {
         let _host = self.meter.host_call();

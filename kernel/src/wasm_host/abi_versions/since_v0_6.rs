@@ -702,34 +702,3 @@ impl ServiceExports {
         }
     }
 }
-
-/// A message a 0.6.0 caller sent (`compaction` `summarize`), in the kernel's vocabulary.
-impl From<super::since_v0_5::keel::plugin0_5_0::conversation::Message> for protocol::Message {
-    fn from(message: super::since_v0_5::keel::plugin0_5_0::conversation::Message) -> Self {
-        use super::since_v0_5::keel::plugin0_5_0::conversation::{Block, Role};
-        protocol::Message {
-            role: match message.role {
-                Role::User => protocol::Role::User,
-                Role::Assistant => protocol::Role::Assistant,
-            },
-            content: message
-                .content
-                .into_iter()
-                .map(|block| match block {
-                    Block::Text(text) => protocol::Block::Text { text },
-                    Block::Thinking(text) => protocol::Block::Thinking { text },
-                    Block::ToolCall(call) => protocol::Block::ToolCall {
-                        id: call.id,
-                        name: call.name,
-                        arguments: call.arguments,
-                    },
-                    Block::ToolResult(result) => protocol::Block::ToolResult {
-                        call_id: result.call_id,
-                        content: result.content,
-                        is_error: result.is_error,
-                    },
-                })
-                .collect(),
-        }
-    }
-}
