@@ -45,7 +45,8 @@
 //!   tool `flood_<prefix>` stores 1 MiB state values until refused and emits 1 MiB events 300 times
 //!   (`prefix` from `[config]`, so several copies can load under different names).
 //! - `typed-memory`: provides `memory` through ABI 0.6.0's typed export (one entry, source
-//!   `typed door`, text the input; input `refuse` → `invalid("refused by the typed door")`)
+//!   `typed door`, text the input; input `refuse` → `invalid("refused by the typed door")`;
+//!   input `spin` never returns, under `cpu-ms = 300`)
 //!   and through its JSON door (source `json door`); tool `summarize_undeclared` calls the
 //!   typed `compaction` without declaring it and returns the answer or `error: <kernel error>`.
 //! - `stall`: tools `stall_sleep` (sleeps forever), `stall_spin` (emits

@@ -221,6 +221,18 @@ async fn a_typed_call_takes_the_providers_typed_door() -> R {
         Err(KernelError::Invalid(m)) => assert_eq!(m, "refused by the typed door"),
         other => panic!("expected the provider's invalid input, got {other:?}"),
     }
+    // A typed export that never returns is bounded like every other call into a plugin: its
+    // CPU limit stops it, the caller hears so, and the next call gets a fresh instance.
+    match h.kernel.call_service_typed(&recall("spin")).await {
+        Err(KernelError::Failed(m)) => {
+            assert!(m.contains("typed-memory") && m.contains("cpu limit"), "{m}")
+        }
+        other => panic!("expected the CPU limit, got {other:?}"),
+    }
+    assert_eq!(
+        h.kernel.call_service_typed(&recall("again")).await?,
+        ServiceAnswer::Recalled(vec![entry("typed door", "again")])
+    );
     let refused = h.kernel.invoke_tool("summarize_undeclared", "{}").await?;
     assert!(
         refused.starts_with(
