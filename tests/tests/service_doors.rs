@@ -54,7 +54,7 @@ async fn undeclared_services_and_topics_are_refused() -> R {
     let answer = h.kernel.call_service("fixture.snoop", "try", "").await?;
     let tried = attempts(&answer);
     for what in [
-        "list", "read", "append", "complete", "verify", "hooks", "editor",
+        "list", "read", "append", "complete", "verify", "turn", "hooks", "editor",
     ] {
         let result = &tried[what];
         assert!(
@@ -119,7 +119,7 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
     let declare_everything = |manifest: &str| {
         manifest.replace(
             "[requires]\n",
-            "[requires]\n\"session-log\" = \"^1\"\nmodel = \"^1\"\n",
+            "[requires]\n\"session-log\" = \"^1\"\nmodel = \"^1\"\nagent = \"^1\"\n",
         )
         .replace(
             "[capabilities]\n",
@@ -127,6 +127,7 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         )
     };
     let (h, _dir) = setup(declare_everything).await?;
+    h.load_plugin("agent-loop").await?;
     let answer = h.kernel.call_service("fixture.snoop", "try", "").await?;
     let tried = attempts(&answer);
     for what in ["list", "read", "append"] {
@@ -188,6 +189,18 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         "{}",
         tried["conversation-read"]
     );
+    // Declaring `agent` does not let it run a turn of the person's session (whose input the
+    // log would keep as the person's words, and `keel resume` replay as theirs): the agent
+    // loop serves keel only.
+    for what in ["turn", "typed-turn"] {
+        assert!(
+            tried[what].starts_with(
+                "denied: the agent loop runs turns, loads and compacts sessions only for keel"
+            ),
+            "{what}: {}",
+            tried[what]
+        );
+    }
     // The typed doors refuse the same calls with the same words.
     assert_eq!(tried["typed-open-child"], tried["open-child"]);
     assert_eq!(tried["typed-editor"], tried["editor"]);

@@ -7,7 +7,7 @@ use keel_protocol::{PromptFragment, ToolCapabilities, ToolDef, ToolSpec};
 use keel_protocol::{RecallRequest, RecalledEntry, SummarizeRequest, Verdict, VerifyRequest};
 use keel_protocol::{TurnRequest, services};
 use keel_sdk::{
-    KernelError, Plugin, agent, caller, compaction, events, log, memory, prompt_context,
+    CallError, KernelError, Plugin, agent, caller, compaction, events, log, memory, prompt_context,
     services as kernel_services, state, tool_registry, tools, verifier,
 };
 
@@ -168,6 +168,21 @@ impl AgentDoors for KernelDoors {
     }
 }
 
+/// `Ok` when keel itself (the kernel-attested caller) calls the `agent` service, through
+/// either door: only keel runs turns, seeds a session or compacts it. A plugin that could would
+/// put words in the person's mouth: a turn's input is logged as the person's message, and
+/// `keel resume` replays it as theirs.
+fn keel_only() -> Result<(), String> {
+    let caller = caller::name();
+    if caller == keel_sdk::KERNEL_NAME {
+        return Ok(());
+    }
+    Err(format!(
+        "the agent loop runs turns, loads and compacts sessions only for keel; `{caller}` may \
+         not"
+    ))
+}
+
 /// The plugin: the agent loop over the kernel's doors.
 pub struct AgentLoopPlugin(AgentLoop<KernelDoors>);
 
@@ -176,6 +191,17 @@ impl Plugin for AgentLoopPlugin {
         let inner = AgentLoop::new(config, KernelDoors)?;
         kernel_services::provide(services::AGENT, "1.0.0").map_err(|e| e.to_string())?;
         Ok(AgentLoopPlugin(inner))
+    }
+
+    fn handle_call_typed(
+        &mut self,
+        service: &str,
+        method: &str,
+        payload: &str,
+    ) -> Result<String, CallError> {
+        keel_only().map_err(CallError::Denied)?;
+        self.handle_call(service, method, payload)
+            .map_err(CallError::Failed)
     }
 
     fn handle_call(
@@ -266,6 +292,7 @@ struct TypedTurns;
 
 impl turns::Guest for TypedTurns {
     fn turn(request: turns::TurnRequest) -> Result<turns::TurnReport, RawKernelError> {
+        keel_only().map_err(RawKernelError::Denied)?;
         let request = TurnRequest {
             session: request.session,
             input: request.input,
@@ -275,6 +302,7 @@ impl turns::Guest for TypedTurns {
     }
 
     fn load(request: turns::LoadRequest) -> Result<u32, RawKernelError> {
+        keel_only().map_err(RawKernelError::Denied)?;
         let request = LoadRequest {
             session: request.session,
             messages: request
@@ -289,6 +317,7 @@ impl turns::Guest for TypedTurns {
     }
 
     fn compact(session: String, focus: String) -> Result<turns::Compacted, RawKernelError> {
+        keel_only().map_err(RawKernelError::Denied)?;
         let done = keel_sdk::with_plugin(|agent: &mut AgentLoopPlugin| {
             agent.0.compact_now(&session, &focus)
         })?
