@@ -1,16 +1,16 @@
 //! ABI 0.6.0: the services plugins provide, typed (`memory`, `compaction`, `tool-registry`,
-//! `turns` (the `agent` service) and `verifier`), and the kernel's `keel.editor` (`editor`), whose host side
-//! is here too and calls the same core as its JSON door. Both
-//! sides of a typed call are here: the host side of the import a caller uses, which routes
-//! the call through the kernel ([`HostHandle::call_typed`](crate::HostHandle::call_typed)),
-//! and the provider's export the kernel calls ([`ServiceExports`]).
+//! `turns` for the `agent` service, and `verifier`), and the kernel's `keel.editor` as
+//! `editor`, whose host side calls the same core as its JSON door.
 //!
-//! The kernel routes a typed call in `keel_protocol`'s types ([`ServiceCall`]); this module
-//! only converts between them and each side's WIT records. Both sides are type-checked: the
-//! caller's import when the component is linked, against the host functions bound here; the
-//! provider's export when it is instantiated ([`ServiceIndices::load`]), which a load does
-//! before the plugin activates. A component built against other types for these names does
-//! not load.
+//! Both sides of a typed service call are here: the host side of the import a caller uses,
+//! which routes the call through the kernel
+//! ([`HostHandle::call_typed`](crate::HostHandle::call_typed)), and the provider's export the
+//! kernel calls ([`ServiceExports`]). The kernel routes the call in `keel_protocol`'s types
+//! ([`ServiceCall`]); this module only converts between them and each side's WIT records.
+//! Both sides are type-checked: the caller's import when the component is linked, against the
+//! host functions bound here; the provider's export when it is instantiated
+//! ([`ServiceIndices::load`]), which a load does before the plugin activates. A component built
+//! against other types for these names does not load.
 
 use keel_protocol as protocol;
 use wasmtime::Store;
