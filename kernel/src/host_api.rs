@@ -659,7 +659,8 @@ impl HostHandle {
         Ok(shared)
     }
 
-    /// Ask the model for the next assistant message (the kernel records its tool calls).
+    /// Ask the model for the next assistant message (the kernel records its tool calls):
+    /// `agent.complete`'s JSON door (ABI 0.2.0 to 0.6.0).
     pub async fn agent_complete(&self, request: &str) -> Result<String, KernelError> {
         let shared = self.driver_shared()?;
         shared.boundary.step_begins(&self.plugin);
@@ -673,33 +674,72 @@ impl HostHandle {
         answer
     }
 
-    /// Dispatch recorded tool calls through the gate pipeline.
+    /// `agent.complete` typed (ABI 0.7.0): the same call in records.
+    pub async fn agent_complete_typed(
+        &self,
+        request: keel_protocol::ModelRequest,
+    ) -> Result<keel_protocol::ModelResponse, KernelError> {
+        let shared = self.driver_shared()?;
+        shared.boundary.step_begins(&self.plugin);
+        let sent = crate::typed_services::request_bytes(&request);
+        let answer = shared
+            .agent_complete_typed(&self.chain, Some(&self.plugin), request)
+            .await;
+        self.crossed(
+            &shared,
+            sent + answer
+                .as_ref()
+                .map_or(0, crate::typed_services::response_bytes),
+        );
+        answer
+    }
+
+    /// Dispatch recorded tool calls through the gate pipeline: `agent.dispatch`'s JSON door.
     pub async fn agent_dispatch(&self, call_ids: &[String]) -> Vec<String> {
+        self.agent_dispatch_typed(call_ids)
+            .await
+            .iter()
+            .map(|o| serde_json::to_string(o).unwrap_or_default())
+            .collect()
+    }
+
+    /// Dispatch recorded tool calls through the gate pipeline, each outcome a record.
+    pub async fn agent_dispatch_typed(
+        &self,
+        call_ids: &[String],
+    ) -> Vec<keel_protocol::ToolOutcome> {
         match self.driver_shared() {
             Ok(shared) => {
                 let outcomes = shared.agent_dispatch(&self.chain, call_ids).await;
-                self.crossed(&shared, outcomes.iter().map(String::len).sum());
+                self.crossed(&shared, outcomes.iter().map(|o| o.content.len()).sum());
                 outcomes
             }
             Err(e) => call_ids
                 .iter()
-                .map(|id| {
-                    serde_json::to_string(&keel_protocol::ToolOutcome {
-                        call_id: id.clone(),
-                        tool: String::new(),
-                        status: keel_protocol::OutcomeStatus::Refused,
-                        content: e.to_string(),
-                        exec: Vec::new(),
-                        spill: None,
-                    })
-                    .unwrap_or_default()
+                .map(|id| keel_protocol::ToolOutcome {
+                    call_id: id.clone(),
+                    tool: String::new(),
+                    status: keel_protocol::OutcomeStatus::Refused,
+                    content: e.to_string(),
+                    exec: Vec::new(),
+                    spill: None,
                 })
                 .collect(),
         }
     }
 
-    /// Replay an approved call of the current turn.
+    /// Replay an approved call of the current turn: `agent.replay`'s JSON door.
     pub async fn agent_replay(&self, call_id: &str) -> Result<String, KernelError> {
+        let outcome = self.agent_replay_typed(call_id).await?;
+        serde_json::to_string(&outcome)
+            .map_err(|e| KernelError::Failed(format!("cannot encode the outcome: {e}")))
+    }
+
+    /// Replay an approved call of the current turn, its outcome a record.
+    pub async fn agent_replay_typed(
+        &self,
+        call_id: &str,
+    ) -> Result<keel_protocol::ToolOutcome, KernelError> {
         self.agent_shared()?
             .agent_replay(&self.chain, call_id)
             .await

@@ -58,7 +58,7 @@ pub use net_client::{HttpHead, HttpRequest, NetConfig, SecretHeader, Secrets, ho
 pub use processes::{OUTPUT_TOPIC as PROCESS_OUTPUT_TOPIC, ProcessEntry, ProcessStatus};
 pub use sandbox::runner::{ExecCommand, ExecOutcome};
 pub use session_gates::{GateConfig, KEEP_HEAD, KEEP_TAIL, StandingAnswer};
-pub use typed_services::{ServiceAnswer, ServiceCall};
+pub use typed_services::{ModelCall, ServiceAnswer, ServiceCall};
 pub use types::{
     Event, GuardDecision, GuardVerdict, KERNEL_NAME, KernelError, Level, ToolCapabilities, ToolSpec,
 };

@@ -486,6 +486,9 @@ impl Kernel {
         self.shared
             .agent_dispatch(&CallChain::starting_at(KERNEL_NAME), call_ids)
             .await
+            .iter()
+            .map(|o| serde_json::to_string(o).unwrap_or_default())
+            .collect()
     }
 
     /// Run the tool `name` with the JSON `input` on the person's behalf, through the same gate

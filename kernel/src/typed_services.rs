@@ -1,20 +1,92 @@
 //! The services plugins provide through typed doors (ABI 0.6.0's `memory`, `compaction`,
-//! `tool-registry`, `turns` (the `agent` service) and `verifier`), in `keel_protocol`'s types: the one vocabulary the kernel routes, whichever
-//! door each side uses.
+//! `tool-registry`, `turns` (the `agent` service) and `verifier`; 0.7.0's `model`), in
+//! `keel_protocol`'s types: the one vocabulary the kernel routes, whichever door each side
+//! uses.
 //!
-//! A caller of 0.6.0 asks through the typed import; the kernel routes the call to the plugin
-//! that provides the service now. A provider that exports the service's interface is called
-//! through it (`wasm_host::abi_versions::since_v0_6`); any other provider (built against an
-//! earlier ABI, native, in-process) through its `handle-call`, with [`ServiceCall::to_json`]
-//! as the payload, its answer read back by [`ServiceCall::answer_from_json`]. So a typed
-//! caller works with every provider, and the kernel never hands a plugin JSON text it did not
-//! ask for.
+//! A caller asks through the typed import; the kernel routes the call to the plugin that
+//! provides the service now. A provider that exports the service's interface is called
+//! through it (`wasm_host::abi_versions::since_v0_6`, `since_v0_7`); any other provider (built
+//! against an earlier ABI, native, in-process) through its `handle-call`, with
+//! [`ServiceCall::to_json`] as the payload, its answer read back by
+//! [`ServiceCall::answer_from_json`]. So a typed caller works with every provider, and the
+//! kernel never hands a plugin JSON text it did not ask for.
 
 use keel_protocol::{
-    CompactRequest, Compacted, LoadRequest, RecallRequest, RecalledEntry, Resolution,
-    ResolveRequest, SummarizeRequest, ToolDef, TurnReport, TurnRequest, Verdict, VerifyRequest,
-    services,
+    CompactRequest, Compacted, LoadRequest, Message, ModelRequest, ModelResponse, RecallRequest,
+    RecalledEntry, Resolution, ResolveRequest, SummarizeRequest, ToolDef, TurnReport, TurnRequest,
+    Verdict, VerifyRequest, services,
 };
+
+/// A model request on its way to the `model` provider.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelCall {
+    /// The request; its `messages` are empty when `kept` carries them.
+    pub request: ModelRequest,
+    /// The messages of the conversation the request named, put in by the kernel for a provider
+    /// that does not read conversations itself: the JSON array of the texts the agent kept,
+    /// joined and not parsed (they are the agent's own data; whoever reads them next parses
+    /// them), so the history is not decoded and encoded again on its way to a JSON door.
+    pub kept: Option<String>,
+}
+
+impl ModelCall {
+    /// A request that carries its messages, if any.
+    pub fn new(request: ModelRequest) -> ModelCall {
+        ModelCall {
+            request,
+            kept: None,
+        }
+    }
+
+    /// The request as JSON text, the kept messages put into `messages`.
+    fn to_json(&self) -> String {
+        // Plain records: nothing here fails to serialize.
+        let head = serde_json::to_string(&self.request).unwrap_or_default();
+        match &self.kept {
+            None => head,
+            Some(messages) => splice_messages(&head, messages),
+        }
+    }
+
+    /// The request with the kept messages decoded into it, for a provider's typed door.
+    pub(crate) fn to_request(&self) -> Result<ModelRequest, String> {
+        let mut request = self.request.clone();
+        if let Some(kept) = &self.kept {
+            request.messages = serde_json::from_str::<Vec<Message>>(kept).map_err(|e| {
+                format!("a message the agent kept is not a message of the conversation: {e}")
+            })?;
+        }
+        Ok(request)
+    }
+}
+
+/// `head`, a request's JSON object whose `messages` are empty, with `messages` (a JSON array)
+/// in their place.
+fn splice_messages(head: &str, messages: &str) -> String {
+    const EMPTY: &str = "\"messages\":[]";
+    let mut out = String::with_capacity(head.len() + messages.len());
+    match head.find(EMPTY) {
+        Some(at) => {
+            out.push_str(&head[..at]);
+            out.push_str("\"messages\":");
+            out.push_str(messages);
+            out.push_str(&head[at + EMPTY.len()..]);
+        }
+        // A request without the field (it always has it): the messages lead.
+        None => {
+            out.push_str("{\"messages\":");
+            out.push_str(messages);
+            match head.strip_prefix('{') {
+                Some("}") | None => out.push('}'),
+                Some(rest) => {
+                    out.push(',');
+                    out.push_str(rest);
+                }
+            }
+        }
+    }
+    out
+}
 
 /// A call to a typed service.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +107,8 @@ pub enum ServiceCall {
     Compact(CompactRequest),
     /// `verifier` `verify`.
     Verify(VerifyRequest),
+    /// `model` `complete`.
+    Complete(Box<ModelCall>),
 }
 
 /// What a typed service answered.
@@ -56,6 +130,8 @@ pub enum ServiceAnswer {
     Compacted(Compacted),
     /// `verifier` `verify`: the most severe verdict; `None` when the turn claimed nothing.
     Verdict(Option<Verdict>),
+    /// `model` `complete`: the assistant message.
+    Completion(Box<ModelResponse>),
 }
 
 impl ServiceCall {
@@ -69,6 +145,7 @@ impl ServiceCall {
                 services::AGENT
             }
             ServiceCall::Verify(_) => services::VERIFIER,
+            ServiceCall::Complete(_) => services::MODEL,
         }
     }
 
@@ -83,6 +160,7 @@ impl ServiceCall {
             ServiceCall::LoadConversation(_) => "load",
             ServiceCall::Compact(_) => "compact",
             ServiceCall::Verify(_) => "verify",
+            ServiceCall::Complete(_) => "complete",
         }
     }
 
@@ -98,6 +176,7 @@ impl ServiceCall {
             ServiceCall::LoadConversation(request) => serde_json::to_string(request),
             ServiceCall::Compact(request) => serde_json::to_string(request),
             ServiceCall::Verify(request) => serde_json::to_string(request),
+            ServiceCall::Complete(call) => Ok(call.to_json()),
         }
         // Plain records of strings, numbers and lists: nothing here fails to serialize.
         .unwrap_or_default()
@@ -137,6 +216,9 @@ impl ServiceCall {
             ServiceCall::Verify(_) => serde_json::from_str(text)
                 .map(ServiceAnswer::Verdict)
                 .map_err(malformed),
+            ServiceCall::Complete(_) => serde_json::from_str(text)
+                .map(|r| ServiceAnswer::Completion(Box::new(r)))
+                .map_err(malformed),
         }
     }
 
@@ -158,8 +240,27 @@ impl ServiceCall {
                         .map(|c| c.outcome.content.len())
                         .sum::<usize>()
             }
+            ServiceCall::Complete(call) => {
+                request_bytes(&call.request) + call.kept.as_ref().map_or(0, String::len)
+            }
         }
     }
+}
+
+/// About how many bytes a model request carries (its strings).
+pub(crate) fn request_bytes(request: &ModelRequest) -> usize {
+    request.system.len()
+        + messages_bytes(&request.messages)
+        + request
+            .tools
+            .iter()
+            .map(|t| t.name.len() + t.description.len())
+            .sum::<usize>()
+}
+
+/// About how many bytes a model response carries (its strings).
+pub(crate) fn response_bytes(response: &ModelResponse) -> usize {
+    messages_bytes(std::slice::from_ref(&response.message)) + response.stop_reason_raw.len()
 }
 
 impl ServiceAnswer {
@@ -176,6 +277,7 @@ impl ServiceAnswer {
                 .sum(),
             ServiceAnswer::TurnReport(report) => report.text.len() + report.detail.len(),
             ServiceAnswer::Verdict(verdict) => verdict.as_ref().map_or(0, |v| v.evidence.len()),
+            ServiceAnswer::Completion(response) => response_bytes(response),
             ServiceAnswer::Resolution(_)
             | ServiceAnswer::Loaded(_)
             | ServiceAnswer::Compacted(_) => 0,

@@ -110,7 +110,8 @@ impl World {
             model: "canned".into(),
             retries: 0,
         });
-        let out = self.kernel.complete("{}").await.expect("complete");
+        let request = r#"{"system":"","messages":[],"tools":[],"max_tokens":64}"#;
+        let out = self.kernel.complete(request).await.expect("complete");
         serde_json::from_str(&out).expect("response")
     }
 

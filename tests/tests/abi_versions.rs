@@ -126,12 +126,13 @@ async fn a_0_3_plugin_asks_the_kernel_services_through_json() -> R {
     Ok(())
 }
 
-/// The agent loop is a 0.6.0 component: it imports the typed `caller` and `prompt-context`
-/// (so its prompt and the compaction provider come through them), and the typed `memory`,
-/// `compaction`, `tool-registry` and `verifier` it asks the plugins providing them through; those export
-/// their typed door beside 0.4.0's `plugin`, as the agent loop exports `turns` (the `agent`
-/// service keel runs turns through). The subagents plugin, which still asks through `services.call`,
-/// stays 0.4.0.
+/// The agent loop is a 0.7.0 component: it imports the typed `caller` and `prompt-context`
+/// (so its prompt and the compaction provider come through them), the typed `memory`,
+/// `compaction`, `tool-registry` and `verifier` it asks the plugins providing them through,
+/// and asks the model and the dispatcher through 0.7.0's typed `agent` door only. The
+/// providers export their typed door beside 0.4.0's `plugin`, as the agent loop exports
+/// `turns` (the `agent` service keel runs turns through) and the HTTP model adapters `model`.
+/// The subagents plugin, which still asks through `services.call`, stays 0.4.0.
 #[test]
 fn the_agent_loop_uses_the_typed_services() -> R {
     let host = WasmHost::new(WasmHostConfig::default())?;
@@ -141,7 +142,7 @@ fn the_agent_loop_uses_the_typed_services() -> R {
         Ok(inspect_component(&host, name, &plugin.component())?)
     };
     let agent = report("agent-loop")?;
-    assert_eq!(agent.abi_version.to_string(), "0.6.0");
+    assert_eq!(agent.abi_version.to_string(), "0.7.0");
     for typed in [
         "keel:plugin/caller@0.5.0",
         "keel:plugin/prompt-context@0.5.0",
@@ -149,23 +150,29 @@ fn the_agent_loop_uses_the_typed_services() -> R {
         "keel:plugin/compaction@0.6.0",
         "keel:plugin/tool-registry@0.6.0",
         "keel:plugin/verifier@0.6.0",
+        "keel:plugin/agent@0.7.0",
     ] {
-        assert!(agent.imports.contains(&typed.to_owned()), "{agent:?}");
+        assert!(
+            agent.calling_imports.contains(&typed.to_owned()),
+            "{agent:?}"
+        );
     }
     assert!(
         agent
             .exports
             .contains(&"keel:plugin/plugin@0.4.0".to_owned())
     );
-    for (provider, export) in [
-        ("memory", "keel:plugin/memory@0.6.0"),
-        ("compaction", "keel:plugin/compaction@0.6.0"),
-        ("tool-registry", "keel:plugin/tool-registry@0.6.0"),
-        ("agent-loop", "keel:plugin/turns@0.6.0"),
-        ("verifier", "keel:plugin/verifier@0.6.0"),
+    for (provider, export, abi) in [
+        ("memory", "keel:plugin/memory@0.6.0", "0.6.0"),
+        ("compaction", "keel:plugin/compaction@0.6.0", "0.7.0"),
+        ("tool-registry", "keel:plugin/tool-registry@0.6.0", "0.6.0"),
+        ("agent-loop", "keel:plugin/turns@0.6.0", "0.7.0"),
+        ("verifier", "keel:plugin/verifier@0.6.0", "0.6.0"),
+        ("model-openai", "keel:plugin/model@0.7.0", "0.7.0"),
+        ("model-anthropic", "keel:plugin/model@0.7.0", "0.7.0"),
     ] {
         let report = report(provider)?;
-        assert_eq!(report.abi_version.to_string(), "0.6.0", "{report:?}");
+        assert_eq!(report.abi_version.to_string(), abi, "{report:?}");
         assert!(report.exports.contains(&export.to_owned()), "{report:?}");
         assert!(
             report
@@ -174,6 +181,21 @@ fn the_agent_loop_uses_the_typed_services() -> R {
             "{report:?}"
         );
     }
+    // Compaction asks the model through the typed `model` import.
+    assert!(
+        report("compaction")?
+            .calling_imports
+            .contains(&"keel:plugin/model@0.7.0".to_owned())
+    );
+    // The scripted model takes the conversation in the request (model 1.0.0): it keeps its
+    // JSON door, through which the kernel hands it the kept messages without decoding them.
+    let scripted = report("model-scripted")?;
+    assert!(
+        !scripted
+            .exports
+            .contains(&"keel:plugin/model@0.7.0".to_owned()),
+        "{scripted:?}"
+    );
     assert_eq!(report("subagents")?.abi_version.to_string(), "0.4.0");
     Ok(())
 }

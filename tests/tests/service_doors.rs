@@ -62,8 +62,18 @@ async fn undeclared_services_and_topics_are_refused() -> R {
             "{what}: {result}\n{answer}"
         );
     }
-    assert!(tried["agent-complete"].contains("has no `agent` capability"));
-    assert!(tried["agent-dispatch"].contains("has no `agent` capability"));
+    for what in [
+        "agent-complete",
+        "agent-dispatch",
+        "typed-agent-complete",
+        "typed-agent-dispatch",
+    ] {
+        assert!(
+            tried[what].contains("has no `agent` capability"),
+            "{what}: {}",
+            tried[what]
+        );
+    }
     assert!(tried["open-child"].contains("did not declare the service"));
     assert!(tried["conversation-read"].contains("did not declare the service"));
     // ABI 0.5.0's and 0.6.0's typed doors are refused exactly where the JSON ones are.
@@ -76,6 +86,7 @@ async fn undeclared_services_and_topics_are_refused() -> R {
         ("typed-list-tools", "tool-registry"),
         ("typed-turn", "agent"),
         ("typed-verify", "verifier"),
+        ("typed-complete", "model"),
     ] {
         assert!(
             tried[what].contains(&format!("did not declare the service `{service}`")),
@@ -165,7 +176,12 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
     );
     // Declaring `agent` does not make it the agent: it drives no conversation, opens no child
     // outside a tool call, and files no entry under a call it does not serve.
-    for what in ["agent-complete", "agent-dispatch"] {
+    for what in [
+        "agent-complete",
+        "agent-dispatch",
+        "typed-agent-complete",
+        "typed-agent-dispatch",
+    ] {
         assert!(
             tried[what].contains("does not provide `agent`"),
             "{what}: {}",
@@ -211,11 +227,9 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
         tried["typed-fragments"]
     );
     // What it declared, and the person consented to, it may use.
-    assert!(
-        tried["complete"].starts_with("ok "),
-        "{}",
-        tried["complete"]
-    );
+    for what in ["complete", "typed-complete"] {
+        assert!(tried[what].starts_with("ok "), "{what}: {}", tried[what]);
+    }
     assert!(
         tried["emit-other"].starts_with("ok"),
         "{}",

@@ -762,6 +762,9 @@ impl Request<'_> {
             {
                 CallKind::Turn
             }
+            Request::Typed { call } if call.service() == keel_protocol::services::MODEL => {
+                CallKind::Model
+            }
             Request::Typed { .. } => CallKind::Service,
             Request::Service { service, .. }
                 if *service == keel_protocol::services::AGENT && chain.is_root() =>

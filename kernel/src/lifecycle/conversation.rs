@@ -6,13 +6,13 @@
 //!
 //! - An adapter that reads conversations itself
 //!   ([`keel_protocol::services::MODEL_READS_CONVERSATIONS`]) gets the request as it is, with
-//!   where the conversation is held ([`by_reference`]), and reads through `keel.conversation`
+//!   where the conversation is held ([`keel_protocol::ConversationRef::held`]), and reads through `keel.conversation`
 //!   ([`read`]) only the messages it has not rendered yet. A step then copies across a
 //!   component boundary what is new since the last step, not the history. Only the frame that
 //!   serves that one model call may read, and only that conversation
 //!   ([`crate::call_chain::CallChain::reading_conversation`]); a reading after any kept message
 //!   changed is refused (the revision the adapter was told is no longer true).
-//! - Any other gets the messages spliced in ([`resolve`]): the history crosses once a step.
+//! - Any other gets the messages put in ([`kept_messages`]): the history crosses once a step.
 //!
 //! The messages go out as the agent kept them (JSON text, not parsed here): they are the
 //! agent's own data, as the messages it could have sent inline are, and whatever reads them
@@ -23,90 +23,19 @@ use keel_protocol::ConversationRef;
 use crate::call_chain::ConversationGrant;
 use crate::types::KernelError;
 
-/// The conversation `request` names, if it names one. A request that does not mention the
-/// field is passed over without being parsed (the inline case, whose size is the history's).
-pub(super) fn named(request: &str) -> Result<Option<ConversationRef>, KernelError> {
-    if !request.contains("\"conversation\"") {
-        return Ok(None);
-    }
-    #[derive(serde::Deserialize)]
-    struct Head {
-        #[serde(default)]
-        conversation: Option<ConversationRef>,
-    }
-    serde_json::from_str::<Head>(request)
-        .map(|head| head.conversation)
-        .map_err(|e| KernelError::Invalid(format!("`agent.complete` takes a ModelRequest: {e}")))
-}
-
-/// The request's head (everything but the conversation's messages) as a JSON object, the
-/// `conversation` field taken out; refused when the request also carries messages of its own.
-fn head(request: &str) -> Result<serde_json::Map<String, serde_json::Value>, KernelError> {
-    let mut head: serde_json::Map<String, serde_json::Value> = serde_json::from_str(request)
-        .map_err(|e| KernelError::Invalid(format!("`agent.complete` takes a ModelRequest: {e}")))?;
-    head.remove("conversation");
-    match head.remove("messages") {
-        None => {}
-        Some(serde_json::Value::Array(carried)) if carried.is_empty() => {}
-        Some(_) => {
-            return Err(KernelError::Invalid(
-                "a request that names its conversation carries no messages of its own".into(),
-            ));
-        }
-    }
-    Ok(head)
-}
-
-/// `request` with `named`'s messages put into `messages`, each looked up by its
-/// [`keel_protocol::conversation_key`] in the agent's kept state. A message the kernel does not
-/// hold is refused (the agent then sends its messages inline).
-pub(super) fn resolve<'a>(
-    request: &str,
+/// The kept messages `named` names, each looked up by its [`keel_protocol::conversation_key`]
+/// in the agent's kept state, as one JSON array ([`crate::typed_services::ModelCall::kept`]).
+/// A message the kernel does not hold is refused (the agent then sends its messages inline).
+pub(super) fn kept_messages<'a>(
     named: &ConversationRef,
     lookup: impl Fn(&str) -> Option<&'a [u8]>,
 ) -> Result<String, KernelError> {
-    let head = serde_json::to_string(&head(request)?)
-        .map_err(|e| KernelError::Failed(format!("cannot encode the request: {e}")))?;
-    let messages = join(&kept(
+    join(&kept(
         &named.session,
         0..named.messages,
         named.messages,
         lookup,
-    )?)?;
-    let mut out = String::with_capacity(head.len() + messages.len() + 16);
-    out.push_str("{\"messages\":");
-    out.push_str(&messages);
-    match head.strip_prefix('{') {
-        Some("}") | None => out.push('}'),
-        Some(rest) => {
-            out.push(',');
-            out.push_str(rest);
-        }
-    }
-    Ok(out)
-}
-
-/// `request` as an adapter that reads the conversation itself receives it: `messages` empty,
-/// the conversation named with where it is held (`held`, which replaces whatever the agent
-/// put there).
-pub(super) fn by_reference(
-    request: &str,
-    named: &ConversationRef,
-    held: keel_protocol::HeldConversation,
-) -> Result<String, KernelError> {
-    let mut head = head(request)?;
-    let named = ConversationRef {
-        held: Some(held),
-        ..named.clone()
-    };
-    let encode =
-        |e: serde_json::Error| KernelError::Failed(format!("cannot encode the request: {e}"));
-    head.insert("messages".into(), serde_json::Value::Array(Vec::new()));
-    head.insert(
-        "conversation".into(),
-        serde_json::to_value(&named).map_err(encode)?,
-    );
-    serde_json::to_string(&head).map_err(encode)
+    )?)
 }
 
 /// `keel.conversation` `read`: the kept texts of messages `range` of the conversation `grant`
@@ -182,6 +111,7 @@ mod tests {
     use keel_protocol::{Block, Message, ModelRequest, Role};
 
     use super::*;
+    use crate::typed_services::ModelCall;
 
     fn message(text: &str) -> Message {
         Message {
@@ -190,8 +120,8 @@ mod tests {
         }
     }
 
-    fn request(named: Option<ConversationRef>, messages: Vec<Message>) -> String {
-        serde_json::to_string(&ModelRequest {
+    fn request(named: Option<ConversationRef>, messages: Vec<Message>) -> ModelRequest {
+        ModelRequest {
             model: String::new(),
             system: "sys".into(),
             messages,
@@ -199,8 +129,7 @@ mod tests {
             max_tokens: 100,
             compacts_on_overflow: true,
             conversation: named,
-        })
-        .unwrap_or_default()
+        }
     }
 
     #[test]
@@ -221,30 +150,36 @@ mod tests {
             messages: 3,
             held: None,
         };
-        let sent = request(Some(named.clone()), Vec::new());
-        assert_eq!(super::named(&sent)?, Some(named.clone()));
         let lookup = |key: &str| kept.get(key).map(Vec::as_slice);
-        let resolved = resolve(&sent, &named, lookup)?;
-        let parsed: ModelRequest =
-            serde_json::from_str(&resolved).map_err(|e| KernelError::Failed(e.to_string()))?;
-        let inline = texts.iter().map(|t| message(t)).collect();
-        let expected: ModelRequest = serde_json::from_str(&request(None, inline))
+        let inline: Vec<Message> = texts.iter().map(|t| message(t)).collect();
+        let expected = request(None, inline.clone());
+        // Through a JSON door: the kept texts spliced into the request's text.
+        let call = crate::typed_services::ServiceCall::Complete(Box::new(ModelCall {
+            request: request(None, Vec::new()),
+            kept: Some(kept_messages(&named, lookup)?),
+        }));
+        let parsed: ModelRequest = serde_json::from_str(&call.to_json())
             .map_err(|e| KernelError::Failed(e.to_string()))?;
         assert_eq!(parsed, expected);
+        // Through a typed door: decoded into the record.
+        let crate::typed_services::ServiceCall::Complete(model) = &call else {
+            return Err(KernelError::Failed("not a model call".into()));
+        };
+        assert_eq!(model.to_request().map_err(KernelError::Failed)?, expected);
         // Fewer named than kept: only those.
         let two = ConversationRef {
             messages: 2,
             ..named.clone()
         };
-        let resolved = resolve(&request(Some(two.clone()), Vec::new()), &two, lookup)?;
-        let parsed: ModelRequest =
-            serde_json::from_str(&resolved).map_err(|e| KernelError::Failed(e.to_string()))?;
-        assert_eq!(parsed.messages.len(), 2);
+        let joined = kept_messages(&two, lookup)?;
+        let parsed: Vec<Message> =
+            serde_json::from_str(&joined).map_err(|e| KernelError::Failed(e.to_string()))?;
+        assert_eq!(parsed, inline[..2]);
         Ok(())
     }
 
     #[test]
-    fn a_missing_message_or_a_carried_one_is_refused() -> Result<(), KernelError> {
+    fn a_missing_message_is_refused() {
         let kept: BTreeMap<String, Vec<u8>> = BTreeMap::new();
         let named = ConversationRef {
             session: "s1".into(),
@@ -252,20 +187,11 @@ mod tests {
             held: None,
         };
         let lookup = |key: &str| kept.get(key).map(Vec::as_slice);
-        let err = resolve(&request(Some(named.clone()), Vec::new()), &named, lookup);
+        let err = kept_messages(&named, lookup);
         assert!(
             matches!(&err, Err(KernelError::Invalid(m)) if m.contains("holds no message 0")),
             "{err:?}"
         );
-        let both = request(Some(named.clone()), vec![message("smuggled")]);
-        let err = resolve(&both, &named, lookup);
-        assert!(
-            matches!(&err, Err(KernelError::Invalid(m)) if m.contains("carries no messages")),
-            "{err:?}"
-        );
-        // A request that does not name one is not parsed.
-        assert_eq!(super::named("not json at all")?, None);
-        Ok(())
     }
 
     /// The one check both doors of `keel.conversation` `read` pass (the JSON one joins what

@@ -142,57 +142,65 @@ impl Shared {
         })
     }
 
-    /// `agent.complete`: ask the model service, record the calls, clean the text. `agent` is
-    /// the plugin asking (`None` for the host), whose kept state holds the conversation a
-    /// request may name instead of carrying ([`keel_protocol::ModelRequest::conversation`]).
+    /// `agent.complete` through its JSON door (ABI 0.2.0 to 0.6.0, the host's callers): the
+    /// request decoded, [`Self::agent_complete_typed`], the response encoded.
     pub(crate) async fn agent_complete(
         &self,
         chain: &CallChain,
         agent: Option<&str>,
         request: &str,
     ) -> Result<String, KernelError> {
-        let resolved;
+        let request: keel_protocol::ModelRequest = serde_json::from_str(request).map_err(|e| {
+            KernelError::Invalid(format!("`agent.complete` takes a ModelRequest: {e}"))
+        })?;
+        let response = self.agent_complete_typed(chain, agent, request).await?;
+        serde_json::to_string(&response)
+            .map_err(|e| KernelError::Failed(format!("cannot encode the response: {e}")))
+    }
+
+    /// `agent.complete`: ask the model service, record the calls, clean the text. `agent` is
+    /// the plugin asking (`None` for the host), whose kept state holds the conversation a
+    /// request may name instead of carrying ([`keel_protocol::ModelRequest::conversation`]).
+    pub(crate) async fn agent_complete_typed(
+        &self,
+        chain: &CallChain,
+        agent: Option<&str>,
+        mut request: keel_protocol::ModelRequest,
+    ) -> Result<keel_protocol::ModelResponse, KernelError> {
+        let mut kept = None;
         let mut reading = None;
-        let request = match conversation::named(request)? {
-            Some(named) => {
-                match self.held_for_adapter(agent, &named)? {
-                    Some(grant) => {
-                        let held = keel_protocol::HeldConversation {
-                            keeper: grant.keeper.clone(),
-                            revision: grant.revision,
-                        };
-                        resolved = conversation::by_reference(request, &named, held)?;
-                        reading = Some(grant);
-                    }
-                    None => resolved = self.with_conversation(agent, request, &named)?,
+        if let Some(named) = request.conversation.take() {
+            if !request.messages.is_empty() {
+                return Err(KernelError::Invalid(
+                    "a request that names its conversation carries no messages of its own".into(),
+                ));
+            }
+            match self.held_for_adapter(agent, &named)? {
+                Some(grant) => {
+                    // Where it is held, as the kernel attests it: whatever the agent put
+                    // there is replaced.
+                    let held = keel_protocol::HeldConversation {
+                        keeper: grant.keeper.clone(),
+                        revision: grant.revision,
+                    };
+                    request.conversation = Some(keel_protocol::ConversationRef {
+                        held: Some(held),
+                        ..named
+                    });
+                    reading = Some(grant);
                 }
-                resolved.as_str()
+                None => kept = Some(self.kept_conversation(agent, &named)?),
             }
-            None => request,
-        };
-        let narrowed;
-        let child = chain.opened_agent();
-        let plan = self.gates.plan_mode();
-        let request = if child.is_some() || plan {
-            // A child's model is offered the child's tools and no others, whatever the
-            // plugin driving it put in the request; in plan mode, only the tools plan mode
-            // keeps (crate::plan_mode).
-            let mut parsed: keel_protocol::ModelRequest =
-                serde_json::from_str(request).map_err(|e| {
-                    KernelError::Invalid(format!("`agent.complete` takes a ModelRequest: {e}"))
-                })?;
-            if let Some(child) = child {
-                parsed.tools.retain(|t| child.tools.contains(&t.name));
-            }
-            if plan {
-                parsed.tools.retain(|t| self.plan_keeps(&t.name));
-            }
-            narrowed = serde_json::to_string(&parsed)
-                .map_err(|e| KernelError::Failed(format!("cannot encode the request: {e}")))?;
-            narrowed.as_str()
-        } else {
-            request
-        };
+        }
+        // A child's model is offered the child's tools and no others, whatever the plugin
+        // driving it put in the request; in plan mode, only the tools plan mode keeps
+        // (crate::plan_mode).
+        if let Some(child) = chain.opened_agent() {
+            request.tools.retain(|t| child.tools.contains(&t.name));
+        }
+        if self.gates.plan_mode() {
+            request.tools.retain(|t| self.plan_keeps(&t.name));
+        }
         let model_chain;
         let chain_to_model = match reading {
             Some(grant) => {
@@ -201,25 +209,20 @@ impl Shared {
             }
             None => chain,
         };
+        let call = crate::typed_services::ServiceCall::Complete(Box::new(
+            crate::typed_services::ModelCall { request, kept },
+        ));
         let answer = self
-            .call_service(
-                chain_to_model,
-                keel_protocol::services::MODEL,
-                "complete",
-                request,
-            )
+            .call_service_typed(chain_to_model, &call)
             .await
             .map_err(|e| redact_error(&self.gates, e))?;
-        let response: keel_protocol::ModelResponse =
-            serde_json::from_str(&answer).map_err(|e| {
-                KernelError::Failed(format!(
-                    "the model plugin answered something that is not a ModelResponse ({e})"
-                ))
-            })?;
+        let crate::typed_services::ServiceAnswer::Completion(response) = answer else {
+            return Err(KernelError::Failed(
+                "the model plugin answered something that is not a model response".into(),
+            ));
+        };
         let scope = chain.opened_agent().map_or(0, |c| c.id);
-        let response = self.gates.record_response(response, scope);
-        serde_json::to_string(&response)
-            .map_err(|e| KernelError::Failed(format!("cannot encode the response: {e}")))
+        Ok(self.gates.record_response(*response, scope))
     }
 
     /// Whether plan mode offers the registered tool `name` to the model (an unknown name is
@@ -286,11 +289,10 @@ impl Shared {
         }))
     }
 
-    /// `request` with the conversation it names put in: `agent`'s kept messages, in order.
-    fn with_conversation(
+    /// The messages `named` names, as `agent` kept them (a JSON array of their texts).
+    fn kept_conversation(
         &self,
         agent: Option<&str>,
-        request: &str,
         named: &keel_protocol::ConversationRef,
     ) -> Result<String, KernelError> {
         let Some(agent) = agent else {
@@ -300,7 +302,7 @@ impl Shared {
         };
         let inner = self.lock();
         let kept = inner.state.get(agent);
-        conversation::resolve(request, named, |key| kept.and_then(|state| state.get(key)))
+        conversation::kept_messages(named, |key| kept.and_then(|state| state.get(key)))
     }
 
     /// The plugin that provides `service` now.
@@ -551,16 +553,16 @@ impl Shared {
 
     /// `agent.dispatch`: run the calls concurrently through the gate pipeline; outcomes in
     /// the order of `ids`.
-    pub(crate) async fn agent_dispatch(&self, chain: &CallChain, ids: &[String]) -> Vec<String> {
+    pub(crate) async fn agent_dispatch(
+        &self,
+        chain: &CallChain,
+        ids: &[String],
+    ) -> Vec<keel_protocol::ToolOutcome> {
         let gates = self.gates.clone();
         let runs = ids
             .iter()
             .map(|id| crate::dispatch::dispatch_one(&gates, self, chain, id));
-        futures::future::join_all(runs)
-            .await
-            .into_iter()
-            .map(|o| serde_json::to_string(&o).unwrap_or_default())
-            .collect()
+        futures::future::join_all(runs).await
     }
 
     /// `agent.replay`: re-run an approved call of this turn with the same input.
@@ -568,11 +570,9 @@ impl Shared {
         &self,
         chain: &CallChain,
         id: &str,
-    ) -> Result<String, KernelError> {
+    ) -> Result<keel_protocol::ToolOutcome, KernelError> {
         let gates = self.gates.clone();
-        let outcome = crate::dispatch::replay(&gates, self, chain, id).await?;
-        serde_json::to_string(&outcome)
-            .map_err(|e| KernelError::Failed(format!("cannot encode the outcome: {e}")))
+        crate::dispatch::replay(&gates, self, chain, id).await
     }
 
     /// Why `service` has no provider right now, for the caller.

@@ -10,7 +10,7 @@ use super::WasmError;
 use crate::manifest::{Capabilities, Manifest};
 
 /// The newest keel plugin ABI (WIT package `keel:plugin`) this kernel hosts.
-pub const SUPPORTED_ABI: Version = Version::new(0, 6, 0);
+pub const SUPPORTED_ABI: Version = Version::new(0, 7, 0);
 
 /// The first ABI, whose interfaces every later one keeps (a 0.3.0 component imports them and
 /// exports `plugin` at this version).
@@ -20,11 +20,12 @@ const BASE_ABI: Version = Version::new(0, 2, 0);
 const ABI_0_3: Version = Version::new(0, 3, 0);
 const ABI_0_4: Version = Version::new(0, 4, 0);
 const ABI_0_5: Version = Version::new(0, 5, 0);
+const ABI_0_6: Version = Version::new(0, 6, 0);
 
 /// The interfaces each later version defines anew (0.2.0 defines every other one). 0.4.0
 /// redefines `plugin`, the export, with typed errors; 0.5.0 adds the kernel's own services,
-/// typed; 0.6.0 the services plugins provide to each other, typed; every other name of theirs
-/// is an earlier version's.
+/// typed; 0.6.0 the services plugins provide to each other, typed; 0.7.0 the model, typed, and
+/// redefines `agent` with records; every other name of theirs is an earlier version's.
 const ADDED_IN_0_3: &[&str] = &["processes", "tool-list"];
 const ADDED_IN_0_4: &[&str] = &["plugin"];
 const ADDED_IN_0_5: &[&str] = &["caller", "prompt-context", "conversation", "agents"];
@@ -37,10 +38,14 @@ const ADDED_IN_0_6: &[&str] = &[
     "verifier-types",
     "editor",
 ];
+const ADDED_IN_0_7: &[&str] = &["model-types", "model", "agent"];
+
+/// The names 0.7.0 adds that 0.2.0 does not define (it redefines `agent`).
+const FIRST_IN_0_7: &[&str] = &["model-types", "model"];
 
 /// The ABI versions this kernel hosts, for messages.
 fn hosted() -> String {
-    format!("{BASE_ABI}, {ABI_0_3}, {ABI_0_4}, {ABI_0_5} and {SUPPORTED_ABI}")
+    format!("{BASE_ABI}, {ABI_0_3}, {ABI_0_4}, {ABI_0_5}, {ABI_0_6} and {SUPPORTED_ABI}")
 }
 
 /// Whether `interface` exists at `version` in an ABI this kernel hosts (glue in
@@ -50,14 +55,17 @@ fn hosted_interface(interface: &str, version: &Version) -> bool {
         !ADDED_IN_0_3.contains(&interface)
             && !ADDED_IN_0_5.contains(&interface)
             && !ADDED_IN_0_6.contains(&interface)
+            && !FIRST_IN_0_7.contains(&interface)
     } else if *version == ABI_0_3 {
         ADDED_IN_0_3.contains(&interface)
     } else if *version == ABI_0_4 {
         ADDED_IN_0_4.contains(&interface)
     } else if *version == ABI_0_5 {
         ADDED_IN_0_5.contains(&interface)
+    } else if *version == ABI_0_6 {
+        ADDED_IN_0_6.contains(&interface)
     } else {
-        *version == SUPPORTED_ABI && ADDED_IN_0_6.contains(&interface)
+        *version == SUPPORTED_ABI && ADDED_IN_0_7.contains(&interface)
     }
 }
 
@@ -211,6 +219,7 @@ const TYPED_SERVICE_IMPORTS: &[(&str, &str)] = &[
     ("tool-registry", "tool-registry"),
     ("turns", "agent"),
     ("verifier", "verifier"),
+    ("model", "model"),
 ];
 
 /// The problems `keel plugin check` reports for the typed service doors a component imports
@@ -372,6 +381,7 @@ mod tests {
             "keel:plugin/prompt-context@0.5.0",
             "keel:plugin/editor@0.6.0",
             "keel:plugin/log@0.2.0",
+            "keel:plugin/model@0.7.0",
         ]);
         let manifest = |extra: &str| {
             Manifest::parse(
@@ -381,7 +391,7 @@ mod tests {
             .expect("the manifest parses")
         };
         let problems = check_declarations(&report, &manifest(""));
-        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert_eq!(problems.len(), 5, "{problems:?}");
         assert!(
             problems[0].contains("`keel:plugin/memory@0.6.0` calls the service `memory`")
                 && problems[0].contains("`memory = \"^1\"` under [requires]"),
@@ -392,8 +402,12 @@ mod tests {
             "{problems:?}"
         );
         assert!(problems[3].contains("whole workspace"), "{problems:?}");
+        assert!(
+            problems[4].contains("`keel:plugin/model@0.7.0` calls the service `model`"),
+            "{problems:?}"
+        );
         let declared = manifest(
-            "[requires]\nmemory = { version = \"^1\", optional = true }\n\
+            "[requires]\nmemory = { version = \"^1\", optional = true }\nmodel = \"^1\"\n\
              [capabilities]\nservices = [\"keel.prompt\", \"keel.editor\"]\n\
              dirs = [{ path = \".\", guest = \"/workspace\", access = \"read\" }]\n",
         );

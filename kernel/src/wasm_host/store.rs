@@ -284,6 +284,7 @@ impl PluginInstance for WasmInstance {
             ServiceCall::LoadConversation(_) => "turns.load",
             ServiceCall::Compact(_) => "turns.compact",
             ServiceCall::Verify(_) => "verifier.verify",
+            ServiceCall::Complete(_) => "model.complete",
         };
         if !self.bindings.serves(call) {
             // No typed door: the kernel sends the call as JSON instead.

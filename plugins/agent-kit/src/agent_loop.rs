@@ -53,17 +53,20 @@ impl fmt::Display for DoorError {
 /// kept state and service calls. The plugin implements them with the SDK's imports; tests
 /// with a fake kernel.
 pub trait AgentDoors {
-    /// `agent.complete`: one model request (JSON `ModelRequest`) to its response (JSON).
-    fn complete(&mut self, request: &str) -> Result<String, DoorError>;
+    /// `agent.complete`: the next assistant message for `request`. The plugin's doors take
+    /// the typed door (ABI 0.7.0); doors of the JSON one read its answer with
+    /// [`response_from_json`].
+    fn complete_request(&mut self, request: &ModelRequest) -> Result<ModelResponse, DoorError>;
     /// Whether [`state_set`](Self::state_set) really keeps messages in the kernel, so a
     /// request may name the conversation instead of carrying it
     /// ([`ModelRequest::conversation`]). Doors that keep nothing (a child agent's) say no.
     fn keeps_conversation(&self) -> bool {
         false
     }
-    /// `agent.dispatch`: runs the calls with these ids through the gate pipeline; one JSON
-    /// `ToolOutcome` per id, in order.
-    fn dispatch(&mut self, call_ids: &[String]) -> Vec<String>;
+    /// `agent.dispatch`: runs the calls with these ids through the gate pipeline; one
+    /// outcome per id, in order. Doors of the JSON door read its answer with
+    /// [`outcomes_from_json`].
+    fn dispatch_outcomes(&mut self, call_ids: &[String]) -> Vec<ToolOutcome>;
     /// `agent.cancelled`: whether the person cancelled the running turn.
     fn cancelled(&mut self) -> bool;
     /// A service call.
@@ -162,6 +165,46 @@ pub trait AgentDoors {
             message: format!("the summary is malformed: {e}"),
         })
     }
+}
+
+/// What `agent.complete`'s JSON door answered, read as a response.
+pub fn response_from_json(answer: &str) -> Result<ModelResponse, DoorError> {
+    serde_json::from_str(answer).map_err(|e| DoorError {
+        kind: "failed",
+        message: format!("the model's response is malformed: {e}"),
+    })
+}
+
+/// What `agent.dispatch`'s JSON door answered for `call_ids`, read as outcomes: one that does
+/// not read (or is missing) is an error outcome of its call, which the model is shown, never
+/// a crash.
+pub fn outcomes_from_json(call_ids: &[String], outcomes: Vec<String>) -> Vec<ToolOutcome> {
+    call_ids
+        .iter()
+        .zip(
+            outcomes
+                .into_iter()
+                .map(Some)
+                .chain(std::iter::repeat(None)),
+        )
+        .map(|(id, json)| {
+            let read = json.as_deref().map(serde_json::from_str::<ToolOutcome>);
+            match read {
+                Some(Ok(outcome)) => outcome,
+                failed => ToolOutcome {
+                    call_id: id.clone(),
+                    tool: String::new(),
+                    status: OutcomeStatus::Error,
+                    content: match failed {
+                        Some(Err(e)) => format!("[keel] the kernel answered malformed data: {e}"),
+                        _ => "[keel] the kernel answered no outcome for this call".into(),
+                    },
+                    exec: Vec::new(),
+                    spill: None,
+                },
+            }
+        })
+        .collect()
 }
 
 /// `request` as the JSON payload of a service call.
@@ -916,21 +959,11 @@ impl<D: AgentDoors> AgentLoop<D> {
                         }
                         continue;
                     }
-                    let outcomes = self.doors.dispatch(&ids);
-                    for (&i, json) in run.iter().zip(outcomes) {
-                        let outcome =
-                            serde_json::from_str::<ToolOutcome>(&json).unwrap_or_else(|e| {
-                                ToolOutcome {
-                                    call_id: calls[i].0.clone(),
-                                    tool: calls[i].1.clone(),
-                                    status: OutcomeStatus::Error,
-                                    content: format!(
-                                        "[keel] the kernel answered malformed data: {e}"
-                                    ),
-                                    exec: Vec::new(),
-                                    spill: None,
-                                }
-                            });
+                    let outcomes = self.doors.dispatch_outcomes(&ids);
+                    for (&i, mut outcome) in run.iter().zip(outcomes) {
+                        if outcome.tool.is_empty() {
+                            outcome.tool = calls[i].1.clone();
+                        }
                         results[i] = Some(outcome);
                     }
                 }
@@ -1030,8 +1063,7 @@ impl<D: AgentDoors> AgentLoop<D> {
             } else {
                 request.messages = self.conversation(session).to_vec();
             }
-            let json = serde_json::to_string(&request).map_err(|e| e.to_string())?;
-            let answer = match self.doors.complete(&json) {
+            let answer = match self.doors.complete_request(&request) {
                 Ok(answer) => answer,
                 Err(e) if request.compacts_on_overflow && is_overflow(&e) => {
                     request.compacts_on_overflow = false;
@@ -1061,7 +1093,7 @@ impl<D: AgentDoors> AgentLoop<D> {
                 }
                 Err(e) => return Err(model_failure(&e)),
             };
-            return serde_json::from_str::<ModelResponse>(&answer).map_err(|e| e.to_string());
+            return Ok(answer);
         }
     }
 

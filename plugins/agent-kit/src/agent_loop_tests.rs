@@ -74,8 +74,8 @@ impl FakeKernel {
 }
 
 impl AgentDoors for FakeKernel {
-    fn complete(&mut self, request: &str) -> Result<String, DoorError> {
-        let request = self.resolve(serde_json::from_str(request).expect("a ModelRequest"))?;
+    fn complete_request(&mut self, request: &ModelRequest) -> Result<ModelResponse, DoorError> {
+        let request = self.resolve(request.clone())?;
         self.requests.push(request);
         if self.fail_when_cancelled && self.cancelled() {
             return Err(DoorError {
@@ -87,26 +87,25 @@ impl AgentDoors for FakeKernel {
             kind: "failed",
             message: "no more scripted answers".into(),
         }))?;
-        Ok(serde_json::to_string(&answer).expect("encodable"))
+        Ok(answer)
     }
 
-    fn dispatch(&mut self, call_ids: &[String]) -> Vec<String> {
+    fn dispatch_outcomes(&mut self, call_ids: &[String]) -> Vec<ToolOutcome> {
         self.dispatched.push(call_ids.to_vec());
+        if self.dispatch_garbage {
+            // A JSON door's answer that does not read, as a child's doors would get it.
+            let garbage = call_ids.iter().map(|_| String::from("{not json")).collect();
+            return crate::agent_loop::outcomes_from_json(call_ids, garbage);
+        }
         call_ids
             .iter()
-            .map(|id| {
-                if self.dispatch_garbage {
-                    return String::from("{not json");
-                }
-                let outcome = ToolOutcome {
-                    call_id: id.clone(),
-                    tool: String::from("tool"),
-                    status: self.statuses.get(id).copied().unwrap_or(OutcomeStatus::Ok),
-                    content: format!("result of {id}{}", "r".repeat(self.result_pad)),
-                    exec: Vec::new(),
-                    spill: None,
-                };
-                serde_json::to_string(&outcome).expect("encodable")
+            .map(|id| ToolOutcome {
+                call_id: id.clone(),
+                tool: String::from("tool"),
+                status: self.statuses.get(id).copied().unwrap_or(OutcomeStatus::Ok),
+                content: format!("result of {id}{}", "r".repeat(self.result_pad)),
+                exec: Vec::new(),
+                spill: None,
             })
             .collect()
     }

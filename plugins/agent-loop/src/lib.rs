@@ -3,6 +3,7 @@
 //! (`turn`, and `load` to seed a resumed session).
 
 use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError, LoadRequest};
+use keel_protocol::{ModelRequest, ModelResponse, ToolOutcome};
 use keel_protocol::{PromptFragment, ToolCapabilities, ToolDef, ToolSpec};
 use keel_protocol::{RecallRequest, RecalledEntry, SummarizeRequest, Verdict, VerifyRequest};
 use keel_protocol::{TurnRequest, services};
@@ -22,14 +23,6 @@ fn door_error(e: KernelError) -> DoorError {
 }
 
 impl AgentDoors for KernelDoors {
-    fn complete(&mut self, request: &str) -> Result<String, DoorError> {
-        agent::complete(request).map_err(door_error)
-    }
-
-    fn dispatch(&mut self, call_ids: &[String]) -> Vec<String> {
-        agent::dispatch(call_ids)
-    }
-
     fn cancelled(&mut self) -> bool {
         agent::cancelled()
     }
@@ -103,6 +96,23 @@ impl AgentDoors for KernelDoors {
 
     fn provider(&mut self, service: &str) -> Option<String> {
         caller::provider(service)
+    }
+
+    // The model and the dispatcher, typed (ABI 0.7.0): the request and the outcomes cross as
+    // records, not JSON text each side encodes and parses.
+
+    fn complete_request(&mut self, request: &ModelRequest) -> Result<ModelResponse, DoorError> {
+        let request = keel_sdk_protocol::model_request_to_wit(request);
+        agent::complete_request(&request)
+            .map(keel_sdk_protocol::model_response_from_wit)
+            .map_err(door_error)
+    }
+
+    fn dispatch_outcomes(&mut self, call_ids: &[String]) -> Vec<ToolOutcome> {
+        agent::dispatch_outcomes(call_ids)
+            .into_iter()
+            .map(keel_sdk_protocol::outcome_from_wit)
+            .collect()
     }
 
     // The services plugins provide to each other, typed (ABI 0.6.0): the request crosses as

@@ -9,7 +9,7 @@
 //! loop counts it as a failed compaction.
 
 use keel_agent_kit::compaction;
-use keel_protocol::{Message, ModelRequest, ModelResponse, SummarizeRequest, services};
+use keel_protocol::{Message, ModelRequest, SummarizeRequest, services};
 use keel_sdk::{Plugin, services as kernel_services};
 
 /// Marks the request as a compaction's, for logs and test servers.
@@ -49,11 +49,11 @@ impl Compaction {
             tools: Vec::new(),
             max_tokens: self.summary_tokens,
         };
-        let payload = serde_json::to_string(&model_request).map_err(|e| e.to_string())?;
-        let answer = kernel_services::call(services::MODEL, "complete", &payload)
-            .map_err(|e| format!("the model did not summarize: {e}"))?;
-        let response: ModelResponse = serde_json::from_str(&answer)
-            .map_err(|e| format!("the model's answer is malformed: {e}"))?;
+        // Through the typed `model` door (ABI 0.7.0): the transcript crosses as a record.
+        let response =
+            keel_sdk::model::complete(&keel_sdk_protocol::model_request_to_wit(&model_request))
+                .map(keel_sdk_protocol::model_response_from_wit)
+                .map_err(|e| format!("the model did not summarize: {e}"))?;
         let text = response.message.text();
         if text.trim().is_empty() {
             return Err("the model's summary is empty".into());

@@ -9,11 +9,14 @@
 //! - [`serve`]: the `model` service's `complete` method: a `ModelRequest` JSON in (handed on
 //!   as text, which the HTTP adapters render in place), a `ModelResponse` JSON out, every
 //!   [`StreamDelta`] emitted on `model.delta` on the way.
+//! - [`HttpModel::complete_typed`]: the same through the typed `model` export (ABI 0.7.0),
+//!   whose record becomes that text once ([`request_text`]).
 
 pub mod settings;
 pub mod transport;
 
 use keel_protocol::{ModelResponse, StreamDelta, services, topics};
+use keel_sdk::KernelError;
 
 /// The version of the `model` service the scripted model provides: it takes the messages in
 /// the request.
@@ -60,6 +63,91 @@ impl HttpModel {
             .map_err(|e| e.to_string())
         })
     }
+}
+
+impl HttpModel {
+    /// Serve one call to the typed `model` export (ABI 0.7.0): the record becomes the request
+    /// text the driver renders in place ([`request_text`]), the response a record.
+    pub fn complete_typed(
+        &mut self,
+        request: &keel_sdk::model::ModelRequest,
+    ) -> Result<keel_sdk::model::ModelResponse, KernelError> {
+        let text = request_text(request).map_err(KernelError::Invalid)?;
+        let mut transport = transport::SdkTransport::new();
+        keel_model_wire::driver::complete(
+            &mut transport,
+            &self.adapter,
+            &mut self.conversation,
+            &text,
+            &mut |d| emit_delta(&d),
+        )
+        .map(keel_sdk_protocol::model_response_to_wit)
+        .map_err(|e| KernelError::Failed(e.to_string()))
+    }
+}
+
+/// A [`keel_protocol::ModelRequest`]'s JSON text made from the typed door's record. A tool's
+/// input schema is JSON text already: it is checked and copied, not decoded into a value and
+/// encoded again, so a step does not rebuild every schema.
+pub fn request_text(request: &keel_sdk::model::ModelRequest) -> Result<String, String> {
+    use serde_json::value::RawValue;
+
+    /// [`keel_protocol::ToolDef`]'s JSON, its schema as it arrived.
+    #[derive(serde::Serialize)]
+    struct Tool<'a> {
+        name: &'a str,
+        description: &'a str,
+        input_schema: &'a RawValue,
+    }
+
+    /// [`keel_protocol::ModelRequest`]'s JSON.
+    #[derive(serde::Serialize)]
+    struct Request<'a> {
+        model: &'a str,
+        system: &'a str,
+        messages: Vec<keel_protocol::Message>,
+        tools: Vec<Tool<'a>>,
+        max_tokens: u32,
+        compacts_on_overflow: bool,
+        conversation: Option<keel_protocol::ConversationRef>,
+    }
+
+    let mut tools = Vec::with_capacity(request.tools.len());
+    for tool in &request.tools {
+        let input_schema = serde_json::from_str::<&RawValue>(&tool.input_schema)
+            .map_err(|e| format!("the input schema of tool `{}` is not JSON: {e}", tool.name))?;
+        tools.push(Tool {
+            name: &tool.name,
+            description: &tool.description,
+            input_schema,
+        });
+    }
+    let conversation = request
+        .conversation
+        .as_ref()
+        .map(|c| keel_protocol::ConversationRef {
+            session: c.session.clone(),
+            messages: c.messages as usize,
+            held: c.held.as_ref().map(|h| keel_protocol::HeldConversation {
+                keeper: h.keeper.clone(),
+                revision: h.revision,
+            }),
+        });
+    serde_json::to_string(&Request {
+        model: &request.model,
+        system: &request.system,
+        messages: request
+            .messages
+            .iter()
+            .cloned()
+            .map(keel_sdk_protocol::message_from_wit)
+            .collect(),
+        tools,
+        max_tokens: request.max_tokens,
+        compacts_on_overflow: request.compacts_on_overflow,
+        conversation,
+    })
+    .map_err(|e| format!("cannot encode the request: {e}"))
 }
 
 /// Emit `delta` on [`topics::MODEL_DELTA`] for live display. A full subscriber queue is not
@@ -129,6 +217,35 @@ mod tests {
             model: "m".into(),
             retries: 0,
         })
+    }
+
+    #[test]
+    fn a_typed_request_becomes_the_json_of_the_same_request() {
+        let request = keel_protocol::ModelRequest {
+            model: String::new(),
+            system: "sys".into(),
+            messages: vec![Message::user_text("hi")],
+            tools: vec![keel_protocol::ToolDef {
+                name: "read_file".into(),
+                description: "reads \"quoted\"".into(),
+                input_schema: serde_json::json!({"type": "object", "required": ["path"]}),
+            }],
+            max_tokens: 100,
+            compacts_on_overflow: true,
+            conversation: Some(keel_protocol::ConversationRef {
+                session: "s1".into(),
+                messages: 4,
+                held: None,
+            }),
+        };
+        let record = keel_sdk_protocol::model_request_to_wit(&request);
+        let text = request_text(&record).expect("encodes");
+        let parsed: keel_protocol::ModelRequest = serde_json::from_str(&text).expect("parses");
+        assert_eq!(parsed, request);
+        let mut broken = record;
+        broken.tools[0].input_schema = "{\"type\":".into();
+        let e = request_text(&broken).expect_err("not JSON");
+        assert!(e.contains("`read_file`"), "{e}");
     }
 
     #[test]

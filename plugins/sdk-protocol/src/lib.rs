@@ -1,18 +1,21 @@
 //! keel's own plugins speak `keel-protocol`'s types inside and the WIT's records at their
-//! doors (ABI 0.5.0's `conversation` messages, carried by 0.6.0's typed services, and 0.6.0's
-//! `verifier` records): the conversions between the two, written once for every plugin that
-//! needs them (the agent loop hands messages to `compaction` and receives them in `load`,
-//! and asks the verifier; `compaction` reads messages; the verifier reads a turn and answers
-//! a verdict).
+//! doors (ABI 0.5.0's `conversation` messages, carried by 0.6.0's typed services, 0.6.0's
+//! `verifier` records and 0.7.0's model requests, responses and tool outcomes): the
+//! conversions between the two, written once for every plugin that needs them (the agent loop
+//! hands messages to `compaction`, receives them in `load`, asks the model and the dispatcher
+//! and the verifier; `compaction` reads messages and asks the model; the verifier reads a turn
+//! and answers a verdict; a model adapter reads a request and answers a response).
 //!
 //! Pure code over `keel-sdk`'s generated records: it builds natively, so it is tested with
 //! plain `cargo test`.
 
 use keel_protocol::{
-    Block, ExecRecord, Message, OutcomeStatus, Role, ToolOutcome, TurnCall, Verdict, VerdictStatus,
+    Block, ConversationRef, ExecRecord, HeldConversation, Message, ModelRequest, ModelResponse,
+    OutcomeStatus, Role, StopReason, ToolDef, ToolOutcome, TurnCall, Usage, Verdict, VerdictStatus,
     VerifyRequest,
 };
 use keel_sdk::conversation as wit;
+use keel_sdk::model as models;
 use keel_sdk::verifier as checks;
 
 /// `message` as the typed doors carry it.
@@ -91,29 +94,7 @@ pub fn verify_request_to_wit(request: &VerifyRequest) -> checks::VerifyRequest {
                 call_id: call.call_id.clone(),
                 tool: call.tool.clone(),
                 input: call.input.to_string(),
-                outcome: checks::ToolOutcome {
-                    call_id: call.outcome.call_id.clone(),
-                    tool: call.outcome.tool.clone(),
-                    status: match call.outcome.status {
-                        OutcomeStatus::Ok => checks::OutcomeStatus::Ok,
-                        OutcomeStatus::Error => checks::OutcomeStatus::Error,
-                        OutcomeStatus::Refused => checks::OutcomeStatus::Refused,
-                        OutcomeStatus::NotExecuted => checks::OutcomeStatus::NotExecuted,
-                    },
-                    content: call.outcome.content.clone(),
-                    exec: call
-                        .outcome
-                        .exec
-                        .iter()
-                        .map(|e| checks::ExecRecord {
-                            command: e.command.clone(),
-                            exit_code: e.exit_code,
-                            timed_out: e.timed_out,
-                            sandbox: e.sandbox.clone(),
-                        })
-                        .collect(),
-                    spill: call.outcome.spill.clone(),
-                },
+                outcome: outcome_to_wit(&call.outcome),
             })
             .collect(),
     }
@@ -132,29 +113,7 @@ pub fn verify_request_from_wit(request: checks::VerifyRequest) -> VerifyRequest 
                 call_id: call.call_id,
                 tool: call.tool,
                 input: serde_json::from_str(&call.input).unwrap_or(serde_json::Value::Null),
-                outcome: ToolOutcome {
-                    call_id: call.outcome.call_id,
-                    tool: call.outcome.tool,
-                    status: match call.outcome.status {
-                        checks::OutcomeStatus::Ok => OutcomeStatus::Ok,
-                        checks::OutcomeStatus::Error => OutcomeStatus::Error,
-                        checks::OutcomeStatus::Refused => OutcomeStatus::Refused,
-                        checks::OutcomeStatus::NotExecuted => OutcomeStatus::NotExecuted,
-                    },
-                    content: call.outcome.content,
-                    exec: call
-                        .outcome
-                        .exec
-                        .into_iter()
-                        .map(|e| ExecRecord {
-                            command: e.command,
-                            exit_code: e.exit_code,
-                            timed_out: e.timed_out,
-                            sandbox: e.sandbox,
-                        })
-                        .collect(),
-                    spill: call.outcome.spill,
-                },
+                outcome: outcome_from_wit(call.outcome),
             })
             .collect(),
     }
@@ -195,6 +154,170 @@ pub fn verdict_from_wit(verdict: checks::Verdict) -> Verdict {
         exit_code: verdict.exit_code,
         evidence: verdict.evidence,
         failure_type: verdict.failure_type,
+    }
+}
+
+/// A tool call's outcome as the typed doors carry it (`agent.dispatch`, the verifier's turn).
+pub fn outcome_to_wit(outcome: &ToolOutcome) -> checks::ToolOutcome {
+    checks::ToolOutcome {
+        call_id: outcome.call_id.clone(),
+        tool: outcome.tool.clone(),
+        status: match outcome.status {
+            OutcomeStatus::Ok => checks::OutcomeStatus::Ok,
+            OutcomeStatus::Error => checks::OutcomeStatus::Error,
+            OutcomeStatus::Refused => checks::OutcomeStatus::Refused,
+            OutcomeStatus::NotExecuted => checks::OutcomeStatus::NotExecuted,
+        },
+        content: outcome.content.clone(),
+        exec: outcome
+            .exec
+            .iter()
+            .map(|e| checks::ExecRecord {
+                command: e.command.clone(),
+                exit_code: e.exit_code,
+                timed_out: e.timed_out,
+                sandbox: e.sandbox.clone(),
+            })
+            .collect(),
+        spill: outcome.spill.clone(),
+    }
+}
+
+/// A tool call's outcome a typed door carried.
+pub fn outcome_from_wit(outcome: checks::ToolOutcome) -> ToolOutcome {
+    ToolOutcome {
+        call_id: outcome.call_id,
+        tool: outcome.tool,
+        status: match outcome.status {
+            checks::OutcomeStatus::Ok => OutcomeStatus::Ok,
+            checks::OutcomeStatus::Error => OutcomeStatus::Error,
+            checks::OutcomeStatus::Refused => OutcomeStatus::Refused,
+            checks::OutcomeStatus::NotExecuted => OutcomeStatus::NotExecuted,
+        },
+        content: outcome.content,
+        exec: outcome
+            .exec
+            .into_iter()
+            .map(|e| ExecRecord {
+                command: e.command,
+                exit_code: e.exit_code,
+                timed_out: e.timed_out,
+                sandbox: e.sandbox,
+            })
+            .collect(),
+        spill: outcome.spill,
+    }
+}
+
+/// A model request as the typed doors carry it (`agent.complete`, `model.complete`); each
+/// tool's input schema as JSON text.
+pub fn model_request_to_wit(request: &ModelRequest) -> models::ModelRequest {
+    models::ModelRequest {
+        model: request.model.clone(),
+        system: request.system.clone(),
+        messages: request.messages.iter().map(message_to_wit).collect(),
+        tools: request.tools.iter().map(tool_def_to_wit).collect(),
+        max_tokens: request.max_tokens,
+        compacts_on_overflow: request.compacts_on_overflow,
+        conversation: request
+            .conversation
+            .as_ref()
+            .map(|c| models::ConversationRef {
+                session: c.session.clone(),
+                messages: u32::try_from(c.messages).unwrap_or(u32::MAX),
+                held: c.held.as_ref().map(|h| models::HeldConversation {
+                    keeper: h.keeper.clone(),
+                    revision: h.revision,
+                }),
+            }),
+    }
+}
+
+/// A tool as the typed doors offer it to the model; its input schema as JSON text.
+pub fn tool_def_to_wit(tool: &ToolDef) -> keel_sdk::tool_registry::ToolDef {
+    keel_sdk::tool_registry::ToolDef {
+        name: tool.name.clone(),
+        description: tool.description.clone(),
+        input_schema: tool.input_schema.to_string(),
+    }
+}
+
+/// A model request a typed door carried. A tool's input schema that is not JSON is refused,
+/// naming the tool.
+pub fn model_request_from_wit(request: models::ModelRequest) -> Result<ModelRequest, String> {
+    let mut tools = Vec::with_capacity(request.tools.len());
+    for tool in request.tools {
+        let input_schema = serde_json::from_str(&tool.input_schema)
+            .map_err(|e| format!("the input schema of tool `{}` is not JSON: {e}", tool.name))?;
+        tools.push(ToolDef {
+            name: tool.name,
+            description: tool.description,
+            input_schema,
+        });
+    }
+    Ok(ModelRequest {
+        model: request.model,
+        system: request.system,
+        messages: request.messages.into_iter().map(message_from_wit).collect(),
+        tools,
+        max_tokens: request.max_tokens,
+        compacts_on_overflow: request.compacts_on_overflow,
+        conversation: request.conversation.map(|c| ConversationRef {
+            session: c.session,
+            messages: c.messages as usize,
+            held: c.held.map(|h| HeldConversation {
+                keeper: h.keeper,
+                revision: h.revision,
+            }),
+        }),
+    })
+}
+
+/// A model response as the typed doors carry it.
+pub fn model_response_to_wit(response: ModelResponse) -> models::ModelResponse {
+    models::ModelResponse {
+        message: message_to_wit(&response.message),
+        stop_reason: match response.stop_reason {
+            StopReason::EndTurn => models::StopReason::EndTurn,
+            StopReason::ToolUse => models::StopReason::ToolUse,
+            StopReason::MaxTokens => models::StopReason::MaxTokens,
+            StopReason::StopSequence => models::StopReason::StopSequence,
+            StopReason::Refusal => models::StopReason::Refusal,
+            StopReason::Interrupted => models::StopReason::Interrupted,
+        },
+        stop_reason_raw: response.stop_reason_raw,
+        usage: keel_sdk::turns::Usage {
+            input_tokens: response.usage.input_tokens,
+            output_tokens: response.usage.output_tokens,
+            cache_read_tokens: response.usage.cache_read_tokens,
+            cache_write_tokens: response.usage.cache_write_tokens,
+        },
+        model: response.model,
+        retries: response.retries,
+    }
+}
+
+/// A model response a typed door carried.
+pub fn model_response_from_wit(response: models::ModelResponse) -> ModelResponse {
+    ModelResponse {
+        message: message_from_wit(response.message),
+        stop_reason: match response.stop_reason {
+            models::StopReason::EndTurn => StopReason::EndTurn,
+            models::StopReason::ToolUse => StopReason::ToolUse,
+            models::StopReason::MaxTokens => StopReason::MaxTokens,
+            models::StopReason::StopSequence => StopReason::StopSequence,
+            models::StopReason::Refusal => StopReason::Refusal,
+            models::StopReason::Interrupted => StopReason::Interrupted,
+        },
+        stop_reason_raw: response.stop_reason_raw,
+        usage: Usage {
+            input_tokens: response.usage.input_tokens,
+            output_tokens: response.usage.output_tokens,
+            cache_read_tokens: response.usage.cache_read_tokens,
+            cache_write_tokens: response.usage.cache_write_tokens,
+        },
+        model: response.model,
+        retries: response.retries,
     }
 }
 
@@ -269,5 +392,59 @@ mod tests {
             failure_type: Some("test-failure".into()),
         };
         assert_eq!(verdict_from_wit(verdict_to_wit(verdict.clone())), verdict);
+    }
+
+    #[test]
+    fn a_model_request_and_its_response_survive_the_round_trip() {
+        let request = ModelRequest {
+            model: "m".into(),
+            system: "be brief".into(),
+            messages: vec![Message::user_text("read a.rs")],
+            tools: vec![ToolDef {
+                name: "read_file".into(),
+                description: "reads".into(),
+                input_schema: serde_json::json!({"type": "object", "properties": {}}),
+            }],
+            max_tokens: 512,
+            compacts_on_overflow: true,
+            conversation: Some(ConversationRef {
+                session: "s1".into(),
+                messages: 3,
+                held: Some(HeldConversation {
+                    keeper: "agent-loop".into(),
+                    revision: 2,
+                }),
+            }),
+        };
+        assert_eq!(
+            model_request_from_wit(model_request_to_wit(&request)),
+            Ok(request.clone())
+        );
+        let mut broken = model_request_to_wit(&request);
+        broken.tools[0].input_schema = "{".into();
+        let e = model_request_from_wit(broken).expect_err("not JSON");
+        assert!(e.contains("`read_file`"), "{e}");
+        let response = ModelResponse {
+            message: Message {
+                role: Role::Assistant,
+                content: vec![Block::Text {
+                    text: "done".into(),
+                }],
+            },
+            stop_reason: StopReason::MaxTokens,
+            stop_reason_raw: "length".into(),
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 2,
+                cache_read_tokens: 3,
+                cache_write_tokens: 4,
+            },
+            model: "m-1".into(),
+            retries: 1,
+        };
+        assert_eq!(
+            model_response_from_wit(model_response_to_wit(response.clone())),
+            response
+        );
     }
 }

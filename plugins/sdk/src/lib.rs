@@ -88,8 +88,9 @@ pub mod bindings {
             "../../wit/keel-plugin-0.4.0",
             "../../wit/keel-plugin-0.5.0",
             "../../wit/keel-plugin-0.6.0",
+            "../../wit/keel-plugin-0.7.0",
         ],
-        world: "keel:plugin/keel-plugin@0.6.0",
+        world: "keel:plugin/keel-plugin@0.7.0",
         generate_all,
         additional_derives: [PartialEq],
         pub_export_macro: true,
@@ -694,6 +695,7 @@ mod door {
     pub(crate) use crate::bindings::keel::plugin0_6_0::{
         compaction, editor, memory, tool_registry, turns, verifier,
     };
+    pub(crate) use crate::bindings::keel::plugin0_7_0::{agent as typed_agent, model};
 }
 
 /// Where the wrappers' calls go outside WebAssembly: the in-memory [`mock`] host.
@@ -832,10 +834,31 @@ pub mod exec {
 }
 
 /// The agent's door to the model and the tool dispatcher (needs the `agent` capability).
-/// Payloads are JSON in keel's neutral vocabulary (crate `keel-protocol`).
+/// `complete`, `dispatch` and `replay` take and answer JSON in keel's neutral vocabulary
+/// (crate `keel-protocol`); `complete_request`, `dispatch_outcomes` and `replay_outcome` are
+/// the same calls in records (ABI 0.7.0).
 pub mod agent {
     use crate::KernelError;
     use crate::door::agent as raw;
+    use crate::door::typed_agent as typed;
+    pub use crate::model::{ModelRequest, ModelResponse};
+    pub use crate::verifier::ToolOutcome;
+
+    /// Asks the model for the next assistant message; the kernel puts in the conversation
+    /// the request names and records the model's tool calls for [`dispatch_outcomes`].
+    pub fn complete_request(request: &ModelRequest) -> Result<ModelResponse, KernelError> {
+        typed::complete(request).map_err(KernelError::from)
+    }
+
+    /// Runs recorded tool calls through the gate pipeline; their outcomes in call order.
+    pub fn dispatch_outcomes(call_ids: &[String]) -> Vec<ToolOutcome> {
+        typed::dispatch(call_ids)
+    }
+
+    /// Re-runs an approved call of the current turn with the same input; its outcome.
+    pub fn replay_outcome(call_id: &str) -> Result<ToolOutcome, KernelError> {
+        typed::replay(call_id).map_err(KernelError::from)
+    }
 
     /// Asks the model for the next assistant message (`ModelRequest` → `ModelResponse`).
     pub fn complete(request: &str) -> Result<String, KernelError> {
@@ -855,6 +878,23 @@ pub mod agent {
     /// Whether the person asked to stop the current turn.
     pub fn cancelled() -> bool {
         raw::cancelled()
+    }
+}
+
+/// The model, from whichever plugin provides `model` (ABI 0.7.0), for a plugin that asks it
+/// something outside the agent's conversation (a summary, a proposal). The plugin must declare
+/// `model`. An agent asks through [`agent::complete_request`] instead, which records the
+/// model's tool calls.
+pub mod model {
+    use crate::KernelError;
+    pub use crate::bindings::keel::plugin0_7_0::model_types::{
+        ConversationRef, HeldConversation, ModelRequest, ModelResponse, StopReason,
+    };
+    use crate::door::model as raw;
+
+    /// The next assistant message for `request`.
+    pub fn complete(request: &ModelRequest) -> Result<ModelResponse, KernelError> {
+        raw::complete(request).map_err(KernelError::from)
     }
 }
 
@@ -1564,5 +1604,41 @@ mod tests {
             assert_eq!(h.recall_requests, vec![request.clone(), request.clone()]);
             assert_eq!(h.summarize_requests, vec![summarize.clone()]);
         });
+        // The model (ABI 0.7.0): unavailable until a response is set, each ask recorded.
+        let ask = model::ModelRequest {
+            model: String::new(),
+            system: "be brief".into(),
+            messages: summarize.messages.clone(),
+            tools: Vec::new(),
+            max_tokens: 64,
+            compacts_on_overflow: false,
+            conversation: None,
+        };
+        let unset = model::complete(&ask).expect_err("nobody provides `model`");
+        assert_eq!(unset.kind(), "unavailable");
+        let answer = model::ModelResponse {
+            message: conversation::Message {
+                role: conversation::Role::Assistant,
+                content: vec![conversation::Block::Text("done".into())],
+            },
+            stop_reason: model::StopReason::EndTurn,
+            stop_reason_raw: "stop".into(),
+            usage: turns::Usage {
+                input_tokens: 5,
+                output_tokens: 1,
+                cache_read_tokens: 0,
+                cache_write_tokens: 0,
+            },
+            model: "m".into(),
+            retries: 0,
+        };
+        mock::with_host(|h| h.model_response = Some(answer.clone()));
+        assert_eq!(model::complete(&ask), Ok(answer));
+        mock::with_host(|h| assert_eq!(h.model_requests, vec![ask.clone(), ask.clone()]));
+        // The agent's door reaches outside the kernel: unavailable here.
+        assert_eq!(
+            agent::complete_request(&ask).map_err(|e| e.kind()),
+            Err("unavailable")
+        );
     }
 }

@@ -17,8 +17,9 @@
 //! unset, each is `unavailable`, as when no plugin provides the service, and the requests are
 //! recorded ([`MockHost::recall_requests`], [`MockHost::summarize_requests`]);
 //! `verifier::verify` answers [`MockHost::verdict`]; `editor::read` answers from
-//! [`MockHost::editor_files`]. The mock runs no agent: `turns`
-//! answers `unavailable`.
+//! [`MockHost::editor_files`]; `model::complete` (ABI 0.7.0) answers
+//! [`MockHost::model_response`], its requests recorded in [`MockHost::model_requests`]. The
+//! mock runs no agent: `turns` answers `unavailable`.
 //!
 //! The doors that reach outside the kernel (`http`, `exec`, `agent`, `processes`) answer
 //! `unavailable` here: test the logic around them, not the network.
@@ -110,6 +111,10 @@ pub struct MockHost {
     /// What `verifier::verify` answers: `None` (the default): no plugin provides `verifier`;
     /// `Some(None)`: the turn claimed nothing; `Some(Some(verdict))`: that verdict.
     pub verdict: Option<Option<crate::verifier::Verdict>>,
+    /// What `model::complete` answers; `None` (the default): no plugin provides `model`.
+    pub model_response: Option<crate::model::ModelResponse>,
+    /// The requests `model::complete` was asked, in order.
+    pub model_requests: Vec<crate::model::ModelRequest>,
     services: BTreeMap<String, Handler>,
 }
 
@@ -138,6 +143,8 @@ impl std::fmt::Debug for MockHost {
             .field("offered_tools", &self.offered_tools)
             .field("editor_files", &self.editor_files)
             .field("verdict", &self.verdict)
+            .field("model_response", &self.model_response)
+            .field("model_requests", &self.model_requests)
             .field("services", &self.services.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -575,6 +582,44 @@ pub(crate) mod door {
                         .into(),
                 )
             })
+        }
+    }
+
+    pub(crate) mod model {
+        use crate::bindings::keel::plugin0_7_0::model_types::{ModelRequest, ModelResponse};
+
+        use super::{RawKernelError, with_host};
+
+        pub(crate) fn complete(request: &ModelRequest) -> Result<ModelResponse, RawKernelError> {
+            with_host(|h| {
+                h.model_requests.push(request.clone());
+                h.model_response.clone().ok_or_else(|| {
+                    RawKernelError::Unavailable(
+                        "no plugin provides `model` in the mock host; set \
+                         `MockHost::model_response`"
+                            .into(),
+                    )
+                })
+            })
+        }
+    }
+
+    pub(crate) mod typed_agent {
+        use crate::bindings::keel::plugin0_6_0::verifier_types::ToolOutcome;
+        use crate::bindings::keel::plugin0_7_0::model_types::{ModelRequest, ModelResponse};
+
+        use super::{RawKernelError, outside};
+
+        pub(crate) fn complete(_request: &ModelRequest) -> Result<ModelResponse, RawKernelError> {
+            Err(outside("agent"))
+        }
+
+        pub(crate) fn dispatch(_call_ids: &[String]) -> Vec<ToolOutcome> {
+            Vec::new()
+        }
+
+        pub(crate) fn replay(_call_id: &str) -> Result<ToolOutcome, RawKernelError> {
+            Err(outside("agent"))
         }
     }
 

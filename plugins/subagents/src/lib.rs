@@ -9,10 +9,12 @@
 
 use std::collections::BTreeSet;
 
-use keel_agent_kit::agent_loop::{AgentDoors, AgentLoop, DoorError};
+use keel_agent_kit::agent_loop::{
+    AgentDoors, AgentLoop, DoorError, outcomes_from_json, response_from_json,
+};
 use keel_protocol::{
-    ChildScope, OpenChild, SessionEvent, SubagentEvent, ToolDef, TurnEnd, TurnRequest, services,
-    topics,
+    ChildScope, ModelRequest, ModelResponse, OpenChild, SessionEvent, SubagentEvent, ToolDef,
+    ToolOutcome, TurnEnd, TurnRequest, services, topics,
 };
 use keel_sdk::{
     KernelError, Plugin, ToolCapabilities, ToolSpec, agent, events, log,
@@ -66,12 +68,18 @@ fn door_error(e: KernelError) -> DoorError {
 }
 
 impl AgentDoors for ChildDoors {
-    fn complete(&mut self, request: &str) -> Result<String, DoorError> {
-        agent::complete(request).map_err(door_error)
+    // The child's model calls and dispatches go through 0.2.0's JSON door: this plugin is a
+    // 0.4.0 component, loadable by every keel that has `keel.agents`' JSON door.
+    fn complete_request(&mut self, request: &ModelRequest) -> Result<ModelResponse, DoorError> {
+        let request = serde_json::to_string(request).map_err(|e| DoorError {
+            kind: "invalid",
+            message: e.to_string(),
+        })?;
+        response_from_json(&agent::complete(&request).map_err(door_error)?)
     }
 
-    fn dispatch(&mut self, call_ids: &[String]) -> Vec<String> {
-        agent::dispatch(call_ids)
+    fn dispatch_outcomes(&mut self, call_ids: &[String]) -> Vec<ToolOutcome> {
+        outcomes_from_json(call_ids, agent::dispatch(call_ids))
     }
 
     fn cancelled(&mut self) -> bool {

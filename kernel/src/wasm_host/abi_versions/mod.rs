@@ -10,11 +10,14 @@
 //! | 0.4.0 | `since_v0_2` + `since_v0_3` | `plugin@0.4.0` | its variants map one to one |
 //! | 0.5.0 | `since_v0_2` + `since_v0_3` + `since_v0_5` | `plugin@0.4.0` | as 0.4.0 |
 //! | 0.6.0 | … + `since_v0_6` | `plugin@0.4.0`, and a provider's `memory`, `compaction`, `tool-registry`, `turns`, `verifier` | as 0.4.0 |
+//! | 0.7.0 | … + `since_v0_7` | `plugin@0.4.0`, and a model adapter's `model` | as 0.4.0 |
 //!
 //! 0.5.0 changes no export: it adds the kernel's own services as typed imports (`caller`,
 //! `prompt-context`, `conversation`, `agents`), whose host side calls the same core as their
 //! JSON door through `services.call`. 0.6.0 types the services plugins provide to each other:
-//! a caller imports them, a provider exports them beside `plugin` ([`since_v0_6`]).
+//! a caller imports them, a provider exports them beside `plugin` ([`since_v0_6`]). 0.7.0 types
+//! the model: the kernel's `agent` door in records, and the `model` service a model adapter
+//! exports ([`since_v0_7`]).
 //!
 //! A new version adds a module here, its interfaces to `abi.rs`'s table, and a variant to both
 //! enums; the released WIT of the older ones never changes.
@@ -24,6 +27,7 @@ pub(crate) mod since_v0_3;
 pub(crate) mod since_v0_4;
 pub(crate) mod since_v0_5;
 pub(crate) mod since_v0_6;
+pub(crate) mod since_v0_7;
 
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
@@ -92,6 +96,15 @@ pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result
         linker,
         |state| state,
     )?;
+    // ABI 0.7.0 adds the model, typed: the agent's door and the `model` service.
+    since_v0_7::keel::plugin0_7_0::agent::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
+    since_v0_7::keel::plugin0_7_0::model::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
     Ok(())
 }
 
@@ -101,6 +114,7 @@ pub(crate) struct PluginPre {
     instance_pre: InstancePre<StoreState>,
     plugin: PluginIndices,
     services: since_v0_6::ServiceIndices,
+    model: since_v0_7::ModelIndices,
 }
 
 /// Where a component's `plugin` export is, by its version.
@@ -124,10 +138,12 @@ impl PluginPre {
             PluginIndices::Since0_2(since_v0_2::KeelPluginIndices::new(&pre)?)
         };
         let services = since_v0_6::ServiceIndices::new(&pre, report)?;
+        let model = since_v0_7::ModelIndices::new(&pre, report)?;
         Ok(PluginPre {
             instance_pre: pre,
             plugin,
             services,
+            model,
         })
     }
 
@@ -141,8 +157,13 @@ impl PluginPre {
             PluginIndices::Since0_2(i) => PluginBindings::Since0_2(i.load(&mut *store, &instance)?),
             PluginIndices::Since0_4(i) => PluginBindings::Since0_4(i.load(&mut *store, &instance)?),
         };
-        let services = self.services.load(store, &instance)?;
-        Ok(PluginExports { plugin, services })
+        let services = self.services.load(&mut *store, &instance)?;
+        let model = self.model.load(store, &instance)?;
+        Ok(PluginExports {
+            plugin,
+            services,
+            model,
+        })
     }
 }
 
@@ -151,6 +172,7 @@ impl PluginPre {
 pub(crate) struct PluginExports {
     plugin: PluginBindings,
     services: since_v0_6::ServiceExports,
+    model: since_v0_7::ModelExports,
 }
 
 /// An instance's `plugin` export, by its version.
@@ -289,7 +311,7 @@ impl PluginExports {
 
     /// Whether the instance has a typed door for `call`'s service.
     pub(crate) fn serves(&self, call: &ServiceCall) -> bool {
-        self.services.serves(call)
+        self.services.serves(call) || self.model.serves(call)
     }
 
     /// `call` through the instance's typed door; only for a call it [`serves`](Self::serves).
@@ -298,6 +320,9 @@ impl PluginExports {
         store: &mut Store<StoreState>,
         call: &ServiceCall,
     ) -> wasmtime::Result<Result<ServiceAnswer, PluginError>> {
+        if self.model.serves(call) {
+            return self.model.call(store, call).await;
+        }
         self.services.call(store, call).await
     }
 }

@@ -189,6 +189,64 @@ impl tool_registry::Host for StoreState {
     }
 }
 
+/// A tool call's outcome between keel-protocol's type and the record the verifier's request
+/// and 0.7.0's `agent.dispatch` carry.
+impl From<protocol::ToolOutcome> for verifier_types::ToolOutcome {
+    fn from(outcome: protocol::ToolOutcome) -> Self {
+        use verifier_types::OutcomeStatus;
+        verifier_types::ToolOutcome {
+            call_id: outcome.call_id,
+            tool: outcome.tool,
+            status: match outcome.status {
+                protocol::OutcomeStatus::Ok => OutcomeStatus::Ok,
+                protocol::OutcomeStatus::Error => OutcomeStatus::Error,
+                protocol::OutcomeStatus::Refused => OutcomeStatus::Refused,
+                protocol::OutcomeStatus::NotExecuted => OutcomeStatus::NotExecuted,
+            },
+            content: outcome.content,
+            exec: outcome
+                .exec
+                .into_iter()
+                .map(|e| verifier_types::ExecRecord {
+                    command: e.command,
+                    exit_code: e.exit_code,
+                    timed_out: e.timed_out,
+                    sandbox: e.sandbox,
+                })
+                .collect(),
+            spill: outcome.spill,
+        }
+    }
+}
+
+impl From<verifier_types::ToolOutcome> for protocol::ToolOutcome {
+    fn from(outcome: verifier_types::ToolOutcome) -> Self {
+        use verifier_types::OutcomeStatus;
+        protocol::ToolOutcome {
+            call_id: outcome.call_id,
+            tool: outcome.tool,
+            status: match outcome.status {
+                OutcomeStatus::Ok => protocol::OutcomeStatus::Ok,
+                OutcomeStatus::Error => protocol::OutcomeStatus::Error,
+                OutcomeStatus::Refused => protocol::OutcomeStatus::Refused,
+                OutcomeStatus::NotExecuted => protocol::OutcomeStatus::NotExecuted,
+            },
+            content: outcome.content,
+            exec: outcome
+                .exec
+                .into_iter()
+                .map(|e| protocol::ExecRecord {
+                    command: e.command,
+                    exit_code: e.exit_code,
+                    timed_out: e.timed_out,
+                    sandbox: e.sandbox,
+                })
+                .collect(),
+            spill: outcome.spill,
+        }
+    }
+}
+
 /// The verifier's request and verdict between keel-protocol's types and the records a
 /// caller's import and a provider's export share (`verifier-types`).
 impl From<protocol::VerifyRequest> for verifier_types::VerifyRequest {
@@ -203,33 +261,7 @@ impl From<protocol::VerifyRequest> for verifier_types::VerifyRequest {
                     call_id: call.call_id,
                     tool: call.tool,
                     input: call.input.to_string(),
-                    outcome: verifier_types::ToolOutcome {
-                        call_id: call.outcome.call_id,
-                        tool: call.outcome.tool,
-                        status: match call.outcome.status {
-                            protocol::OutcomeStatus::Ok => verifier_types::OutcomeStatus::Ok,
-                            protocol::OutcomeStatus::Error => verifier_types::OutcomeStatus::Error,
-                            protocol::OutcomeStatus::Refused => {
-                                verifier_types::OutcomeStatus::Refused
-                            }
-                            protocol::OutcomeStatus::NotExecuted => {
-                                verifier_types::OutcomeStatus::NotExecuted
-                            }
-                        },
-                        content: call.outcome.content,
-                        exec: call
-                            .outcome
-                            .exec
-                            .into_iter()
-                            .map(|e| verifier_types::ExecRecord {
-                                command: e.command,
-                                exit_code: e.exit_code,
-                                timed_out: e.timed_out,
-                                sandbox: e.sandbox,
-                            })
-                            .collect(),
-                        spill: call.outcome.spill,
-                    },
+                    outcome: call.outcome.into(),
                 })
                 .collect(),
         }
@@ -250,33 +282,7 @@ impl From<verifier_types::VerifyRequest> for protocol::VerifyRequest {
                     // The model's arguments; what does not parse is no input, as the
                     // agent loop records it.
                     input: serde_json::from_str(&call.input).unwrap_or(serde_json::Value::Null),
-                    outcome: protocol::ToolOutcome {
-                        call_id: call.outcome.call_id,
-                        tool: call.outcome.tool,
-                        status: match call.outcome.status {
-                            verifier_types::OutcomeStatus::Ok => protocol::OutcomeStatus::Ok,
-                            verifier_types::OutcomeStatus::Error => protocol::OutcomeStatus::Error,
-                            verifier_types::OutcomeStatus::Refused => {
-                                protocol::OutcomeStatus::Refused
-                            }
-                            verifier_types::OutcomeStatus::NotExecuted => {
-                                protocol::OutcomeStatus::NotExecuted
-                            }
-                        },
-                        content: call.outcome.content,
-                        exec: call
-                            .outcome
-                            .exec
-                            .into_iter()
-                            .map(|e| protocol::ExecRecord {
-                                command: e.command,
-                                exit_code: e.exit_code,
-                                timed_out: e.timed_out,
-                                sandbox: e.sandbox,
-                            })
-                            .collect(),
-                        spill: call.outcome.spill,
-                    },
+                    outcome: call.outcome.into(),
                 })
                 .collect(),
         }
@@ -545,7 +551,7 @@ fn answered<T>(
 
 /// A provider's `kernel-error`, as the kernel reads what a plugin answered: the same kind
 /// reaches the caller.
-fn provider_error(e: KernelError) -> PluginError {
+pub(super) fn provider_error(e: KernelError) -> PluginError {
     match e {
         KernelError::Invalid(m) => PluginError::InvalidInput(m),
         KernelError::Denied(m) => PluginError::Denied(m),
@@ -567,6 +573,8 @@ impl ServiceExports {
                 self.turns.is_some()
             }
             ServiceCall::Verify(_) => self.verifier.is_some(),
+            // 0.7.0's, served by `since_v0_7`.
+            ServiceCall::Complete(_) => false,
         }
     }
 
@@ -699,6 +707,7 @@ impl ServiceExports {
                     ServiceAnswer::Verdict(verdict.map(Into::into))
                 })
             }
+            ServiceCall::Complete(_) => Err(no_door()),
         }
     }
 }
