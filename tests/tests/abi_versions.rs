@@ -187,6 +187,27 @@ fn the_agent_loop_uses_the_typed_services() -> R {
             .calling_imports
             .contains(&"keel:plugin/model@0.7.0".to_owned())
     );
+    // HTTP bodies and processes are resources (0.7.0): the HTTP adapters and the MCP client
+    // read their bodies through them, not through 0.2.0's numbered handles, and the MCP
+    // client holds its servers as process resources (it still lists its entries through
+    // 0.3.0's `processes`).
+    for plugin in ["model-openai", "model-anthropic", "mcp"] {
+        let report = report(plugin)?;
+        assert!(
+            report
+                .calling_imports
+                .contains(&"keel:plugin/http@0.7.0".to_owned())
+                && !report
+                    .calling_imports
+                    .contains(&"keel:plugin/http@0.2.0".to_owned()),
+            "{plugin}: {report:?}"
+        );
+    }
+    assert!(
+        report("mcp")?
+            .calling_imports
+            .contains(&"keel:plugin/processes@0.7.0".to_owned())
+    );
     // The scripted model takes the conversation in the request (model 1.0.0): it keeps its
     // JSON door, through which the kernel hands it the kept messages without decoding them.
     let scripted = report("model-scripted")?;

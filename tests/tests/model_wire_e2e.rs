@@ -168,6 +168,30 @@ fn only_request(server: &ModelServer) -> Received {
 
 // ---- OpenAI Chat Completions -------------------------------------------------------------
 
+/// The adapter reads each answer through a body resource (ABI 0.7.0) and lets it drop: the
+/// kernel releases the body then, so more requests than the 16 bodies a plugin may hold open
+/// at once all go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_bodies_are_released_when_the_adapter_drops_them() -> R {
+    let server = ModelServer::start(|_, _| {
+        let mut steps = vec![sse_head(), oa(json!({"content": "ok"}), None)];
+        steps.push(oa(json!({}), Some("stop")));
+        steps.extend(oa_done());
+        steps
+    })
+    .await?;
+    let s = Session::start("model-openai", &server, openai_config(&server), &[]).await?;
+    for n in 0..20 {
+        let response = s
+            .complete(&request("hi"))
+            .await
+            .map_err(|e| anyhow::anyhow!("request {n}: {e}"))?;
+        assert_eq!(response.message.text(), "ok", "request {n}");
+    }
+    assert_eq!(server.received().len(), 20);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_streams_text_usage_and_deltas_with_the_key_in_the_header() -> R {
     let server = ModelServer::start(|_, _| {

@@ -1,6 +1,6 @@
 //! keel plugin `mcp`: an MCP client. Each server the person listed under `[mcp.servers]` is a
-//! long-lived process the kernel starts in the OS sandbox with that entry's grants (ABI 0.3.0
-//! `processes`); its tools become keel tools named `mcp__<server>__<tool>`, which reach the
+//! long-lived process the kernel starts in the OS sandbox with that entry's grants (ABI 0.7.0
+//! `processes`: the plugin holds the process as a resource, and dropping it kills it); its tools become keel tools named `mcp__<server>__<tool>`, which reach the
 //! model and run through the same gate pipeline as keel's own.
 //!
 //! What a server says is untrusted: tool descriptions are cleaned and labelled, results are
@@ -85,9 +85,10 @@ struct ServerConfig {
 
 /// How keel reaches a server.
 enum Transport {
-    /// A process the kernel started from the person's entry; stdout read as lines.
+    /// A process the kernel started from the person's entry; stdout read as lines. The
+    /// process runs as long as this handle is held (ABI 0.7.0): dropping it kills it.
     Stdio {
-        process: Option<u32>,
+        process: Option<processes::Process>,
         lines: wire::Lines,
     },
     /// A Streamable HTTP endpoint; `live` once `initialize` was answered.
@@ -208,10 +209,10 @@ impl Server {
         }
     }
 
-    /// The process behind it, for a stdio server.
+    /// The kernel's number of the process behind it, for a stdio server.
     fn process(&self) -> Option<u32> {
         match &self.transport {
-            Transport::Stdio { process, .. } => *process,
+            Transport::Stdio { process, .. } => process.as_ref().map(processes::Process::id),
             Transport::Http { .. } => None,
         }
     }
@@ -228,13 +229,13 @@ impl Server {
         let wait = deadline.saturating_duration_since(Instant::now());
         match &mut self.transport {
             Transport::Stdio { process, .. } => {
-                let Some(process) = *process else {
+                let Some(process) = process else {
                     return Err(Failure::Kernel("the server is not running".into()));
                 };
                 // The kernel tries the write once even with no time left: a message the
                 // pipe has room for goes through.
                 let ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
-                processes::write(process, bytes, ms).map_err(|e| match e {
+                process.write(bytes, ms).map_err(|e| match e {
                     KernelError::TimedOut(_) => Failure::Timeout(wait),
                     other => Failure::Exited(format!("its input is closed: {}", other.message())),
                 })
@@ -247,7 +248,7 @@ impl Server {
     fn start(&mut self, timeout: Duration) -> Result<(), String> {
         self.kill();
         if let Transport::Stdio { process, .. } = &mut self.transport {
-            *process = Some(processes::start(&self.name).map_err(|e| e.message().to_owned())?);
+            *process = Some(processes::spawn(&self.name).map_err(|e| e.message().to_owned())?);
         }
         let deadline = Instant::now() + timeout;
         let init = self
@@ -283,9 +284,8 @@ impl Server {
     fn kill(&mut self) {
         match &mut self.transport {
             Transport::Stdio { process, lines } => {
-                if let Some(process) = process.take() {
-                    processes::kill(process);
-                }
+                // Dropping the handle kills the process and its group.
+                *process = None;
                 lines.clear();
             }
             Transport::Http { target, live } => {
@@ -505,7 +505,7 @@ impl Server {
                 Some(Err(())) => return Err(Failure::Flood),
                 None => {}
             }
-            let Some(process) = *process else {
+            let Some(process) = process else {
                 return Err(Failure::Kernel("the server is not running".into()));
             };
             let left = deadline.saturating_duration_since(Instant::now());
@@ -513,7 +513,7 @@ impl Server {
                 return Err(Failure::Timeout(Duration::ZERO));
             }
             let wait = u32::try_from(left.as_millis()).unwrap_or(u32::MAX).max(1);
-            match processes::read(process, 256 * 1024, wait) {
+            match process.read(256 * 1024, wait) {
                 Ok(Some(bytes)) => lines.push(&bytes),
                 Ok(None) => return Err(Failure::Exited(exit_words(process))),
                 Err(KernelError::TimedOut(_)) => return Err(Failure::Timeout(left)),
@@ -533,13 +533,12 @@ impl Server {
             else {
                 return;
             };
-            let process = *process;
             let mut complete = Vec::new();
             // A line over the bound while nobody waits is dropped (the framer skips it).
             while let Some(frame) = wire::next_line(lines) {
                 complete.extend(frame.ok());
             }
-            let more = match processes::read(process, 256 * 1024, 0) {
+            let more = match process.read(256 * 1024, 0) {
                 Ok(Some(bytes)) => {
                     lines.push(&bytes);
                     true
@@ -581,8 +580,8 @@ impl Server {
     }
 }
 
-fn exit_words(process: u32) -> String {
-    match processes::status(process) {
+fn exit_words(process: &processes::Process) -> String {
+    match process.status() {
         Ok(processes::ProcessStatus::Exited(Some(code))) => format!("exit code {code}"),
         Ok(processes::ProcessStatus::Exited(None)) => "ended by a signal".into(),
         _ => "its output closed".into(),

@@ -101,7 +101,7 @@ impl Target {
             });
         }
         let secret_headers = self.secret_headers();
-        let (body_id, head) = http::send(&Request {
+        let (head, body_stream) = http::fetch(&Request {
             method: "POST".into(),
             url: self.url.clone(),
             headers,
@@ -113,8 +113,8 @@ impl Target {
             Failure::Timeout(_) => Failure::Timeout(begun.elapsed()),
             other => other,
         })?;
-        let result = self.read_answer(body_id, &head, deadline, on_message, &left);
-        http::close(body_id);
+        // The body is released when `body_stream` drops, whatever the answer.
+        let result = self.read_answer(&body_stream, &head, deadline, on_message, &left);
         result.map_err(|e| match e {
             Failure::Timeout(_) => Failure::Timeout(begun.elapsed()),
             other => other,
@@ -123,7 +123,7 @@ impl Target {
 
     fn read_answer(
         &mut self,
-        body_id: u32,
+        body: &http::Body,
         head: &http::ResponseHead,
         deadline: Instant,
         on_message: &mut dyn FnMut(&[u8]) -> Result<bool, Failure>,
@@ -143,8 +143,9 @@ impl Target {
         }
         let read = |limit: usize| -> Result<Vec<u8>, Failure> {
             let mut all = Vec::new();
-            while let Some(chunk) =
-                http::next_chunk(body_id, left(deadline).max(1)).map_err(kernel_failure)?
+            while let Some(chunk) = body
+                .next_chunk(left(deadline).max(1))
+                .map_err(kernel_failure)?
             {
                 all.extend_from_slice(&chunk);
                 if all.len() > limit {
@@ -182,7 +183,9 @@ impl Target {
         // ends, a split character; an event over the message bound is a flood.
         let mut events = SseParser::with_max_event_bytes(crate::wire::MAX_MESSAGE);
         loop {
-            let chunk = http::next_chunk(body_id, left(deadline).max(1)).map_err(kernel_failure)?;
+            let chunk = body
+                .next_chunk(left(deadline).max(1))
+                .map_err(kernel_failure)?;
             let done = chunk.is_none();
             let complete = match &chunk {
                 Some(chunk) => events.feed(chunk).map_err(|_| Failure::Flood)?,
@@ -206,7 +209,8 @@ impl Target {
         let Some(session) = self.session.take() else {
             return;
         };
-        if let Ok((body, _)) = http::send(&Request {
+        // The answer's body is released at once, unread.
+        let _ = http::fetch(&Request {
             method: "DELETE".into(),
             url: self.url.clone(),
             headers: vec![Header {
@@ -216,8 +220,6 @@ impl Target {
             secret_headers: self.secret_headers(),
             body: Vec::new(),
             timeout_ms: 2_000,
-        }) {
-            http::close(body);
-        }
+        });
     }
 }

@@ -22,11 +22,12 @@ use keel_model_wire::driver::{HttpHead, HttpRequest, Transport, TransportError};
 use keel_sdk::KernelError;
 use keel_sdk::http::{self, Header, Request, SecretHeader};
 
-/// The driver's transport over [`keel_sdk::http`]. One response body is open at a time; it
-/// is closed when the next request is sent, at its end, and when the transport is dropped.
+/// The driver's transport over [`keel_sdk::http`]. One response body is open at a time: a
+/// resource (ABI 0.7.0), released when the next request is sent, at its end, and when the
+/// transport is dropped.
 #[derive(Debug)]
 pub struct SdkTransport {
-    body: Option<u32>,
+    body: Option<http::Body>,
     without_secret: bool,
     rng: u64,
 }
@@ -55,15 +56,8 @@ impl SdkTransport {
     }
 
     fn close_body(&mut self) {
-        if let Some(id) = self.body.take() {
-            http::close(id);
-        }
-    }
-}
-
-impl Drop for SdkTransport {
-    fn drop(&mut self) {
-        self.close_body();
+        // Dropping the body releases it.
+        self.body = None;
     }
 }
 
@@ -101,14 +95,14 @@ impl Transport for SdkTransport {
             body: req.body,
             timeout_ms: clamp_ms(req.timeout_ms),
         };
-        let mut result = match &req.secret {
+        let result = match &req.secret {
             Some(secret) if !self.without_secret => {
                 request.secret_headers.push(SecretHeader {
                     secret: secret.name.clone(),
                     header: secret.header.clone(),
                     prefix: secret.prefix.clone(),
                 });
-                let sent = http::send(&request);
+                let sent = http::fetch(&request);
                 match sent {
                     Err(e) if is_missing_secret(&e, &secret.name) => {
                         keel_sdk::log::info(&format!(
@@ -117,18 +111,19 @@ impl Transport for SdkTransport {
                         ));
                         self.without_secret = true;
                         request.secret_headers.clear();
-                        http::send(&request)
+                        http::fetch(&request)
                     }
                     other => other,
                 }
             }
-            _ => http::send(&request),
+            _ => http::fetch(&request),
         };
-        let (id, head) = result.as_mut().map_err(|e| map_error(e.clone()))?;
-        self.body = Some(*id);
+        let (head, body) = result.map_err(map_error)?;
+        self.body = Some(body);
         Ok(HttpHead {
             status: head.status,
-            headers: std::mem::take(&mut head.headers)
+            headers: head
+                .headers
                 .into_iter()
                 .map(|h| (h.name, h.value))
                 .collect(),
@@ -136,10 +131,10 @@ impl Transport for SdkTransport {
     }
 
     fn next_chunk(&mut self, idle_timeout_ms: u64) -> Result<Option<Vec<u8>>, TransportError> {
-        let Some(id) = self.body else {
+        let Some(body) = &self.body else {
             return Ok(None);
         };
-        match http::next_chunk(id, clamp_ms(idle_timeout_ms.max(1))) {
+        match body.next_chunk(clamp_ms(idle_timeout_ms.max(1))) {
             Ok(Some(bytes)) => Ok(Some(bytes)),
             Ok(None) => {
                 self.close_body();

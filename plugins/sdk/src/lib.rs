@@ -695,7 +695,9 @@ mod door {
     pub(crate) use crate::bindings::keel::plugin0_6_0::{
         compaction, editor, memory, tool_registry, turns, verifier,
     };
-    pub(crate) use crate::bindings::keel::plugin0_7_0::{agent as typed_agent, model};
+    pub(crate) use crate::bindings::keel::plugin0_7_0::{
+        agent as typed_agent, http as http_resources, model, processes as process_resources,
+    };
 }
 
 /// Where the wrappers' calls go outside WebAssembly: the in-memory [`mock`] host.
@@ -818,6 +820,26 @@ pub mod http {
     /// Releases body `body`.
     pub fn close(body: u32) {
         raw::close(body);
+    }
+
+    /// Sends `request` (ABI 0.7.0); returns the response head and its [`Body`], released when
+    /// dropped. Error statuses are ordinary responses.
+    pub fn fetch(request: &Request) -> Result<(ResponseHead, Body), KernelError> {
+        crate::door::http_resources::send(request)
+            .map(|(head, body)| (head, Body(body)))
+            .map_err(KernelError::from)
+    }
+
+    /// A response body being read; dropping it releases it (ABI 0.7.0).
+    #[derive(Debug)]
+    pub struct Body(crate::door::http_resources::Body);
+
+    impl Body {
+        /// The next chunk, `None` at its end; [`KernelError::TimedOut`] when nothing arrives
+        /// within `idle_ms`.
+        pub fn next_chunk(&self, idle_ms: u32) -> Result<Option<Vec<u8>>, KernelError> {
+            self.0.next_chunk(idle_ms).map_err(KernelError::from)
+        }
     }
 }
 
@@ -1122,6 +1144,47 @@ pub mod processes {
     /// Kills it with its process group.
     pub fn kill(process: u32) {
         raw::kill(process);
+    }
+
+    /// Starts the program of `entry` (ABI 0.7.0); it runs as long as the returned [`Process`]
+    /// is kept, and dropping it kills the program and its process group.
+    pub fn spawn(entry: &str) -> Result<Process, KernelError> {
+        crate::door::process_resources::start(entry)
+            .map(Process)
+            .map_err(KernelError::from)
+    }
+
+    /// A running program this plugin holds (ABI 0.7.0).
+    #[derive(Debug)]
+    pub struct Process(crate::door::process_resources::Process);
+
+    impl Process {
+        /// The kernel's number for it: the payload of its [`OUTPUT_TOPIC`] events.
+        pub fn id(&self) -> u32 {
+            self.0.id()
+        }
+
+        /// Writes all of `bytes` to its stdin.
+        pub fn write(&self, bytes: &[u8], timeout_ms: u32) -> Result<(), KernelError> {
+            self.0.write(bytes, timeout_ms).map_err(KernelError::from)
+        }
+
+        /// At most `max_bytes` of its stdout, waiting up to `timeout_ms` for the first byte;
+        /// `None` at the end of its output.
+        pub fn read(
+            &self,
+            max_bytes: u32,
+            timeout_ms: u32,
+        ) -> Result<Option<Vec<u8>>, KernelError> {
+            self.0
+                .read(max_bytes, timeout_ms)
+                .map_err(KernelError::from)
+        }
+
+        /// Whether it runs.
+        pub fn status(&self) -> Result<ProcessStatus, KernelError> {
+            self.0.status().map_err(KernelError::from)
+        }
     }
 }
 

@@ -696,6 +696,69 @@ pub(crate) mod door {
         pub(crate) fn close(_body: u32) {}
     }
 
+    pub(crate) mod http_resources {
+        use crate::bindings::keel::plugin0_2_0::http::{Request, ResponseHead};
+
+        use super::{RawKernelError, outside};
+
+        /// A body never opened: the mock reaches no network.
+        #[derive(Debug)]
+        pub struct Body;
+
+        impl Body {
+            pub(crate) fn next_chunk(
+                &self,
+                _idle_ms: u32,
+            ) -> Result<Option<Vec<u8>>, RawKernelError> {
+                Err(outside("http"))
+            }
+        }
+
+        pub(crate) fn send(_request: &Request) -> Result<(ResponseHead, Body), RawKernelError> {
+            Err(outside("http"))
+        }
+    }
+
+    pub(crate) mod process_resources {
+        use crate::bindings::keel::plugin0_3_0::processes::ProcessStatus;
+
+        use super::{RawKernelError, outside};
+
+        /// A process never started: the mock runs no program.
+        #[derive(Debug)]
+        pub struct Process;
+
+        impl Process {
+            pub(crate) fn id(&self) -> u32 {
+                0
+            }
+
+            pub(crate) fn write(
+                &self,
+                _bytes: &[u8],
+                _timeout_ms: u32,
+            ) -> Result<(), RawKernelError> {
+                Err(outside("processes"))
+            }
+
+            pub(crate) fn read(
+                &self,
+                _max_bytes: u32,
+                _timeout_ms: u32,
+            ) -> Result<Option<Vec<u8>>, RawKernelError> {
+                Err(outside("processes"))
+            }
+
+            pub(crate) fn status(&self) -> Result<ProcessStatus, RawKernelError> {
+                Err(outside("processes"))
+            }
+        }
+
+        pub(crate) fn start(_entry: &str) -> Result<Process, RawKernelError> {
+            Err(outside("processes"))
+        }
+    }
+
     pub(crate) mod exec {
         pub use crate::bindings::keel::plugin0_2_0::exec::{Command, Outcome};
 

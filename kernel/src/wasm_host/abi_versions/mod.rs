@@ -96,12 +96,21 @@ pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result
         linker,
         |state| state,
     )?;
-    // ABI 0.7.0 adds the model, typed: the agent's door and the `model` service.
+    // ABI 0.7.0 adds the model, typed: the agent's door and the `model` service;
     since_v0_7::keel::plugin0_7_0::agent::add_to_linker::<_, HasSelf<StoreState>>(
         linker,
         |state| state,
     )?;
     since_v0_7::keel::plugin0_7_0::model::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
+    // And HTTP bodies and processes as resources.
+    since_v0_7::keel::plugin0_7_0::http::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
+    since_v0_7::keel::plugin0_7_0::processes::add_to_linker::<_, HasSelf<StoreState>>(
         linker,
         |state| state,
     )?;

@@ -1,6 +1,9 @@
 //! ABI 0.7.0: the model, typed. The kernel's `agent` door at 0.7.0 (`complete`, `dispatch`,
 //! `replay`, `cancelled` in records), the `model` service a plugin that declared it imports,
-//! and the `model` export of a model adapter.
+//! and the `model` export of a model adapter. And HTTP bodies and processes as resources: the
+//! handle the component holds is the kernel's number as the resource's representation, so
+//! the same `HostHandle` methods serve both versions, and dropping the handle releases the
+//! body or kills the process.
 //!
 //! As in [`super::since_v0_6`], both sides of a call are here and the kernel routes it in
 //! `keel_protocol`'s types: the import side ends in the same
@@ -12,7 +15,7 @@
 
 use keel_protocol as protocol;
 use wasmtime::Store;
-use wasmtime::component::{Instance, InstancePre};
+use wasmtime::component::{Instance, InstancePre, Resource};
 
 use super::since_v0_2::keel::plugin::types::KernelError;
 use crate::instance::PluginError;
@@ -92,7 +95,7 @@ mod provider_exports {
 }
 
 use super::since_v0_6::keel::plugin0_6_0::{tool_registry, turns, verifier_types};
-use keel::plugin0_7_0::{agent, model, model_types};
+use keel::plugin0_7_0::{agent, http, model, model_types, processes};
 use provider_exports::exports::keel::plugin0_7_0::model as model_export;
 
 /// The export of a plugin that provides `model` through its typed door.
@@ -268,6 +271,111 @@ impl model::Host for StoreState {
                     .into(),
             )),
         }
+    }
+}
+
+impl http::Host for StoreState {
+    async fn send(
+        &mut self,
+        req: super::since_v0_2::keel::plugin::http::Request,
+    ) -> Result<
+        (
+            super::since_v0_2::keel::plugin::http::ResponseHead,
+            Resource<http::Body>,
+        ),
+        KernelError,
+    > {
+        // 0.2.0's door, whose body handle becomes the resource's representation.
+        let (id, head) = super::since_v0_2::keel::plugin::http::Host::send(self, req).await?;
+        Ok((head, Resource::new_own(id)))
+    }
+}
+
+impl http::HostBody for StoreState {
+    async fn next_chunk(
+        &mut self,
+        body: Resource<http::Body>,
+        idle_ms: u32,
+    ) -> Result<Option<Vec<u8>>, KernelError> {
+        let _host = self.meter.host_call();
+        self.host
+            .http_next_chunk(
+                body.rep(),
+                std::time::Duration::from_millis(u64::from(idle_ms)),
+            )
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn drop(&mut self, body: Resource<http::Body>) -> wasmtime::Result<()> {
+        self.host.http_close(body.rep());
+        Ok(())
+    }
+}
+
+impl processes::Host for StoreState {
+    async fn entries(&mut self) -> Vec<String> {
+        let _host = self.meter.host_call();
+        self.host.process_entries()
+    }
+
+    async fn start(&mut self, entry: String) -> Result<Resource<processes::Process>, KernelError> {
+        let _host = self.meter.host_call();
+        let id = self.host.process_start(&entry)?;
+        Ok(Resource::new_own(id))
+    }
+}
+
+impl processes::HostProcess for StoreState {
+    async fn id(&mut self, process: Resource<processes::Process>) -> u32 {
+        process.rep()
+    }
+
+    async fn write(
+        &mut self,
+        process: Resource<processes::Process>,
+        bytes: Vec<u8>,
+        timeout_ms: u32,
+    ) -> Result<(), KernelError> {
+        let _host = self.meter.host_call();
+        self.host
+            .process_write(
+                process.rep(),
+                &bytes,
+                std::time::Duration::from_millis(timeout_ms.into()),
+            )
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn read(
+        &mut self,
+        process: Resource<processes::Process>,
+        max_bytes: u32,
+        timeout_ms: u32,
+    ) -> Result<Option<Vec<u8>>, KernelError> {
+        let _host = self.meter.host_call();
+        self.host
+            .process_read(
+                process.rep(),
+                max_bytes as usize,
+                std::time::Duration::from_millis(timeout_ms.into()),
+            )
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn status(
+        &mut self,
+        process: Resource<processes::Process>,
+    ) -> Result<super::since_v0_3::keel::plugin0_3_0::processes::ProcessStatus, KernelError> {
+        super::since_v0_3::keel::plugin0_3_0::processes::Host::status(self, process.rep()).await
+    }
+
+    async fn drop(&mut self, process: Resource<processes::Process>) -> wasmtime::Result<()> {
+        // The program lives as long as its handle.
+        self.host.process_kill(process.rep());
+        Ok(())
     }
 }
 
