@@ -13,7 +13,8 @@
 //! log) over the size of that step's request. The request body itself crosses once, on its
 //! way out of the model adapter, so the aim of at most one copy reads as a ratio near 1.
 //!
-//! `cargo bench -p keel --bench long_turn` (release); one run of each.
+//! `cargo bench -p keel --bench long_turn` (release); one run of each. `KEEL_BENCH_BIN` runs
+//! another `keel` binary instead of this build's.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -105,7 +106,7 @@ fn run(window: u64) -> (Vec<Seen>, usize, Vec<u64>) {
 
 /// Run keel; the bytes the kernel counted across the plugin boundary in each step, in order.
 fn keel(home: &Path, ws: &Path, args: &[&str]) -> Vec<u64> {
-    let out = Command::new(env!("CARGO_BIN_EXE_keel"))
+    let out = Command::new(common::keel_binary())
         .arg("--home")
         .arg(home)
         .arg("--workspace")

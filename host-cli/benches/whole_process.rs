@@ -24,7 +24,7 @@ use keel_tests::wire::{oa, oa_done, oa_text};
 use serde_json::json;
 
 mod common;
-use common::{millis, report};
+use common::{keel_binary, millis, report};
 
 const KEY: &str = "sk-bench-0123456789abcdefghijklmnop";
 
@@ -33,11 +33,6 @@ struct Run {
     started: Instant,
     ended: Instant,
     max_rss_kib: i64,
-}
-
-/// The binary measured: this build's, or `KEEL_BENCH_BIN`.
-fn keel_binary() -> std::ffi::OsString {
-    std::env::var_os("KEEL_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_keel").into())
 }
 
 /// Run `keel exec PROMPT` with `home` and `ws`, waiting for it with `wait4` for its rusage.

@@ -8,6 +8,13 @@
 
 use serde::{Deserialize, Serialize};
 
+mod wit_conversions;
+
+/// serde_json as this crate uses it, for [`wit_conversions!`]'s expansion in crates that may not
+/// name it.
+#[doc(hidden)]
+pub use serde_json as __serde_json;
+
 /// Service names the agent plugins provide and the kernel and CLI call.
 pub mod services {
     /// A model adapter: method `complete` takes a [`ModelRequest`](crate::ModelRequest) and

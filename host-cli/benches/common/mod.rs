@@ -27,3 +27,9 @@ pub fn report(name: &str, unit: &str, values: &mut [f64]) {
 pub fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
+
+/// The `keel` binary measured: this build's, or `KEEL_BENCH_BIN` (another build's, to compare
+/// two builds back to back on the same machine).
+pub fn keel_binary() -> std::ffi::OsString {
+    std::env::var_os("KEEL_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_keel").into())
+}

@@ -102,7 +102,7 @@ impl AgentDoors for KernelDoors {
     // records, not JSON text each side encodes and parses.
 
     fn complete_request(&mut self, request: &ModelRequest) -> Result<ModelResponse, DoorError> {
-        let request = keel_sdk_protocol::model_request_to_wit(request);
+        let request = keel_sdk_protocol::model_request_to_wit(request.clone());
         agent::complete_request(&request)
             .map(keel_sdk_protocol::model_response_from_wit)
             .map_err(door_error)
@@ -138,27 +138,18 @@ impl AgentDoors for KernelDoors {
         tool_registry::list()
             .map_err(door_error)?
             .into_iter()
+            // The schema is the tool's own JSON text, which the registry checked.
             .map(|tool| {
-                // The schema is the tool's own JSON text, which the registry checked.
-                let input_schema =
-                    serde_json::from_str(&tool.input_schema).map_err(|e| DoorError {
-                        kind: "failed",
-                        message: format!(
-                            "the input schema of tool `{}` is not JSON: {e}",
-                            tool.name
-                        ),
-                    })?;
-                Ok(ToolDef {
-                    name: tool.name,
-                    description: tool.description,
-                    input_schema,
+                keel_sdk_protocol::tool_def_from_wit(tool).map_err(|message| DoorError {
+                    kind: "failed",
+                    message,
                 })
             })
             .collect()
     }
 
     fn verify(&mut self, request: &VerifyRequest) -> Result<Option<Verdict>, DoorError> {
-        let request = keel_sdk_protocol::verify_request_to_wit(request);
+        let request = keel_sdk_protocol::verify_request_to_wit(request.clone());
         Ok(verifier::verify(&request)
             .map_err(door_error)?
             .map(keel_sdk_protocol::verdict_from_wit))
@@ -169,6 +160,7 @@ impl AgentDoors for KernelDoors {
             messages: request
                 .messages
                 .iter()
+                .cloned()
                 .map(keel_sdk_protocol::message_to_wit)
                 .collect(),
             focus: request.focus.clone(),

@@ -51,7 +51,7 @@ impl Compaction {
         };
         // Through the typed `model` door (ABI 0.7.0): the transcript crosses as a record.
         let response =
-            keel_sdk::model::complete(&keel_sdk_protocol::model_request_to_wit(&model_request))
+            keel_sdk::model::complete(&keel_sdk_protocol::model_request_to_wit(model_request))
                 .map(keel_sdk_protocol::model_response_from_wit)
                 .map_err(|e| format!("the model did not summarize: {e}"))?;
         let text = response.message.text();

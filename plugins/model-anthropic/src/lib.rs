@@ -30,46 +30,5 @@ impl Plugin for AnthropicModel {
 
 keel_sdk::export_plugin!(AnthropicModel);
 
-/// `model` served typed (ABI 0.7.0's world `model-service`): a request from the kernel
-/// crosses as a record; callers of earlier versions still reach `handle-call` with JSON.
-#[allow(unsafe_code, missing_docs, clippy::all, clippy::unwrap_used)]
-mod typed {
-    wit_bindgen::generate!({
-        path: [
-            "../../wit/keel-plugin-0.2.0",
-            "../../wit/keel-plugin-0.3.0",
-            "../../wit/keel-plugin-0.4.0",
-            "../../wit/keel-plugin-0.5.0",
-            "../../wit/keel-plugin-0.6.0",
-            "../../wit/keel-plugin-0.7.0",
-        ],
-        world: "keel:plugin/model-service@0.7.0",
-        with: {
-            "keel:plugin/types@0.2.0": keel_sdk::bindings::keel::plugin0_2_0::types,
-            "keel:plugin/conversation@0.5.0": keel_sdk::bindings::keel::plugin0_5_0::conversation,
-            "keel:plugin/tool-registry@0.6.0": keel_sdk::bindings::keel::plugin0_6_0::tool_registry,
-            "keel:plugin/turns@0.6.0": keel_sdk::bindings::keel::plugin0_6_0::turns,
-            "keel:plugin/model-types@0.7.0": keel_sdk::bindings::keel::plugin0_7_0::model_types,
-        },
-    });
-}
-
-struct TypedModel;
-
-impl typed::exports::keel::plugin0_7_0::model::Guest for TypedModel {
-    fn complete(
-        request: keel_sdk::model::ModelRequest,
-    ) -> Result<
-        keel_sdk::model::ModelResponse,
-        keel_sdk::bindings::keel::plugin0_2_0::types::KernelError,
-    > {
-        keel_sdk::with_plugin(|model: &mut AnthropicModel| model.0.complete_typed(&request))
-            .and_then(|answer| answer)
-            .map_err(Into::into)
-    }
-}
-
-#[allow(unsafe_code)]
-const _: () = {
-    typed::export!(TypedModel with_types_in typed);
-};
+// `model` served typed (ABI 0.7.0): the kernel's requests cross as records.
+keel_model_http::export_typed_model!(AnthropicModel, 0);

@@ -86,6 +86,58 @@ impl HttpModel {
     }
 }
 
+/// Export the typed `model` door (ABI 0.7.0's world `model-service`) of the adapter plugin
+/// `$plugin`, whose [`HttpModel`] is `$plugin.$field`: a request from the kernel crosses as a
+/// record to [`HttpModel::complete_typed`]; callers of earlier versions still reach
+/// `handle-call` with JSON. Expanded in the adapter's crate (which depends on `wit-bindgen`),
+/// beside `keel_sdk::export_plugin!`.
+#[macro_export]
+macro_rules! export_typed_model {
+    ($plugin:ty, $field:tt) => {
+        #[allow(unsafe_code, missing_docs, clippy::all, clippy::unwrap_used)]
+        mod typed_model {
+            wit_bindgen::generate!({
+                path: [
+                    "../../wit/keel-plugin-0.2.0",
+                    "../../wit/keel-plugin-0.3.0",
+                    "../../wit/keel-plugin-0.4.0",
+                    "../../wit/keel-plugin-0.5.0",
+                    "../../wit/keel-plugin-0.6.0",
+                    "../../wit/keel-plugin-0.7.0",
+                ],
+                world: "keel:plugin/model-service@0.7.0",
+                with: {
+                    "keel:plugin/types@0.2.0": keel_sdk::bindings::keel::plugin0_2_0::types,
+                    "keel:plugin/conversation@0.5.0": keel_sdk::bindings::keel::plugin0_5_0::conversation,
+                    "keel:plugin/tool-registry@0.6.0": keel_sdk::bindings::keel::plugin0_6_0::tool_registry,
+                    "keel:plugin/turns@0.6.0": keel_sdk::bindings::keel::plugin0_6_0::turns,
+                    "keel:plugin/model-types@0.7.0": keel_sdk::bindings::keel::plugin0_7_0::model_types,
+                },
+            });
+        }
+
+        struct TypedModel;
+
+        impl typed_model::exports::keel::plugin0_7_0::model::Guest for TypedModel {
+            fn complete(
+                request: keel_sdk::model::ModelRequest,
+            ) -> Result<
+                keel_sdk::model::ModelResponse,
+                keel_sdk::bindings::keel::plugin0_2_0::types::KernelError,
+            > {
+                keel_sdk::with_plugin(|model: &mut $plugin| model.$field.complete_typed(&request))
+                    .and_then(|answer| answer)
+                    .map_err(Into::into)
+            }
+        }
+
+        #[allow(unsafe_code)]
+        const _: () = {
+            typed_model::export!(TypedModel with_types_in typed_model);
+        };
+    };
+}
+
 /// A [`keel_protocol::ModelRequest`]'s JSON text made from the typed door's record. A tool's
 /// input schema is JSON text already: it is checked and copied, not decoded into a value and
 /// encoded again, so a step does not rebuild every schema.
@@ -238,7 +290,7 @@ mod tests {
                 held: None,
             }),
         };
-        let record = keel_sdk_protocol::model_request_to_wit(&request);
+        let record = keel_sdk_protocol::model_request_to_wit(request.clone());
         let text = request_text(&record).expect("encodes");
         let parsed: keel_protocol::ModelRequest = serde_json::from_str(&text).expect("parses");
         assert_eq!(parsed, request);

@@ -22,6 +22,7 @@
 //! A new version adds a module here, its interfaces to `abi.rs`'s table, and a variant to both
 //! enums; the released WIT of the older ones never changes.
 
+mod conversions;
 pub(crate) mod since_v0_2;
 pub(crate) mod since_v0_3;
 pub(crate) mod since_v0_4;

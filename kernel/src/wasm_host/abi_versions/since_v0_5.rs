@@ -43,7 +43,7 @@ wasmtime::component::bindgen!({
 });
 
 use keel::plugin0_5_0::agents::{ChildScope, OpenRequest};
-use keel::plugin0_5_0::conversation::{Block, Message, Role, ToolCall, ToolResult};
+use keel::plugin0_5_0::conversation::Message;
 use keel::plugin0_5_0::prompt_context::PromptFragment;
 
 impl keel::plugin0_5_0::caller::Host for StoreState {
@@ -84,71 +84,18 @@ impl keel::plugin0_5_0::prompt_context::Host for StoreState {
     }
 }
 
+/// A message as a caller of the typed doors reads it.
 impl From<protocol::Message> for Message {
     fn from(message: protocol::Message) -> Self {
-        Message {
-            role: match message.role {
-                protocol::Role::User => Role::User,
-                protocol::Role::Assistant => Role::Assistant,
-            },
-            content: message
-                .content
-                .into_iter()
-                .map(|block| match block {
-                    protocol::Block::Text { text } => Block::Text(text),
-                    protocol::Block::Thinking { text } => Block::Thinking(text),
-                    protocol::Block::ToolCall {
-                        id,
-                        name,
-                        arguments,
-                    } => Block::ToolCall(ToolCall {
-                        id,
-                        name,
-                        arguments,
-                    }),
-                    protocol::Block::ToolResult {
-                        call_id,
-                        content,
-                        is_error,
-                    } => Block::ToolResult(ToolResult {
-                        call_id,
-                        content,
-                        is_error,
-                    }),
-                })
-                .collect(),
-        }
+        super::conversions::message_to_wit(message)
     }
 }
 
 /// A message a caller sent as a record (0.6.0's `compaction` `summarize`, `turns` `load`), in
-/// the kernel's vocabulary: the way back of the conversion above.
+/// the kernel's vocabulary.
 impl From<Message> for protocol::Message {
     fn from(message: Message) -> Self {
-        protocol::Message {
-            role: match message.role {
-                Role::User => protocol::Role::User,
-                Role::Assistant => protocol::Role::Assistant,
-            },
-            content: message
-                .content
-                .into_iter()
-                .map(|block| match block {
-                    Block::Text(text) => protocol::Block::Text { text },
-                    Block::Thinking(text) => protocol::Block::Thinking { text },
-                    Block::ToolCall(call) => protocol::Block::ToolCall {
-                        id: call.id,
-                        name: call.name,
-                        arguments: call.arguments,
-                    },
-                    Block::ToolResult(result) => protocol::Block::ToolResult {
-                        call_id: result.call_id,
-                        content: result.content,
-                        is_error: result.is_error,
-                    },
-                })
-                .collect(),
-        }
+        super::conversions::message_from_wit(message)
     }
 }
 

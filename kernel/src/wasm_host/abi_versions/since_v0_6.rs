@@ -189,155 +189,36 @@ impl tool_registry::Host for StoreState {
     }
 }
 
-/// A tool call's outcome between keel-protocol's type and the record the verifier's request
-/// and 0.7.0's `agent.dispatch` carry.
+/// A tool call's outcome, the verifier's request and its verdict between keel-protocol's types
+/// and the records a caller's import and a provider's export share (`verifier-types`; 0.7.0's
+/// `agent.dispatch` answers the outcome too).
 impl From<protocol::ToolOutcome> for verifier_types::ToolOutcome {
     fn from(outcome: protocol::ToolOutcome) -> Self {
-        use verifier_types::OutcomeStatus;
-        verifier_types::ToolOutcome {
-            call_id: outcome.call_id,
-            tool: outcome.tool,
-            status: match outcome.status {
-                protocol::OutcomeStatus::Ok => OutcomeStatus::Ok,
-                protocol::OutcomeStatus::Error => OutcomeStatus::Error,
-                protocol::OutcomeStatus::Refused => OutcomeStatus::Refused,
-                protocol::OutcomeStatus::NotExecuted => OutcomeStatus::NotExecuted,
-            },
-            content: outcome.content,
-            exec: outcome
-                .exec
-                .into_iter()
-                .map(|e| verifier_types::ExecRecord {
-                    command: e.command,
-                    exit_code: e.exit_code,
-                    timed_out: e.timed_out,
-                    sandbox: e.sandbox,
-                })
-                .collect(),
-            spill: outcome.spill,
-        }
+        super::conversions::outcome_to_wit(outcome)
     }
 }
 
-impl From<verifier_types::ToolOutcome> for protocol::ToolOutcome {
-    fn from(outcome: verifier_types::ToolOutcome) -> Self {
-        use verifier_types::OutcomeStatus;
-        protocol::ToolOutcome {
-            call_id: outcome.call_id,
-            tool: outcome.tool,
-            status: match outcome.status {
-                OutcomeStatus::Ok => protocol::OutcomeStatus::Ok,
-                OutcomeStatus::Error => protocol::OutcomeStatus::Error,
-                OutcomeStatus::Refused => protocol::OutcomeStatus::Refused,
-                OutcomeStatus::NotExecuted => protocol::OutcomeStatus::NotExecuted,
-            },
-            content: outcome.content,
-            exec: outcome
-                .exec
-                .into_iter()
-                .map(|e| protocol::ExecRecord {
-                    command: e.command,
-                    exit_code: e.exit_code,
-                    timed_out: e.timed_out,
-                    sandbox: e.sandbox,
-                })
-                .collect(),
-            spill: outcome.spill,
-        }
-    }
-}
-
-/// The verifier's request and verdict between keel-protocol's types and the records a
-/// caller's import and a provider's export share (`verifier-types`).
 impl From<protocol::VerifyRequest> for verifier_types::VerifyRequest {
     fn from(request: protocol::VerifyRequest) -> Self {
-        verifier_types::VerifyRequest {
-            session: request.session,
-            final_text: request.final_text,
-            calls: request
-                .calls
-                .into_iter()
-                .map(|call| verifier_types::TurnCall {
-                    call_id: call.call_id,
-                    tool: call.tool,
-                    input: call.input.to_string(),
-                    outcome: call.outcome.into(),
-                })
-                .collect(),
-        }
+        super::conversions::verify_request_to_wit(request)
     }
 }
 
 impl From<verifier_types::VerifyRequest> for protocol::VerifyRequest {
     fn from(request: verifier_types::VerifyRequest) -> Self {
-        protocol::VerifyRequest {
-            session: request.session,
-            final_text: request.final_text,
-            calls: request
-                .calls
-                .into_iter()
-                .map(|call| protocol::TurnCall {
-                    call_id: call.call_id,
-                    tool: call.tool,
-                    // The model's arguments; what does not parse is no input, as the
-                    // agent loop records it.
-                    input: serde_json::from_str(&call.input).unwrap_or(serde_json::Value::Null),
-                    outcome: call.outcome.into(),
-                })
-                .collect(),
-        }
+        super::conversions::verify_request_from_wit(request)
     }
 }
 
 impl From<protocol::Verdict> for verifier_types::Verdict {
-    fn from(v: protocol::Verdict) -> Self {
-        verifier_types::Verdict {
-            status: match v.status {
-                protocol::VerdictStatus::VerifiedPass => {
-                    verifier_types::VerdictStatus::VerifiedPass
-                }
-                protocol::VerdictStatus::VerifiedFail => {
-                    verifier_types::VerdictStatus::VerifiedFail
-                }
-                protocol::VerdictStatus::VerifyError => verifier_types::VerdictStatus::VerifyError,
-                protocol::VerdictStatus::Unsubstantiated => {
-                    verifier_types::VerdictStatus::Unsubstantiated
-                }
-            },
-            dimension: v.dimension,
-            claim: v.claim,
-            command: v.command,
-            call_id: v.call_id,
-            exit_code: v.exit_code,
-            evidence: v.evidence,
-            failure_type: v.failure_type,
-        }
+    fn from(verdict: protocol::Verdict) -> Self {
+        super::conversions::verdict_to_wit(verdict)
     }
 }
 
 impl From<verifier_types::Verdict> for protocol::Verdict {
-    fn from(v: verifier_types::Verdict) -> Self {
-        protocol::Verdict {
-            status: match v.status {
-                verifier_types::VerdictStatus::VerifiedPass => {
-                    protocol::VerdictStatus::VerifiedPass
-                }
-                verifier_types::VerdictStatus::VerifiedFail => {
-                    protocol::VerdictStatus::VerifiedFail
-                }
-                verifier_types::VerdictStatus::VerifyError => protocol::VerdictStatus::VerifyError,
-                verifier_types::VerdictStatus::Unsubstantiated => {
-                    protocol::VerdictStatus::Unsubstantiated
-                }
-            },
-            dimension: v.dimension,
-            claim: v.claim,
-            command: v.command,
-            call_id: v.call_id,
-            exit_code: v.exit_code,
-            evidence: v.evidence,
-            failure_type: v.failure_type,
-        }
+    fn from(verdict: verifier_types::Verdict) -> Self {
+        super::conversions::verdict_from_wit(verdict)
     }
 }
 

@@ -13,7 +13,6 @@
 //! records of `model-types` are shared by both sides' bindings, so one conversion serves
 //! them.
 
-use keel_protocol as protocol;
 use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre, Resource};
 
@@ -94,129 +93,17 @@ mod provider_exports {
     });
 }
 
-use super::since_v0_6::keel::plugin0_6_0::{tool_registry, turns, verifier_types};
+use super::since_v0_6::keel::plugin0_6_0::verifier_types;
 use keel::plugin0_7_0::{agent, http, model, model_types, processes};
 use provider_exports::exports::keel::plugin0_7_0::model as model_export;
 
 /// The export of a plugin that provides `model` through its typed door.
 pub(crate) const MODEL_EXPORT: &str = "keel:plugin/model@0.7.0";
 
-/// A request as a 0.7.0 caller sent it, in the kernel's vocabulary. A tool's input schema is
-/// the tool's own JSON text; one that does not parse is refused, naming the tool.
-fn request_from_wit(request: model_types::ModelRequest) -> Result<protocol::ModelRequest, String> {
-    let mut tools = Vec::with_capacity(request.tools.len());
-    for tool in request.tools {
-        let input_schema = serde_json::from_str(&tool.input_schema)
-            .map_err(|e| format!("the input schema of tool `{}` is not JSON: {e}", tool.name))?;
-        tools.push(protocol::ToolDef {
-            name: tool.name,
-            description: tool.description,
-            input_schema,
-        });
-    }
-    Ok(protocol::ModelRequest {
-        model: request.model,
-        system: request.system,
-        messages: request.messages.into_iter().map(Into::into).collect(),
-        tools,
-        max_tokens: request.max_tokens,
-        compacts_on_overflow: request.compacts_on_overflow,
-        conversation: request.conversation.map(|c| protocol::ConversationRef {
-            session: c.session,
-            messages: c.messages as usize,
-            held: c.held.map(|h| protocol::HeldConversation {
-                keeper: h.keeper,
-                revision: h.revision,
-            }),
-        }),
-    })
-}
-
-/// A request as an adapter's typed export gets it.
-fn request_to_wit(request: protocol::ModelRequest) -> model_types::ModelRequest {
-    model_types::ModelRequest {
-        model: request.model,
-        system: request.system,
-        messages: request.messages.into_iter().map(Into::into).collect(),
-        tools: request
-            .tools
-            .into_iter()
-            .map(|t| tool_registry::ToolDef {
-                input_schema: t.input_schema.to_string(),
-                name: t.name,
-                description: t.description,
-            })
-            .collect(),
-        max_tokens: request.max_tokens,
-        compacts_on_overflow: request.compacts_on_overflow,
-        conversation: request.conversation.map(|c| model_types::ConversationRef {
-            session: c.session,
-            messages: u32::try_from(c.messages).unwrap_or(u32::MAX),
-            held: c.held.map(|h| model_types::HeldConversation {
-                keeper: h.keeper,
-                revision: h.revision,
-            }),
-        }),
-    }
-}
-
-fn stop_reason_from_wit(reason: model_types::StopReason) -> protocol::StopReason {
-    use model_types::StopReason;
-    match reason {
-        StopReason::EndTurn => protocol::StopReason::EndTurn,
-        StopReason::ToolUse => protocol::StopReason::ToolUse,
-        StopReason::MaxTokens => protocol::StopReason::MaxTokens,
-        StopReason::StopSequence => protocol::StopReason::StopSequence,
-        StopReason::Refusal => protocol::StopReason::Refusal,
-        StopReason::Interrupted => protocol::StopReason::Interrupted,
-    }
-}
-
-fn stop_reason_to_wit(reason: protocol::StopReason) -> model_types::StopReason {
-    use model_types::StopReason;
-    match reason {
-        protocol::StopReason::EndTurn => StopReason::EndTurn,
-        protocol::StopReason::ToolUse => StopReason::ToolUse,
-        protocol::StopReason::MaxTokens => StopReason::MaxTokens,
-        protocol::StopReason::StopSequence => StopReason::StopSequence,
-        protocol::StopReason::Refusal => StopReason::Refusal,
-        protocol::StopReason::Interrupted => StopReason::Interrupted,
-    }
-}
-
-/// The response an adapter's typed export answered, in the kernel's vocabulary.
-fn response_from_wit(response: model_types::ModelResponse) -> protocol::ModelResponse {
-    protocol::ModelResponse {
-        message: response.message.into(),
-        stop_reason: stop_reason_from_wit(response.stop_reason),
-        stop_reason_raw: response.stop_reason_raw,
-        usage: protocol::Usage {
-            input_tokens: response.usage.input_tokens,
-            output_tokens: response.usage.output_tokens,
-            cache_read_tokens: response.usage.cache_read_tokens,
-            cache_write_tokens: response.usage.cache_write_tokens,
-        },
-        model: response.model,
-        retries: response.retries,
-    }
-}
-
-/// The response as a 0.7.0 caller reads it.
-fn response_to_wit(response: protocol::ModelResponse) -> model_types::ModelResponse {
-    model_types::ModelResponse {
-        message: response.message.into(),
-        stop_reason: stop_reason_to_wit(response.stop_reason),
-        stop_reason_raw: response.stop_reason_raw,
-        usage: turns::Usage {
-            input_tokens: response.usage.input_tokens,
-            output_tokens: response.usage.output_tokens,
-            cache_read_tokens: response.usage.cache_read_tokens,
-            cache_write_tokens: response.usage.cache_write_tokens,
-        },
-        model: response.model,
-        retries: response.retries,
-    }
-}
+use super::conversions::{
+    model_request_from_wit as request_from_wit, model_request_to_wit as request_to_wit,
+    model_response_from_wit as response_from_wit, model_response_to_wit as response_to_wit,
+};
 
 impl model_types::Host for StoreState {}
 
@@ -274,19 +161,19 @@ impl model::Host for StoreState {
     }
 }
 
+// The resources' methods are 0.2.0's and 0.3.0's numbered doors, the handle's representation
+// the number: one host implementation, with the same owner checks, serves both versions.
+use super::since_v0_2::keel::plugin::http::{
+    Host as NumberedHttp, Request as HttpRequest, ResponseHead,
+};
+use super::since_v0_3::keel::plugin0_3_0::processes::{Host as NumberedProcesses, ProcessStatus};
+
 impl http::Host for StoreState {
     async fn send(
         &mut self,
-        req: super::since_v0_2::keel::plugin::http::Request,
-    ) -> Result<
-        (
-            super::since_v0_2::keel::plugin::http::ResponseHead,
-            Resource<http::Body>,
-        ),
-        KernelError,
-    > {
-        // 0.2.0's door, whose body handle becomes the resource's representation.
-        let (id, head) = super::since_v0_2::keel::plugin::http::Host::send(self, req).await?;
+        req: HttpRequest,
+    ) -> Result<(ResponseHead, Resource<http::Body>), KernelError> {
+        let (id, head) = NumberedHttp::send(self, req).await?;
         Ok((head, Resource::new_own(id)))
     }
 }
@@ -297,32 +184,24 @@ impl http::HostBody for StoreState {
         body: Resource<http::Body>,
         idle_ms: u32,
     ) -> Result<Option<Vec<u8>>, KernelError> {
-        let _host = self.meter.host_call();
-        self.host
-            .http_next_chunk(
-                body.rep(),
-                std::time::Duration::from_millis(u64::from(idle_ms)),
-            )
-            .await
-            .map_err(Into::into)
+        NumberedHttp::next_chunk(self, body.rep(), idle_ms).await
     }
 
     async fn drop(&mut self, body: Resource<http::Body>) -> wasmtime::Result<()> {
-        self.host.http_close(body.rep());
+        NumberedHttp::close(self, body.rep()).await;
         Ok(())
     }
 }
 
 impl processes::Host for StoreState {
     async fn entries(&mut self) -> Vec<String> {
-        let _host = self.meter.host_call();
-        self.host.process_entries()
+        NumberedProcesses::entries(self).await
     }
 
     async fn start(&mut self, entry: String) -> Result<Resource<processes::Process>, KernelError> {
-        let _host = self.meter.host_call();
-        let id = self.host.process_start(&entry)?;
-        Ok(Resource::new_own(id))
+        Ok(Resource::new_own(
+            NumberedProcesses::start(self, entry).await?,
+        ))
     }
 }
 
@@ -337,15 +216,7 @@ impl processes::HostProcess for StoreState {
         bytes: Vec<u8>,
         timeout_ms: u32,
     ) -> Result<(), KernelError> {
-        let _host = self.meter.host_call();
-        self.host
-            .process_write(
-                process.rep(),
-                &bytes,
-                std::time::Duration::from_millis(timeout_ms.into()),
-            )
-            .await
-            .map_err(Into::into)
+        NumberedProcesses::write(self, process.rep(), bytes, timeout_ms).await
     }
 
     async fn read(
@@ -354,27 +225,19 @@ impl processes::HostProcess for StoreState {
         max_bytes: u32,
         timeout_ms: u32,
     ) -> Result<Option<Vec<u8>>, KernelError> {
-        let _host = self.meter.host_call();
-        self.host
-            .process_read(
-                process.rep(),
-                max_bytes as usize,
-                std::time::Duration::from_millis(timeout_ms.into()),
-            )
-            .await
-            .map_err(Into::into)
+        NumberedProcesses::read(self, process.rep(), max_bytes, timeout_ms).await
     }
 
     async fn status(
         &mut self,
         process: Resource<processes::Process>,
-    ) -> Result<super::since_v0_3::keel::plugin0_3_0::processes::ProcessStatus, KernelError> {
-        super::since_v0_3::keel::plugin0_3_0::processes::Host::status(self, process.rep()).await
+    ) -> Result<ProcessStatus, KernelError> {
+        NumberedProcesses::status(self, process.rep()).await
     }
 
     async fn drop(&mut self, process: Resource<processes::Process>) -> wasmtime::Result<()> {
         // The program lives as long as its handle.
-        self.host.process_kill(process.rep());
+        NumberedProcesses::kill(self, process.rep()).await;
         Ok(())
     }
 }

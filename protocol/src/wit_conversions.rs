@@ -1,0 +1,363 @@
+//! The conversions between this crate's types and the records keel's WIT defines for them
+//! (ABI 0.5.0's `conversation`, 0.6.0's `verifier-types`, `tool-registry` and `turns`, 0.7.0's
+//! `model-types`), written once for both sides of a door: the kernel's wasmtime bindings and a
+//! guest's wit-bindgen bindings generate records of the same names and fields in types of
+//! their own, so [`wit_conversions!`](crate::wit_conversions) expands the same functions over
+//! whichever the invoking module names.
+
+/// Expands, in the invoking module, free functions between `keel_protocol`'s types and a WIT
+/// binding's records: `message_to_wit`/`message_from_wit`, `outcome_to_wit`/`outcome_from_wit`,
+/// `verify_request_to_wit`/`verify_request_from_wit`, `verdict_to_wit`/`verdict_from_wit`,
+/// `tool_def_to_wit`/`tool_def_from_wit`, `model_request_to_wit`/`model_request_from_wit` and
+/// `model_response_to_wit`/`model_response_from_wit`. Each takes its value and answers the
+/// other side's; a tool's input schema crosses as JSON text, and one that does not parse is
+/// refused naming the tool (`tool_def_from_wit` and `model_request_from_wit` answer a
+/// `Result`), a tool call's arguments that do not parse are `null` input (as the agent loop
+/// records them).
+///
+/// The invoking module names the binding's modules in scope as `conversation`,
+/// `verifier_types`, `tool_registry`, `turns` and `model_types` (with `use … as …`): the
+/// functions' bodies resolve the records' names there.
+#[macro_export]
+macro_rules! wit_conversions {
+    () => {
+        /// `message` as the typed doors carry it.
+        pub fn message_to_wit(message: $crate::Message) -> conversation::Message {
+            conversation::Message {
+                role: match message.role {
+                    $crate::Role::User => conversation::Role::User,
+                    $crate::Role::Assistant => conversation::Role::Assistant,
+                },
+                content: message
+                    .content
+                    .into_iter()
+                    .map(|block| match block {
+                        $crate::Block::Text { text } => conversation::Block::Text(text),
+                        $crate::Block::Thinking { text } => conversation::Block::Thinking(text),
+                        $crate::Block::ToolCall {
+                            id,
+                            name,
+                            arguments,
+                        } => conversation::Block::ToolCall(conversation::ToolCall {
+                            id,
+                            name,
+                            arguments,
+                        }),
+                        $crate::Block::ToolResult {
+                            call_id,
+                            content,
+                            is_error,
+                        } => conversation::Block::ToolResult(conversation::ToolResult {
+                            call_id,
+                            content,
+                            is_error,
+                        }),
+                    })
+                    .collect(),
+            }
+        }
+
+        /// A message a typed door carried.
+        pub fn message_from_wit(message: conversation::Message) -> $crate::Message {
+            $crate::Message {
+                role: match message.role {
+                    conversation::Role::User => $crate::Role::User,
+                    conversation::Role::Assistant => $crate::Role::Assistant,
+                },
+                content: message
+                    .content
+                    .into_iter()
+                    .map(|block| match block {
+                        conversation::Block::Text(text) => $crate::Block::Text { text },
+                        conversation::Block::Thinking(text) => $crate::Block::Thinking { text },
+                        conversation::Block::ToolCall(call) => $crate::Block::ToolCall {
+                            id: call.id,
+                            name: call.name,
+                            arguments: call.arguments,
+                        },
+                        conversation::Block::ToolResult(result) => $crate::Block::ToolResult {
+                            call_id: result.call_id,
+                            content: result.content,
+                            is_error: result.is_error,
+                        },
+                    })
+                    .collect(),
+            }
+        }
+
+        /// A tool call's outcome as the typed doors carry it (`agent.dispatch`, a verifier's
+        /// turn).
+        pub fn outcome_to_wit(outcome: $crate::ToolOutcome) -> verifier_types::ToolOutcome {
+            verifier_types::ToolOutcome {
+                call_id: outcome.call_id,
+                tool: outcome.tool,
+                status: match outcome.status {
+                    $crate::OutcomeStatus::Ok => verifier_types::OutcomeStatus::Ok,
+                    $crate::OutcomeStatus::Error => verifier_types::OutcomeStatus::Error,
+                    $crate::OutcomeStatus::Refused => verifier_types::OutcomeStatus::Refused,
+                    $crate::OutcomeStatus::NotExecuted => {
+                        verifier_types::OutcomeStatus::NotExecuted
+                    }
+                },
+                content: outcome.content,
+                exec: outcome
+                    .exec
+                    .into_iter()
+                    .map(|e| verifier_types::ExecRecord {
+                        command: e.command,
+                        exit_code: e.exit_code,
+                        timed_out: e.timed_out,
+                        sandbox: e.sandbox,
+                    })
+                    .collect(),
+                spill: outcome.spill,
+            }
+        }
+
+        /// A tool call's outcome a typed door carried.
+        pub fn outcome_from_wit(outcome: verifier_types::ToolOutcome) -> $crate::ToolOutcome {
+            $crate::ToolOutcome {
+                call_id: outcome.call_id,
+                tool: outcome.tool,
+                status: match outcome.status {
+                    verifier_types::OutcomeStatus::Ok => $crate::OutcomeStatus::Ok,
+                    verifier_types::OutcomeStatus::Error => $crate::OutcomeStatus::Error,
+                    verifier_types::OutcomeStatus::Refused => $crate::OutcomeStatus::Refused,
+                    verifier_types::OutcomeStatus::NotExecuted => {
+                        $crate::OutcomeStatus::NotExecuted
+                    }
+                },
+                content: outcome.content,
+                exec: outcome
+                    .exec
+                    .into_iter()
+                    .map(|e| $crate::ExecRecord {
+                        command: e.command,
+                        exit_code: e.exit_code,
+                        timed_out: e.timed_out,
+                        sandbox: e.sandbox,
+                    })
+                    .collect(),
+                spill: outcome.spill,
+            }
+        }
+
+        /// A finished turn as the verifier's typed door carries it; the arguments as JSON
+        /// text.
+        pub fn verify_request_to_wit(
+            request: $crate::VerifyRequest,
+        ) -> verifier_types::VerifyRequest {
+            verifier_types::VerifyRequest {
+                session: request.session,
+                final_text: request.final_text,
+                calls: request
+                    .calls
+                    .into_iter()
+                    .map(|call| verifier_types::TurnCall {
+                        call_id: call.call_id,
+                        tool: call.tool,
+                        input: call.input.to_string(),
+                        outcome: outcome_to_wit(call.outcome),
+                    })
+                    .collect(),
+            }
+        }
+
+        /// A finished turn the verifier's typed door carried; arguments that are not JSON are
+        /// no input (`null`), as the agent loop records them.
+        pub fn verify_request_from_wit(
+            request: verifier_types::VerifyRequest,
+        ) -> $crate::VerifyRequest {
+            $crate::VerifyRequest {
+                session: request.session,
+                final_text: request.final_text,
+                calls: request
+                    .calls
+                    .into_iter()
+                    .map(|call| $crate::TurnCall {
+                        call_id: call.call_id,
+                        tool: call.tool,
+                        input: $crate::__serde_json::from_str(&call.input)
+                            .unwrap_or($crate::__serde_json::Value::Null),
+                        outcome: outcome_from_wit(call.outcome),
+                    })
+                    .collect(),
+            }
+        }
+
+        /// A verdict as the verifier's typed door carries it.
+        pub fn verdict_to_wit(verdict: $crate::Verdict) -> verifier_types::Verdict {
+            verifier_types::Verdict {
+                status: match verdict.status {
+                    $crate::VerdictStatus::VerifiedPass => {
+                        verifier_types::VerdictStatus::VerifiedPass
+                    }
+                    $crate::VerdictStatus::VerifiedFail => {
+                        verifier_types::VerdictStatus::VerifiedFail
+                    }
+                    $crate::VerdictStatus::VerifyError => {
+                        verifier_types::VerdictStatus::VerifyError
+                    }
+                    $crate::VerdictStatus::Unsubstantiated => {
+                        verifier_types::VerdictStatus::Unsubstantiated
+                    }
+                },
+                dimension: verdict.dimension,
+                claim: verdict.claim,
+                command: verdict.command,
+                call_id: verdict.call_id,
+                exit_code: verdict.exit_code,
+                evidence: verdict.evidence,
+                failure_type: verdict.failure_type,
+            }
+        }
+
+        /// A verdict the verifier's typed door carried.
+        pub fn verdict_from_wit(verdict: verifier_types::Verdict) -> $crate::Verdict {
+            $crate::Verdict {
+                status: match verdict.status {
+                    verifier_types::VerdictStatus::VerifiedPass => {
+                        $crate::VerdictStatus::VerifiedPass
+                    }
+                    verifier_types::VerdictStatus::VerifiedFail => {
+                        $crate::VerdictStatus::VerifiedFail
+                    }
+                    verifier_types::VerdictStatus::VerifyError => {
+                        $crate::VerdictStatus::VerifyError
+                    }
+                    verifier_types::VerdictStatus::Unsubstantiated => {
+                        $crate::VerdictStatus::Unsubstantiated
+                    }
+                },
+                dimension: verdict.dimension,
+                claim: verdict.claim,
+                command: verdict.command,
+                call_id: verdict.call_id,
+                exit_code: verdict.exit_code,
+                evidence: verdict.evidence,
+                failure_type: verdict.failure_type,
+            }
+        }
+
+        /// A tool as the typed doors offer it to the model; its input schema as JSON text.
+        pub fn tool_def_to_wit(tool: $crate::ToolDef) -> tool_registry::ToolDef {
+            tool_registry::ToolDef {
+                input_schema: tool.input_schema.to_string(),
+                name: tool.name,
+                description: tool.description,
+            }
+        }
+
+        /// A tool a typed door offered; an input schema that is not JSON is refused, naming
+        /// the tool.
+        pub fn tool_def_from_wit(tool: tool_registry::ToolDef) -> Result<$crate::ToolDef, String> {
+            let input_schema = $crate::__serde_json::from_str(&tool.input_schema).map_err(|e| {
+                format!("the input schema of tool `{}` is not JSON: {e}", tool.name)
+            })?;
+            Ok($crate::ToolDef {
+                name: tool.name,
+                description: tool.description,
+                input_schema,
+            })
+        }
+
+        /// A model request as the typed doors carry it (`agent.complete`, `model.complete`).
+        pub fn model_request_to_wit(request: $crate::ModelRequest) -> model_types::ModelRequest {
+            model_types::ModelRequest {
+                model: request.model,
+                system: request.system,
+                messages: request.messages.into_iter().map(message_to_wit).collect(),
+                tools: request.tools.into_iter().map(tool_def_to_wit).collect(),
+                max_tokens: request.max_tokens,
+                compacts_on_overflow: request.compacts_on_overflow,
+                conversation: request.conversation.map(|c| model_types::ConversationRef {
+                    session: c.session,
+                    messages: u32::try_from(c.messages).unwrap_or(u32::MAX),
+                    held: c.held.map(|h| model_types::HeldConversation {
+                        keeper: h.keeper,
+                        revision: h.revision,
+                    }),
+                }),
+            }
+        }
+
+        /// A model request a typed door carried; a tool's input schema that is not JSON is
+        /// refused, naming the tool.
+        pub fn model_request_from_wit(
+            request: model_types::ModelRequest,
+        ) -> Result<$crate::ModelRequest, String> {
+            Ok($crate::ModelRequest {
+                model: request.model,
+                system: request.system,
+                messages: request.messages.into_iter().map(message_from_wit).collect(),
+                tools: request
+                    .tools
+                    .into_iter()
+                    .map(tool_def_from_wit)
+                    .collect::<Result<_, _>>()?,
+                max_tokens: request.max_tokens,
+                compacts_on_overflow: request.compacts_on_overflow,
+                conversation: request.conversation.map(|c| $crate::ConversationRef {
+                    session: c.session,
+                    messages: c.messages as usize,
+                    held: c.held.map(|h| $crate::HeldConversation {
+                        keeper: h.keeper,
+                        revision: h.revision,
+                    }),
+                }),
+            })
+        }
+
+        /// A model response as the typed doors carry it.
+        pub fn model_response_to_wit(
+            response: $crate::ModelResponse,
+        ) -> model_types::ModelResponse {
+            model_types::ModelResponse {
+                message: message_to_wit(response.message),
+                stop_reason: match response.stop_reason {
+                    $crate::StopReason::EndTurn => model_types::StopReason::EndTurn,
+                    $crate::StopReason::ToolUse => model_types::StopReason::ToolUse,
+                    $crate::StopReason::MaxTokens => model_types::StopReason::MaxTokens,
+                    $crate::StopReason::StopSequence => model_types::StopReason::StopSequence,
+                    $crate::StopReason::Refusal => model_types::StopReason::Refusal,
+                    $crate::StopReason::Interrupted => model_types::StopReason::Interrupted,
+                },
+                stop_reason_raw: response.stop_reason_raw,
+                usage: turns::Usage {
+                    input_tokens: response.usage.input_tokens,
+                    output_tokens: response.usage.output_tokens,
+                    cache_read_tokens: response.usage.cache_read_tokens,
+                    cache_write_tokens: response.usage.cache_write_tokens,
+                },
+                model: response.model,
+                retries: response.retries,
+            }
+        }
+
+        /// A model response a typed door carried.
+        pub fn model_response_from_wit(
+            response: model_types::ModelResponse,
+        ) -> $crate::ModelResponse {
+            $crate::ModelResponse {
+                message: message_from_wit(response.message),
+                stop_reason: match response.stop_reason {
+                    model_types::StopReason::EndTurn => $crate::StopReason::EndTurn,
+                    model_types::StopReason::ToolUse => $crate::StopReason::ToolUse,
+                    model_types::StopReason::MaxTokens => $crate::StopReason::MaxTokens,
+                    model_types::StopReason::StopSequence => $crate::StopReason::StopSequence,
+                    model_types::StopReason::Refusal => $crate::StopReason::Refusal,
+                    model_types::StopReason::Interrupted => $crate::StopReason::Interrupted,
+                },
+                stop_reason_raw: response.stop_reason_raw,
+                usage: $crate::Usage {
+                    input_tokens: response.usage.input_tokens,
+                    output_tokens: response.usage.output_tokens,
+                    cache_read_tokens: response.usage.cache_read_tokens,
+                    cache_write_tokens: response.usage.cache_write_tokens,
+                },
+                model: response.model,
+                retries: response.retries,
+            }
+        }
+    };
+}
