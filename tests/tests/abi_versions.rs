@@ -167,7 +167,7 @@ fn the_agent_loop_uses_the_typed_services() -> R {
         ("compaction", "keel:plugin/compaction@0.6.0", "0.7.0"),
         ("tool-registry", "keel:plugin/tool-registry@0.6.0", "0.6.0"),
         ("agent-loop", "keel:plugin/turns@0.6.0", "0.7.0"),
-        ("verifier", "keel:plugin/verifier@0.6.0", "0.6.0"),
+        ("verifier", "keel:plugin/verifier@0.6.0", "0.7.0"),
         ("model-openai", "keel:plugin/model@0.7.0", "0.7.0"),
         ("model-anthropic", "keel:plugin/model@0.7.0", "0.7.0"),
     ] {

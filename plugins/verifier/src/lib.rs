@@ -91,12 +91,12 @@ fn verify_all(request: &VerifyRequest) -> Vec<Verdict> {
     verdicts
 }
 
-/// Replay `call_id` through the kernel; a refusal comes back as its message.
+/// Replay `call_id` through the kernel's typed door (ABI 0.7.0); a refusal comes back as its
+/// message.
 fn replay(call_id: &str) -> Result<ToolOutcome, String> {
-    let text = agent::replay(call_id)
-        .map_err(|e: KernelError| format!("the kernel refused the replay: {e}"))?;
-    serde_json::from_str(&text)
-        .map_err(|e| format!("the kernel's replay outcome is malformed: {e}"))
+    agent::replay_outcome(call_id)
+        .map(keel_sdk_protocol::outcome_from_wit)
+        .map_err(|e: KernelError| format!("the kernel refused the replay: {e}"))
 }
 
 /// The most severe verdict of a turn; among equals, the first claimed.
