@@ -10,7 +10,7 @@
 //! | 0.4.0 | `since_v0_2` + `since_v0_3` | `plugin@0.4.0` | its variants map one to one |
 //! | 0.5.0 | `since_v0_2` + `since_v0_3` + `since_v0_5` | `plugin@0.4.0` | as 0.4.0 |
 //! | 0.6.0 | … + `since_v0_6` | `plugin@0.4.0`, and a provider's `memory`, `compaction`, `tool-registry`, `turns`, `verifier` | as 0.4.0 |
-//! | 0.7.0 | … + `since_v0_7` | `plugin@0.4.0`, and a model adapter's `model` | as 0.4.0 |
+//! | 0.7.0 | … + `since_v0_7` (the typed `agent` and `model`, `http` and `processes` with resources) | `plugin@0.4.0`, and a model adapter's `model` | as 0.4.0 |
 //!
 //! 0.5.0 changes no export: it adds the kernel's own services as typed imports (`caller`,
 //! `prompt-context`, `conversation`, `agents`), whose host side calls the same core as their

@@ -10,13 +10,23 @@
 //! [`HostHandle`](crate::HostHandle) methods as 0.2.0's JSON door (`agent_complete_typed`
 //! behind `agent_complete`, the same checks), and a model call reaches the adapter's typed
 //! export when it has one ([`ModelExports`]), its `handle-call` with JSON otherwise. The
-//! records of `model-types` are shared by both sides' bindings, so one conversion serves
-//! them.
+//! records of `model-types` are shared by both sides' bindings, so one conversion
+//! (`super::conversions`) serves them.
 
 use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre, Resource};
 
+use super::conversions::{
+    model_request_from_wit as request_from_wit, model_request_to_wit as request_to_wit,
+    model_response_from_wit as response_from_wit, model_response_to_wit as response_to_wit,
+};
 use super::since_v0_2::keel::plugin::types::KernelError;
+// The resources' methods are 0.2.0's and 0.3.0's numbered doors, the handle's representation
+// the number: one host implementation, with the same owner checks, serves both versions.
+use super::since_v0_2::keel::plugin::http::{
+    Host as NumberedHttp, Request as HttpRequest, ResponseHead,
+};
+use super::since_v0_3::keel::plugin0_3_0::processes::{Host as NumberedProcesses, ProcessStatus};
 use crate::instance::PluginError;
 use crate::typed_services::{ModelCall, ServiceAnswer, ServiceCall};
 use crate::wasm_host::abi::ComponentReport;
@@ -100,11 +110,6 @@ use provider_exports::exports::keel::plugin0_7_0::model as model_export;
 /// The export of a plugin that provides `model` through its typed door.
 pub(crate) const MODEL_EXPORT: &str = "keel:plugin/model@0.7.0";
 
-use super::conversions::{
-    model_request_from_wit as request_from_wit, model_request_to_wit as request_to_wit,
-    model_response_from_wit as response_from_wit, model_response_to_wit as response_to_wit,
-};
-
 impl model_types::Host for StoreState {}
 
 impl agent::Host for StoreState {
@@ -160,13 +165,6 @@ impl model::Host for StoreState {
         }
     }
 }
-
-// The resources' methods are 0.2.0's and 0.3.0's numbered doors, the handle's representation
-// the number: one host implementation, with the same owner checks, serves both versions.
-use super::since_v0_2::keel::plugin::http::{
-    Host as NumberedHttp, Request as HttpRequest, ResponseHead,
-};
-use super::since_v0_3::keel::plugin0_3_0::processes::{Host as NumberedProcesses, ProcessStatus};
 
 impl http::Host for StoreState {
     async fn send(
