@@ -25,8 +25,6 @@ use serde::{Deserialize, Serialize};
 use crate::config::{HookSetting, HookSettings, UserConfig};
 use crate::project_approvals;
 
-/// The service (and the bundled plugin) that runs the person's hooks.
-pub const SERVICE: &str = keel_kernel::HOOKS_SERVICE;
 /// A hook's timeout when it names none, in seconds.
 const DEFAULT_TIMEOUT_SECS: u64 = 10;
 /// Claude Code's default timeout for a command hook, in seconds.

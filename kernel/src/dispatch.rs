@@ -24,14 +24,6 @@ use crate::session_gates::{KEEP_HEAD, KEEP_TAIL, Serving, SessionGates, refusal_
 
 /// The kernel-facing side of the pipeline: what `Shared` provides to it.
 pub(crate) trait Mediator: Send + Sync {
-    /// Call a service on behalf of the chain.
-    fn call_service<'a>(
-        &'a self,
-        chain: &'a crate::call_chain::CallChain,
-        service: &'a str,
-        method: &'a str,
-        payload: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<String, KernelError>>;
     /// Call a typed service on behalf of the chain.
     fn call_service_typed<'a>(
         &'a self,
@@ -625,23 +617,21 @@ async fn post_tool_hooks(
     result: &str,
 ) -> Option<String> {
     hooks_provider(gates, m.provider(HOOKS_SERVICE))?;
-    let payload = serde_json::json!({
-        "tool": tool,
-        "arguments": input,
-        "result": result,
-        "status": if status == OutcomeStatus::Ok { "ok" } else { "error" },
-    })
-    .to_string();
-    let answer = tokio::time::timeout(
-        gates.guard_timeout,
-        m.call_service(chain, HOOKS_SERVICE, "post-tool-use", &payload),
-    )
-    .await;
+    let call = crate::ServiceCall::HookToolUse(keel_protocol::HookToolUse {
+        tool: tool.to_owned(),
+        arguments: input.clone(),
+        result: result.to_owned(),
+        status: if status == OutcomeStatus::Ok {
+            keel_protocol::HookToolStatus::Ok
+        } else {
+            keel_protocol::HookToolStatus::Error
+        },
+    });
+    let answer =
+        tokio::time::timeout(gates.guard_timeout, m.call_service_typed(chain, &call)).await;
     let context = match answer {
-        Ok(Ok(answer)) => serde_json::from_str::<Value>(&answer)
-            .ok()
-            .and_then(|v| v.get("context")?.as_str().map(str::to_owned))
-            .unwrap_or_default(),
+        Ok(Ok(crate::ServiceAnswer::HookAdded(context))) => context,
+        Ok(Ok(_)) => "[keel] the post-tool-use hooks answered another call's answer".to_owned(),
         Ok(Err(e)) => format!("[keel] the post-tool-use hooks failed: {e}"),
         Err(_) => format!(
             "[keel] the post-tool-use hooks did not finish within {} ms",

@@ -12,10 +12,14 @@
 //! kernel never hands a plugin JSON text it did not ask for.
 
 use keel_protocol::{
-    CompactRequest, Compacted, LoadRequest, Message, ModelRequest, ModelResponse, RecallRequest,
-    RecalledEntry, Resolution, ResolveRequest, SummarizeRequest, ToolDef, TurnReport, TurnRequest,
+    CompactRequest, Compacted, HookContext, HookPrompt, HookSessionStart, HookStop, HookToolUse,
+    LoadRequest, Message, ModelRequest, ModelResponse, PromptVerdict, RecallRequest, RecalledEntry,
+    Resolution, ResolveRequest, StopVerdict, SummarizeRequest, ToolDef, TurnReport, TurnRequest,
     Verdict, VerifyRequest, services,
 };
+
+/// The service of the person's hooks, which only keel calls.
+const HOOKS: &str = "hooks";
 
 /// A model request on its way to the `model` provider.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,6 +113,14 @@ pub enum ServiceCall {
     Verify(VerifyRequest),
     /// `model` `complete`.
     Complete(Box<ModelCall>),
+    /// `hooks` `session-start`.
+    HookSessionStart(HookSessionStart),
+    /// `hooks` `post-tool-use`.
+    HookToolUse(HookToolUse),
+    /// `hooks` `user-prompt-submit`.
+    HookPrompt(HookPrompt),
+    /// `hooks` `stop`.
+    HookStop(HookStop),
 }
 
 /// What a typed service answered.
@@ -132,6 +144,14 @@ pub enum ServiceAnswer {
     Verdict(Option<Verdict>),
     /// `model` `complete`: the assistant message.
     Completion(Box<ModelResponse>),
+    /// `hooks` `session-start`: what the hooks said.
+    HookContext(HookContext),
+    /// `hooks` `post-tool-use`: what the hooks add to the call's result (may be empty).
+    HookAdded(String),
+    /// `hooks` `user-prompt-submit`: what the hooks decided.
+    PromptVerdict(PromptVerdict),
+    /// `hooks` `stop`: what the hooks decided.
+    StopVerdict(StopVerdict),
 }
 
 impl ServiceCall {
@@ -146,6 +166,10 @@ impl ServiceCall {
             }
             ServiceCall::Verify(_) => services::VERIFIER,
             ServiceCall::Complete(_) => services::MODEL,
+            ServiceCall::HookSessionStart(_)
+            | ServiceCall::HookToolUse(_)
+            | ServiceCall::HookPrompt(_)
+            | ServiceCall::HookStop(_) => HOOKS,
         }
     }
 
@@ -161,6 +185,10 @@ impl ServiceCall {
             ServiceCall::Compact(_) => "compact",
             ServiceCall::Verify(_) => "verify",
             ServiceCall::Complete(_) => "complete",
+            ServiceCall::HookSessionStart(_) => "session-start",
+            ServiceCall::HookToolUse(_) => "post-tool-use",
+            ServiceCall::HookPrompt(_) => "user-prompt-submit",
+            ServiceCall::HookStop(_) => "stop",
         }
     }
 
@@ -177,6 +205,10 @@ impl ServiceCall {
             ServiceCall::Compact(request) => serde_json::to_string(request),
             ServiceCall::Verify(request) => serde_json::to_string(request),
             ServiceCall::Complete(call) => Ok(call.to_json()),
+            ServiceCall::HookSessionStart(request) => serde_json::to_string(request),
+            ServiceCall::HookToolUse(request) => serde_json::to_string(request),
+            ServiceCall::HookPrompt(request) => serde_json::to_string(request),
+            ServiceCall::HookStop(request) => serde_json::to_string(request),
         }
         // Plain records of strings, numbers and lists: nothing here fails to serialize.
         .unwrap_or_default()
@@ -219,6 +251,19 @@ impl ServiceCall {
             ServiceCall::Complete(_) => serde_json::from_str(text)
                 .map(|r| ServiceAnswer::Completion(Box::new(r)))
                 .map_err(malformed),
+            ServiceCall::HookSessionStart(_) => serde_json::from_str(text)
+                .map(ServiceAnswer::HookContext)
+                .map_err(malformed),
+            // The JSON door answers `{"context": …}`.
+            ServiceCall::HookToolUse(_) => serde_json::from_str::<HookContext>(text)
+                .map(|added| ServiceAnswer::HookAdded(added.context))
+                .map_err(malformed),
+            ServiceCall::HookPrompt(_) => serde_json::from_str(text)
+                .map(ServiceAnswer::PromptVerdict)
+                .map_err(malformed),
+            ServiceCall::HookStop(_) => serde_json::from_str(text)
+                .map(ServiceAnswer::StopVerdict)
+                .map_err(malformed),
         }
     }
 
@@ -243,19 +288,42 @@ impl ServiceCall {
             ServiceCall::Complete(call) => {
                 request_bytes(&call.request) + call.kept.as_ref().map_or(0, String::len)
             }
+            ServiceCall::HookSessionStart(r) => r.session.len() + r.source.len(),
+            ServiceCall::HookToolUse(r) => r.tool.len() + r.result.len(),
+            ServiceCall::HookPrompt(r) => r.session.len() + r.prompt.len(),
+            ServiceCall::HookStop(r) => r.session.len(),
         }
     }
 }
 
-/// About how many bytes a model request carries (its strings).
+/// About how many bytes a model request carries (its strings, and each tool's input schema as
+/// the JSON text it crosses as).
 pub(crate) fn request_bytes(request: &ModelRequest) -> usize {
     request.system.len()
         + messages_bytes(&request.messages)
         + request
             .tools
             .iter()
-            .map(|t| t.name.len() + t.description.len())
+            .map(|t| t.name.len() + t.description.len() + json_len(&t.input_schema))
             .sum::<usize>()
+}
+
+/// The length of `value`'s JSON text, counted without building it.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail, and a `Value` always serializes.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// About how many bytes a model response carries (its strings).
@@ -278,6 +346,10 @@ impl ServiceAnswer {
             ServiceAnswer::TurnReport(report) => report.text.len() + report.detail.len(),
             ServiceAnswer::Verdict(verdict) => verdict.as_ref().map_or(0, |v| v.evidence.len()),
             ServiceAnswer::Completion(response) => response_bytes(response),
+            ServiceAnswer::HookContext(c) => c.context.len(),
+            ServiceAnswer::HookAdded(text) => text.len(),
+            ServiceAnswer::PromptVerdict(v) => v.reason.len() + v.context.len(),
+            ServiceAnswer::StopVerdict(v) => v.reason.len(),
             ServiceAnswer::Resolution(_)
             | ServiceAnswer::Loaded(_)
             | ServiceAnswer::Compacted(_) => 0,

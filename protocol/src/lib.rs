@@ -784,6 +784,97 @@ pub struct TurnReport {
     pub detail: String,
 }
 
+/// `hooks` `session-start`: a session began; the person's session-start hooks run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HookSessionStart {
+    /// The session.
+    pub session: String,
+    /// `startup`, `resume` or `clear`.
+    pub source: String,
+}
+
+/// What the person's session-start hooks said.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HookContext {
+    /// Text for the model's first turn; may be empty.
+    pub context: String,
+    /// Hooks that failed, each in a line for the person.
+    pub errors: Vec<String>,
+}
+
+/// How a tool call the post-tool-use hooks hear of ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookToolStatus {
+    /// It succeeded.
+    #[default]
+    Ok,
+    /// It failed or was refused.
+    Error,
+}
+
+/// `hooks` `post-tool-use`: a tool call that just ran, before its result goes back to the
+/// agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HookToolUse {
+    /// The tool.
+    pub tool: String,
+    /// Its input.
+    pub arguments: serde_json::Value,
+    /// Its (redacted) result.
+    pub result: String,
+    /// How it ended.
+    pub status: HookToolStatus,
+}
+
+/// `hooks` `user-prompt-submit`: what the person typed, before it goes to the agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HookPrompt {
+    /// The session.
+    pub session: String,
+    /// The prompt.
+    pub prompt: String,
+}
+
+/// What the person's user-prompt-submit hooks decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptVerdict {
+    /// Whether a hook held the prompt back.
+    pub blocked: bool,
+    /// Why, when it did.
+    #[serde(default)]
+    pub reason: String,
+    /// Text a hook added for the model; may be empty.
+    #[serde(default)]
+    pub context: String,
+}
+
+/// `hooks` `stop`: a turn ended; the person's stop hooks may ask the agent to go on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HookStop {
+    /// The session.
+    pub session: String,
+    /// Whether the turn that ended was one a stop hook asked for.
+    pub stop_hook_active: bool,
+}
+
+/// What the person's stop hooks decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StopVerdict {
+    /// Hooks that failed, each in a line for the person.
+    pub errors: Vec<String>,
+    /// Whether a hook asks the agent to go on.
+    pub go_on: bool,
+    /// Why, for the model.
+    pub reason: String,
+}
+
 /// Asking a verifier to check the claims of a finished turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerifyRequest {

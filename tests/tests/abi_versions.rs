@@ -170,6 +170,7 @@ fn the_agent_loop_uses_the_typed_services() -> R {
         ("verifier", "keel:plugin/verifier@0.6.0", "0.7.0"),
         ("model-openai", "keel:plugin/model@0.7.0", "0.7.0"),
         ("model-anthropic", "keel:plugin/model@0.7.0", "0.7.0"),
+        ("hooks", "keel:plugin/hooks@0.7.0", "0.7.0"),
     ] {
         let report = report(provider)?;
         assert_eq!(report.abi_version.to_string(), abi, "{report:?}");

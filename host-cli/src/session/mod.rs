@@ -523,31 +523,28 @@ impl Session {
             *started = Some(id.clone());
             source
         };
-        let payload = serde_json::json!({ "session": id, "source": source }).to_string();
-        let answer = match self
-            .kernel
-            .call_service(crate::hooks::SERVICE, "session-start", &payload)
-            .await
-        {
-            Ok(answer) => answer,
-            Err(e) => {
+        let call = ServiceCall::HookSessionStart(keel_protocol::HookSessionStart {
+            session: id,
+            source: source.to_owned(),
+        });
+        let answer = match self.kernel.call_service_typed(&call).await {
+            Ok(ServiceAnswer::HookContext(answer)) => answer,
+            other => {
+                let why = other.err().map_or_else(
+                    || "the hooks plugin answered another call's answer".to_owned(),
+                    |e| e.to_string(),
+                );
                 eprintln!(
                     "warning: the session-start hooks did not run: {}",
-                    terminal_safe(&e.to_string())
+                    terminal_safe(&why)
                 );
                 return None;
             }
         };
-        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
-        for error in answer["errors"].as_array().into_iter().flatten() {
-            if let Some(error) = error.as_str() {
-                eprintln!("warning: a session-start hook: {}", terminal_safe(error));
-            }
+        for error in &answer.errors {
+            eprintln!("warning: a session-start hook: {}", terminal_safe(error));
         }
-        answer["context"]
-            .as_str()
-            .filter(|c| !c.is_empty())
-            .map(str::to_owned)
+        (!answer.context.is_empty()).then_some(answer.context)
     }
 
     /// The person's `user-prompt-submit` hooks on `input`: the prompt as it goes to the agent
@@ -556,28 +553,32 @@ impl Session {
         if !self.kernel.person_hooks_run() {
             return Ok(Prompted::Ready(input.to_owned()));
         }
-        let payload = serde_json::json!({ "prompt": input, "session": self.id() }).to_string();
-        let answer = self
-            .kernel
-            .call_service(crate::hooks::SERVICE, "user-prompt-submit", &payload)
-            .await
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "the user-prompt-submit hooks did not run: {}",
-                    terminal_safe(&e.to_string())
-                )
-            })?;
-        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
-        if answer["blocked"].as_bool() != Some(false) {
+        let call = ServiceCall::HookPrompt(keel_protocol::HookPrompt {
+            session: self.id(),
+            prompt: input.to_owned(),
+        });
+        // A hook that cannot answer holds the prompt back, as one that denies does.
+        let verdict = match self.kernel.call_service_typed(&call).await {
+            Ok(ServiceAnswer::PromptVerdict(verdict)) => verdict,
+            Ok(_) => anyhow::bail!("the user-prompt-submit hooks answered another call's answer"),
+            Err(e) => anyhow::bail!(
+                "the user-prompt-submit hooks did not run: {}",
+                terminal_safe(&e.to_string())
+            ),
+        };
+        if verdict.blocked {
             return Ok(Prompted::HeldBack(terminal_safe(
-                answer["reason"].as_str().unwrap_or("no reason given"),
+                if verdict.reason.is_empty() {
+                    "no reason given"
+                } else {
+                    &verdict.reason
+                },
             )));
         }
-        Ok(Prompted::Ready(match answer["context"].as_str() {
-            Some(context) if !context.is_empty() => {
-                format!("{input}\n\n[user-prompt-submit hook] {context}")
-            }
-            _ => input.to_owned(),
+        Ok(Prompted::Ready(if verdict.context.is_empty() {
+            input.to_owned()
+        } else {
+            format!("{input}\n\n[user-prompt-submit hook] {}", verdict.context)
         }))
     }
 
@@ -587,32 +588,31 @@ impl Session {
         if !self.kernel.person_hooks_run() {
             return None;
         }
-        let payload = serde_json::json!({ "session": self.id(), "stop_hook_active": again });
-        match self
-            .kernel
-            .call_service(crate::hooks::SERVICE, "stop", &payload.to_string())
-            .await
-        {
-            Ok(answer) => {
-                let answer: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
-                for error in answer["errors"].as_array().into_iter().flatten() {
-                    if let Some(error) = error.as_str() {
-                        eprintln!("warning: a stop hook: {}", terminal_safe(error));
-                    }
+        let call = ServiceCall::HookStop(keel_protocol::HookStop {
+            session: self.id(),
+            stop_hook_active: again,
+        });
+        match self.kernel.call_service_typed(&call).await {
+            Ok(ServiceAnswer::StopVerdict(verdict)) => {
+                for error in &verdict.errors {
+                    eprintln!("warning: a stop hook: {}", terminal_safe(error));
                 }
-                (answer["go_on"] == true).then(|| {
-                    let reason = answer["reason"].as_str().unwrap_or_default();
-                    if reason.is_empty() {
+                verdict.go_on.then(|| {
+                    if verdict.reason.is_empty() {
                         "a stop hook asked you to go on".to_owned()
                     } else {
-                        terminal_safe(reason)
+                        terminal_safe(&verdict.reason)
                     }
                 })
             }
-            Err(e) => {
+            other => {
+                let why = other.err().map_or_else(
+                    || "the hooks plugin answered another call's answer".to_owned(),
+                    |e| e.to_string(),
+                );
                 eprintln!(
                     "warning: the stop hooks did not run: {}",
-                    terminal_safe(&e.to_string())
+                    terminal_safe(&why)
                 );
                 None
             }

@@ -16,16 +16,6 @@ pub(super) fn redact_error(gates: &SessionGates, e: KernelError) -> KernelError 
 }
 
 impl Mediator for Shared {
-    fn call_service<'a>(
-        &'a self,
-        chain: &'a CallChain,
-        service: &'a str,
-        method: &'a str,
-        payload: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<String, KernelError>> {
-        Box::pin(Shared::call_service(self, chain, service, method, payload))
-    }
-
     fn call_service_typed<'a>(
         &'a self,
         chain: &'a CallChain,

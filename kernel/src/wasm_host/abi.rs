@@ -24,9 +24,9 @@ const ABI_0_6: Version = Version::new(0, 6, 0);
 
 /// The interfaces each later version defines anew (0.2.0 defines every other one). 0.4.0
 /// redefines `plugin`, the export, with typed errors; 0.5.0 adds the kernel's own services,
-/// typed; 0.6.0 the services plugins provide to each other, typed; 0.7.0 the model, typed, and
-/// redefines `agent` with records and `http` and `processes` with resources; every other name
-/// of theirs is an earlier version's.
+/// typed; 0.6.0 the services plugins provide to each other, typed; 0.7.0 the model and the
+/// person's hooks, typed, and redefines `agent` with records and `http` and `processes` with
+/// resources; every other name of theirs is an earlier version's.
 const ADDED_IN_0_3: &[&str] = &["processes", "tool-list"];
 const ADDED_IN_0_4: &[&str] = &["plugin"];
 const ADDED_IN_0_5: &[&str] = &["caller", "prompt-context", "conversation", "agents"];
@@ -39,11 +39,18 @@ const ADDED_IN_0_6: &[&str] = &[
     "verifier-types",
     "editor",
 ];
-const ADDED_IN_0_7: &[&str] = &["model-types", "model", "agent", "http", "processes"];
+const ADDED_IN_0_7: &[&str] = &[
+    "model-types",
+    "model",
+    "agent",
+    "http",
+    "processes",
+    "hooks",
+];
 
 /// The names 0.7.0 adds that 0.2.0 does not define (it redefines `agent`, `http` and 0.3.0's
 /// `processes`).
-const FIRST_IN_0_7: &[&str] = &["model-types", "model"];
+const FIRST_IN_0_7: &[&str] = &["model-types", "model", "hooks"];
 
 /// The ABI versions this kernel hosts, for messages.
 fn hosted() -> String {

@@ -285,6 +285,10 @@ impl PluginInstance for WasmInstance {
             ServiceCall::Compact(_) => "turns.compact",
             ServiceCall::Verify(_) => "verifier.verify",
             ServiceCall::Complete(_) => "model.complete",
+            ServiceCall::HookSessionStart(_) => "hooks.session-start",
+            ServiceCall::HookToolUse(_) => "hooks.post-tool-use",
+            ServiceCall::HookPrompt(_) => "hooks.user-prompt-submit",
+            ServiceCall::HookStop(_) => "hooks.stop",
         };
         if !self.bindings.serves(call) {
             // No typed door: the kernel sends the call as JSON instead.

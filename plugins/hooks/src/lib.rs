@@ -24,7 +24,10 @@ mod logic;
 
 use std::time::{Duration, Instant};
 
-use keel_protocol::topics;
+use keel_protocol::{
+    HookContext, HookPrompt, HookSessionStart, HookStop, HookToolStatus, HookToolUse,
+    PromptVerdict, StopVerdict, topics,
+};
 use keel_sdk::{
     Event as BusEvent, GuardDecision, GuardVerdict, Plugin, events, guards, log, processes,
     services,
@@ -304,92 +307,117 @@ impl Plugin for Hooks {
         if service != SERVICE {
             return Err(format!("no such service: {service}"));
         }
-        let payload: Value = serde_json::from_str(payload)
-            .map_err(|e| format!("`{method}` takes a JSON object: {e}"))?;
-        let text = |key: &str| payload.get(key).and_then(Value::as_str);
-        if let Some(session) = text("session") {
+        fn read<T: serde::de::DeserializeOwned>(method: &str, payload: &str) -> Result<T, String> {
+            serde_json::from_str(payload)
+                .map_err(|e| format!("`{method}` takes a JSON object: {e}"))
+        }
+        let answer = match method {
+            "session-start" => json!(self.session_start(&read(method, payload)?)),
+            "post-tool-use" => json!({ "context": self.post_tool_use(&read(method, payload)?) }),
+            "user-prompt-submit" => json!(self.user_prompt_submit(&read(method, payload)?)),
+            "stop" => json!(self.stop(&read(method, payload)?)),
+            other => {
+                return Err(format!(
+                    "the hooks service has no method `{other}`; it serves `session-start`, \
+                     `post-tool-use`, `user-prompt-submit` and `stop`"
+                ));
+            }
+        };
+        Ok(answer.to_string())
+    }
+}
+
+/// The `hooks` service's methods, which both doors serve: `handle_call` (JSON) and the typed
+/// export (ABI 0.7.0).
+impl Hooks {
+    /// The session a call names becomes the one the next hooks are told of.
+    fn note_session(&mut self, session: &str) {
+        if !session.is_empty() {
             self.session = Some(session.to_owned());
         }
-        let session = self.session.as_deref();
-        match method {
-            "session-start" => {
-                let facts = Facts {
-                    session,
-                    source: text("source"),
-                    ..Facts::default()
-                };
-                let answers = self.run_event(Event::SessionStart, &facts);
-                // Nothing to hold back at a session's start: what the hooks say is context for
-                // the model's first turn, their errors are said to the person.
-                let context: Vec<&str> = answers
-                    .iter()
-                    .map(|a| a.context.as_str())
-                    .filter(|c| !c.is_empty())
-                    .collect();
-                let errors: Vec<&str> = answers.iter().filter_map(|a| a.error.as_deref()).collect();
-                Ok(json!({ "context": context.join("\n"), "errors": errors }).to_string())
-            }
-            "post-tool-use" => {
-                let facts = Facts {
-                    tool: text("tool"),
-                    arguments: payload.get("arguments"),
-                    result: text("result"),
-                    status: text("status"),
-                    session,
-                    ..Facts::default()
-                };
-                let answers = self.run_event(Event::PostToolUse, &facts);
-                Ok(json!({ "context": post_context(&answers) }).to_string())
-            }
-            "user-prompt-submit" => {
-                let facts = Facts {
-                    prompt: text("prompt"),
-                    session,
-                    ..Facts::default()
-                };
-                let answers = self.run_event(Event::UserPromptSubmit, &facts);
-                // As before a tool call: a hook that denies, asks or cannot answer holds the
-                // prompt back (nobody is asked here: the person is the one who wrote it).
-                let held = verdict(&answers);
-                let context: Vec<&str> = answers
-                    .iter()
-                    .map(|a| a.context.as_str())
-                    .filter(|c| !c.is_empty())
-                    .collect();
-                Ok(json!({
-                    "blocked": !matches!(held.decision, GuardDecision::Allow),
-                    "reason": held.reason,
-                    "context": context.join("\n"),
-                })
-                .to_string())
-            }
-            "stop" => {
-                let facts = Facts {
-                    session,
-                    stop_hook_active: Some(payload["stop_hook_active"] == true),
-                    ..Facts::default()
-                };
-                let answers = self.run_event(Event::Stop, &facts);
-                let errors: Vec<&str> = answers.iter().filter_map(|a| a.error.as_deref()).collect();
-                // A hook that denies (`exit 2`, `deny`, Claude Code's `block`) asks the agent
-                // to go on, its reason told to the model. A hook that fails does not: an error
-                // must not keep a turn running.
-                let go_on: Vec<&str> = answers
-                    .iter()
-                    .filter(|a| a.error.is_none() && !a.halt && a.decision == Some(Decision::Deny))
-                    .map(|a| a.reason.as_str())
-                    .collect();
-                Ok(json!({
-                    "errors": errors,
-                    "go_on": !go_on.is_empty(),
-                    "reason": go_on.join("; "),
-                })
-                .to_string())
-            }
-            other => Err(format!(
-                "the hooks service has no method `{other}`; it serves `session-start`, \
-                 `post-tool-use`, `user-prompt-submit` and `stop`"
-            )),
+    }
+
+    /// Nothing to hold back at a session's start: what the hooks say is context for the
+    /// model's first turn, their errors are said to the person.
+    fn session_start(&mut self, request: &HookSessionStart) -> HookContext {
+        self.note_session(&request.session);
+        let facts = Facts {
+            session: self.session.as_deref(),
+            source: Some(&request.source),
+            ..Facts::default()
+        };
+        let answers = self.run_event(Event::SessionStart, &facts);
+        let context: Vec<&str> = answers
+            .iter()
+            .map(|a| a.context.as_str())
+            .filter(|c| !c.is_empty())
+            .collect();
+        HookContext {
+            context: context.join("\n"),
+            errors: answers.iter().filter_map(|a| a.error.clone()).collect(),
+        }
+    }
+
+    /// What the post-tool-use hooks add to a call's result.
+    fn post_tool_use(&mut self, call: &HookToolUse) -> String {
+        let status = match call.status {
+            HookToolStatus::Ok => "ok",
+            HookToolStatus::Error => "error",
+        };
+        let facts = Facts {
+            tool: Some(&call.tool),
+            arguments: Some(&call.arguments),
+            result: Some(&call.result),
+            status: Some(status),
+            session: self.session.as_deref(),
+            ..Facts::default()
+        };
+        post_context(&self.run_event(Event::PostToolUse, &facts))
+    }
+
+    /// As before a tool call: a hook that denies, asks or cannot answer holds the prompt back
+    /// (nobody is asked here: the person is the one who wrote it).
+    fn user_prompt_submit(&mut self, request: &HookPrompt) -> PromptVerdict {
+        self.note_session(&request.session);
+        let facts = Facts {
+            prompt: Some(&request.prompt),
+            session: self.session.as_deref(),
+            ..Facts::default()
+        };
+        let answers = self.run_event(Event::UserPromptSubmit, &facts);
+        let held = verdict(&answers);
+        let context: Vec<&str> = answers
+            .iter()
+            .map(|a| a.context.as_str())
+            .filter(|c| !c.is_empty())
+            .collect();
+        PromptVerdict {
+            blocked: !matches!(held.decision, GuardDecision::Allow),
+            reason: held.reason,
+            context: context.join("\n"),
+        }
+    }
+
+    /// A hook that denies (`exit 2`, `deny`, Claude Code's `block`) asks the agent to go on,
+    /// its reason told to the model. A hook that fails does not: an error must not keep a
+    /// turn running.
+    fn stop(&mut self, request: &HookStop) -> StopVerdict {
+        self.note_session(&request.session);
+        let facts = Facts {
+            session: self.session.as_deref(),
+            stop_hook_active: Some(request.stop_hook_active),
+            ..Facts::default()
+        };
+        let answers = self.run_event(Event::Stop, &facts);
+        let go_on: Vec<&str> = answers
+            .iter()
+            .filter(|a| a.error.is_none() && !a.halt && a.decision == Some(Decision::Deny))
+            .map(|a| a.reason.as_str())
+            .collect();
+        StopVerdict {
+            errors: answers.iter().filter_map(|a| a.error.clone()).collect(),
+            go_on: !go_on.is_empty(),
+            reason: go_on.join("; "),
         }
     }
 }
@@ -501,3 +529,97 @@ mod tests {
         assert!(v.reason.contains("failed"));
     }
 }
+
+/// `hooks` served typed (ABI 0.7.0's world `hooks-service`): keel's calls cross as records, to
+/// the same methods `handle_call` serves.
+#[allow(unsafe_code, missing_docs, clippy::all, clippy::unwrap_used)]
+mod typed {
+    wit_bindgen::generate!({
+        path: [
+            "../../wit/keel-plugin-0.2.0",
+            "../../wit/keel-plugin-0.3.0",
+            "../../wit/keel-plugin-0.4.0",
+            "../../wit/keel-plugin-0.5.0",
+            "../../wit/keel-plugin-0.6.0",
+            "../../wit/keel-plugin-0.7.0",
+        ],
+        world: "keel:plugin/hooks-service@0.7.0",
+        with: {
+            "keel:plugin/types@0.2.0": keel_sdk::bindings::keel::plugin0_2_0::types,
+        },
+    });
+}
+
+use keel_sdk::bindings::keel::plugin0_2_0::types::KernelError as RawKernelError;
+use typed::exports::keel::plugin0_7_0::hooks as hooks_export;
+
+struct TypedHooks;
+
+impl hooks_export::Guest for TypedHooks {
+    fn session_start(
+        request: hooks_export::SessionStartRequest,
+    ) -> Result<hooks_export::HookContext, RawKernelError> {
+        let request = HookSessionStart {
+            session: request.session,
+            source: request.source,
+        };
+        let said = keel_sdk::with_plugin(|hooks: &mut Hooks| hooks.session_start(&request))?;
+        Ok(hooks_export::HookContext {
+            context: said.context,
+            errors: said.errors,
+        })
+    }
+
+    fn post_tool_use(call: hooks_export::ToolUse) -> Result<String, RawKernelError> {
+        let call = HookToolUse {
+            tool: call.tool,
+            // The model's arguments; what does not parse is no input, as the agent loop
+            // records it.
+            arguments: serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
+            result: call.output,
+            status: match call.status {
+                hooks_export::ToolStatus::Ok => HookToolStatus::Ok,
+                hooks_export::ToolStatus::Error => HookToolStatus::Error,
+            },
+        };
+        Ok(keel_sdk::with_plugin(|hooks: &mut Hooks| {
+            hooks.post_tool_use(&call)
+        })?)
+    }
+
+    fn user_prompt_submit(
+        request: hooks_export::PromptRequest,
+    ) -> Result<hooks_export::PromptVerdict, RawKernelError> {
+        let request = HookPrompt {
+            session: request.session,
+            prompt: request.prompt,
+        };
+        let verdict =
+            keel_sdk::with_plugin(|hooks: &mut Hooks| hooks.user_prompt_submit(&request))?;
+        Ok(hooks_export::PromptVerdict {
+            blocked: verdict.blocked,
+            reason: verdict.reason,
+            context: verdict.context,
+        })
+    }
+
+    fn stop(
+        request: hooks_export::StopRequest,
+    ) -> Result<hooks_export::StopVerdict, RawKernelError> {
+        let request = HookStop {
+            session: request.session,
+            stop_hook_active: request.stop_hook_active,
+        };
+        let verdict = keel_sdk::with_plugin(|hooks: &mut Hooks| hooks.stop(&request))?;
+        Ok(hooks_export::StopVerdict {
+            errors: verdict.errors,
+            go_on: verdict.go_on,
+            reason: verdict.reason,
+        })
+    }
+}
+
+#[allow(unsafe_code)]
+const _: () = {
+    typed::export!(TypedHooks with_types_in typed);
+};

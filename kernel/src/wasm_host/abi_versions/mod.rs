@@ -10,7 +10,7 @@
 //! | 0.4.0 | `since_v0_2` + `since_v0_3` | `plugin@0.4.0` | its variants map one to one |
 //! | 0.5.0 | `since_v0_2` + `since_v0_3` + `since_v0_5` | `plugin@0.4.0` | as 0.4.0 |
 //! | 0.6.0 | … + `since_v0_6` | `plugin@0.4.0`, and a provider's `memory`, `compaction`, `tool-registry`, `turns`, `verifier` | as 0.4.0 |
-//! | 0.7.0 | … + `since_v0_7` (the typed `agent` and `model`, `http` and `processes` with resources) | `plugin@0.4.0`, and a model adapter's `model` | as 0.4.0 |
+//! | 0.7.0 | … + `since_v0_7` (the typed `agent` and `model`, `http` and `processes` with resources) | `plugin@0.4.0`, and a model adapter's `model`, the hooks plugin's `hooks` | as 0.4.0 |
 //!
 //! 0.5.0 changes no export: it adds the kernel's own services as typed imports (`caller`,
 //! `prompt-context`, `conversation`, `agents`), whose host side calls the same core as their
@@ -124,7 +124,7 @@ pub(crate) struct PluginPre {
     instance_pre: InstancePre<StoreState>,
     plugin: PluginIndices,
     services: since_v0_6::ServiceIndices,
-    model: since_v0_7::ModelIndices,
+    services_0_7: since_v0_7::ServiceIndices,
 }
 
 /// Where a component's `plugin` export is, by its version.
@@ -148,12 +148,12 @@ impl PluginPre {
             PluginIndices::Since0_2(since_v0_2::KeelPluginIndices::new(&pre)?)
         };
         let services = since_v0_6::ServiceIndices::new(&pre, report)?;
-        let model = since_v0_7::ModelIndices::new(&pre, report)?;
+        let services_0_7 = since_v0_7::ServiceIndices::new(&pre, report)?;
         Ok(PluginPre {
             instance_pre: pre,
             plugin,
             services,
-            model,
+            services_0_7,
         })
     }
 
@@ -168,11 +168,11 @@ impl PluginPre {
             PluginIndices::Since0_4(i) => PluginBindings::Since0_4(i.load(&mut *store, &instance)?),
         };
         let services = self.services.load(&mut *store, &instance)?;
-        let model = self.model.load(store, &instance)?;
+        let services_0_7 = self.services_0_7.load(store, &instance)?;
         Ok(PluginExports {
             plugin,
             services,
-            model,
+            services_0_7,
         })
     }
 }
@@ -182,7 +182,7 @@ impl PluginPre {
 pub(crate) struct PluginExports {
     plugin: PluginBindings,
     services: since_v0_6::ServiceExports,
-    model: since_v0_7::ModelExports,
+    services_0_7: since_v0_7::ServiceExports,
 }
 
 /// An instance's `plugin` export, by its version.
@@ -321,7 +321,7 @@ impl PluginExports {
 
     /// Whether the instance has a typed door for `call`'s service.
     pub(crate) fn serves(&self, call: &ServiceCall) -> bool {
-        self.services.serves(call) || self.model.serves(call)
+        self.services.serves(call) || self.services_0_7.serves(call)
     }
 
     /// `call` through the instance's typed door; only for a call it [`serves`](Self::serves).
@@ -330,8 +330,8 @@ impl PluginExports {
         store: &mut Store<StoreState>,
         call: &ServiceCall,
     ) -> wasmtime::Result<Result<ServiceAnswer, PluginError>> {
-        if self.model.serves(call) {
-            return self.model.call(store, call).await;
+        if self.services_0_7.serves(call) {
+            return self.services_0_7.call(store, call).await;
         }
         self.services.call(store, call).await
     }

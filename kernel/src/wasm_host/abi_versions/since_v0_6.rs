@@ -455,7 +455,11 @@ impl ServiceExports {
             }
             ServiceCall::Verify(_) => self.verifier.is_some(),
             // 0.7.0's, served by `since_v0_7`.
-            ServiceCall::Complete(_) => false,
+            ServiceCall::Complete(_)
+            | ServiceCall::HookSessionStart(_)
+            | ServiceCall::HookToolUse(_)
+            | ServiceCall::HookPrompt(_)
+            | ServiceCall::HookStop(_) => false,
         }
     }
 
@@ -588,7 +592,11 @@ impl ServiceExports {
                     ServiceAnswer::Verdict(verdict.map(Into::into))
                 })
             }
-            ServiceCall::Complete(_) => Err(no_door()),
+            ServiceCall::Complete(_)
+            | ServiceCall::HookSessionStart(_)
+            | ServiceCall::HookToolUse(_)
+            | ServiceCall::HookPrompt(_)
+            | ServiceCall::HookStop(_) => Err(no_door()),
         }
     }
 }

@@ -13,6 +13,7 @@
 //! records of `model-types` are shared by both sides' bindings, so one conversion
 //! (`super::conversions`) serves them.
 
+use keel_protocol as protocol;
 use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre, Resource};
 
@@ -73,7 +74,8 @@ wasmtime::component::bindgen!({
     },
 });
 
-/// A model adapter's side: the `model` export, its records those of the import side.
+/// The providers' side: a model adapter's `model` export, its records those of the import
+/// side, and a hooks plugin's `hooks` export.
 mod provider_exports {
     wasmtime::component::bindgen!({
         path: [
@@ -87,11 +89,12 @@ mod provider_exports {
         inline: "
             package keel:host;
 
-            world model-exports {
+            world provider-exports {
                 export keel:plugin/model@0.7.0;
+                export keel:plugin/hooks@0.7.0;
             }
         ",
-        world: "keel:host/model-exports",
+        world: "keel:host/provider-exports",
         exports: { default: async },
         with: {
             "keel:plugin/types@0.2.0": crate::wasm_host::abi_versions::since_v0_2::keel::plugin::types,
@@ -105,10 +108,12 @@ mod provider_exports {
 
 use super::since_v0_6::keel::plugin0_6_0::verifier_types;
 use keel::plugin0_7_0::{agent, http, model, model_types, processes};
-use provider_exports::exports::keel::plugin0_7_0::model as model_export;
+use provider_exports::exports::keel::plugin0_7_0::{hooks as hooks_export, model as model_export};
 
 /// The export of a plugin that provides `model` through its typed door.
 pub(crate) const MODEL_EXPORT: &str = "keel:plugin/model@0.7.0";
+/// The export of the plugin keel hands the person's hooks, its typed door.
+pub(crate) const HOOKS_EXPORT: &str = "keel:plugin/hooks@0.7.0";
 
 impl model_types::Host for StoreState {}
 
@@ -240,55 +245,78 @@ impl processes::HostProcess for StoreState {
     }
 }
 
-/// Where a component's `model` export is, found when it is linked.
+/// Where each typed service a component exports (0.7.0's `model`, `hooks`) is, found when it
+/// is linked.
 #[derive(Default)]
-pub(crate) struct ModelIndices(Option<model_export::GuestIndices>);
+pub(crate) struct ServiceIndices {
+    model: Option<model_export::GuestIndices>,
+    hooks: Option<hooks_export::GuestIndices>,
+}
 
-impl ModelIndices {
-    /// The `model` export `report` lists among the component's exports, if any.
+impl ServiceIndices {
+    /// The typed services `report` lists among the component's exports.
     pub(crate) fn new(
         pre: &InstancePre<StoreState>,
         report: &ComponentReport,
-    ) -> wasmtime::Result<ModelIndices> {
-        Ok(ModelIndices(
-            report
-                .exports
-                .iter()
-                .any(|e| e == MODEL_EXPORT)
+    ) -> wasmtime::Result<ServiceIndices> {
+        let exports = |name: &str| report.exports.iter().any(|e| e == name);
+        Ok(ServiceIndices {
+            model: exports(MODEL_EXPORT)
                 .then(|| model_export::GuestIndices::new(pre))
                 .transpose()?,
-        ))
+            hooks: exports(HOOKS_EXPORT)
+                .then(|| hooks_export::GuestIndices::new(pre))
+                .transpose()?,
+        })
     }
 
-    /// The export of `instance`, type-checked against this package's WIT: one of another
+    /// The exports of `instance`, each type-checked against this package's WIT: one of another
     /// shape fails the instance, naming the export.
     pub(crate) fn load(
         &self,
         store: &mut Store<StoreState>,
         instance: &Instance,
-    ) -> wasmtime::Result<ModelExports> {
-        let export = self
-            .0
-            .as_ref()
-            .map(|i| i.load(&mut *store, instance))
-            .transpose()
-            .map_err(|e| {
-                e.context(format!(
-                    "its export `{MODEL_EXPORT}` does not have the functions and types of \
-                     keel's WIT for it; rebuild the plugin against this keel's WIT"
-                ))
-            })?;
-        Ok(ModelExports(export))
+    ) -> wasmtime::Result<ServiceExports> {
+        let shape = |export: &str| {
+            format!(
+                "its export `{export}` does not have the functions and types of keel's WIT \
+                 for it; rebuild the plugin against this keel's WIT"
+            )
+        };
+        Ok(ServiceExports {
+            model: self
+                .model
+                .as_ref()
+                .map(|i| i.load(&mut *store, instance))
+                .transpose()
+                .map_err(|e| e.context(shape(MODEL_EXPORT)))?,
+            hooks: self
+                .hooks
+                .as_ref()
+                .map(|i| i.load(&mut *store, instance))
+                .transpose()
+                .map_err(|e| e.context(shape(HOOKS_EXPORT)))?,
+        })
     }
 }
 
-/// The `model` export of an instance, when it has one.
-pub(crate) struct ModelExports(Option<model_export::Guest>);
+/// The 0.7.0 typed services an instance exports.
+pub(crate) struct ServiceExports {
+    model: Option<model_export::Guest>,
+    hooks: Option<hooks_export::Guest>,
+}
 
-impl ModelExports {
-    /// Whether the instance serves `call` through its typed `model` door.
+impl ServiceExports {
+    /// Whether the instance serves `call` through a 0.7.0 typed door.
     pub(crate) fn serves(&self, call: &ServiceCall) -> bool {
-        matches!(call, ServiceCall::Complete(_)) && self.0.is_some()
+        match call {
+            ServiceCall::Complete(_) => self.model.is_some(),
+            ServiceCall::HookSessionStart(_)
+            | ServiceCall::HookToolUse(_)
+            | ServiceCall::HookPrompt(_)
+            | ServiceCall::HookStop(_) => self.hooks.is_some(),
+            _ => false,
+        }
     }
 
     /// `call` through the typed export; only for a call it [`serves`](Self::serves).
@@ -297,22 +325,98 @@ impl ModelExports {
         store: &mut Store<StoreState>,
         call: &ServiceCall,
     ) -> wasmtime::Result<Result<ServiceAnswer, PluginError>> {
-        let (Some(model), ServiceCall::Complete(call)) = (&self.0, call) else {
-            return Err(wasmtime::format_err!(
-                "the instance has no typed door for `{}`",
-                call.service()
-            ));
+        use hooks_export as h;
+        let no_door =
+            || wasmtime::format_err!("the instance has no typed door for `{}`", call.service());
+        let answered = |answer: wasmtime::Result<Result<ServiceAnswer, KernelError>>| {
+            answer.map(|r| r.map_err(super::since_v0_6::provider_error))
         };
-        // The kept messages of a named conversation are decoded here, for the record; an
-        // adapter that reads conversations itself gets none.
-        let request = match call.to_request() {
-            Ok(request) => request_to_wit(request),
-            Err(e) => return Ok(Err(PluginError::Failed(e))),
-        };
-        Ok(model
-            .call_complete(store, &request)
-            .await?
-            .map(|r| ServiceAnswer::Completion(Box::new(response_from_wit(r))))
-            .map_err(super::since_v0_6::provider_error))
+        match call {
+            ServiceCall::Complete(call) => {
+                let model = self.model.as_ref().ok_or_else(no_door)?;
+                // The kept messages of a named conversation are decoded here, for the record;
+                // an adapter that reads conversations itself gets none.
+                let request = match call.to_request() {
+                    Ok(request) => request_to_wit(request),
+                    Err(e) => return Ok(Err(PluginError::Failed(e))),
+                };
+                answered(
+                    model.call_complete(store, &request).await.map(|r| {
+                        r.map(|r| ServiceAnswer::Completion(Box::new(response_from_wit(r))))
+                    }),
+                )
+            }
+            ServiceCall::HookSessionStart(r) => {
+                let hooks = self.hooks.as_ref().ok_or_else(no_door)?;
+                let request = h::SessionStartRequest {
+                    session: r.session.clone(),
+                    source: r.source.clone(),
+                };
+                answered(hooks.call_session_start(store, &request).await.map(|r| {
+                    r.map(|c| {
+                        ServiceAnswer::HookContext(protocol::HookContext {
+                            context: c.context,
+                            errors: c.errors,
+                        })
+                    })
+                }))
+            }
+            ServiceCall::HookToolUse(r) => {
+                let hooks = self.hooks.as_ref().ok_or_else(no_door)?;
+                let call = h::ToolUse {
+                    tool: r.tool.clone(),
+                    arguments: r.arguments.to_string(),
+                    output: r.result.clone(),
+                    status: match r.status {
+                        protocol::HookToolStatus::Ok => h::ToolStatus::Ok,
+                        protocol::HookToolStatus::Error => h::ToolStatus::Error,
+                    },
+                };
+                answered(
+                    hooks
+                        .call_post_tool_use(store, &call)
+                        .await
+                        .map(|r| r.map(ServiceAnswer::HookAdded)),
+                )
+            }
+            ServiceCall::HookPrompt(r) => {
+                let hooks = self.hooks.as_ref().ok_or_else(no_door)?;
+                let request = h::PromptRequest {
+                    session: r.session.clone(),
+                    prompt: r.prompt.clone(),
+                };
+                answered(
+                    hooks
+                        .call_user_prompt_submit(store, &request)
+                        .await
+                        .map(|r| {
+                            r.map(|v| {
+                                ServiceAnswer::PromptVerdict(protocol::PromptVerdict {
+                                    blocked: v.blocked,
+                                    reason: v.reason,
+                                    context: v.context,
+                                })
+                            })
+                        }),
+                )
+            }
+            ServiceCall::HookStop(r) => {
+                let hooks = self.hooks.as_ref().ok_or_else(no_door)?;
+                let request = h::StopRequest {
+                    session: r.session.clone(),
+                    stop_hook_active: r.stop_hook_active,
+                };
+                answered(hooks.call_stop(store, &request).await.map(|r| {
+                    r.map(|v| {
+                        ServiceAnswer::StopVerdict(protocol::StopVerdict {
+                            errors: v.errors,
+                            go_on: v.go_on,
+                            reason: v.reason,
+                        })
+                    })
+                }))
+            }
+            _ => Err(no_door()),
+        }
     }
 }
