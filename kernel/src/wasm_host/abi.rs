@@ -84,6 +84,9 @@ const KEEL_PACKAGE: &str = "keel:plugin";
 /// The interface every plugin exports.
 const PLUGIN_INTERFACE: &str = "plugin";
 
+/// The person's hooks (0.7.0): a plugin may export it, never import it.
+const HOOKS_INTERFACE: &str = "hooks";
+
 /// What a component declares: the keel ABI version it targets, and the names of its imports
 /// and exports (e.g. `keel:plugin/log@0.2.0`, `wasi:cli/environment@0.2.6`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -306,6 +309,15 @@ pub fn check_imports(report: &ComponentReport, caps: &Capabilities) -> Vec<Strin
             continue;
         };
         if parts.package == KEEL_PACKAGE {
+            // The person's hooks are keel's to call: keel serves no import of them, so such a
+            // component never links.
+            if parts.interface == HOOKS_INTERFACE {
+                problems.push(format!(
+                    "import `{name}` cannot be satisfied by keel: only keel calls the person's \
+                     hooks; a plugin that runs them exports `{name}` (world `hooks-service`)"
+                ));
+                continue;
+            }
             // The doors that reach beyond the plugin need the capability that grants them.
             let missing = match parts.interface {
                 "http" if caps.network.is_empty() => {
@@ -449,6 +461,25 @@ mod tests {
             "wasi:filesystem/preopens@0.2.6",
         ]);
         assert!(check_imports(&report, &Capabilities::default()).is_empty());
+    }
+
+    /// No capability makes the person's hooks importable: keel links no such import.
+    #[test]
+    fn the_persons_hooks_are_never_an_import() {
+        let report = report_with(&["keel:plugin/hooks@0.7.0"]);
+        let everything = Capabilities {
+            network: vec!["*".into()],
+            exec: true,
+            agent: true,
+            processes: true,
+            ..Capabilities::default()
+        };
+        let problems = check_imports(&report, &everything);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("only keel calls the person's hooks"),
+            "{problems:?}"
+        );
     }
 
     #[test]

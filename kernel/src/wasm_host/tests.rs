@@ -1161,3 +1161,31 @@ async fn a_typed_service_export_of_another_shape_never_starts() {
             .is_ok()
     );
 }
+
+/// No plugin can call the person's hooks through ABI 0.7.0's typed `hooks`: keel serves no
+/// import of it, so a component importing it does not link (a load fails before anything
+/// runs), whatever the types it asks for.
+#[test]
+fn a_component_importing_the_persons_hooks_does_not_link() {
+    let text = PLUGIN_WAT.replacen(
+        "(component $C\n",
+        "(component $C\n  (import \"keel:plugin/hooks@0.7.0\" (instance $hooks\n    \
+         (export \"post-tool-use\" (func (param \"tool\" string) (result string)))\n  ))\n",
+        1,
+    );
+    assert_ne!(text, PLUGIN_WAT, "the import was added");
+    let host = host();
+    let err = host
+        .compile("hooked", &wat(&text))
+        .expect_err("must not link");
+    let message = err.to_string();
+    // Missing, not of another type: keel has no host side for it at all.
+    assert!(
+        message.contains("keel:plugin/hooks@0.7.0")
+            && message.contains("function implementation is missing"),
+        "{message}"
+    );
+    let report = inspect_component(&host, "hooked", &wat(&text)).expect("inspected");
+    let link = report.link_error.unwrap_or_default();
+    assert!(link.contains("keel:plugin/hooks@0.7.0"), "{link}");
+}
