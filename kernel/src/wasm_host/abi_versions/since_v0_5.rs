@@ -84,21 +84,6 @@ impl keel::plugin0_5_0::prompt_context::Host for StoreState {
     }
 }
 
-/// A message as a caller of the typed doors reads it.
-impl From<protocol::Message> for Message {
-    fn from(message: protocol::Message) -> Self {
-        super::conversions::message_to_wit(message)
-    }
-}
-
-/// A message a caller sent as a record (0.6.0's `compaction` `summarize`, `turns` `load`), in
-/// the kernel's vocabulary.
-impl From<Message> for protocol::Message {
-    fn from(message: Message) -> Self {
-        super::conversions::message_from_wit(message)
-    }
-}
-
 impl keel::plugin0_5_0::conversation::Host for StoreState {
     async fn read(&mut self, start: u32, end: u32) -> Result<Vec<Message>, KernelError> {
         let _host = self.meter.host_call();
@@ -110,7 +95,7 @@ impl keel::plugin0_5_0::conversation::Host for StoreState {
             .host
             .conversation_read(range)?
             .into_iter()
-            .map(Into::into)
+            .map(super::conversions::message_to_wit)
             .collect())
     }
 }

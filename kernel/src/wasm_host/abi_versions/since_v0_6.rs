@@ -16,6 +16,7 @@ use keel_protocol as protocol;
 use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre};
 
+use super::conversions;
 use super::since_v0_2::keel::plugin::types::KernelError;
 use crate::instance::PluginError;
 use crate::typed_services::{ServiceAnswer, ServiceCall};
@@ -87,9 +88,7 @@ mod provider_exports {
     });
 }
 
-use keel::plugin0_6_0::{
-    compaction, editor, memory, tool_registry, turns, verifier, verifier_types,
-};
+use keel::plugin0_6_0::{compaction, editor, memory, tool_registry, turns, verifier};
 use provider_exports::exports::keel::plugin0_6_0::{
     compaction as compaction_export, memory as memory_export, tool_registry as registry_export,
     turns as turns_export, verifier as verifier_export,
@@ -145,7 +144,11 @@ impl compaction::Host for StoreState {
     ) -> Result<String, KernelError> {
         let _host = self.meter.host_call();
         let call = ServiceCall::Summarize(protocol::SummarizeRequest {
-            messages: request.messages.into_iter().map(Into::into).collect(),
+            messages: request
+                .messages
+                .into_iter()
+                .map(conversions::message_from_wit)
+                .collect(),
             focus: request.focus,
             budget_chars: usize::try_from(request.budget_chars).unwrap_or(usize::MAX),
         });
@@ -189,39 +192,6 @@ impl tool_registry::Host for StoreState {
     }
 }
 
-/// A tool call's outcome, the verifier's request and its verdict between keel-protocol's types
-/// and the records a caller's import and a provider's export share (`verifier-types`; 0.7.0's
-/// `agent.dispatch` answers the outcome too).
-impl From<protocol::ToolOutcome> for verifier_types::ToolOutcome {
-    fn from(outcome: protocol::ToolOutcome) -> Self {
-        super::conversions::outcome_to_wit(outcome)
-    }
-}
-
-impl From<protocol::VerifyRequest> for verifier_types::VerifyRequest {
-    fn from(request: protocol::VerifyRequest) -> Self {
-        super::conversions::verify_request_to_wit(request)
-    }
-}
-
-impl From<verifier_types::VerifyRequest> for protocol::VerifyRequest {
-    fn from(request: verifier_types::VerifyRequest) -> Self {
-        super::conversions::verify_request_from_wit(request)
-    }
-}
-
-impl From<protocol::Verdict> for verifier_types::Verdict {
-    fn from(verdict: protocol::Verdict) -> Self {
-        super::conversions::verdict_to_wit(verdict)
-    }
-}
-
-impl From<verifier_types::Verdict> for protocol::Verdict {
-    fn from(verdict: verifier_types::Verdict) -> Self {
-        super::conversions::verdict_from_wit(verdict)
-    }
-}
-
 impl verifier::Host for StoreState {
     async fn verify(
         &mut self,
@@ -230,10 +200,12 @@ impl verifier::Host for StoreState {
         let _host = self.meter.host_call();
         match self
             .host
-            .call_typed(&ServiceCall::Verify(request.into()))
+            .call_typed(&ServiceCall::Verify(conversions::verify_request_from_wit(
+                request,
+            )))
             .await?
         {
-            ServiceAnswer::Verdict(verdict) => Ok(verdict.map(Into::into)),
+            ServiceAnswer::Verdict(verdict) => Ok(verdict.map(conversions::verdict_to_wit)),
             _ => Err(mismatched("verifier.verify")),
         }
     }
@@ -292,7 +264,11 @@ impl turns::Host for StoreState {
         let _host = self.meter.host_call();
         let call = ServiceCall::LoadConversation(protocol::LoadRequest {
             session: request.session,
-            messages: request.messages.into_iter().map(Into::into).collect(),
+            messages: request
+                .messages
+                .into_iter()
+                .map(conversions::message_from_wit)
+                .collect(),
             context_window: request.context_window,
         });
         match self.host.call_typed(&call).await? {
@@ -493,7 +469,12 @@ impl ServiceExports {
             ServiceCall::Summarize(request) => {
                 let compaction = self.compaction.as_ref().ok_or_else(no_door)?;
                 let request = compaction_export::SummarizeRequest {
-                    messages: request.messages.iter().cloned().map(Into::into).collect(),
+                    messages: request
+                        .messages
+                        .iter()
+                        .cloned()
+                        .map(conversions::message_to_wit)
+                        .collect(),
                     focus: request.focus.clone(),
                     budget_chars: u64::try_from(request.budget_chars).unwrap_or(u64::MAX),
                 };
@@ -562,7 +543,12 @@ impl ServiceExports {
                 let turns = self.turns.as_ref().ok_or_else(no_door)?;
                 let request = turns_export::LoadRequest {
                     session: request.session.clone(),
-                    messages: request.messages.iter().cloned().map(Into::into).collect(),
+                    messages: request
+                        .messages
+                        .iter()
+                        .cloned()
+                        .map(conversions::message_to_wit)
+                        .collect(),
                     context_window: request.context_window,
                 };
                 answered(
@@ -587,9 +573,9 @@ impl ServiceExports {
             }
             ServiceCall::Verify(request) => {
                 let verifier = self.verifier.as_ref().ok_or_else(no_door)?;
-                let request = verifier_types::VerifyRequest::from(request.clone());
+                let request = conversions::verify_request_to_wit(request.clone());
                 answered(verifier.call_verify(store, &request).await, |verdict| {
-                    ServiceAnswer::Verdict(verdict.map(Into::into))
+                    ServiceAnswer::Verdict(verdict.map(conversions::verdict_from_wit))
                 })
             }
             ServiceCall::Complete(_)

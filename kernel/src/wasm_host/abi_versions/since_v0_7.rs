@@ -20,6 +20,7 @@ use wasmtime::component::{Instance, InstancePre, Resource};
 use super::conversions::{
     model_request_from_wit as request_from_wit, model_request_to_wit as request_to_wit,
     model_response_from_wit as response_from_wit, model_response_to_wit as response_to_wit,
+    outcome_to_wit,
 };
 use super::since_v0_2::keel::plugin::types::KernelError;
 // The resources' methods are 0.2.0's and 0.3.0's numbered doors, the handle's representation
@@ -135,7 +136,7 @@ impl agent::Host for StoreState {
             .agent_dispatch_typed(&call_ids)
             .await
             .into_iter()
-            .map(Into::into)
+            .map(outcome_to_wit)
             .collect()
     }
 
@@ -144,7 +145,9 @@ impl agent::Host for StoreState {
         call_id: String,
     ) -> Result<verifier_types::ToolOutcome, KernelError> {
         let _host = self.meter.host_call();
-        Ok(self.host.agent_replay_typed(&call_id).await?.into())
+        Ok(outcome_to_wit(
+            self.host.agent_replay_typed(&call_id).await?,
+        ))
     }
 
     async fn cancelled(&mut self) -> bool {
