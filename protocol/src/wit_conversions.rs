@@ -361,3 +361,155 @@ macro_rules! wit_conversions {
         }
     };
 }
+
+/// Expands, in the invoking module, the conversions between the person's hooks' types
+/// ([`HookSessionStart`](crate::HookSessionStart) and the rest) and ABI 0.7.0's `hooks` records,
+/// both ways: the kernel sends requests and reads verdicts, the hooks plugin the other way
+/// round, so each side uses half (the other half is allowed to go unused). The invoking module
+/// names the binding's `hooks` interface in scope as `hooks`.
+#[macro_export]
+macro_rules! wit_hook_conversions {
+    () => {
+        /// A session-start request as the typed door carries it.
+        #[allow(dead_code)]
+        pub fn session_start_to_wit(r: $crate::HookSessionStart) -> hooks::SessionStartRequest {
+            hooks::SessionStartRequest {
+                session: r.session,
+                source: r.source,
+            }
+        }
+
+        /// A session-start request the typed door carried.
+        #[allow(dead_code)]
+        pub fn session_start_from_wit(r: hooks::SessionStartRequest) -> $crate::HookSessionStart {
+            $crate::HookSessionStart {
+                session: r.session,
+                source: r.source,
+            }
+        }
+
+        /// What the session-start hooks said, as the typed door carries it.
+        #[allow(dead_code)]
+        pub fn hook_context_to_wit(c: $crate::HookContext) -> hooks::HookContext {
+            hooks::HookContext {
+                context: c.context,
+                errors: c.errors,
+            }
+        }
+
+        /// What the session-start hooks said, as the typed door carried it.
+        #[allow(dead_code)]
+        pub fn hook_context_from_wit(c: hooks::HookContext) -> $crate::HookContext {
+            $crate::HookContext {
+                context: c.context,
+                errors: c.errors,
+            }
+        }
+
+        /// A tool call as the typed door carries it; its input as JSON text.
+        #[allow(dead_code)]
+        pub fn tool_use_to_wit(call: $crate::HookToolUse) -> hooks::ToolUse {
+            hooks::ToolUse {
+                tool: call.tool,
+                arguments: call.arguments.to_string(),
+                output: call.result,
+                status: match call.status {
+                    $crate::HookToolStatus::Ok => hooks::ToolStatus::Ok,
+                    $crate::HookToolStatus::Error => hooks::ToolStatus::Error,
+                },
+            }
+        }
+
+        /// A tool call the typed door carried; input that is not JSON is none (`null`), as the
+        /// agent loop records it.
+        #[allow(dead_code)]
+        pub fn tool_use_from_wit(call: hooks::ToolUse) -> $crate::HookToolUse {
+            $crate::HookToolUse {
+                tool: call.tool,
+                arguments: $crate::__serde_json::from_str(&call.arguments)
+                    .unwrap_or($crate::__serde_json::Value::Null),
+                result: call.output,
+                status: match call.status {
+                    hooks::ToolStatus::Ok => $crate::HookToolStatus::Ok,
+                    hooks::ToolStatus::Error => $crate::HookToolStatus::Error,
+                },
+            }
+        }
+
+        /// A prompt as the typed door carries it.
+        #[allow(dead_code)]
+        pub fn prompt_to_wit(r: $crate::HookPrompt) -> hooks::PromptRequest {
+            hooks::PromptRequest {
+                session: r.session,
+                prompt: r.prompt,
+            }
+        }
+
+        /// A prompt the typed door carried.
+        #[allow(dead_code)]
+        pub fn prompt_from_wit(r: hooks::PromptRequest) -> $crate::HookPrompt {
+            $crate::HookPrompt {
+                session: r.session,
+                prompt: r.prompt,
+            }
+        }
+
+        /// What the user-prompt-submit hooks decided, as the typed door carries it.
+        #[allow(dead_code)]
+        pub fn prompt_verdict_to_wit(v: $crate::PromptVerdict) -> hooks::PromptVerdict {
+            hooks::PromptVerdict {
+                blocked: v.blocked,
+                reason: v.reason,
+                context: v.context,
+            }
+        }
+
+        /// What the user-prompt-submit hooks decided, as the typed door carried it.
+        #[allow(dead_code)]
+        pub fn prompt_verdict_from_wit(v: hooks::PromptVerdict) -> $crate::PromptVerdict {
+            $crate::PromptVerdict {
+                blocked: v.blocked,
+                reason: v.reason,
+                context: v.context,
+            }
+        }
+
+        /// A turn's end as the typed door carries it.
+        #[allow(dead_code)]
+        pub fn stop_to_wit(r: $crate::HookStop) -> hooks::StopRequest {
+            hooks::StopRequest {
+                session: r.session,
+                stop_hook_active: r.stop_hook_active,
+            }
+        }
+
+        /// A turn's end the typed door carried.
+        #[allow(dead_code)]
+        pub fn stop_from_wit(r: hooks::StopRequest) -> $crate::HookStop {
+            $crate::HookStop {
+                session: r.session,
+                stop_hook_active: r.stop_hook_active,
+            }
+        }
+
+        /// What the stop hooks decided, as the typed door carries it.
+        #[allow(dead_code)]
+        pub fn stop_verdict_to_wit(v: $crate::StopVerdict) -> hooks::StopVerdict {
+            hooks::StopVerdict {
+                errors: v.errors,
+                go_on: v.go_on,
+                reason: v.reason,
+            }
+        }
+
+        /// What the stop hooks decided, as the typed door carried it.
+        #[allow(dead_code)]
+        pub fn stop_verdict_from_wit(v: hooks::StopVerdict) -> $crate::StopVerdict {
+            $crate::StopVerdict {
+                errors: v.errors,
+                go_on: v.go_on,
+                reason: v.reason,
+            }
+        }
+    };
+}

@@ -555,33 +555,25 @@ use typed::exports::keel::plugin0_7_0::hooks as hooks_export;
 
 struct TypedHooks;
 
+/// The person's hooks' types and the `hooks` export's records, by the macro the kernel expands
+/// too.
+mod hook_records {
+    use super::hooks_export as hooks;
+
+    keel_protocol::wit_hook_conversions!();
+}
+
 impl hooks_export::Guest for TypedHooks {
     fn session_start(
         request: hooks_export::SessionStartRequest,
     ) -> Result<hooks_export::HookContext, RawKernelError> {
-        let request = HookSessionStart {
-            session: request.session,
-            source: request.source,
-        };
+        let request = hook_records::session_start_from_wit(request);
         let said = keel_sdk::with_plugin(|hooks: &mut Hooks| hooks.session_start(&request))?;
-        Ok(hooks_export::HookContext {
-            context: said.context,
-            errors: said.errors,
-        })
+        Ok(hook_records::hook_context_to_wit(said))
     }
 
     fn post_tool_use(call: hooks_export::ToolUse) -> Result<String, RawKernelError> {
-        let call = HookToolUse {
-            tool: call.tool,
-            // The model's arguments; what does not parse is no input, as the agent loop
-            // records it.
-            arguments: serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
-            result: call.output,
-            status: match call.status {
-                hooks_export::ToolStatus::Ok => HookToolStatus::Ok,
-                hooks_export::ToolStatus::Error => HookToolStatus::Error,
-            },
-        };
+        let call = hook_records::tool_use_from_wit(call);
         Ok(keel_sdk::with_plugin(|hooks: &mut Hooks| {
             hooks.post_tool_use(&call)
         })?)
@@ -590,32 +582,18 @@ impl hooks_export::Guest for TypedHooks {
     fn user_prompt_submit(
         request: hooks_export::PromptRequest,
     ) -> Result<hooks_export::PromptVerdict, RawKernelError> {
-        let request = HookPrompt {
-            session: request.session,
-            prompt: request.prompt,
-        };
+        let request = hook_records::prompt_from_wit(request);
         let verdict =
             keel_sdk::with_plugin(|hooks: &mut Hooks| hooks.user_prompt_submit(&request))?;
-        Ok(hooks_export::PromptVerdict {
-            blocked: verdict.blocked,
-            reason: verdict.reason,
-            context: verdict.context,
-        })
+        Ok(hook_records::prompt_verdict_to_wit(verdict))
     }
 
     fn stop(
         request: hooks_export::StopRequest,
     ) -> Result<hooks_export::StopVerdict, RawKernelError> {
-        let request = HookStop {
-            session: request.session,
-            stop_hook_active: request.stop_hook_active,
-        };
+        let request = hook_records::stop_from_wit(request);
         let verdict = keel_sdk::with_plugin(|hooks: &mut Hooks| hooks.stop(&request))?;
-        Ok(hooks_export::StopVerdict {
-            errors: verdict.errors,
-            go_on: verdict.go_on,
-            reason: verdict.reason,
-        })
+        Ok(hook_records::stop_verdict_to_wit(verdict))
     }
 }
 

@@ -13,7 +13,6 @@
 //! records of `model-types` are shared by both sides' bindings, so one conversion
 //! (`super::conversions`) serves them.
 
-use keel_protocol as protocol;
 use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre, Resource};
 
@@ -248,6 +247,14 @@ impl processes::HostProcess for StoreState {
     }
 }
 
+/// The person's hooks' types and the `hooks` export's records, by the macro the hooks plugin
+/// expands too.
+mod hook_records {
+    use super::hooks_export as hooks;
+
+    keel_protocol::wit_hook_conversions!();
+}
+
 /// Where each typed service a component exports (0.7.0's `model`, `hooks`) is, found when it
 /// is linked.
 #[derive(Default)]
@@ -328,7 +335,6 @@ impl ServiceExports {
         store: &mut Store<StoreState>,
         call: &ServiceCall,
     ) -> wasmtime::Result<Result<ServiceAnswer, PluginError>> {
-        use hooks_export as h;
         let no_door =
             || wasmtime::format_err!("the instance has no typed door for `{}`", call.service());
         let answered = |answer: wasmtime::Result<Result<ServiceAnswer, KernelError>>| {
@@ -351,30 +357,14 @@ impl ServiceExports {
             }
             ServiceCall::HookSessionStart(r) => {
                 let hooks = self.hooks.as_ref().ok_or_else(no_door)?;
-                let request = h::SessionStartRequest {
-                    session: r.session.clone(),
-                    source: r.source.clone(),
-                };
+                let request = hook_records::session_start_to_wit(r.clone());
                 answered(hooks.call_session_start(store, &request).await.map(|r| {
-                    r.map(|c| {
-                        ServiceAnswer::HookContext(protocol::HookContext {
-                            context: c.context,
-                            errors: c.errors,
-                        })
-                    })
+                    r.map(|c| ServiceAnswer::HookContext(hook_records::hook_context_from_wit(c)))
                 }))
             }
             ServiceCall::HookToolUse(r) => {
                 let hooks = self.hooks.as_ref().ok_or_else(no_door)?;
-                let call = h::ToolUse {
-                    tool: r.tool.clone(),
-                    arguments: r.arguments.to_string(),
-                    output: r.result.clone(),
-                    status: match r.status {
-                        protocol::HookToolStatus::Ok => h::ToolStatus::Ok,
-                        protocol::HookToolStatus::Error => h::ToolStatus::Error,
-                    },
-                };
+                let call = hook_records::tool_use_to_wit(r.clone());
                 answered(
                     hooks
                         .call_post_tool_use(store, &call)
@@ -384,39 +374,25 @@ impl ServiceExports {
             }
             ServiceCall::HookPrompt(r) => {
                 let hooks = self.hooks.as_ref().ok_or_else(no_door)?;
-                let request = h::PromptRequest {
-                    session: r.session.clone(),
-                    prompt: r.prompt.clone(),
-                };
+                let request = hook_records::prompt_to_wit(r.clone());
                 answered(
                     hooks
                         .call_user_prompt_submit(store, &request)
                         .await
                         .map(|r| {
                             r.map(|v| {
-                                ServiceAnswer::PromptVerdict(protocol::PromptVerdict {
-                                    blocked: v.blocked,
-                                    reason: v.reason,
-                                    context: v.context,
-                                })
+                                ServiceAnswer::PromptVerdict(hook_records::prompt_verdict_from_wit(
+                                    v,
+                                ))
                             })
                         }),
                 )
             }
             ServiceCall::HookStop(r) => {
                 let hooks = self.hooks.as_ref().ok_or_else(no_door)?;
-                let request = h::StopRequest {
-                    session: r.session.clone(),
-                    stop_hook_active: r.stop_hook_active,
-                };
+                let request = hook_records::stop_to_wit(r.clone());
                 answered(hooks.call_stop(store, &request).await.map(|r| {
-                    r.map(|v| {
-                        ServiceAnswer::StopVerdict(protocol::StopVerdict {
-                            errors: v.errors,
-                            go_on: v.go_on,
-                            reason: v.reason,
-                        })
-                    })
+                    r.map(|v| ServiceAnswer::StopVerdict(hook_records::stop_verdict_from_wit(v)))
                 }))
             }
             _ => Err(no_door()),
