@@ -13,9 +13,10 @@
 
 use keel_protocol::{
     CompactRequest, Compacted, HookContext, HookPrompt, HookSessionStart, HookStop, HookToolUse,
-    LoadRequest, Message, ModelRequest, ModelResponse, PromptVerdict, RecallRequest, RecalledEntry,
-    Resolution, ResolveRequest, StopVerdict, SummarizeRequest, ToolDef, TurnReport, TurnRequest,
-    Verdict, VerifyRequest, services,
+    LoadRequest, LogHealth, LogRead, LoggedConversation, Message, ModelRequest, ModelResponse,
+    PromptVerdict, RecallRequest, RecalledEntry, Resolution, ResolveRequest, SessionEvent,
+    SessionSummary, StopVerdict, SummarizeRequest, ToolDef, TurnReport, TurnRequest, Verdict,
+    VerifyRequest, services,
 };
 
 /// The service of the person's hooks, which only keel calls.
@@ -121,6 +122,25 @@ pub enum ServiceCall {
     HookPrompt(HookPrompt),
     /// `hooks` `stop`.
     HookStop(HookStop),
+    /// `session-log` `append`.
+    LogAppend(Box<SessionEvent>),
+    /// `session-log` `started`: the agent loop is about to run `calls` of `session`.
+    LogStarted {
+        /// The session.
+        session: String,
+        /// The calls' ids.
+        calls: Vec<String>,
+    },
+    /// `session-log` `list`.
+    LogList,
+    /// `session-log` `read` of a session.
+    LogRead(String),
+    /// `session-log` `conversation` of a session.
+    LogConversation(String),
+    /// `session-log` `resume` of a session.
+    LogResume(String),
+    /// `session-log` `health`.
+    LogHealth,
 }
 
 /// What a typed service answered.
@@ -152,6 +172,16 @@ pub enum ServiceAnswer {
     PromptVerdict(PromptVerdict),
     /// `hooks` `stop`: what the hooks decided.
     StopVerdict(StopVerdict),
+    /// `session-log` `append` and `started`: the entry's position in its log.
+    Appended(u64),
+    /// `session-log` `list`: every session, most recently active first.
+    Sessions(Vec<SessionSummary>),
+    /// `session-log` `read`: a log's entries.
+    LogRead(LogRead),
+    /// `session-log` `conversation` and `resume`: the conversation a log rebuilds.
+    Conversation(Box<LoggedConversation>),
+    /// `session-log` `health`.
+    LogHealth(LogHealth),
 }
 
 impl ServiceCall {
@@ -170,6 +200,13 @@ impl ServiceCall {
             | ServiceCall::HookToolUse(_)
             | ServiceCall::HookPrompt(_)
             | ServiceCall::HookStop(_) => HOOKS,
+            ServiceCall::LogAppend(_)
+            | ServiceCall::LogStarted { .. }
+            | ServiceCall::LogList
+            | ServiceCall::LogRead(_)
+            | ServiceCall::LogConversation(_)
+            | ServiceCall::LogResume(_)
+            | ServiceCall::LogHealth => services::SESSION_LOG,
         }
     }
 
@@ -189,6 +226,13 @@ impl ServiceCall {
             ServiceCall::HookToolUse(_) => "post-tool-use",
             ServiceCall::HookPrompt(_) => "user-prompt-submit",
             ServiceCall::HookStop(_) => "stop",
+            ServiceCall::LogAppend(_) => "append",
+            ServiceCall::LogStarted { .. } => "started",
+            ServiceCall::LogList => "list",
+            ServiceCall::LogRead(_) => "read",
+            ServiceCall::LogConversation(_) => "conversation",
+            ServiceCall::LogResume(_) => "resume",
+            ServiceCall::LogHealth => "health",
         }
     }
 
@@ -209,6 +253,20 @@ impl ServiceCall {
             ServiceCall::HookToolUse(request) => serde_json::to_string(request),
             ServiceCall::HookPrompt(request) => serde_json::to_string(request),
             ServiceCall::HookStop(request) => serde_json::to_string(request),
+            ServiceCall::LogAppend(event) => serde_json::to_string(event),
+            // The JSON door takes the entry `started` records.
+            ServiceCall::LogStarted { session, calls } => {
+                serde_json::to_string(&SessionEvent::ToolStarted {
+                    session: session.clone(),
+                    calls: calls.clone(),
+                })
+            }
+            ServiceCall::LogList | ServiceCall::LogHealth => Ok("{}".to_owned()),
+            ServiceCall::LogRead(session)
+            | ServiceCall::LogConversation(session)
+            | ServiceCall::LogResume(session) => {
+                serde_json::to_string(&serde_json::json!({ "session": session }))
+            }
         }
         // Plain records of strings, numbers and lists: nothing here fails to serialize.
         .unwrap_or_default()
@@ -264,6 +322,30 @@ impl ServiceCall {
             ServiceCall::HookStop(_) => serde_json::from_str(text)
                 .map(ServiceAnswer::StopVerdict)
                 .map_err(malformed),
+            // The JSON door answers `{"seq": n}`.
+            ServiceCall::LogAppend(_) | ServiceCall::LogStarted { .. } => {
+                #[derive(serde::Deserialize)]
+                struct Seq {
+                    seq: u64,
+                }
+                serde_json::from_str::<Seq>(text)
+                    .map(|s| ServiceAnswer::Appended(s.seq))
+                    .map_err(malformed)
+            }
+            ServiceCall::LogList => serde_json::from_str(text)
+                .map(ServiceAnswer::Sessions)
+                .map_err(malformed),
+            ServiceCall::LogRead(_) => serde_json::from_str(text)
+                .map(ServiceAnswer::LogRead)
+                .map_err(malformed),
+            ServiceCall::LogConversation(_) | ServiceCall::LogResume(_) => {
+                serde_json::from_str(text)
+                    .map(|c| ServiceAnswer::Conversation(Box::new(c)))
+                    .map_err(malformed)
+            }
+            ServiceCall::LogHealth => serde_json::from_str(text)
+                .map(ServiceAnswer::LogHealth)
+                .map_err(malformed),
         }
     }
 
@@ -292,6 +374,14 @@ impl ServiceCall {
             ServiceCall::HookToolUse(r) => r.tool.len() + r.result.len(),
             ServiceCall::HookPrompt(r) => r.session.len() + r.prompt.len(),
             ServiceCall::HookStop(r) => r.session.len(),
+            ServiceCall::LogAppend(event) => event_bytes(event),
+            ServiceCall::LogStarted { session, calls } => {
+                session.len() + calls.iter().map(String::len).sum::<usize>()
+            }
+            ServiceCall::LogRead(session)
+            | ServiceCall::LogConversation(session)
+            | ServiceCall::LogResume(session) => session.len(),
+            ServiceCall::LogList | ServiceCall::LogHealth => 0,
         }
     }
 }
@@ -350,10 +440,34 @@ impl ServiceAnswer {
             ServiceAnswer::HookAdded(text) => text.len(),
             ServiceAnswer::PromptVerdict(v) => v.reason.len() + v.context.len(),
             ServiceAnswer::StopVerdict(v) => v.reason.len(),
-            ServiceAnswer::Resolution(_)
+            ServiceAnswer::Sessions(sessions) => sessions
+                .iter()
+                .map(|s| s.id.len() + s.preview.as_ref().map_or(0, String::len))
+                .sum(),
+            ServiceAnswer::LogRead(read) => read.lines.iter().map(|l| event_bytes(&l.event)).sum(),
+            ServiceAnswer::Conversation(c) => messages_bytes(&c.messages),
+            ServiceAnswer::LogHealth(h) => h.error.as_ref().map_or(0, String::len),
+            ServiceAnswer::Appended(_)
+            | ServiceAnswer::Resolution(_)
             | ServiceAnswer::Loaded(_)
             | ServiceAnswer::Compacted(_) => 0,
         }
+    }
+}
+
+/// About how many bytes a log entry carries (its messages' and outcomes' strings).
+fn event_bytes(event: &SessionEvent) -> usize {
+    match event {
+        SessionEvent::Message { message, .. } => messages_bytes(std::slice::from_ref(message)),
+        SessionEvent::ToolOutcome { outcome, .. } => outcome.content.len(),
+        SessionEvent::Context { system, .. } => system.len(),
+        SessionEvent::Compacted { summary, .. } => summary.len(),
+        SessionEvent::Subagent { event, .. } => event_bytes(event),
+        SessionEvent::Verdict { verdict, .. } => verdict.evidence.len(),
+        SessionEvent::SessionStarted { .. }
+        | SessionEvent::ToolStarted { .. }
+        | SessionEvent::Rewound { .. }
+        | SessionEvent::TurnEnded { .. } => 0,
     }
 }
 

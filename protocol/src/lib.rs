@@ -1094,6 +1094,93 @@ pub struct LogLine {
     pub event: SessionEvent,
 }
 
+/// A line of a log that was skipped while reading it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogWarning {
+    /// 1-based line number in the file.
+    pub line: usize,
+    /// What was wrong.
+    pub message: String,
+}
+
+/// The entries of a log, and what had to be skipped (`session-log` `read`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LogRead {
+    /// The entries that parsed, in file order.
+    pub lines: Vec<LogLine>,
+    /// The lines that were skipped.
+    pub warnings: Vec<LogWarning>,
+}
+
+/// One session as `session-log` `list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionSummary {
+    /// The session id.
+    pub id: String,
+    /// Time of the first entry (ms since the Unix epoch), if any.
+    #[serde(default)]
+    pub first_time_ms: Option<u64>,
+    /// Time of the last entry, if any.
+    #[serde(default)]
+    pub last_time_ms: Option<u64>,
+    /// Entries that parsed.
+    #[serde(default)]
+    pub entries: usize,
+    /// The start of the first user message, flattened to one line.
+    #[serde(default)]
+    pub preview: Option<String>,
+    /// The workspace the session began in, as its first `session_started` entry says (an
+    /// editor lists a project's sessions by it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// Lines skipped while reading.
+    #[serde(default)]
+    pub warnings: usize,
+    /// Why the log could not be read (the others are still listed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The system prompt and tools a log recorded last.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoggedContext {
+    /// The system prompt.
+    pub system: String,
+    /// The tools offered.
+    pub tools: Vec<ToolDef>,
+}
+
+/// A session's conversation as the next model request would carry it, rebuilt from its log
+/// and repaired so every tool call has its result (`session-log` `conversation` and `resume`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoggedConversation {
+    /// The messages, oldest first.
+    pub messages: Vec<Message>,
+    /// The latest context, if any was logged.
+    #[serde(default)]
+    pub context: Option<LoggedContext>,
+    /// The context window a provider's refusal showed, as the latest compaction recorded it.
+    #[serde(default)]
+    pub context_window: Option<u64>,
+    /// The lines skipped while reading.
+    #[serde(default)]
+    pub warnings: Vec<LogWarning>,
+    /// What the rebuild had to mend, in words (empty for a log written whole).
+    #[serde(default)]
+    pub repairs: Vec<String>,
+}
+
+/// Whether a session log wrote every entry since it was last asked (`session-log` `health`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogHealth {
+    /// Entries that could not be written (a full disk).
+    #[serde(default)]
+    pub failed: u64,
+    /// The last error, if any.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

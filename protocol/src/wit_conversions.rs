@@ -513,3 +513,421 @@ macro_rules! wit_hook_conversions {
         }
     };
 }
+
+/// Expands, in the invoking module, the conversions between the session log's types
+/// ([`SessionEvent`](crate::SessionEvent), [`LogRead`](crate::LogRead),
+/// [`SessionSummary`](crate::SessionSummary), [`LoggedConversation`](crate::LoggedConversation),
+/// [`LogHealth`](crate::LogHealth)) and ABI 0.8.0's `session-log-types` records, both ways
+/// (the kernel and the log's callers use one half, the log the other; the rest may go
+/// unused). The invoking module names that interface in scope as `session_log_types`, besides
+/// what [`wit_conversions!`](crate::wit_conversions) needs, and has `wit_conversions!`'s
+/// functions in scope (expand both in the same module).
+///
+/// A child agent's entry ([`SessionEvent::Subagent`](crate::SessionEvent::Subagent), which
+/// nests the child's entry) crosses flat: the chain of children it came through, outermost
+/// first, and the innermost entry.
+#[macro_export]
+macro_rules! wit_session_log_conversions {
+    () => {
+        fn turn_end_to_wit(end: $crate::TurnEnd) -> turns::TurnEnd {
+            match end {
+                $crate::TurnEnd::Completed => turns::TurnEnd::Completed,
+                $crate::TurnEnd::Interrupted => turns::TurnEnd::Interrupted,
+                $crate::TurnEnd::StepLimit => turns::TurnEnd::StepLimit,
+                $crate::TurnEnd::LoopGuard => turns::TurnEnd::LoopGuard,
+                $crate::TurnEnd::Cancelled => turns::TurnEnd::Cancelled,
+                $crate::TurnEnd::ModelError => turns::TurnEnd::ModelError,
+            }
+        }
+
+        fn turn_end_from_wit(end: turns::TurnEnd) -> $crate::TurnEnd {
+            match end {
+                turns::TurnEnd::Completed => $crate::TurnEnd::Completed,
+                turns::TurnEnd::Interrupted => $crate::TurnEnd::Interrupted,
+                turns::TurnEnd::StepLimit => $crate::TurnEnd::StepLimit,
+                turns::TurnEnd::LoopGuard => $crate::TurnEnd::LoopGuard,
+                turns::TurnEnd::Cancelled => $crate::TurnEnd::Cancelled,
+                turns::TurnEnd::ModelError => $crate::TurnEnd::ModelError,
+            }
+        }
+
+        fn stop_reason_to_wit(reason: $crate::StopReason) -> model_types::StopReason {
+            match reason {
+                $crate::StopReason::EndTurn => model_types::StopReason::EndTurn,
+                $crate::StopReason::ToolUse => model_types::StopReason::ToolUse,
+                $crate::StopReason::MaxTokens => model_types::StopReason::MaxTokens,
+                $crate::StopReason::StopSequence => model_types::StopReason::StopSequence,
+                $crate::StopReason::Refusal => model_types::StopReason::Refusal,
+                $crate::StopReason::Interrupted => model_types::StopReason::Interrupted,
+            }
+        }
+
+        fn stop_reason_from_wit(reason: model_types::StopReason) -> $crate::StopReason {
+            match reason {
+                model_types::StopReason::EndTurn => $crate::StopReason::EndTurn,
+                model_types::StopReason::ToolUse => $crate::StopReason::ToolUse,
+                model_types::StopReason::MaxTokens => $crate::StopReason::MaxTokens,
+                model_types::StopReason::StopSequence => $crate::StopReason::StopSequence,
+                model_types::StopReason::Refusal => $crate::StopReason::Refusal,
+                model_types::StopReason::Interrupted => $crate::StopReason::Interrupted,
+            }
+        }
+
+        fn count_from_wit(n: u64) -> usize {
+            usize::try_from(n).unwrap_or(usize::MAX)
+        }
+
+        fn context_to_wit(
+            system: String,
+            tools: Vec<$crate::ToolDef>,
+        ) -> session_log_types::Context {
+            session_log_types::Context {
+                system,
+                tools: tools.into_iter().map(tool_def_to_wit).collect(),
+            }
+        }
+
+        fn tools_from_wit(
+            tools: Vec<tool_registry::ToolDef>,
+        ) -> Result<Vec<$crate::ToolDef>, String> {
+            tools.into_iter().map(tool_def_from_wit).collect()
+        }
+
+        /// A log entry as the typed door carries it: a child's entry flat, the chain of
+        /// children it came through first.
+        #[allow(dead_code)]
+        pub fn session_event_to_wit(
+            event: $crate::SessionEvent,
+        ) -> session_log_types::SessionEvent {
+            use session_log_types::Entry;
+            let mut through = Vec::new();
+            let mut event = event;
+            let (session, entry) = loop {
+                break match event {
+                    $crate::SessionEvent::Subagent {
+                        session,
+                        parent_call,
+                        child,
+                        label,
+                        event: inner,
+                    } => {
+                        through.push(session_log_types::SubagentFrame {
+                            session,
+                            parent_call,
+                            child,
+                            label,
+                        });
+                        event = *inner;
+                        continue;
+                    }
+                    $crate::SessionEvent::SessionStarted {
+                        session,
+                        workspace,
+                        model,
+                    } => (
+                        session,
+                        Entry::SessionStarted(session_log_types::SessionStarted {
+                            workspace,
+                            model,
+                        }),
+                    ),
+                    $crate::SessionEvent::Context {
+                        session,
+                        system,
+                        tools,
+                    } => (session, Entry::Context(context_to_wit(system, tools))),
+                    $crate::SessionEvent::Message {
+                        session,
+                        message,
+                        stop_reason,
+                        usage,
+                    } => (
+                        session,
+                        Entry::Message(session_log_types::LoggedMessage {
+                            message: message_to_wit(message),
+                            stop_reason: stop_reason.map(stop_reason_to_wit),
+                            usage: usage.map(|u| turns::Usage {
+                                input_tokens: u.input_tokens,
+                                output_tokens: u.output_tokens,
+                                cache_read_tokens: u.cache_read_tokens,
+                                cache_write_tokens: u.cache_write_tokens,
+                            }),
+                        }),
+                    ),
+                    $crate::SessionEvent::ToolOutcome { session, outcome } => {
+                        (session, Entry::ToolOutcome(outcome_to_wit(outcome)))
+                    }
+                    $crate::SessionEvent::ToolStarted { session, calls } => {
+                        (session, Entry::ToolStarted(calls))
+                    }
+                    $crate::SessionEvent::Verdict { session, verdict } => {
+                        (session, Entry::Verdict(verdict_to_wit(verdict)))
+                    }
+                    $crate::SessionEvent::Compacted {
+                        session,
+                        replaced,
+                        summary,
+                        reason,
+                        tokens_before,
+                        tokens_after,
+                        context_window,
+                    } => (
+                        session,
+                        Entry::Compacted(session_log_types::Compacted {
+                            replaced: replaced as u64,
+                            summary,
+                            reason,
+                            tokens_before,
+                            tokens_after,
+                            context_window,
+                        }),
+                    ),
+                    $crate::SessionEvent::Rewound {
+                        session,
+                        keep,
+                        turn,
+                        checkpoint,
+                    } => (
+                        session,
+                        Entry::Rewound(session_log_types::Rewound {
+                            keep: keep as u64,
+                            turn,
+                            checkpoint,
+                        }),
+                    ),
+                    $crate::SessionEvent::TurnEnded {
+                        session,
+                        end,
+                        detail,
+                    } => (
+                        session,
+                        Entry::TurnEnded(session_log_types::TurnEnded {
+                            end: turn_end_to_wit(end),
+                            detail,
+                        }),
+                    ),
+                };
+            };
+            session_log_types::SessionEvent {
+                through,
+                session,
+                entry,
+            }
+        }
+
+        /// A log entry the typed door carried; a tool whose input schema is not JSON is
+        /// refused, naming it.
+        #[allow(dead_code)]
+        pub fn session_event_from_wit(
+            event: session_log_types::SessionEvent,
+        ) -> Result<$crate::SessionEvent, String> {
+            use session_log_types::Entry;
+            let session = event.session;
+            let mut built = match event.entry {
+                Entry::SessionStarted(s) => $crate::SessionEvent::SessionStarted {
+                    session,
+                    workspace: s.workspace,
+                    model: s.model,
+                },
+                Entry::Context(c) => $crate::SessionEvent::Context {
+                    session,
+                    system: c.system,
+                    tools: tools_from_wit(c.tools)?,
+                },
+                Entry::Message(m) => $crate::SessionEvent::Message {
+                    session,
+                    message: message_from_wit(m.message),
+                    stop_reason: m.stop_reason.map(stop_reason_from_wit),
+                    usage: m.usage.map(|u| $crate::Usage {
+                        input_tokens: u.input_tokens,
+                        output_tokens: u.output_tokens,
+                        cache_read_tokens: u.cache_read_tokens,
+                        cache_write_tokens: u.cache_write_tokens,
+                    }),
+                },
+                Entry::ToolOutcome(outcome) => $crate::SessionEvent::ToolOutcome {
+                    session,
+                    outcome: outcome_from_wit(outcome),
+                },
+                Entry::ToolStarted(calls) => $crate::SessionEvent::ToolStarted { session, calls },
+                Entry::Verdict(verdict) => $crate::SessionEvent::Verdict {
+                    session,
+                    verdict: verdict_from_wit(verdict),
+                },
+                Entry::Compacted(c) => $crate::SessionEvent::Compacted {
+                    session,
+                    replaced: count_from_wit(c.replaced),
+                    summary: c.summary,
+                    reason: c.reason,
+                    tokens_before: c.tokens_before,
+                    tokens_after: c.tokens_after,
+                    context_window: c.context_window,
+                },
+                Entry::Rewound(r) => $crate::SessionEvent::Rewound {
+                    session,
+                    keep: count_from_wit(r.keep),
+                    turn: r.turn,
+                    checkpoint: r.checkpoint,
+                },
+                Entry::TurnEnded(t) => $crate::SessionEvent::TurnEnded {
+                    session,
+                    end: turn_end_from_wit(t.end),
+                    detail: t.detail,
+                },
+            };
+            // The innermost child first: each frame wraps what is inside it.
+            for frame in event.through.into_iter().rev() {
+                built = $crate::SessionEvent::Subagent {
+                    session: frame.session,
+                    parent_call: frame.parent_call,
+                    child: frame.child,
+                    label: frame.label,
+                    event: Box::new(built),
+                };
+            }
+            Ok(built)
+        }
+
+        fn log_warning_to_wit(w: $crate::LogWarning) -> session_log_types::LogWarning {
+            session_log_types::LogWarning {
+                line: w.line as u64,
+                message: w.message,
+            }
+        }
+
+        fn log_warning_from_wit(w: session_log_types::LogWarning) -> $crate::LogWarning {
+            $crate::LogWarning {
+                line: count_from_wit(w.line),
+                message: w.message,
+            }
+        }
+
+        /// A log's entries as the typed door carries them.
+        #[allow(dead_code)]
+        pub fn log_read_to_wit(read: $crate::LogRead) -> session_log_types::LogRead {
+            session_log_types::LogRead {
+                lines: read
+                    .lines
+                    .into_iter()
+                    .map(|line| session_log_types::LogLine {
+                        seq: line.seq,
+                        time_ms: line.time_ms,
+                        event: session_event_to_wit(line.event),
+                    })
+                    .collect(),
+                warnings: read.warnings.into_iter().map(log_warning_to_wit).collect(),
+            }
+        }
+
+        /// A log's entries the typed door carried.
+        #[allow(dead_code)]
+        pub fn log_read_from_wit(
+            read: session_log_types::LogRead,
+        ) -> Result<$crate::LogRead, String> {
+            Ok($crate::LogRead {
+                lines: read
+                    .lines
+                    .into_iter()
+                    .map(|line| {
+                        Ok($crate::LogLine {
+                            seq: line.seq,
+                            time_ms: line.time_ms,
+                            event: session_event_from_wit(line.event)?,
+                        })
+                    })
+                    .collect::<Result<_, String>>()?,
+                warnings: read
+                    .warnings
+                    .into_iter()
+                    .map(log_warning_from_wit)
+                    .collect(),
+            })
+        }
+
+        /// A listed session as the typed door carries it.
+        #[allow(dead_code)]
+        pub fn session_summary_to_wit(
+            s: $crate::SessionSummary,
+        ) -> session_log_types::SessionSummary {
+            session_log_types::SessionSummary {
+                id: s.id,
+                first_time_ms: s.first_time_ms,
+                last_time_ms: s.last_time_ms,
+                entries: s.entries as u64,
+                preview: s.preview,
+                workspace: s.workspace,
+                warnings: s.warnings as u64,
+                error: s.error,
+            }
+        }
+
+        /// A listed session the typed door carried.
+        #[allow(dead_code)]
+        pub fn session_summary_from_wit(
+            s: session_log_types::SessionSummary,
+        ) -> $crate::SessionSummary {
+            $crate::SessionSummary {
+                id: s.id,
+                first_time_ms: s.first_time_ms,
+                last_time_ms: s.last_time_ms,
+                entries: count_from_wit(s.entries),
+                preview: s.preview,
+                workspace: s.workspace,
+                warnings: count_from_wit(s.warnings),
+                error: s.error,
+            }
+        }
+
+        /// A logged conversation as the typed door carries it.
+        #[allow(dead_code)]
+        pub fn logged_conversation_to_wit(
+            c: $crate::LoggedConversation,
+        ) -> session_log_types::LoggedConversation {
+            session_log_types::LoggedConversation {
+                messages: c.messages.into_iter().map(message_to_wit).collect(),
+                context: c.context.map(|c| context_to_wit(c.system, c.tools)),
+                context_window: c.context_window,
+                warnings: c.warnings.into_iter().map(log_warning_to_wit).collect(),
+                repairs: c.repairs,
+            }
+        }
+
+        /// A logged conversation the typed door carried.
+        #[allow(dead_code)]
+        pub fn logged_conversation_from_wit(
+            c: session_log_types::LoggedConversation,
+        ) -> Result<$crate::LoggedConversation, String> {
+            Ok($crate::LoggedConversation {
+                messages: c.messages.into_iter().map(message_from_wit).collect(),
+                context: match c.context {
+                    Some(c) => Some($crate::LoggedContext {
+                        system: c.system,
+                        tools: tools_from_wit(c.tools)?,
+                    }),
+                    None => None,
+                },
+                context_window: c.context_window,
+                warnings: c.warnings.into_iter().map(log_warning_from_wit).collect(),
+                repairs: c.repairs,
+            })
+        }
+
+        /// A log's health as the typed door carries it.
+        #[allow(dead_code)]
+        pub fn log_health_to_wit(h: $crate::LogHealth) -> session_log_types::LogHealth {
+            session_log_types::LogHealth {
+                failed: h.failed,
+                error: h.error,
+            }
+        }
+
+        /// A log's health the typed door carried.
+        #[allow(dead_code)]
+        pub fn log_health_from_wit(h: session_log_types::LogHealth) -> $crate::LogHealth {
+            $crate::LogHealth {
+                failed: h.failed,
+                error: h.error,
+            }
+        }
+    };
+}

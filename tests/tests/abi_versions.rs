@@ -126,12 +126,13 @@ async fn a_0_3_plugin_asks_the_kernel_services_through_json() -> R {
     Ok(())
 }
 
-/// The agent loop is a 0.7.0 component: it imports the typed `caller` and `prompt-context`
+/// The agent loop is a 0.8.0 component: it imports the typed `caller` and `prompt-context`
 /// (so its prompt and the compaction provider come through them), the typed `memory`,
 /// `compaction`, `tool-registry` and `verifier` it asks the plugins providing them through,
-/// and asks the model and the dispatcher through 0.7.0's typed `agent` door only. The
-/// providers export their typed door beside 0.4.0's `plugin`, as the agent loop exports
-/// `turns` (the `agent` service keel runs turns through) and the HTTP model adapters `model`.
+/// asks the model and the dispatcher through 0.7.0's typed `agent` door only, and records its
+/// calls' start through 0.8.0's typed `session-log`. The providers export their typed door
+/// beside 0.4.0's `plugin`, as the agent loop exports `turns` (the `agent` service keel runs
+/// turns through), the HTTP model adapters `model` and the session log `session-log`.
 /// The subagents plugin, which still asks through `services.call`, stays 0.4.0.
 #[test]
 fn the_agent_loop_uses_the_typed_services() -> R {
@@ -142,7 +143,7 @@ fn the_agent_loop_uses_the_typed_services() -> R {
         Ok(inspect_component(&host, name, &plugin.component())?)
     };
     let agent = report("agent-loop")?;
-    assert_eq!(agent.abi_version.to_string(), "0.7.0");
+    assert_eq!(agent.abi_version.to_string(), "0.8.0");
     for typed in [
         "keel:plugin/caller@0.5.0",
         "keel:plugin/prompt-context@0.5.0",
@@ -151,6 +152,7 @@ fn the_agent_loop_uses_the_typed_services() -> R {
         "keel:plugin/tool-registry@0.6.0",
         "keel:plugin/verifier@0.6.0",
         "keel:plugin/agent@0.7.0",
+        "keel:plugin/session-log@0.8.0",
     ] {
         assert!(
             agent.calling_imports.contains(&typed.to_owned()),
@@ -166,11 +168,12 @@ fn the_agent_loop_uses_the_typed_services() -> R {
         ("memory", "keel:plugin/memory@0.6.0", "0.6.0"),
         ("compaction", "keel:plugin/compaction@0.6.0", "0.7.0"),
         ("tool-registry", "keel:plugin/tool-registry@0.6.0", "0.6.0"),
-        ("agent-loop", "keel:plugin/turns@0.6.0", "0.7.0"),
+        ("agent-loop", "keel:plugin/turns@0.6.0", "0.8.0"),
         ("verifier", "keel:plugin/verifier@0.6.0", "0.7.0"),
         ("model-openai", "keel:plugin/model@0.7.0", "0.7.0"),
         ("model-anthropic", "keel:plugin/model@0.7.0", "0.7.0"),
         ("hooks", "keel:plugin/hooks@0.7.0", "0.7.0"),
+        ("session-log", "keel:plugin/session-log@0.8.0", "0.8.0"),
     ] {
         let report = report(provider)?;
         assert_eq!(report.abi_version.to_string(), abi, "{report:?}");

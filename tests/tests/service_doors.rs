@@ -87,6 +87,11 @@ async fn undeclared_services_and_topics_are_refused() -> R {
         ("typed-turn", "agent"),
         ("typed-verify", "verifier"),
         ("typed-complete", "model"),
+        ("typed-log-list", "session-log"),
+        ("typed-log-read", "session-log"),
+        ("typed-log-resume", "session-log"),
+        ("typed-log-append", "session-log"),
+        ("typed-log-started", "session-log"),
     ] {
         assert!(
             tried[what].contains(&format!("did not declare the service `{service}`")),
@@ -141,7 +146,17 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
     h.load_plugin("agent-loop").await?;
     let answer = h.kernel.call_service("fixture.snoop", "try", "").await?;
     let tried = attempts(&answer);
-    for what in ["list", "read", "append"] {
+    // Through either door: the log's typed export checks the caller as its JSON one does.
+    for what in [
+        "list",
+        "read",
+        "append",
+        "typed-log-list",
+        "typed-log-read",
+        "typed-log-resume",
+        "typed-log-append",
+        "typed-log-started",
+    ] {
         assert!(
             tried[what]
                 .contains("session-log serves only keel and the plugin that provides `agent`"),
@@ -237,6 +252,7 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
     );
     let log = victim_log(&h).await?;
     assert!(log.contains("GENUINE") && !log.contains("FORGED"), "{log}");
+    assert!(!log.contains("call_1"), "{log}");
     Ok(())
 }
 

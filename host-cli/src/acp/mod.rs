@@ -24,7 +24,6 @@ use agent_client_protocol::{Agent as AgentRole, Client, Error, Lines};
 use keel_kernel::gates::approvals::Answer;
 use keel_kernel::gates::exec_policy::ApprovalMode;
 use keel_kernel::sandbox::SandboxMode;
-use keel_protocol::services;
 
 use crate::config::Context;
 use crate::session::{ClientTurn, Display, Session, SessionOptions};
@@ -1229,22 +1228,9 @@ async fn load(
     if !replay {
         return Ok((live, notices));
     }
-    let answer = live
-        .session
-        .kernel
-        .call_service(
-            services::SESSION_LOG,
-            "resume",
-            &serde_json::json!({ "session": id }).to_string(),
-        )
+    let conversation = crate::commands::sessions::conversation(&live.session.kernel, id, true)
         .await
-        .map_err(|e| internal(format!("cannot read session `{id}`: {e}")))?;
-    #[derive(serde::Deserialize)]
-    struct Conversation {
-        messages: Vec<keel_protocol::Message>,
-    }
-    let conversation: Conversation = serde_json::from_str(&answer)
-        .map_err(|e| internal(format!("the session log answered malformed JSON: {e}")))?;
+        .map_err(|e| internal(format!("cannot read session `{id}`: {e:#}")))?;
     for update in map::replay(&live.workspace, &conversation.messages) {
         cx.send_notification(acp::SessionNotification::new(id.to_owned(), update))?;
     }
@@ -1257,23 +1243,14 @@ async fn list(
     request: &acp::ListSessionsRequest,
 ) -> Result<acp::ListSessionsResponse, Error> {
     state.check_initialized()?;
-    #[derive(serde::Deserialize)]
-    struct Listed {
-        id: String,
-        last_time_ms: Option<u64>,
-        preview: Option<String>,
-        workspace: Option<String>,
-    }
     let kernel = crate::commands::sessions::session_log_kernel(&state.base)
         .await
         .map_err(|e| internal(format!("{e:#}")))?;
-    let answer = kernel
-        .call_service(services::SESSION_LOG, "list", "{}")
+    let listed = crate::commands::sessions::list(&kernel)
         .await
-        .map_err(|e| internal(format!("cannot list the sessions: {e}")));
+        .map_err(|e| internal(format!("cannot list the sessions: {e:#}")));
     let _ = kernel.shutdown().await;
-    let listed: Vec<Listed> = serde_json::from_str(&answer?)
-        .map_err(|e| internal(format!("the session log answered malformed JSON: {e}")))?;
+    let listed = listed?;
     let wanted = request
         .cwd
         .as_ref()

@@ -32,11 +32,15 @@ pub const WIT_PACKAGES: &[(&str, &str)] = &[
         "keel-plugin-0.7.0",
         include_str!("../../../wit/keel-plugin-0.7.0/plugin.wit"),
     ),
+    (
+        "keel-plugin-0.8.0",
+        include_str!("../../../wit/keel-plugin-0.8.0/plugin.wit"),
+    ),
 ];
 
 /// The WIT package of the newest ABI, which new Rust plugins are built against (Python ones
 /// use 0.4.0's `tool-plugin` world, see `plugin_python.rs`).
-pub const WIT_PACKAGE_LATEST: &str = "keel:plugin@0.7.0";
+pub const WIT_PACKAGE_LATEST: &str = "keel:plugin@0.8.0";
 
 /// The SDK's sources; they bind the WIT at `../../wit/<package>` from the SDK's directory,
 /// which in the vendored layout is the new crate's `wit/`.

@@ -7,66 +7,40 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Subcommand;
-use keel_protocol::{Block, LogLine, Role, SessionEvent, services};
-use serde::Deserialize;
+use keel_kernel::{Kernel, ServiceAnswer, ServiceCall};
+use keel_protocol::{
+    Block, LogHealth, LogRead, LoggedConversation, Role, SessionEvent, SessionSummary, services,
+};
 
 use crate::config::Context;
 use crate::runtime::{self, PluginSource, Runtime};
 use crate::session::terminal_safe;
 
-/// One session as the service lists it.
-#[derive(Deserialize)]
-struct Listed {
-    id: String,
-    first_time_ms: Option<u64>,
-    last_time_ms: Option<u64>,
-    entries: usize,
-    preview: Option<String>,
-    /// Why the log could not be read whole (the others are listed all the same).
-    #[serde(default)]
-    error: Option<String>,
-}
-
-impl Listed {
-    /// The session in one line: id, size, how it began (and why its log was not read whole).
-    fn line(&self) -> String {
-        let mut line = format!(
-            "{}  {:>5} entries  {}",
-            self.id,
-            self.entries,
-            self.preview.as_deref().unwrap_or("")
-        );
-        if let Some(error) = &self.error {
-            line.push_str(&format!("  [{}]", terminal_safe(error)));
-        }
-        line
+/// The session in one line: id, size, how it began (and why its log was not read whole).
+fn line(s: &SessionSummary) -> String {
+    let mut line = format!(
+        "{}  {:>5} entries  {}",
+        s.id,
+        s.entries,
+        terminal_safe(s.preview.as_deref().unwrap_or(""))
+    );
+    if let Some(error) = &s.error {
+        line.push_str(&format!("  [{}]", terminal_safe(error)));
     }
+    line
 }
 
 /// The sessions the log service of `kernel` lists, a line each, `current` marked with `*`
 /// (`/sessions` in a live session).
 pub async fn listing(kernel: &keel_kernel::Kernel, current: &str) -> anyhow::Result<Vec<String>> {
-    let sessions: Vec<Listed> = ask(kernel, "list", &serde_json::json!({})).await?;
-    Ok(sessions
+    Ok(list(kernel)
+        .await?
         .iter()
         .map(|s| {
             let mark = if s.id == current { "*" } else { " " };
-            format!("{mark} {}", s.line())
+            format!("{mark} {}", line(s))
         })
         .collect())
-}
-
-/// A log as the service reads it back.
-#[derive(Deserialize)]
-struct Read {
-    lines: Vec<LogLine>,
-    warnings: Vec<ReadWarning>,
-}
-
-#[derive(Deserialize)]
-struct ReadWarning {
-    line: usize,
-    message: String,
 }
 
 /// A kernel holding only the plugin that provides `session-log` in this config's sessions.
@@ -103,21 +77,68 @@ pub(crate) async fn session_log_kernel(ctx: &Context) -> anyhow::Result<keel_ker
     Ok(session_log(ctx).await?.kernel)
 }
 
-/// Call the session log's `method`.
-async fn ask<T: serde::de::DeserializeOwned>(
-    kernel: &keel_kernel::Kernel,
-    method: &str,
-    payload: &serde_json::Value,
-) -> anyhow::Result<T> {
-    let answer = kernel
-        .call_service(services::SESSION_LOG, method, &payload.to_string())
-        .await?;
-    serde_json::from_str(&answer).with_context(|| {
-        format!(
-            "the `{}` plugin answered `{method}` with malformed JSON",
-            services::SESSION_LOG
-        )
-    })
+/// `call` to the session log, through its typed door (a provider of an earlier ABI is asked
+/// through its JSON one by the kernel).
+async fn ask(kernel: &Kernel, call: ServiceCall) -> anyhow::Result<ServiceAnswer> {
+    Ok(kernel.call_service_typed(&call).await?)
+}
+
+/// An answer of the session log that is not its method's.
+fn misrouted(method: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "the `{}` service answered `{method}` with another method's answer; please report this",
+        services::SESSION_LOG
+    )
+}
+
+/// Every session the session log of `kernel` lists, most recently active first.
+pub(crate) async fn list(kernel: &Kernel) -> anyhow::Result<Vec<SessionSummary>> {
+    match ask(kernel, ServiceCall::LogList).await? {
+        ServiceAnswer::Sessions(sessions) => Ok(sessions),
+        _ => Err(misrouted("list")),
+    }
+}
+
+/// The entries of session `id`'s log.
+pub(crate) async fn read(kernel: &Kernel, id: &str) -> anyhow::Result<LogRead> {
+    match ask(kernel, ServiceCall::LogRead(id.to_owned())).await? {
+        ServiceAnswer::LogRead(read) => Ok(read),
+        _ => Err(misrouted("read")),
+    }
+}
+
+/// The conversation session `id`'s log rebuilds; with `resume`, the repair of the log's end
+/// (calls left without a result) is recorded in the log first.
+pub(crate) async fn conversation(
+    kernel: &Kernel,
+    id: &str,
+    resume: bool,
+) -> anyhow::Result<LoggedConversation> {
+    let call = if resume {
+        ServiceCall::LogResume(id.to_owned())
+    } else {
+        ServiceCall::LogConversation(id.to_owned())
+    };
+    match ask(kernel, call).await? {
+        ServiceAnswer::Conversation(c) => Ok(*c),
+        _ => Err(misrouted(if resume { "resume" } else { "conversation" })),
+    }
+}
+
+/// Appends `event` to its session's log.
+pub(crate) async fn append(kernel: &Kernel, event: SessionEvent) -> anyhow::Result<()> {
+    match ask(kernel, ServiceCall::LogAppend(Box::new(event))).await? {
+        ServiceAnswer::Appended(_) => Ok(()),
+        _ => Err(misrouted("append")),
+    }
+}
+
+/// What the session log could not write since it was last asked.
+pub(crate) async fn health(kernel: &Kernel) -> anyhow::Result<LogHealth> {
+    match ask(kernel, ServiceCall::LogHealth).await? {
+        ServiceAnswer::LogHealth(health) => Ok(health),
+        _ => Err(misrouted("health")),
+    }
 }
 
 /// `keel sessions …`
@@ -143,7 +164,7 @@ pub async fn run(ctx: &Context, cmd: SessionsCommand) -> anyhow::Result<ExitCode
     let rt = session_log(ctx).await?;
     match cmd {
         SessionsCommand::List { json } => {
-            let sessions: Vec<Listed> = ask(&rt.kernel, "list", &serde_json::json!({})).await?;
+            let sessions = list(&rt.kernel).await?;
             if sessions.is_empty() && !json {
                 println!("no sessions yet; `keel run` or `keel demo` starts one");
             }
@@ -158,18 +179,16 @@ pub async fn run(ctx: &Context, cmd: SessionsCommand) -> anyhow::Result<ExitCode
                         })
                     );
                 } else {
-                    println!("{}", s.line());
+                    println!("{}", line(&s));
                 }
             }
         }
         SessionsCommand::Show { id, json } => {
-            let read: Read = ask(&rt.kernel, "read", &serde_json::json!({ "session": id }))
-                .await
-                .with_context(|| {
-                    format!("cannot read session `{id}`; `keel sessions list` shows the sessions")
-                })?;
+            let read = read(&rt.kernel, &id).await.with_context(|| {
+                format!("cannot read session `{id}`; `keel sessions list` shows the sessions")
+            })?;
             for w in &read.warnings {
-                eprintln!("warning: line {}: {}", w.line, w.message);
+                eprintln!("warning: line {}: {}", w.line, terminal_safe(&w.message));
             }
             for line in &read.lines {
                 if json {

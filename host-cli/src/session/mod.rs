@@ -321,12 +321,9 @@ impl Session {
 
     /// Whether the session log lists session `id` (false when no log plugin answers).
     pub(crate) async fn is_logged(&self, id: &str) -> bool {
-        self.kernel
-            .call_service(services::SESSION_LOG, "list", "{}")
+        crate::commands::sessions::list(&self.kernel)
             .await
-            .ok()
-            .and_then(|list| serde_json::from_str::<Vec<serde_json::Value>>(&list).ok())
-            .is_some_and(|list| list.iter().any(|s| s["id"] == id))
+            .is_ok_and(|list| list.iter().any(|s| s.id == id))
     }
 
     /// Give the agent plugin the conversation of session `id`, read back from its log; the
@@ -334,29 +331,9 @@ impl Session {
     /// call without its result is answered as interrupted) and records that repair in the
     /// log, so the conversation is always one the provider accepts.
     async fn seed_conversation(&self, id: &str) -> anyhow::Result<usize> {
-        #[derive(serde::Deserialize)]
-        struct Conversation {
-            messages: Vec<keel_protocol::Message>,
-            #[serde(default)]
-            context_window: Option<u64>,
-            warnings: Vec<Warning>,
-            #[serde(default)]
-            repairs: Vec<String>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Warning {
-            line: usize,
-            message: String,
-        }
         // Read through the session log's service, so a replaced session-log plugin is the one
         // asked.
-        let request = serde_json::json!({ "session": id });
-        let answer = self
-            .kernel
-            .call_service(services::SESSION_LOG, "resume", &request.to_string())
-            .await?;
-        let conversation: Conversation = serde_json::from_str(&answer)
-            .context("the session log answered `resume` with malformed JSON")?;
+        let conversation = crate::commands::sessions::conversation(&self.kernel, id, true).await?;
         for w in &conversation.warnings {
             eprintln!(
                 "warning: session `{id}` line {}: {}",
@@ -385,15 +362,10 @@ impl Session {
     /// one that does not answer `health`, is taken at its word.
     async fn check_log(&self) -> anyhow::Result<()> {
         self.kernel.settle_events().await;
-        let Ok(answer) = self
-            .kernel
-            .call_service(services::SESSION_LOG, "health", "{}")
-            .await
-        else {
+        let Ok(health) = crate::commands::sessions::health(&self.kernel).await else {
             return Ok(());
         };
-        let health: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
-        let failed = health["failed"].as_u64().unwrap_or(0);
+        let failed = health.failed;
         if failed == 0 {
             return Ok(());
         }
@@ -402,7 +374,7 @@ impl Session {
              session `{}` is incomplete. Free space in keel's home ({}), then `keel resume {}` \
              continues from what was recorded",
             if failed == 1 { "y" } else { "ies" },
-            terminal_safe(health["error"].as_str().unwrap_or("no reason given")),
+            terminal_safe(health.error.as_deref().unwrap_or("no reason given")),
             self.id(),
             self.home.display(),
             self.id()

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use keel_kernel::checkpoints::restore::Change;
 use keel_kernel::checkpoints::rewind::{self, Preview, Target};
 use keel_kernel::checkpoints::{Checkpoint, Kind, Node, Recorder, Store};
-use keel_protocol::{LogLine, Role, SessionEvent, services};
+use keel_protocol::{LogLine, Role, SessionEvent};
 
 use super::input::{self, Reply};
 use super::output::short;
@@ -309,20 +309,11 @@ async fn ask(question: String) -> Option<String> {
 impl Session {
     /// The entries of session `id`'s log, read through the session log's service.
     async fn log_lines(&self, id: &str) -> anyhow::Result<Vec<LogLine>> {
-        #[derive(serde::Deserialize)]
-        struct Read {
-            lines: Vec<LogLine>,
-        }
         self.kernel.settle_events().await;
-        let request = serde_json::json!({ "session": id });
-        let answer = self
-            .kernel
-            .call_service(services::SESSION_LOG, "read", &request.to_string())
+        crate::commands::sessions::read(&self.kernel, id)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot read this session's log: {e}"))?;
-        let read: Read = serde_json::from_str(&answer)
-            .context("the session log answered `read` with malformed JSON")?;
-        Ok(read.lines)
+            .map(|read| read.lines)
+            .map_err(|e| anyhow::anyhow!("cannot read this session's log: {e:#}"))
     }
 
     /// `/rewind [N | N.M | cK]`: pick a turn, a call or a checkpoint of this session, see what
@@ -551,14 +542,11 @@ impl Session {
                 turn: c.turn,
                 checkpoint: safety.clone(),
             };
-            self.kernel
-                .call_service(
-                    services::SESSION_LOG,
-                    "append",
-                    &serde_json::to_string(&entry)?,
-                )
+            crate::commands::sessions::append(&self.kernel, entry)
                 .await
-                .map_err(|e| anyhow::anyhow!("the rewind could not be recorded in the log: {e}"))?;
+                .map_err(|e| {
+                    anyhow::anyhow!("the rewind could not be recorded in the log: {e:#}")
+                })?;
             // The agent loop goes on from the conversation the log now rebuilds.
             let n = self.seed_conversation(&session).await?;
             said.push(format!(

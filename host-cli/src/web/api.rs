@@ -8,7 +8,6 @@ use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use keel_protocol::services;
 use serde_json::{Value, json};
 
 use super::{App, feed, inbox};
@@ -111,7 +110,7 @@ async fn graph(State(app): State<App>) -> Response {
 }
 
 async fn sessions(State(app): State<App>) -> Response {
-    ask_log(&app, "list", &json!({})).await
+    log_answer(crate::commands::sessions::list(&app.sources.kernel).await)
 }
 
 async fn session(State(app): State<App>, Path(id): Path<String>) -> Response {
@@ -124,21 +123,17 @@ async fn session(State(app): State<App>, Path(id): Path<String>) -> Response {
     if !plain {
         return failed(StatusCode::BAD_REQUEST, "not a session id");
     }
-    ask_log(&app, "read", &json!({ "session": id })).await
+    log_answer(crate::commands::sessions::read(&app.sources.kernel, &id).await)
 }
 
-/// The session log's answer to `method`, passed on as the plugin wrote it (JSON).
-async fn ask_log(app: &App, method: &str, payload: &Value) -> Response {
-    match app
-        .sources
-        .kernel
-        .call_service(services::SESSION_LOG, method, &payload.to_string())
-        .await
-    {
-        Ok(answer) => ([(header::CONTENT_TYPE, "application/json")], answer).into_response(),
+/// The session log's answer as JSON: the records keel read it into, never the plugin's text
+/// passed on.
+fn log_answer<T: serde::Serialize>(answer: anyhow::Result<T>) -> Response {
+    match answer {
+        Ok(answer) => json_response(&serde_json::to_value(answer).unwrap_or(Value::Null)),
         Err(e) => failed(
             StatusCode::BAD_GATEWAY,
-            format!("the session log could not be read: {e}"),
+            format!("the session log could not be read: {e:#}"),
         ),
     }
 }

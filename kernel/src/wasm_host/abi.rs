@@ -10,7 +10,7 @@ use super::WasmError;
 use crate::manifest::{Capabilities, Manifest};
 
 /// The newest keel plugin ABI (WIT package `keel:plugin`) this kernel hosts.
-pub const SUPPORTED_ABI: Version = Version::new(0, 7, 0);
+pub const SUPPORTED_ABI: Version = Version::new(0, 8, 0);
 
 /// The first ABI, whose interfaces every later one keeps (a 0.3.0 component imports them and
 /// exports `plugin` at this version).
@@ -21,12 +21,14 @@ const ABI_0_3: Version = Version::new(0, 3, 0);
 const ABI_0_4: Version = Version::new(0, 4, 0);
 const ABI_0_5: Version = Version::new(0, 5, 0);
 const ABI_0_6: Version = Version::new(0, 6, 0);
+const ABI_0_7: Version = Version::new(0, 7, 0);
 
 /// The interfaces each later version defines anew (0.2.0 defines every other one). 0.4.0
 /// redefines `plugin`, the export, with typed errors; 0.5.0 adds the kernel's own services,
 /// typed; 0.6.0 the services plugins provide to each other, typed; 0.7.0 the model and the
 /// person's hooks, typed, and redefines `agent` with records and `http` and `processes` with
-/// resources; every other name of theirs is an earlier version's.
+/// resources; 0.8.0 the session log, typed; every other name of theirs is an earlier
+/// version's.
 const ADDED_IN_0_3: &[&str] = &["processes", "tool-list"];
 const ADDED_IN_0_4: &[&str] = &["plugin"];
 const ADDED_IN_0_5: &[&str] = &["caller", "prompt-context", "conversation", "agents"];
@@ -48,13 +50,15 @@ const ADDED_IN_0_7: &[&str] = &[
     "hooks",
 ];
 
+const ADDED_IN_0_8: &[&str] = &["session-log-types", "session-log"];
+
 /// The names 0.7.0 adds that 0.2.0 does not define (it redefines `agent`, `http` and 0.3.0's
 /// `processes`).
 const FIRST_IN_0_7: &[&str] = &["model-types", "model", "hooks"];
 
 /// The ABI versions this kernel hosts, for messages.
 fn hosted() -> String {
-    format!("{BASE_ABI}, {ABI_0_3}, {ABI_0_4}, {ABI_0_5}, {ABI_0_6} and {SUPPORTED_ABI}")
+    format!("{BASE_ABI}, {ABI_0_3}, {ABI_0_4}, {ABI_0_5}, {ABI_0_6}, {ABI_0_7} and {SUPPORTED_ABI}")
 }
 
 /// Whether `interface` exists at `version` in an ABI this kernel hosts (glue in
@@ -65,6 +69,7 @@ fn hosted_interface(interface: &str, version: &Version) -> bool {
             && !ADDED_IN_0_5.contains(&interface)
             && !ADDED_IN_0_6.contains(&interface)
             && !FIRST_IN_0_7.contains(&interface)
+            && !ADDED_IN_0_8.contains(&interface)
     } else if *version == ABI_0_3 {
         ADDED_IN_0_3.contains(&interface)
     } else if *version == ABI_0_4 {
@@ -73,8 +78,10 @@ fn hosted_interface(interface: &str, version: &Version) -> bool {
         ADDED_IN_0_5.contains(&interface)
     } else if *version == ABI_0_6 {
         ADDED_IN_0_6.contains(&interface)
+    } else if *version == ABI_0_7 {
+        ADDED_IN_0_7.contains(&interface)
     } else {
-        *version == SUPPORTED_ABI && ADDED_IN_0_7.contains(&interface)
+        *version == SUPPORTED_ABI && ADDED_IN_0_8.contains(&interface)
     }
 }
 
@@ -232,6 +239,7 @@ const TYPED_SERVICE_IMPORTS: &[(&str, &str)] = &[
     ("turns", "agent"),
     ("verifier", "verifier"),
     ("model", "model"),
+    ("session-log", "session-log"),
 ];
 
 /// The problems `keel plugin check` reports for the typed service doors a component imports

@@ -289,6 +289,13 @@ impl PluginInstance for WasmInstance {
             ServiceCall::HookToolUse(_) => "hooks.post-tool-use",
             ServiceCall::HookPrompt(_) => "hooks.user-prompt-submit",
             ServiceCall::HookStop(_) => "hooks.stop",
+            ServiceCall::LogAppend(_) => "session-log.append",
+            ServiceCall::LogStarted { .. } => "session-log.started",
+            ServiceCall::LogList => "session-log.list",
+            ServiceCall::LogRead(_) => "session-log.read",
+            ServiceCall::LogConversation(_) => "session-log.conversation",
+            ServiceCall::LogResume(_) => "session-log.resume",
+            ServiceCall::LogHealth => "session-log.health",
         };
         if !self.bindings.serves(call) {
             // No typed door: the kernel sends the call as JSON instead.

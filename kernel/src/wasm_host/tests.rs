@@ -270,25 +270,25 @@ fn chain(plugin: &str) -> CallChain {
 #[test]
 fn abi_mismatch_names_both_versions() {
     let err = host()
-        .compile("future", &plugin_of_version("0.8.0"))
+        .compile("future", &plugin_of_version("0.9.0"))
         .expect_err("must be refused");
     assert_eq!(
         err,
         WasmError::AbiMismatch {
             plugin: "future".into(),
-            found: "0.8.0".into(),
-            supported: "0.2.0, 0.3.0, 0.4.0, 0.5.0, 0.6.0 and 0.7.0".into(),
+            found: "0.9.0".into(),
+            supported: "0.2.0, 0.3.0, 0.4.0, 0.5.0, 0.6.0, 0.7.0 and 0.8.0".into(),
         }
     );
     assert_eq!(
         err.to_string(),
-        "plugin `future` was built against keel ABI 0.8.0; this keel hosts ABI 0.2.0, 0.3.0, \
-         0.4.0, 0.5.0, 0.6.0 and 0.7.0; rebuild it against this keel's keel-sdk and WIT (`keel \
+        "plugin `future` was built against keel ABI 0.9.0; this keel hosts ABI 0.2.0, 0.3.0, \
+         0.4.0, 0.5.0, 0.6.0, 0.7.0 and 0.8.0; rebuild it against this keel's keel-sdk and WIT (`keel \
          plugin new` vendors both)"
     );
-    // 0.5.0, 0.6.0 and 0.7.0 add other interfaces only: a `plugin` export at any of them is
-    // no ABI keel hosts.
-    for version in ["0.5.0", "0.6.0", "0.7.0"] {
+    // 0.5.0 to 0.8.0 add other interfaces only: a `plugin` export at any of them is no ABI
+    // keel hosts.
+    for version in ["0.5.0", "0.6.0", "0.7.0", "0.8.0"] {
         let err = host()
             .compile("odd", &plugin_of_version(version))
             .expect_err("must be refused");

@@ -156,6 +156,18 @@ pub trait AgentDoors {
         })
     }
 
+    /// `session-log` `started`: records that the calls `calls` of `session` start; returns once
+    /// the entry is written. Through the JSON door here; the plugin's doors take the typed one
+    /// (ABI 0.8.0).
+    fn log_started(&mut self, session: &str, calls: &[String]) -> Result<(), DoorError> {
+        let entry = SessionEvent::ToolStarted {
+            session: session.to_owned(),
+            calls: calls.to_vec(),
+        };
+        self.call(services::SESSION_LOG, "started", &encode(&entry)?)
+            .map(drop)
+    }
+
     /// `compaction` `summarize`: the summary of the oldest messages. Through the JSON door
     /// here; the plugin's doors take the typed one (ABI 0.6.0).
     fn summarize(&mut self, request: &SummarizeRequest) -> Result<String, DoorError> {
@@ -524,12 +536,7 @@ impl<D: AgentDoors> AgentLoop<D> {
     /// never started from one that may have run. Without a session log there is nothing to
     /// resume; a log that cannot record the start stops the calls from running.
     fn record_started(&mut self, session: &str, ids: &[String]) -> Result<(), String> {
-        let entry = SessionEvent::ToolStarted {
-            session: session.to_owned(),
-            calls: ids.to_vec(),
-        };
-        let payload = serde_json::to_string(&entry).map_err(|e| e.to_string())?;
-        match self.doors.call(services::SESSION_LOG, "started", &payload) {
+        match self.doors.log_started(session, ids) {
             Ok(_) => Ok(()),
             Err(e) if e.kind == "unavailable" => Ok(()),
             Err(e) => Err(format!(

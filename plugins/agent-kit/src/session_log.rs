@@ -311,23 +311,7 @@ fn last_newline_before(file: &mut File, mut end: u64) -> io::Result<Option<u64>>
     Ok(None)
 }
 
-/// A problem found while reading a log; the line was skipped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogWarning {
-    /// 1-based line number in the file.
-    pub line: usize,
-    /// What was wrong.
-    pub message: String,
-}
-
-/// The entries of a log, and what had to be skipped.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LogRead {
-    /// The entries that parsed, in file order.
-    pub lines: Vec<LogLine>,
-    /// The lines that were skipped.
-    pub warnings: Vec<LogWarning>,
-}
+pub use keel_protocol::{LogRead, LogWarning, SessionSummary};
 
 /// The longest line read back. A longer one is skipped with a warning and never held in
 /// memory whole, so one huge line (a runaway tool output, a corrupted file) cannot make a
@@ -494,16 +478,15 @@ impl Scan {
 pub fn parse_log(bytes: &[u8]) -> LogRead {
     let mut read = LogRead::default();
     // Reading from a slice cannot fail.
-    let _ = scan_entries(bytes, |item| read.add(item));
+    let _ = scan_entries(bytes, |item| add(&mut read, item));
     read
 }
 
-impl LogRead {
-    fn add(&mut self, item: Item) {
-        match item {
-            Item::Entry(line) => self.lines.push(line),
-            Item::Skipped(warning) => self.warnings.push(warning),
-        }
+/// Files `item` in `read`.
+fn add(read: &mut LogRead, item: Item) {
+    match item {
+        Item::Entry(line) => read.lines.push(line),
+        Item::Skipped(warning) => read.warnings.push(warning),
     }
 }
 
@@ -511,7 +494,7 @@ impl LogRead {
 pub fn read_log_file(path: &Path) -> Result<LogRead, LogError> {
     let file = File::open(path).map_err(io_err("reading", path))?;
     let mut read = LogRead::default();
-    scan_entries(file, |item| read.add(item)).map_err(io_err("reading", path))?;
+    scan_entries(file, |item| add(&mut read, item)).map_err(io_err("reading", path))?;
     Ok(read)
 }
 
@@ -536,30 +519,6 @@ pub fn read_conversation(
     })
     .map_err(io_err("reading", &path))?;
     Ok((rebuild.finish(), warnings))
-}
-
-/// One session as `list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SessionSummary {
-    /// The session id.
-    pub id: String,
-    /// Time of the first entry (ms since the Unix epoch), if any.
-    pub first_time_ms: Option<u64>,
-    /// Time of the last entry, if any.
-    pub last_time_ms: Option<u64>,
-    /// Entries that parsed.
-    pub entries: usize,
-    /// The start of the first user message, flattened to one line.
-    pub preview: Option<String>,
-    /// The workspace the session began in, as its first `session_started` entry says (an
-    /// editor lists a project's sessions by it).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub workspace: Option<String>,
-    /// Lines skipped while reading.
-    pub warnings: usize,
-    /// Why the log could not be read (the others are still listed).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
 }
 
 /// The most of one log `list` reads from its start; past it, only the last [`TAIL_WINDOW`]

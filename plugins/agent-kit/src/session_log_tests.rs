@@ -559,7 +559,7 @@ fn an_over_long_line_is_skipped_without_being_held() {
         "y".repeat(300)
     );
     let mut read = LogRead::default();
-    scan_entries_bounded(text.as_bytes(), 90, |item| read.add(item)).expect("reads");
+    scan_entries_bounded(text.as_bytes(), 90, |item| add(&mut read, item)).expect("reads");
     assert_eq!(read.lines.len(), 2, "{:?}", read.warnings);
     assert_eq!(read.warnings.len(), 2);
     assert!(

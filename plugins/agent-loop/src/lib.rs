@@ -9,7 +9,7 @@ use keel_protocol::{RecallRequest, RecalledEntry, SummarizeRequest, Verdict, Ver
 use keel_protocol::{TurnRequest, services};
 use keel_sdk::{
     CallError, KernelError, Plugin, agent, caller, compaction, events, log, memory, prompt_context,
-    services as kernel_services, state, tool_registry, tools, verifier,
+    services as kernel_services, session_log, state, tool_registry, tools, verifier,
 };
 
 /// The kernel's doors, through the SDK.
@@ -153,6 +153,12 @@ impl AgentDoors for KernelDoors {
         Ok(verifier::verify(&request)
             .map_err(door_error)?
             .map(keel_sdk_protocol::verdict_from_wit))
+    }
+
+    fn log_started(&mut self, session: &str, calls: &[String]) -> Result<(), DoorError> {
+        session_log::started(session, calls)
+            .map(drop)
+            .map_err(door_error)
     }
 
     fn summarize(&mut self, request: &SummarizeRequest) -> Result<String, DoorError> {

@@ -1,15 +1,17 @@
 //! The keel guest SDK: write a keel plugin as a plain Rust type.
 //!
 //! A plugin is a type implementing [`Plugin`], exported with [`export_plugin!`]. The SDK owns
-//! the WebAssembly component bindings of the plugin ABI (`keel:plugin@0.6.0`, world
+//! the WebAssembly component bindings of the plugin ABI (`keel:plugin@0.8.0`, world
 //! `keel-plugin`, which imports every interface of 0.2.0 and 0.3.0, the kernel's own
-//! services typed and the services plugins provide to each other typed, and exports the typed
+//! services typed, the services plugins provide to each other typed, the model and the
+//! agent's door typed (0.7.0) and the session log typed (0.8.0), and exports the typed
 //! `plugin@0.4.0`), keeps the activated instance, and
 //! wraps every kernel import in a safe function: [`log`], [`services`], [`tools`],
 //! [`events`], [`prompt`], [`state`], [`guards`], [`http`], [`exec`], [`agent`],
 //! [`processes`], [`tool_list`], the kernel's services [`caller`], [`prompt_context`],
 //! [`conversation`], [`agents`] and [`editor`], and the plugins' services [`memory`],
-//! [`compaction`], [`tool_registry`], [`turns`] and [`verifier`].
+//! [`compaction`], [`tool_registry`], [`turns`], [`verifier`], [`model`] and
+//! [`session_log`].
 //!
 //! A component's ABI version is the newest it uses: a plugin that calls none of the typed
 //! services is a 0.4.0 component, which keels hosting 0.4.0 load as well.
@@ -89,8 +91,9 @@ pub mod bindings {
             "../../wit/keel-plugin-0.5.0",
             "../../wit/keel-plugin-0.6.0",
             "../../wit/keel-plugin-0.7.0",
+            "../../wit/keel-plugin-0.8.0",
         ],
-        world: "keel:plugin/keel-plugin@0.7.0",
+        world: "keel:plugin/keel-plugin@0.8.0",
         generate_all,
         additional_derives: [PartialEq],
         pub_export_macro: true,
@@ -698,6 +701,7 @@ mod door {
     pub(crate) use crate::bindings::keel::plugin0_7_0::{
         agent as typed_agent, http as http_resources, model, processes as process_resources,
     };
+    pub(crate) use crate::bindings::keel::plugin0_8_0::session_log;
 }
 
 /// Where the wrappers' calls go outside WebAssembly: the in-memory [`mock`] host.
@@ -1088,6 +1092,55 @@ pub mod turns {
     /// Compacts a session's conversation now.
     pub fn compact(session: &str, focus: &str) -> Result<Compacted, KernelError> {
         raw::compact(session, focus).map_err(KernelError::from)
+    }
+}
+
+/// The session logs (the `session-log` service, ABI 0.8.0), in records. The plugin must declare
+/// `session-log`; the provider serves only keel and the plugin that provides `agent`, as the
+/// kernel attests them, and answers anyone else `denied`.
+pub mod session_log {
+    use crate::KernelError;
+    pub use crate::bindings::keel::plugin0_8_0::session_log_types::{
+        Compacted, Context, Entry, LogHealth, LogLine, LogRead, LogWarning, LoggedConversation,
+        LoggedMessage, Rewound, SessionEvent, SessionStarted, SessionSummary, SubagentFrame,
+        TurnEnded,
+    };
+    use crate::door::session_log as raw;
+
+    /// Appends `event` to its session's log; its position in the log.
+    pub fn append(event: &SessionEvent) -> Result<u64, KernelError> {
+        raw::append(event).map_err(KernelError::from)
+    }
+
+    /// Records that the agent loop is about to run `calls` of `session`; returns once the
+    /// entry is written.
+    pub fn started(session: &str, calls: &[String]) -> Result<u64, KernelError> {
+        raw::started(session, calls).map_err(KernelError::from)
+    }
+
+    /// Every session, most recently active first.
+    pub fn list() -> Result<Vec<SessionSummary>, KernelError> {
+        raw::list().map_err(KernelError::from)
+    }
+
+    /// The entries of `session`'s log.
+    pub fn read(session: &str) -> Result<LogRead, KernelError> {
+        raw::read(session).map_err(KernelError::from)
+    }
+
+    /// The conversation of `session`, as the next request would carry it.
+    pub fn conversation(session: &str) -> Result<LoggedConversation, KernelError> {
+        raw::conversation(session).map_err(KernelError::from)
+    }
+
+    /// The same as [`conversation`], the repair of the log's end appended to the log first.
+    pub fn resume(session: &str) -> Result<LoggedConversation, KernelError> {
+        raw::resume(session).map_err(KernelError::from)
+    }
+
+    /// How many entries could not be written since the last ask, and the last error.
+    pub fn health() -> Result<LogHealth, KernelError> {
+        raw::health().map_err(KernelError::from)
     }
 }
 
@@ -1702,6 +1755,29 @@ mod tests {
         assert_eq!(
             agent::complete_request(&ask).map_err(|e| e.kind()),
             Err("unavailable")
+        );
+        // The session log (ABI 0.8.0): unavailable until set; what is written is read back,
+        // by session.
+        let started = session_log::started("s1", &["c1".to_owned()]);
+        assert_eq!(started.map_err(|e| e.kind()), Err("unavailable"));
+        mock::with_host(|h| h.session_log = Some(Vec::new()));
+        let entry = session_log::SessionEvent {
+            through: Vec::new(),
+            session: "s2".into(),
+            entry: session_log::Entry::TurnEnded(session_log::TurnEnded {
+                end: turns::TurnEnd::Completed,
+                detail: String::new(),
+            }),
+        };
+        assert_eq!(session_log::started("s1", &["c1".to_owned()]), Ok(0));
+        assert_eq!(session_log::append(&entry), Ok(1));
+        let read = session_log::read("s2").expect("the mock keeps a log");
+        assert_eq!(read.lines.len(), 1);
+        assert_eq!((read.lines[0].seq, &read.lines[0].event), (1, &entry));
+        assert_eq!(
+            session_log::health().map(|h| h.failed),
+            Ok(0),
+            "nothing failed"
         );
     }
 }

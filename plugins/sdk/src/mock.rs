@@ -18,8 +18,10 @@
 //! recorded ([`MockHost::recall_requests`], [`MockHost::summarize_requests`]);
 //! `verifier::verify` answers [`MockHost::verdict`]; `editor::read` answers from
 //! [`MockHost::editor_files`]; `model::complete` (ABI 0.7.0) answers
-//! [`MockHost::model_response`], its requests recorded in [`MockHost::model_requests`]. The
-//! mock runs no agent: `turns` answers `unavailable`.
+//! [`MockHost::model_response`], its requests recorded in [`MockHost::model_requests`];
+//! `session_log::append` and `started` (ABI 0.8.0) write to [`MockHost::session_log`], which
+//! `read` answers (it lists no sessions and rebuilds no conversation). The mock runs no agent:
+//! `turns` answers `unavailable`.
 //!
 //! The doors that reach outside the kernel (`http`, `exec`, `agent`, `processes`) answer
 //! `unavailable` here: test the logic around them, not the network.
@@ -115,6 +117,9 @@ pub struct MockHost {
     pub model_response: Option<crate::model::ModelResponse>,
     /// The requests `model::complete` was asked, in order.
     pub model_requests: Vec<crate::model::ModelRequest>,
+    /// The session log: `None` (the default): no plugin provides `session-log`; `Some`: the
+    /// entries `session_log::append` and `started` wrote, in order, which `read` answers.
+    pub session_log: Option<Vec<crate::session_log::SessionEvent>>,
     services: BTreeMap<String, Handler>,
 }
 
@@ -145,6 +150,7 @@ impl std::fmt::Debug for MockHost {
             .field("verdict", &self.verdict)
             .field("model_response", &self.model_response)
             .field("model_requests", &self.model_requests)
+            .field("session_log", &self.session_log)
             .field("services", &self.services.keys().collect::<Vec<_>>())
             .finish()
     }
@@ -600,6 +606,80 @@ pub(crate) mod door {
                             .into(),
                     )
                 })
+            })
+        }
+    }
+
+    pub(crate) mod session_log {
+        use crate::bindings::keel::plugin0_8_0::session_log_types::{
+            Entry, LogHealth, LogLine, LogRead, LoggedConversation, SessionEvent, SessionSummary,
+        };
+
+        use super::{RawKernelError, with_host};
+
+        fn no_log() -> RawKernelError {
+            RawKernelError::Unavailable(
+                "no plugin provides `session-log` in the mock host; set `MockHost::session_log`"
+                    .into(),
+            )
+        }
+
+        pub(crate) fn append(event: &SessionEvent) -> Result<u64, RawKernelError> {
+            with_host(|h| {
+                let log = h.session_log.as_mut().ok_or_else(no_log)?;
+                log.push(event.clone());
+                Ok(log.len() as u64 - 1)
+            })
+        }
+
+        pub(crate) fn started(session: &str, calls: &[String]) -> Result<u64, RawKernelError> {
+            append(&SessionEvent {
+                through: Vec::new(),
+                session: session.to_owned(),
+                entry: Entry::ToolStarted(calls.to_vec()),
+            })
+        }
+
+        pub(crate) fn list() -> Result<Vec<SessionSummary>, RawKernelError> {
+            Err(RawKernelError::Unavailable(
+                "the mock host does not list sessions; test the logic around it".into(),
+            ))
+        }
+
+        pub(crate) fn read(session: &str) -> Result<LogRead, RawKernelError> {
+            with_host(|h| {
+                let log = h.session_log.as_ref().ok_or_else(no_log)?;
+                Ok(LogRead {
+                    lines: log
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, e)| e.session == session)
+                        .map(|(seq, e)| LogLine {
+                            seq: seq as u64,
+                            time_ms: 0,
+                            event: e.clone(),
+                        })
+                        .collect(),
+                    warnings: Vec::new(),
+                })
+            })
+        }
+
+        pub(crate) fn conversation(_session: &str) -> Result<LoggedConversation, RawKernelError> {
+            Err(RawKernelError::Unavailable(
+                "the mock host does not rebuild conversations; test the logic around it".into(),
+            ))
+        }
+
+        pub(crate) fn resume(session: &str) -> Result<LoggedConversation, RawKernelError> {
+            conversation(session)
+        }
+
+        pub(crate) fn health() -> Result<LogHealth, RawKernelError> {
+            with_host(|h| h.session_log.as_ref().map(|_| ()).ok_or_else(no_log))?;
+            Ok(LogHealth {
+                failed: 0,
+                error: None,
             })
         }
     }

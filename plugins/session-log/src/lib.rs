@@ -4,20 +4,25 @@
 //! JSON) as a [`LogLine`](keel_protocol::LogLine) — sequence number and wall-clock time added
 //! — to `/sessions/<session>.jsonl`, the `sessions` folder of keel's data directory.
 //!
-//! It provides the service `session-log` 1.0.0 (payloads JSON):
-//! - `append` (`SessionEvent`) → `{"seq": n}`: the same as the event, synchronously.
-//! - `list` (payload ignored) → `[SessionSummary]`, most recently active first.
-//! - `read` (`{"session": id}`) → `{"lines": [LogLine], "warnings": [{"line", "message"}]}`.
-//! - `conversation` (`{"session": id}`) → `{"messages": [Message], "context": {"system",
-//!   "tools"} | null, "warnings": [...], "repairs": [text]}`: the conversation as the next
-//!   request would carry it, repaired so every tool call has its result
+//! It provides the service `session-log` 1.0.0, through two doors that serve the same methods:
+//! the typed export `keel:plugin/session-log@0.8.0` (records, world `session-log-service`)
+//! and `handle-call` (JSON, for callers of earlier ABIs):
+//! - `append` (`SessionEvent`) → the entry's position (`{"seq": n}`): the same as the event,
+//!   synchronously.
+//! - `started` (the calls the agent loop is about to run) → the same: the record of their
+//!   start is written before this returns.
+//! - `list` → [`SessionSummary`](keel_protocol::SessionSummary)s, most recently active first.
+//! - `read` (a session) → its [`LogRead`](keel_protocol::LogRead): the lines and what was
+//!   skipped.
+//! - `conversation` (a session) → the [`LoggedConversation`](keel_protocol::LoggedConversation)
+//!   the next request would carry, repaired so every tool call has its result
 //!   (`keel_agent_kit::session_log::Rebuild`).
-//! - `resume` (`{"session": id}`) → the same as `conversation`, and when calls at the log's
-//!   end had no result, the results made up for them are appended to the log (with a
-//!   `turn_ended` entry saying the turn was interrupted), so the log itself is whole again.
-//! - `health` (payload ignored) → `{"failed": n, "error": text | null}`: how many entries
-//!   could not be written since the last `health` (a full disk), and the last error; the host
-//!   asks after each turn, so a turn whose record is incomplete does not pass for a good one.
+//! - `resume` (a session) → the same as `conversation`, and when calls at the log's end had no
+//!   result, the results made up for them are appended to the log (with a `turn_ended` entry
+//!   saying the turn was interrupted), so the log itself is whole again.
+//! - `health` → how many entries could not be written since the last `health` (a full disk),
+//!   and the last error; the host asks after each turn, so a turn whose record is incomplete
+//!   does not pass for a good one.
 //!
 //! A child agent's entries arrive on `subagent.event` (the kernel lets only the plugin serving
 //! that child's tool call emit them, naming that call); each is filed, as a `subagent` entry,
@@ -39,7 +44,10 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use keel_agent_kit::session_log::{self, LogRead, LogWriter};
-use keel_protocol::{Block, SessionEvent, SubagentEvent, services, topics};
+use keel_protocol::{
+    Block, LogHealth, LoggedContext, LoggedConversation, SessionEvent, SessionSummary,
+    SubagentEvent, services, topics,
+};
 use keel_sdk::{Event, Plugin, events, log, services as kernel_services};
 use serde::Deserialize;
 use serde_json::json;
@@ -77,13 +85,6 @@ fn now_ms() -> u64 {
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<String, String> {
     serde_json::to_string(value).map_err(|e| format!("cannot encode the answer: {e}"))
-}
-
-fn warnings_json(read: &LogRead) -> serde_json::Value {
-    read.warnings
-        .iter()
-        .map(|w| json!({"line": w.line, "message": w.message}))
-        .collect()
 }
 
 impl SessionLog {
@@ -170,30 +171,36 @@ impl SessionLog {
         self.last_error = Some(error);
     }
 
-    fn read(payload: &str) -> Result<(String, LogRead), String> {
-        let request = session_request(payload)?;
-        let read =
-            session_log::read_log(Path::new(DIR), &request.session).map_err(|e| e.to_string())?;
-        Ok((request.session, read))
+    /// `started`: the record that the agent loop is about to run `event`'s calls.
+    fn started(&mut self, event: &SessionEvent) -> Result<u64, String> {
+        if !matches!(event, SessionEvent::ToolStarted { .. }) {
+            return Err("started: the payload is not a tool_started entry".into());
+        }
+        self.append(event)
+    }
+
+    fn list() -> Result<Vec<SessionSummary>, String> {
+        session_log::list(Path::new(DIR)).map_err(|e| e.to_string())
+    }
+
+    fn read(session: &str) -> Result<LogRead, String> {
+        session_log::read_log(Path::new(DIR), session).map_err(|e| e.to_string())
     }
 
     /// `conversation`, and for `resume` (`record`) the repair of the log's end appended.
-    fn conversation(&mut self, payload: &str, record: bool) -> Result<String, String> {
-        let request = session_request(payload)?;
+    fn conversation(&mut self, session: &str, record: bool) -> Result<LoggedConversation, String> {
         let (conversation, warnings) =
-            session_log::read_conversation(Path::new(DIR), &request.session)
-                .map_err(|e| e.to_string())?;
+            session_log::read_conversation(Path::new(DIR), session).map_err(|e| e.to_string())?;
         if record && let Some(results) = &conversation.tail_repair {
-            let session = request.session.clone();
             self.append(&SessionEvent::Message {
-                session: session.clone(),
+                session: session.to_owned(),
                 message: results.clone(),
                 stop_reason: None,
                 usage: None,
             })
             .and_then(|_| {
                 self.append(&SessionEvent::TurnEnded {
-                    session,
+                    session: session.to_owned(),
                     end: keel_protocol::TurnEnd::Interrupted,
                     detail: "keel stopped before the turn ended; the calls it left without a \
                              result were answered as interrupted when the session was resumed"
@@ -202,20 +209,24 @@ impl SessionLog {
             })
             .map_err(|e| format!("cannot record the repair of the log's end: {e}"))?;
         }
-        let context = conversation
-            .context
-            .map(|c| json!({"system": c.system, "tools": c.tools}));
-        let warnings: Vec<serde_json::Value> = warnings
-            .iter()
-            .map(|w| json!({"line": w.line, "message": w.message}))
-            .collect();
-        to_json(&json!({
-            "messages": conversation.messages,
-            "context": context,
-            "context_window": conversation.context_window,
-            "warnings": warnings,
-            "repairs": conversation.repairs,
-        }))
+        Ok(LoggedConversation {
+            messages: conversation.messages,
+            context: conversation.context.map(|c| LoggedContext {
+                system: c.system,
+                tools: c.tools,
+            }),
+            context_window: conversation.context_window,
+            warnings,
+            repairs: conversation.repairs,
+        })
+    }
+
+    /// `health`: what failed since the last ask, which is forgotten.
+    fn health(&mut self) -> LogHealth {
+        LogHealth {
+            failed: std::mem::take(&mut self.failed),
+            error: self.last_error.take(),
+        }
     }
 }
 
@@ -284,15 +295,7 @@ impl Plugin for SessionLog {
         if service != services::SESSION_LOG {
             return Err(format!("no such service: {service}"));
         }
-        let caller = kernel_services::call(keel_sdk::CALLER_SERVICE, "name", "")
-            .map_err(|e| format!("cannot learn who is calling: {e}"))?;
-        if !trusted(&caller) {
-            return Err(format!(
-                "denied: session-log serves only keel and the plugin that provides `{}`; \
-                 `{caller}` is neither",
-                services::AGENT
-            ));
-        }
+        check_caller()?;
         match method {
             "append" => {
                 let event: SessionEvent = serde_json::from_str(payload)
@@ -305,31 +308,36 @@ impl Plugin for SessionLog {
             "started" => {
                 let event: SessionEvent = serde_json::from_str(payload)
                     .map_err(|e| format!("started: the payload is not a SessionEvent ({e})"))?;
-                if !matches!(event, SessionEvent::ToolStarted { .. }) {
-                    return Err("started: the payload is not a tool_started entry".into());
-                }
-                let seq = self.append(&event)?;
+                let seq = self.started(&event)?;
                 to_json(&json!({ "seq": seq }))
             }
-            "list" => to_json(&session_log::list(Path::new(DIR)).map_err(|e| e.to_string())?),
-            "read" => {
-                let (_, read) = Self::read(payload)?;
-                to_json(&json!({"lines": read.lines, "warnings": warnings_json(&read)}))
+            "list" => to_json(&Self::list()?),
+            "read" => to_json(&Self::read(&session_request(payload)?.session)?),
+            "conversation" => {
+                to_json(&self.conversation(&session_request(payload)?.session, false)?)
             }
-            "conversation" => self.conversation(payload, false),
-            "resume" => self.conversation(payload, true),
-            "health" => {
-                let answer = json!({"failed": self.failed, "error": self.last_error});
-                self.failed = 0;
-                self.last_error = None;
-                to_json(&answer)
-            }
+            "resume" => to_json(&self.conversation(&session_request(payload)?.session, true)?),
+            "health" => to_json(&self.health()),
             other => Err(format!(
                 "session-log has no method `{other}`; the methods are append, started, list, \
                  read, conversation, resume and health"
             )),
         }
     }
+}
+
+/// Refuses a caller that may not write or read session logs, whichever door it came through.
+fn check_caller() -> Result<(), String> {
+    let caller = kernel_services::call(keel_sdk::CALLER_SERVICE, "name", "")
+        .map_err(|e| format!("cannot learn who is calling: {e}"))?;
+    if trusted(&caller) {
+        return Ok(());
+    }
+    Err(format!(
+        "denied: session-log serves only keel and the plugin that provides `{}`; `{caller}` is \
+         neither",
+        services::AGENT
+    ))
 }
 
 /// Whether `plugin` (kernel-attested) may write or read session logs: the host, or the plugin
@@ -344,3 +352,82 @@ fn trusted(plugin: &str) -> bool {
 }
 
 keel_sdk::export_plugin!(SessionLog);
+
+/// `session-log` served typed (ABI 0.8.0's world `session-log-service`): callers of 0.8.0 get
+/// records, through the same methods and the same caller check as `handle_call`.
+#[allow(unsafe_code, missing_docs, clippy::all, clippy::unwrap_used)]
+mod typed {
+    wit_bindgen::generate!({
+        path: [
+            "../../wit/keel-plugin-0.2.0",
+            "../../wit/keel-plugin-0.3.0",
+            "../../wit/keel-plugin-0.4.0",
+            "../../wit/keel-plugin-0.5.0",
+            "../../wit/keel-plugin-0.6.0",
+            "../../wit/keel-plugin-0.7.0",
+            "../../wit/keel-plugin-0.8.0",
+        ],
+        world: "keel:plugin/session-log-service@0.8.0",
+        with: {
+            "keel:plugin/types@0.2.0": keel_sdk::bindings::keel::plugin0_2_0::types,
+            "keel:plugin/conversation@0.5.0": keel_sdk::bindings::keel::plugin0_5_0::conversation,
+            "keel:plugin/tool-registry@0.6.0": keel_sdk::bindings::keel::plugin0_6_0::tool_registry,
+            "keel:plugin/turns@0.6.0": keel_sdk::bindings::keel::plugin0_6_0::turns,
+            "keel:plugin/verifier-types@0.6.0": keel_sdk::bindings::keel::plugin0_6_0::verifier_types,
+            "keel:plugin/model-types@0.7.0": keel_sdk::bindings::keel::plugin0_7_0::model_types,
+            "keel:plugin/session-log-types@0.8.0": keel_sdk::bindings::keel::plugin0_8_0::session_log_types,
+        },
+    });
+}
+
+use keel_sdk::bindings::keel::plugin0_2_0::types::KernelError as RawKernelError;
+use keel_sdk::session_log as records;
+use keel_sdk_protocol as convert;
+
+struct TypedSessionLog;
+
+/// `f` on the plugin's state, for a caller `check_caller` lets through.
+fn served<R>(f: impl FnOnce(&mut SessionLog) -> Result<R, String>) -> Result<R, RawKernelError> {
+    check_caller().map_err(RawKernelError::Denied)?;
+    keel_sdk::with_plugin(f)?.map_err(RawKernelError::Failed)
+}
+
+impl typed::exports::keel::plugin0_8_0::session_log::Guest for TypedSessionLog {
+    fn append(event: records::SessionEvent) -> Result<u64, RawKernelError> {
+        let event = convert::session_event_from_wit(event).map_err(RawKernelError::Invalid)?;
+        served(|log| log.append(&event))
+    }
+
+    fn started(session: String, calls: Vec<String>) -> Result<u64, RawKernelError> {
+        served(|log| log.started(&SessionEvent::ToolStarted { session, calls }))
+    }
+
+    fn list() -> Result<Vec<records::SessionSummary>, RawKernelError> {
+        let sessions = served(|_| SessionLog::list())?;
+        Ok(sessions
+            .into_iter()
+            .map(convert::session_summary_to_wit)
+            .collect())
+    }
+
+    fn read(session: String) -> Result<records::LogRead, RawKernelError> {
+        served(|_| SessionLog::read(&session)).map(convert::log_read_to_wit)
+    }
+
+    fn conversation(session: String) -> Result<records::LoggedConversation, RawKernelError> {
+        served(|log| log.conversation(&session, false)).map(convert::logged_conversation_to_wit)
+    }
+
+    fn resume(session: String) -> Result<records::LoggedConversation, RawKernelError> {
+        served(|log| log.conversation(&session, true)).map(convert::logged_conversation_to_wit)
+    }
+
+    fn health() -> Result<records::LogHealth, RawKernelError> {
+        served(|log| Ok(log.health())).map(convert::log_health_to_wit)
+    }
+}
+
+#[allow(unsafe_code)]
+const _: () = {
+    typed::export!(TypedSessionLog with_types_in typed);
+};

@@ -11,13 +11,15 @@
 //! | 0.5.0 | `since_v0_2` + `since_v0_3` + `since_v0_5` | `plugin@0.4.0` | as 0.4.0 |
 //! | 0.6.0 | … + `since_v0_6` | `plugin@0.4.0`, and a provider's `memory`, `compaction`, `tool-registry`, `turns`, `verifier` | as 0.4.0 |
 //! | 0.7.0 | … + `since_v0_7` (the typed `agent` and `model`, `http` and `processes` with resources) | `plugin@0.4.0`, and a model adapter's `model`, the hooks plugin's `hooks` | as 0.4.0 |
+//! | 0.8.0 | … + `since_v0_8` (the typed `session-log`) | `plugin@0.4.0`, and the log plugin's `session-log` | as 0.4.0 |
 //!
 //! 0.5.0 changes no export: it adds the kernel's own services as typed imports (`caller`,
 //! `prompt-context`, `conversation`, `agents`), whose host side calls the same core as their
 //! JSON door through `services.call`. 0.6.0 types the services plugins provide to each other:
 //! a caller imports them, a provider exports them beside `plugin` ([`since_v0_6`]). 0.7.0 types
 //! the model: the kernel's `agent` door in records, and the `model` service a model adapter
-//! exports ([`since_v0_7`]).
+//! exports ([`since_v0_7`]). 0.8.0 types the session log: its callers import `session-log`, the
+//! plugin that keeps the logs exports it ([`since_v0_8`]).
 //!
 //! A new version adds a module here, its interfaces to `abi.rs`'s table, and a variant to both
 //! enums; the released WIT of the older ones never changes.
@@ -29,6 +31,7 @@ pub(crate) mod since_v0_4;
 pub(crate) mod since_v0_5;
 pub(crate) mod since_v0_6;
 pub(crate) mod since_v0_7;
+pub(crate) mod since_v0_8;
 
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, InstancePre, Linker};
@@ -115,6 +118,11 @@ pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result
         linker,
         |state| state,
     )?;
+    // ABI 0.8.0 adds the session log, typed.
+    since_v0_8::keel::plugin0_8_0::session_log::add_to_linker::<_, HasSelf<StoreState>>(
+        linker,
+        |state| state,
+    )?;
     Ok(())
 }
 
@@ -125,6 +133,7 @@ pub(crate) struct PluginPre {
     plugin: PluginIndices,
     services: since_v0_6::ServiceIndices,
     services_0_7: since_v0_7::ServiceIndices,
+    services_0_8: since_v0_8::ServiceIndices,
 }
 
 /// Where a component's `plugin` export is, by its version.
@@ -149,11 +158,13 @@ impl PluginPre {
         };
         let services = since_v0_6::ServiceIndices::new(&pre, report)?;
         let services_0_7 = since_v0_7::ServiceIndices::new(&pre, report)?;
+        let services_0_8 = since_v0_8::ServiceIndices::new(&pre, report)?;
         Ok(PluginPre {
             instance_pre: pre,
             plugin,
             services,
             services_0_7,
+            services_0_8,
         })
     }
 
@@ -168,11 +179,13 @@ impl PluginPre {
             PluginIndices::Since0_4(i) => PluginBindings::Since0_4(i.load(&mut *store, &instance)?),
         };
         let services = self.services.load(&mut *store, &instance)?;
-        let services_0_7 = self.services_0_7.load(store, &instance)?;
+        let services_0_7 = self.services_0_7.load(&mut *store, &instance)?;
+        let services_0_8 = self.services_0_8.load(store, &instance)?;
         Ok(PluginExports {
             plugin,
             services,
             services_0_7,
+            services_0_8,
         })
     }
 }
@@ -183,6 +196,7 @@ pub(crate) struct PluginExports {
     plugin: PluginBindings,
     services: since_v0_6::ServiceExports,
     services_0_7: since_v0_7::ServiceExports,
+    services_0_8: since_v0_8::ServiceExports,
 }
 
 /// An instance's `plugin` export, by its version.
@@ -321,7 +335,9 @@ impl PluginExports {
 
     /// Whether the instance has a typed door for `call`'s service.
     pub(crate) fn serves(&self, call: &ServiceCall) -> bool {
-        self.services.serves(call) || self.services_0_7.serves(call)
+        self.services.serves(call)
+            || self.services_0_7.serves(call)
+            || self.services_0_8.serves(call)
     }
 
     /// `call` through the instance's typed door; only for a call it [`serves`](Self::serves).
@@ -332,6 +348,9 @@ impl PluginExports {
     ) -> wasmtime::Result<Result<ServiceAnswer, PluginError>> {
         if self.services_0_7.serves(call) {
             return self.services_0_7.call(store, call).await;
+        }
+        if self.services_0_8.serves(call) {
+            return self.services_0_8.call(store, call).await;
         }
         self.services.call(store, call).await
     }

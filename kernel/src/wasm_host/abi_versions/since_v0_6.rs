@@ -430,12 +430,8 @@ impl ServiceExports {
                 self.turns.is_some()
             }
             ServiceCall::Verify(_) => self.verifier.is_some(),
-            // 0.7.0's, served by `since_v0_7`.
-            ServiceCall::Complete(_)
-            | ServiceCall::HookSessionStart(_)
-            | ServiceCall::HookToolUse(_)
-            | ServiceCall::HookPrompt(_)
-            | ServiceCall::HookStop(_) => false,
+            // Later versions', served by `since_v0_7` and `since_v0_8`.
+            _ => false,
         }
     }
 
@@ -578,11 +574,7 @@ impl ServiceExports {
                     ServiceAnswer::Verdict(verdict.map(conversions::verdict_from_wit))
                 })
             }
-            ServiceCall::Complete(_)
-            | ServiceCall::HookSessionStart(_)
-            | ServiceCall::HookToolUse(_)
-            | ServiceCall::HookPrompt(_)
-            | ServiceCall::HookStop(_) => Err(no_door()),
+            _ => Err(no_door()),
         }
     }
 }
