@@ -8,8 +8,9 @@
 /// Expands, in the invoking module, free functions between `keel_protocol`'s types and a WIT
 /// binding's records: `message_to_wit`/`message_from_wit`, `outcome_to_wit`/`outcome_from_wit`,
 /// `verify_request_to_wit`/`verify_request_from_wit`, `verdict_to_wit`/`verdict_from_wit`,
-/// `tool_def_to_wit`/`tool_def_from_wit`, `model_request_to_wit`/`model_request_from_wit` and
-/// `model_response_to_wit`/`model_response_from_wit`. Each takes its value and answers the
+/// `tool_def_to_wit`/`tool_def_from_wit`, `model_request_to_wit`/`model_request_from_wit`,
+/// `model_response_to_wit`/`model_response_from_wit`, `stop_reason_to_wit`/`stop_reason_from_wit`
+/// and `turn_end_to_wit`/`turn_end_from_wit`. Each takes its value and answers the
 /// other side's; a tool's input schema crosses as JSON text, and one that does not parse is
 /// refused naming the tool (`tool_def_from_wit` and `model_request_from_wit` answer a
 /// `Result`), a tool call's arguments that do not parse are `null` input (as the agent loop
@@ -308,20 +309,61 @@ macro_rules! wit_conversions {
             })
         }
 
+        /// How a turn ended, as the typed doors carry it.
+        pub fn turn_end_to_wit(end: $crate::TurnEnd) -> turns::TurnEnd {
+            match end {
+                $crate::TurnEnd::Completed => turns::TurnEnd::Completed,
+                $crate::TurnEnd::Interrupted => turns::TurnEnd::Interrupted,
+                $crate::TurnEnd::StepLimit => turns::TurnEnd::StepLimit,
+                $crate::TurnEnd::LoopGuard => turns::TurnEnd::LoopGuard,
+                $crate::TurnEnd::Cancelled => turns::TurnEnd::Cancelled,
+                $crate::TurnEnd::ModelError => turns::TurnEnd::ModelError,
+            }
+        }
+
+        /// How a turn ended, as a typed door carried it.
+        pub fn turn_end_from_wit(end: turns::TurnEnd) -> $crate::TurnEnd {
+            match end {
+                turns::TurnEnd::Completed => $crate::TurnEnd::Completed,
+                turns::TurnEnd::Interrupted => $crate::TurnEnd::Interrupted,
+                turns::TurnEnd::StepLimit => $crate::TurnEnd::StepLimit,
+                turns::TurnEnd::LoopGuard => $crate::TurnEnd::LoopGuard,
+                turns::TurnEnd::Cancelled => $crate::TurnEnd::Cancelled,
+                turns::TurnEnd::ModelError => $crate::TurnEnd::ModelError,
+            }
+        }
+
+        /// Why the model stopped, as the typed doors carry it.
+        pub fn stop_reason_to_wit(reason: $crate::StopReason) -> model_types::StopReason {
+            match reason {
+                $crate::StopReason::EndTurn => model_types::StopReason::EndTurn,
+                $crate::StopReason::ToolUse => model_types::StopReason::ToolUse,
+                $crate::StopReason::MaxTokens => model_types::StopReason::MaxTokens,
+                $crate::StopReason::StopSequence => model_types::StopReason::StopSequence,
+                $crate::StopReason::Refusal => model_types::StopReason::Refusal,
+                $crate::StopReason::Interrupted => model_types::StopReason::Interrupted,
+            }
+        }
+
+        /// Why the model stopped, as a typed door carried it.
+        pub fn stop_reason_from_wit(reason: model_types::StopReason) -> $crate::StopReason {
+            match reason {
+                model_types::StopReason::EndTurn => $crate::StopReason::EndTurn,
+                model_types::StopReason::ToolUse => $crate::StopReason::ToolUse,
+                model_types::StopReason::MaxTokens => $crate::StopReason::MaxTokens,
+                model_types::StopReason::StopSequence => $crate::StopReason::StopSequence,
+                model_types::StopReason::Refusal => $crate::StopReason::Refusal,
+                model_types::StopReason::Interrupted => $crate::StopReason::Interrupted,
+            }
+        }
+
         /// A model response as the typed doors carry it.
         pub fn model_response_to_wit(
             response: $crate::ModelResponse,
         ) -> model_types::ModelResponse {
             model_types::ModelResponse {
                 message: message_to_wit(response.message),
-                stop_reason: match response.stop_reason {
-                    $crate::StopReason::EndTurn => model_types::StopReason::EndTurn,
-                    $crate::StopReason::ToolUse => model_types::StopReason::ToolUse,
-                    $crate::StopReason::MaxTokens => model_types::StopReason::MaxTokens,
-                    $crate::StopReason::StopSequence => model_types::StopReason::StopSequence,
-                    $crate::StopReason::Refusal => model_types::StopReason::Refusal,
-                    $crate::StopReason::Interrupted => model_types::StopReason::Interrupted,
-                },
+                stop_reason: stop_reason_to_wit(response.stop_reason),
                 stop_reason_raw: response.stop_reason_raw,
                 usage: turns::Usage {
                     input_tokens: response.usage.input_tokens,
@@ -340,14 +382,7 @@ macro_rules! wit_conversions {
         ) -> $crate::ModelResponse {
             $crate::ModelResponse {
                 message: message_from_wit(response.message),
-                stop_reason: match response.stop_reason {
-                    model_types::StopReason::EndTurn => $crate::StopReason::EndTurn,
-                    model_types::StopReason::ToolUse => $crate::StopReason::ToolUse,
-                    model_types::StopReason::MaxTokens => $crate::StopReason::MaxTokens,
-                    model_types::StopReason::StopSequence => $crate::StopReason::StopSequence,
-                    model_types::StopReason::Refusal => $crate::StopReason::Refusal,
-                    model_types::StopReason::Interrupted => $crate::StopReason::Interrupted,
-                },
+                stop_reason: stop_reason_from_wit(response.stop_reason),
                 stop_reason_raw: response.stop_reason_raw,
                 usage: $crate::Usage {
                     input_tokens: response.usage.input_tokens,
@@ -529,50 +564,6 @@ macro_rules! wit_hook_conversions {
 #[macro_export]
 macro_rules! wit_session_log_conversions {
     () => {
-        fn turn_end_to_wit(end: $crate::TurnEnd) -> turns::TurnEnd {
-            match end {
-                $crate::TurnEnd::Completed => turns::TurnEnd::Completed,
-                $crate::TurnEnd::Interrupted => turns::TurnEnd::Interrupted,
-                $crate::TurnEnd::StepLimit => turns::TurnEnd::StepLimit,
-                $crate::TurnEnd::LoopGuard => turns::TurnEnd::LoopGuard,
-                $crate::TurnEnd::Cancelled => turns::TurnEnd::Cancelled,
-                $crate::TurnEnd::ModelError => turns::TurnEnd::ModelError,
-            }
-        }
-
-        fn turn_end_from_wit(end: turns::TurnEnd) -> $crate::TurnEnd {
-            match end {
-                turns::TurnEnd::Completed => $crate::TurnEnd::Completed,
-                turns::TurnEnd::Interrupted => $crate::TurnEnd::Interrupted,
-                turns::TurnEnd::StepLimit => $crate::TurnEnd::StepLimit,
-                turns::TurnEnd::LoopGuard => $crate::TurnEnd::LoopGuard,
-                turns::TurnEnd::Cancelled => $crate::TurnEnd::Cancelled,
-                turns::TurnEnd::ModelError => $crate::TurnEnd::ModelError,
-            }
-        }
-
-        fn stop_reason_to_wit(reason: $crate::StopReason) -> model_types::StopReason {
-            match reason {
-                $crate::StopReason::EndTurn => model_types::StopReason::EndTurn,
-                $crate::StopReason::ToolUse => model_types::StopReason::ToolUse,
-                $crate::StopReason::MaxTokens => model_types::StopReason::MaxTokens,
-                $crate::StopReason::StopSequence => model_types::StopReason::StopSequence,
-                $crate::StopReason::Refusal => model_types::StopReason::Refusal,
-                $crate::StopReason::Interrupted => model_types::StopReason::Interrupted,
-            }
-        }
-
-        fn stop_reason_from_wit(reason: model_types::StopReason) -> $crate::StopReason {
-            match reason {
-                model_types::StopReason::EndTurn => $crate::StopReason::EndTurn,
-                model_types::StopReason::ToolUse => $crate::StopReason::ToolUse,
-                model_types::StopReason::MaxTokens => $crate::StopReason::MaxTokens,
-                model_types::StopReason::StopSequence => $crate::StopReason::StopSequence,
-                model_types::StopReason::Refusal => $crate::StopReason::Refusal,
-                model_types::StopReason::Interrupted => $crate::StopReason::Interrupted,
-            }
-        }
-
         fn count_from_wit(n: u64) -> usize {
             usize::try_from(n).unwrap_or(usize::MAX)
         }

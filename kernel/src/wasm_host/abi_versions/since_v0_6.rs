@@ -221,16 +221,8 @@ impl editor::Host for StoreState {
 
 /// A turn's report as a 0.6.0 caller reads it.
 fn report_to_import(report: protocol::TurnReport) -> turns::TurnReport {
-    use turns::TurnEnd;
     turns::TurnReport {
-        end: match report.end {
-            protocol::TurnEnd::Completed => TurnEnd::Completed,
-            protocol::TurnEnd::Interrupted => TurnEnd::Interrupted,
-            protocol::TurnEnd::StepLimit => TurnEnd::StepLimit,
-            protocol::TurnEnd::LoopGuard => TurnEnd::LoopGuard,
-            protocol::TurnEnd::Cancelled => TurnEnd::Cancelled,
-            protocol::TurnEnd::ModelError => TurnEnd::ModelError,
-        },
+        end: conversions::turn_end_to_wit(report.end),
         text: report.text,
         steps: report.steps,
         tool_calls: report.tool_calls,

@@ -96,6 +96,18 @@ impl StoreState {
         let _host = self.meter.host_call();
         Ok(self.host.call_typed(&call).await?)
     }
+
+    /// `conversation` or `resume` (`call`), through the kernel's routing.
+    async fn logged_conversation(
+        &mut self,
+        call: ServiceCall,
+    ) -> Result<session_log_types::LoggedConversation, KernelError> {
+        let method = call.method();
+        match self.ask_session_log(call).await? {
+            ServiceAnswer::Conversation(c) => Ok(logged_conversation_to_wit(*c)),
+            _ => Err(misrouted(method)),
+        }
+    }
 }
 
 /// The answer to a session-log call that is not of the method asked, as an error.
@@ -148,26 +160,16 @@ impl session_log::Host for StoreState {
         &mut self,
         session: String,
     ) -> Result<session_log_types::LoggedConversation, KernelError> {
-        match self
-            .ask_session_log(ServiceCall::LogConversation(session))
-            .await?
-        {
-            ServiceAnswer::Conversation(c) => Ok(logged_conversation_to_wit(*c)),
-            _ => Err(misrouted("conversation")),
-        }
+        self.logged_conversation(ServiceCall::LogConversation(session))
+            .await
     }
 
     async fn resume(
         &mut self,
         session: String,
     ) -> Result<session_log_types::LoggedConversation, KernelError> {
-        match self
-            .ask_session_log(ServiceCall::LogResume(session))
-            .await?
-        {
-            ServiceAnswer::Conversation(c) => Ok(logged_conversation_to_wit(*c)),
-            _ => Err(misrouted("resume")),
-        }
+        self.logged_conversation(ServiceCall::LogResume(session))
+            .await
     }
 
     async fn health(&mut self) -> Result<session_log_types::LogHealth, KernelError> {
@@ -286,14 +288,13 @@ impl ServiceExports {
                     log_read_from_wit(read).map(ServiceAnswer::LogRead)
                 })
             }
-            ServiceCall::LogConversation(session) => {
-                answered(log.call_conversation(store, session).await, |c| {
-                    logged_conversation_from_wit(c)
-                        .map(|c| ServiceAnswer::Conversation(Box::new(c)))
-                })
-            }
-            ServiceCall::LogResume(session) => {
-                answered(log.call_resume(store, session).await, |c| {
+            ServiceCall::LogConversation(session) | ServiceCall::LogResume(session) => {
+                let asked = if matches!(call, ServiceCall::LogResume(_)) {
+                    log.call_resume(store, session).await
+                } else {
+                    log.call_conversation(store, session).await
+                };
+                answered(asked, |c| {
                     logged_conversation_from_wit(c)
                         .map(|c| ServiceAnswer::Conversation(Box::new(c)))
                 })
