@@ -167,6 +167,44 @@ fn plugin_check_validates_and_refuses_clearly() -> R {
              keel.toml does not declare",
         ));
 
+    // Every function of `plugin` is there, so the component links, but none has the types of
+    // keel's WIT: an instance would refuse it, so the check does, naming the export.
+    let shapeless = home.path().join("shapeless");
+    std::fs::create_dir(&shapeless)?;
+    std::fs::write(
+        shapeless.join("keel.toml"),
+        "name = \"shapeless\"\nversion = \"0.1.0\"\nkind = \"wasm\"\ncomponent = \"c.wasm\"\n",
+    )?;
+    let functions = [
+        "activate",
+        "deactivate",
+        "handle-call",
+        "invoke-tool",
+        "on-event",
+        "check-tool-call",
+    ]
+    .map(|name| format!("(export \"{name}\" (func $f))"))
+    .join(" ");
+    std::fs::write(
+        shapeless.join("c.wasm"),
+        wat::parse_str(format!(
+            "(component (core module $m (func (export \"f\"))) (core instance $i (instantiate $m)) \
+             (func $f (canon lift (core func $i \"f\"))) (instance $p {functions}) \
+             (export \"keel:plugin/plugin@0.2.0\" (instance $p)))"
+        ))?,
+    )?;
+    let refused = keel(home.path())?
+        .args(["plugin", "check"])
+        .arg(&shapeless)
+        .output()?;
+    let said = String::from_utf8_lossy(&refused.stdout);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("problem: the component would not start")
+            && said.contains("keel:plugin/plugin@0.2.0"),
+        "{said}"
+    );
+
     // A malformed manifest: the file, the line and the field.
     std::fs::write(
         plugin.join("keel.toml"),

@@ -65,5 +65,5 @@ pub use types::{
 pub use wasm_host::{
     CacheStatus, ComponentReport, GrantedDir, Precompiled, SUPPORTED_ABI, Shipped, WasmComponent,
     WasmError, WasmGrants, WasmHost, WasmHostConfig, WasmLimits, check_declarations, check_imports,
-    inspect_component,
+    check_instantiation, inspect_component,
 };

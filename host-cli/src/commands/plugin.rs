@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use clap::Subcommand;
 use keel_kernel::{
-    Manifest, PluginState, check_declarations, check_imports, code_path, inspect_component,
-    manifest_path,
+    Manifest, PluginState, check_declarations, check_imports, check_instantiation, code_path,
+    inspect_component, manifest_path,
 };
 
 use super::plugin_python;
@@ -78,9 +78,9 @@ pub enum PluginCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Validate a plugin's manifest and component without running it: ABI version, that
-    /// every import is covered by a requested capability, and that the component was built as
-    /// the manifest's version.
+    /// Validate a plugin's manifest and component without activating it: ABI version, that
+    /// every import is covered by a requested capability, that an instance can be made (every
+    /// export of keel's types), and that the component was built as the manifest's version.
     Check {
         /// A plugin directory (with keel.toml) or a manifest file.
         path: PathBuf,
@@ -129,7 +129,7 @@ pub async fn run(ctx: &Context, cmd: PluginCommand) -> anyhow::Result<ExitCode> 
             path,
             component,
             json,
-        } => check(ctx, &path, component, json),
+        } => check(ctx, &path, component, json).await,
         PluginCommand::New {
             name,
             kind,
@@ -137,7 +137,7 @@ pub async fn run(ctx: &Context, cmd: PluginCommand) -> anyhow::Result<ExitCode> 
             sdk,
             lang,
         } => new_plugin(&name, kind, dir, sdk, lang),
-        PluginCommand::Build { path, json } => build(ctx, &path, json),
+        PluginCommand::Build { path, json } => build(ctx, &path, json).await,
         PluginCommand::Test { path, calls } => super::plugin_test::run(ctx, &path, calls).await,
     }
 }
@@ -213,12 +213,12 @@ fn new_plugin(
     Ok(ExitCode::SUCCESS)
 }
 
-fn build(ctx: &Context, path: &Path, json: bool) -> anyhow::Result<ExitCode> {
+async fn build(ctx: &Context, path: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let (file, component) = build_component(path)?;
     if !json {
         eprintln!("built {}", component.display());
     }
-    check(ctx, &file, Some(component), json)
+    check(ctx, &file, Some(component), json).await
 }
 
 /// Build the plugin crate at `path` to its component (`cargo build --release --target
@@ -429,7 +429,7 @@ fn print_table(list: &[keel_kernel::PluginStatus]) {
     }
 }
 
-fn check(
+async fn check(
     ctx: &Context,
     path: &std::path::Path,
     component: Option<PathBuf>,
@@ -454,6 +454,13 @@ fn check(
     let report = inspect_component(rt.loader.wasm(), &manifest.name, &bytes)?;
     let mut problems = check_imports(&report, &manifest.capabilities);
     problems.extend(check_declarations(&report, &manifest));
+    // An export's types are checked only when an instance loads it: make one (nothing granted,
+    // nothing activated), so an export of another shape is found here, not at load.
+    if report.link_error.is_none()
+        && let Err(e) = check_instantiation(rt.loader.wasm(), &manifest.name, &bytes).await
+    {
+        problems.push(format!("the component would not start: {e}"));
+    }
     let built_as = keel_registry::component_version(&bytes);
     match &built_as {
         Ok(Some(v)) if *v == manifest.version => {}

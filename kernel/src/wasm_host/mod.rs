@@ -585,6 +585,32 @@ pub fn inspect_component(
     Ok(report)
 }
 
+/// Instantiate `bytes` as a load would (the same linker, the default CPU and memory bounds),
+/// with nothing granted, no kernel behind its imports (every call answers that the kernel is
+/// gone) and without activating it; `Err` says why an instance could not be made. Finding an
+/// export does not check its types: an instance does, as it loads each export's functions, so
+/// this is what finds a typed service export of another shape than keel's WIT, which
+/// [`inspect_component`] passes and a load would refuse (`keel plugin check`). It runs the
+/// component's instantiation code (start functions), bounded as a load bounds it.
+pub async fn check_instantiation(
+    host: &WasmHost,
+    plugin: &str,
+    bytes: &[u8],
+) -> Result<(), String> {
+    let component = host.compile(plugin, bytes).map_err(|e| e.to_string())?;
+    let nothing = WasmGrants {
+        limits: host.inner.default_limits,
+        ..WasmGrants::default()
+    };
+    let source = host.source(&component, nothing);
+    let detached = crate::HostHandle::new(std::sync::Weak::new(), plugin, 0);
+    source
+        .instantiate(detached)
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
 struct ComponentInner {
     plugin: String,
     pre: PluginPre,

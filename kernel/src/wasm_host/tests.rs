@@ -1189,3 +1189,46 @@ fn a_component_importing_the_persons_hooks_does_not_link() {
     let link = report.link_error.unwrap_or_default();
     assert!(link.contains("keel:plugin/hooks@0.7.0"), "{link}");
 }
+
+/// A typed service export of another shape than keel's WIT has every function name, so it
+/// links and `inspect_component` passes it; an instance refuses it, as it loads the export's
+/// functions. `check_instantiation` (what `keel plugin check` runs) finds it before a load
+/// does; the same plugin with its export right passes.
+#[tokio::test]
+async fn a_typed_export_of_another_shape_is_found_by_the_check() {
+    let exporting = |ty: &str| {
+        let with_export = format!(
+            "  (func $wrong {ty} (canon lift (core func $main \"deactivate\")))\n  \
+             (instance $hooks\n    (export \"session-start\" (func $wrong))\n    \
+             (export \"post-tool-use\" (func $wrong))\n    \
+             (export \"user-prompt-submit\" (func $wrong))\n    \
+             (export \"stop\" (func $wrong)))\n  \
+             (export \"keel:plugin/hooks@0.7.0\" (instance $hooks))\n)\n"
+        );
+        let end = PLUGIN_WAT.rfind(')').expect("the component closes");
+        format!("{}{with_export}", &PLUGIN_WAT[..end])
+    };
+    let host = host();
+    // Each function takes nothing and answers nothing, where keel's WIT has records.
+    let wrong = wat(&exporting(""));
+    let report = inspect_component(&host, "hooked", &wrong).expect("inspected");
+    assert_eq!(report.link_error, None, "the names are all there: it links");
+    assert!(
+        report
+            .exports
+            .contains(&"keel:plugin/hooks@0.7.0".to_owned())
+    );
+    let refused = check_instantiation(&host, "hooked", &wrong)
+        .await
+        .expect_err("an instance refuses the export");
+    assert!(
+        refused.contains("keel:plugin/hooks@0.7.0")
+            && refused.contains("does not have the functions and types of keel's WIT"),
+        "{refused}"
+    );
+    // The control: the plugin without the export instantiates.
+    assert_eq!(
+        check_instantiation(&host, "plain", &wat(PLUGIN_WAT)).await,
+        Ok(())
+    );
+}

@@ -45,6 +45,17 @@ use crate::types::{Event, GuardVerdict};
 
 /// The export of an ABI 0.4.0 plugin; a component without it exports 0.2.0's `plugin`.
 pub(crate) const PLUGIN_EXPORT_0_4: &str = "keel:plugin/plugin@0.4.0";
+/// The export of an ABI 0.2.0 or 0.3.0 plugin.
+const PLUGIN_EXPORT_0_2: &str = "keel:plugin/plugin@0.2.0";
+
+/// Why an instance could not load `export`: it has the names of keel's WIT for it (or the
+/// component would not have linked), not its types.
+pub(super) fn wrong_shape(export: &str) -> String {
+    format!(
+        "its export `{export}` does not have the functions and types of keel's WIT for it; \
+         rebuild the plugin against this keel's WIT"
+    )
+}
 
 /// Add the host side of every keel import of every hosted version to `linker`.
 pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
@@ -175,8 +186,14 @@ impl PluginPre {
     ) -> wasmtime::Result<PluginExports> {
         let instance = self.instance_pre.instantiate_async(&mut *store).await?;
         let plugin = match &self.plugin {
-            PluginIndices::Since0_2(i) => PluginBindings::Since0_2(i.load(&mut *store, &instance)?),
-            PluginIndices::Since0_4(i) => PluginBindings::Since0_4(i.load(&mut *store, &instance)?),
+            PluginIndices::Since0_2(i) => PluginBindings::Since0_2(
+                i.load(&mut *store, &instance)
+                    .map_err(|e| e.context(wrong_shape(PLUGIN_EXPORT_0_2)))?,
+            ),
+            PluginIndices::Since0_4(i) => PluginBindings::Since0_4(
+                i.load(&mut *store, &instance)
+                    .map_err(|e| e.context(wrong_shape(PLUGIN_EXPORT_0_4)))?,
+            ),
         };
         let services = self.services.load(&mut *store, &instance)?;
         let services_0_7 = self.services_0_7.load(&mut *store, &instance)?;

@@ -355,12 +355,7 @@ impl ServiceIndices {
         store: &mut Store<StoreState>,
         instance: &Instance,
     ) -> wasmtime::Result<ServiceExports> {
-        let shape = |export: &str| {
-            format!(
-                "its export `{export}` does not have the functions and types of keel's WIT \
-                 for it; rebuild the plugin against this keel's WIT"
-            )
-        };
+        let shape = super::wrong_shape;
         // The index of a service's export, loaded from the instance when the component has it.
         macro_rules! load {
             ($index:expr, $export:expr) => {

@@ -287,12 +287,7 @@ impl ServiceIndices {
         store: &mut Store<StoreState>,
         instance: &Instance,
     ) -> wasmtime::Result<ServiceExports> {
-        let shape = |export: &str| {
-            format!(
-                "its export `{export}` does not have the functions and types of keel's WIT \
-                 for it; rebuild the plugin against this keel's WIT"
-            )
-        };
+        let shape = super::wrong_shape;
         Ok(ServiceExports {
             model: self
                 .model

@@ -216,12 +216,7 @@ impl ServiceIndices {
                 .as_ref()
                 .map(|i| i.load(&mut *store, instance))
                 .transpose()
-                .map_err(|e| {
-                    e.context(format!(
-                        "its export `{SESSION_LOG_EXPORT}` does not have the functions and types \
-                         of keel's WIT for it; rebuild the plugin against this keel's WIT"
-                    ))
-                })?,
+                .map_err(|e| e.context(super::wrong_shape(SESSION_LOG_EXPORT)))?,
         })
     }
 }
