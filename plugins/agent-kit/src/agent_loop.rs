@@ -31,6 +31,7 @@ use serde::Deserialize;
 
 use crate::batch::{self, BatchMode};
 use crate::compaction;
+use crate::conversations::Conversations;
 use crate::loop_guard::{CallDecision, FailureSignal, LoopGuard};
 
 /// A refusal or failure from a kernel door: the ABI's error kind (`invalid`, `conflict`,
@@ -281,7 +282,8 @@ fn default_tokens() -> u32 {
 pub struct AgentLoop<D> {
     config: AgentConfig,
     doors: D,
-    conversations: HashMap<String, Vec<Message>>,
+    /// The conversations: in kernel-held state, the loop keeping their sizes.
+    conversations: Conversations,
     /// The (system, tools) last logged per session, so a `Context` entry is written only when
     /// it changes (a plugin was loaded or unloaded).
     last_context: HashMap<String, String>,
@@ -291,9 +293,6 @@ pub struct AgentLoop<D> {
     /// the window the loop compacts against from then on when it is smaller than the
     /// configured one (or none was configured), so no request is refused twice for length.
     refused_at: HashMap<String, u64>,
-    /// Sessions some of whose messages the kernel does not hold (a `state_set` failed): their
-    /// requests carry the conversation instead of naming it.
-    unkept: std::collections::HashSet<String>,
     /// The tools offered, which are parallel-safe, and the system prompt, as of the
     /// environment generation the kernel named: fetched again only when it changes.
     environment: Option<StepEnvironment>,
@@ -308,10 +307,6 @@ struct StepEnvironment {
     system: String,
 }
 
-fn state_key(session: &str, index: usize) -> String {
-    keel_protocol::conversation_key(session, index)
-}
-
 /// The kernel-held state key of the context window learned for `session`.
 fn window_key(session: &str) -> String {
     format!("window/{session}")
@@ -323,7 +318,7 @@ impl<D: AgentDoors> AgentLoop<D> {
     pub fn new(config: &str, mut doors: D) -> Result<Self, String> {
         let config: AgentConfig = serde_json::from_str(config)
             .map_err(|e| format!("invalid [config.agent-loop]: {e}"))?;
-        let conversations = Self::restore(&mut doors);
+        let conversations = Conversations::restore(&mut doors);
         let refused_at = Self::restore_windows(&mut doors);
         Ok(AgentLoop {
             config,
@@ -332,14 +327,13 @@ impl<D: AgentDoors> AgentLoop<D> {
             last_context: HashMap::new(),
             compaction_failures: HashMap::new(),
             refused_at,
-            unkept: std::collections::HashSet::new(),
             environment: None,
         })
     }
 
-    /// The conversation of `session` so far.
-    pub fn conversation(&self, session: &str) -> &[Message] {
-        self.conversations.get(session).map_or(&[], Vec::as_slice)
+    /// The conversation of `session` so far, as the kernel holds it.
+    pub fn conversation(&mut self, session: &str) -> Result<Vec<Message>, String> {
+        self.conversations.messages(&mut self.doors, session)
     }
 
     /// The doors, for a caller that needs them between turns.
@@ -376,24 +370,6 @@ impl<D: AgentDoors> AgentLoop<D> {
         }
     }
 
-    /// Keep message `index` of `session` in kernel-held state; a failure is warned about and
-    /// remembered (the session's requests then carry their conversation).
-    fn keep(&mut self, session: &str, index: usize, message: &Message) {
-        let kept = serde_json::to_vec(message)
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| {
-                self.doors
-                    .state_set(&state_key(session, index), &bytes)
-                    .map_err(|e| e.to_string())
-            });
-        if let Err(e) = kept {
-            self.unkept.insert(session.to_owned());
-            self.doors.warn(&format!(
-                "conversation of `{session}` not kept across a reload: {e}"
-            ));
-        }
-    }
-
     fn emit(&mut self, event: &SessionEvent) {
         match serde_json::to_string(event) {
             Ok(json) => {
@@ -408,42 +384,15 @@ impl<D: AgentDoors> AgentLoop<D> {
         }
     }
 
-    /// Append `message` to the session's conversation: memory, kernel-held state, log.
+    /// Append `message` to the session's conversation: kernel-held state, log.
     fn push(&mut self, session: &str, message: Message, stop: Option<ModelResponse>) {
-        let index = self.conversations.get(session).map_or(0, Vec::len);
-        self.keep(session, index, &message);
-        self.conversations
-            .entry(session.to_owned())
-            .or_default()
-            .push(message.clone());
+        self.conversations.push(&mut self.doors, session, &message);
         self.emit(&SessionEvent::Message {
             session: session.to_owned(),
             message,
             stop_reason: stop.as_ref().map(|r| r.stop_reason),
             usage: stop.map(|r| r.usage),
         });
-    }
-
-    /// The conversations stored in kernel-held state (after a reload).
-    fn restore(doors: &mut D) -> HashMap<String, Vec<Message>> {
-        let mut out: HashMap<String, Vec<Message>> = HashMap::new();
-        let mut keys = doors.state_keys();
-        // The index in the key orders a session's messages whatever order the state gives.
-        keys.sort();
-        for key in keys {
-            let Some(rest) = key.strip_prefix("m/") else {
-                continue;
-            };
-            let Some((session, _)) = rest.rsplit_once('/') else {
-                continue;
-            };
-            if let Some(bytes) = doors.state_get(&key)
-                && let Ok(message) = serde_json::from_slice::<Message>(&bytes)
-            {
-                out.entry(session.to_owned()).or_default().push(message);
-            }
-        }
-        out
     }
 
     /// The context windows learned from refusals, kept in kernel-held state (after a reload).
@@ -546,17 +495,10 @@ impl<D: AgentDoors> AgentLoop<D> {
         }
     }
 
-    /// Replaces a session's conversation: in memory, in kept state, the surplus keys removed.
+    /// Replaces a session's conversation, in kept state, the surplus keys removed.
     fn replace_conversation(&mut self, session: &str, messages: Vec<Message>) {
-        let old_len = self.conversations.get(session).map_or(0, Vec::len);
-        self.unkept.remove(session);
-        for (i, m) in messages.iter().enumerate() {
-            self.keep(session, i, m);
-        }
-        for i in messages.len()..old_len {
-            self.doors.state_remove(&state_key(session, i));
-        }
-        self.conversations.insert(session.to_owned(), messages);
+        self.conversations
+            .replace(&mut self.doors, session, messages);
     }
 
     fn compaction_status(&mut self, session: &str, state: &str, detail: &str) {
@@ -596,7 +538,10 @@ impl<D: AgentDoors> AgentLoop<D> {
         focus: &str,
         reason: &str,
     ) -> Result<Option<(u64, u64, usize)>, DoorError> {
-        let conversation = self.conversation(session).to_vec();
+        let conversation = self.conversation(session).map_err(|message| DoorError {
+            kind: "failed",
+            message,
+        })?;
         let window = self.window(session);
         // The turns kept: `keep-turns`, fewer when they alone would fill half the threshold
         // (so the next request does not compact again at once), the current one always.
@@ -690,7 +635,8 @@ impl<D: AgentDoors> AgentLoop<D> {
             return;
         }
         let threshold = (window as f64 * self.compact_at()) as u64;
-        let estimate = compaction::estimate_tokens(system, self.conversation(session), tools);
+        let estimate =
+            compaction::estimate_tokens_of(system, self.conversations.chars(session), tools);
         if estimate <= threshold {
             return;
         }
@@ -727,7 +673,14 @@ impl<D: AgentDoors> AgentLoop<D> {
                 }
             }
         }
-        let conversation = self.conversation(session).to_vec();
+        let conversation = match self.conversation(session) {
+            Ok(conversation) => conversation,
+            Err(e) => {
+                self.doors
+                    .warn(&format!("the conversation cannot be trimmed: {e}"));
+                return;
+            }
+        };
         if let Some(cut) = compaction::trim_point(system, &conversation, tools, threshold) {
             let trimmed = compaction::apply(&conversation, cut, compaction::TRIM_HEADER);
             let after = compaction::estimate_tokens(system, &trimmed, tools);
@@ -1061,22 +1014,23 @@ impl<D: AgentDoors> AgentLoop<D> {
         loop {
             // The kernel holds every message: name them, and the history crosses into the
             // model adapter at most once, not through this door first.
-            if self.doors.keeps_conversation() && !self.unkept.contains(session) {
-                request.conversation = Some(ConversationRef {
-                    session: session.to_owned(),
-                    messages: self.conversation(session).len(),
-                    held: None,
-                });
-            } else {
-                request.messages = self.conversation(session).to_vec();
+            match self.conversations.carried(session) {
+                None => {
+                    request.conversation = Some(ConversationRef {
+                        session: session.to_owned(),
+                        messages: self.conversations.len(session),
+                        held: None,
+                    });
+                }
+                Some(carried) => request.messages = carried.to_vec(),
             }
             let answer = match self.doors.complete_request(&request) {
                 Ok(answer) => answer,
                 Err(e) if request.compacts_on_overflow && is_overflow(&e) => {
                     request.compacts_on_overflow = false;
-                    let estimate = compaction::estimate_tokens(
+                    let estimate = compaction::estimate_tokens_of(
                         &request.system,
-                        self.conversation(session),
+                        self.conversations.chars(session),
                         &request.tools,
                     );
                     let known = self.window(session);

@@ -265,7 +265,7 @@ fn a_plain_answer_completes_the_turn_and_is_logged() {
     assert_eq!(r.end, TurnEnd::Completed);
     assert_eq!((r.text.as_str(), r.steps, r.tool_calls), ("hello", 1, 0));
     assert_eq!(r.usage.input_tokens, 10);
-    assert_eq!(a.conversation("s1").len(), 2);
+    assert_eq!(a.conversation("s1").expect("held").len(), 2);
     let k = a.doors_mut();
     assert_eq!(k.requests[0].system, "be brief");
     assert_eq!(k.requests[0].max_tokens, 8192);
@@ -418,7 +418,7 @@ fn calls_of_a_cancelled_response_do_not_run_but_each_gets_a_result() {
     let mut a = agent(k, "{}");
     let r = turn(&mut a, "go");
     assert_eq!(r.end, TurnEnd::Cancelled);
-    let conversation = a.conversation("s1").to_vec();
+    let conversation = a.conversation("s1").expect("held");
     let k = a.doors_mut();
     assert!(k.dispatched.is_empty(), "a cancelled call ran");
     let results = results_of(conversation.last().expect("results"));
@@ -485,13 +485,13 @@ fn a_reloaded_loop_continues_the_kept_conversation_in_order() {
     for i in 0..6 {
         turn(&mut a, &format!("question {i}"));
     }
-    let before = a.conversation("s1").to_vec();
+    let before = a.conversation("s1").expect("held");
     assert_eq!(before.len(), 12);
     // A reload: a new loop over the same kernel-held state.
     let mut kernel = std::mem::take(a.doors_mut());
     kernel.responses.push_back(answer("after reload"));
     let mut b = agent(kernel, "{}");
-    assert_eq!(b.conversation("s1"), before.as_slice());
+    assert_eq!(b.conversation("s1"), Ok(before.clone()));
     turn(&mut b, "again");
     let sent = &b.doors_mut().requests.last().expect("a request").messages;
     assert_eq!(&sent[..12], before.as_slice());
@@ -506,7 +506,7 @@ fn a_resumed_session_is_seeded_and_kept() {
         context_window: None,
     });
     assert_eq!(n, 1);
-    assert_eq!(a.conversation("old").len(), 1);
+    assert_eq!(a.conversation("old").expect("held").len(), 1);
     assert!(a.doors_mut().state.contains_key("m/old/00000000"));
 }
 
@@ -524,7 +524,12 @@ fn fragments_follow_the_system_prompt_and_a_verdict_is_appended() {
     k.responses.push_back(answer("tests pass"));
     let mut a = agent(k, r#"{"system":"base"}"#);
     turn(&mut a, "go");
-    let last = a.conversation("s1").last().expect("a notice").clone();
+    let last = a
+        .conversation("s1")
+        .expect("held")
+        .last()
+        .expect("a notice")
+        .clone();
     let k = a.doors_mut();
     assert_eq!(k.requests[0].system, "base\n\nfragment one");
     assert!(
@@ -677,7 +682,7 @@ fn a_provider_overflow_mid_turn_compacts_the_turn_for_good_and_asks_once_more() 
     assert!(k.statuses_shown.iter().any(|s| s.contains("\"overflow\"")));
     // The log's rebuild (what `keel resume` continues from) is the loop's conversation.
     let events = k.events.clone();
-    assert_eq!(replayed(&events), agent.conversation("s1"));
+    assert_eq!(Ok(replayed(&events)), agent.conversation("s1"));
     Ok(())
 }
 
@@ -765,7 +770,7 @@ fn a_turn_that_outgrows_the_window_is_compacted_between_its_steps() {
         );
     }
     let events = k.events.clone();
-    assert_eq!(replayed(&events), agent.conversation("s1"));
+    assert_eq!(Ok(replayed(&events)), agent.conversation("s1"));
 }
 
 #[test]
@@ -856,4 +861,70 @@ fn requests_name_the_kept_conversation_and_carry_it_only_when_it_is_not_kept() {
         assert_eq!(seen, [1, 3, 5]);
         assert!(kernel.requests.iter().all(|r| r.conversation.is_none()));
     }
+}
+
+/// The kernel holds the conversation, and the loop reads it there: it keeps no copy of its
+/// own (a message changed in kernel-held state is what the loop reads back).
+#[test]
+fn the_loop_reads_its_conversation_from_the_kernel() {
+    let mut k = FakeKernel::default();
+    k.responses.push_back(answer("first"));
+    let mut a = agent(k, "{}");
+    turn(&mut a, "hello");
+    let key = keel_protocol::conversation_key("s1", 0);
+    let changed = serde_json::to_vec(&Message::user_text("changed in the kernel")).expect("json");
+    a.doors_mut().state.insert(key.clone(), changed);
+    let held = a.conversation("s1").expect("held");
+    assert_eq!(held.len(), 2);
+    assert_eq!(held[0], Message::user_text("changed in the kernel"));
+    // A message the kernel lost is an error, not a conversation with a gap.
+    a.doors_mut().state.remove(&key);
+    let lost = a.conversation("s1").expect_err("message 0 is gone");
+    assert!(lost.contains("message 0"), "{lost}");
+}
+
+/// After a reload the loop goes on from the messages the kernel kept from the first, up to
+/// the first missing one: never from a conversation with a gap (which no provider accepts),
+/// and a session whose state filled up keeps nothing after the first message it could not
+/// keep, so its kept part stays a prefix.
+#[test]
+fn a_reload_goes_on_from_the_kept_prefix() {
+    let mut k = FakeKernel {
+        state_full_from: Some(3),
+        ..FakeKernel::default()
+    };
+    for i in 0..3 {
+        k.responses.push_back(answer(&format!("answer {i}")));
+    }
+    let mut a = agent(k, "{}");
+    for i in 0..3 {
+        turn(&mut a, &format!("question {i}"));
+    }
+    // Six messages, the last three carried by the requests.
+    assert_eq!(a.conversation("s1").expect("carried").len(), 6);
+    let mut kernel = std::mem::take(a.doors_mut());
+    let kept: Vec<&String> = kernel
+        .state
+        .keys()
+        .filter(|k| k.starts_with("m/"))
+        .collect();
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    assert!(
+        kernel
+            .warnings
+            .iter()
+            .any(|w| w.contains("not kept in the kernel from message 3")),
+        "{:?}",
+        kernel.warnings
+    );
+    kernel.state_full_from = None;
+    let mut b = agent(kernel, "{}");
+    assert_eq!(b.conversation("s1").expect("held").len(), 3);
+    // A gap: message 1 gone, so only message 0 is the kernel's conversation.
+    let mut kernel = std::mem::take(b.doors_mut());
+    kernel
+        .state
+        .remove(&keel_protocol::conversation_key("s1", 1));
+    let mut c = agent(kernel, "{}");
+    assert_eq!(c.conversation("s1").expect("held").len(), 1);
 }

@@ -27,18 +27,13 @@ const CHARS_PER_TOKEN: usize = 4;
 
 /// The estimated tokens of a request with this system prompt, messages and tools.
 pub fn estimate_tokens(system: &str, messages: &[Message], tools: &[ToolDef]) -> u64 {
-    let mut chars = system.len();
-    for m in messages {
-        for b in &m.content {
-            chars += match b {
-                Block::Text { text } | Block::Thinking { text } => text.len(),
-                Block::ToolCall {
-                    name, arguments, ..
-                } => name.len() + arguments.len(),
-                Block::ToolResult { content, .. } => content.len(),
-            };
-        }
-    }
+    estimate_tokens_of(system, messages.iter().map(message_chars).sum(), tools)
+}
+
+/// [`estimate_tokens`] of a conversation whose messages hold `message_chars` characters (as
+/// [`message_chars`] counts them), without the messages at hand.
+pub fn estimate_tokens_of(system: &str, message_chars: usize, tools: &[ToolDef]) -> u64 {
+    let mut chars = system.len() + message_chars;
     for t in tools {
         chars += t.name.len() + t.description.len() + t.input_schema.to_string().len();
     }
@@ -46,7 +41,7 @@ pub fn estimate_tokens(system: &str, messages: &[Message], tools: &[ToolDef]) ->
 }
 
 /// The characters of one message, as [`estimate_tokens`] counts them.
-fn message_chars(m: &Message) -> usize {
+pub fn message_chars(m: &Message) -> usize {
     m.content
         .iter()
         .map(|b| match b {

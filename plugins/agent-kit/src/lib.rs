@@ -20,6 +20,7 @@ pub mod append;
 pub mod batch;
 pub mod claims;
 pub mod compaction;
+pub mod conversations;
 pub mod loop_guard;
 pub mod memory;
 pub mod memory_store;
