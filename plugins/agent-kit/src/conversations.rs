@@ -82,23 +82,13 @@ impl Conversations {
         self.sizes.get(session).map_or(0, |s| s.len)
     }
 
-    /// Whether `session` has no message.
-    pub fn is_empty(&self, session: &str) -> bool {
-        self.len(session) == 0
-    }
-
     /// The characters of `session`'s messages, as the token estimate counts them.
     pub fn chars(&self, session: &str) -> usize {
         self.sizes.get(session).map_or(0, |s| s.chars)
     }
 
-    /// Whether the kernel holds `session`'s messages, so a request may name them.
-    pub fn held(&self, session: &str) -> bool {
-        !self.carried.contains_key(session)
-    }
-
     /// The messages of a session held here (whose requests carry them); `None` for one the
-    /// kernel holds.
+    /// kernel holds, whose requests may name them.
     pub fn carried(&self, session: &str) -> Option<&[Message]> {
         self.carried.get(session).map(Vec::as_slice)
     }
