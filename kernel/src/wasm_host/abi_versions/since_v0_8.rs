@@ -10,6 +10,7 @@
 //! `session-log-types` are shared by both sides' bindings, so one conversion
 //! (`super::conversions`) serves them.
 
+use keel_protocol::services;
 use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre};
 
@@ -229,16 +230,7 @@ pub(crate) struct ServiceExports {
 impl ServiceExports {
     /// Whether the instance serves `call` through a 0.8.0 typed door.
     pub(crate) fn serves(&self, call: &ServiceCall) -> bool {
-        match call {
-            ServiceCall::LogAppend(_)
-            | ServiceCall::LogStarted { .. }
-            | ServiceCall::LogList
-            | ServiceCall::LogRead(_)
-            | ServiceCall::LogConversation(_)
-            | ServiceCall::LogResume(_)
-            | ServiceCall::LogHealth => self.session_log.is_some(),
-            _ => false,
-        }
+        call.service() == services::SESSION_LOG && self.session_log.is_some()
     }
 
     /// `call` through the typed export; only for a call it [`serves`](Self::serves).
