@@ -9,12 +9,12 @@
 /// binding's records: `message_to_wit`/`message_from_wit`, `outcome_to_wit`/`outcome_from_wit`,
 /// `verify_request_to_wit`/`verify_request_from_wit`, `verdict_to_wit`/`verdict_from_wit`,
 /// `tool_def_to_wit`/`tool_def_from_wit`, `model_request_to_wit`/`model_request_from_wit`,
-/// `model_response_to_wit`/`model_response_from_wit`, `stop_reason_to_wit`/`stop_reason_from_wit`
-/// and `turn_end_to_wit`/`turn_end_from_wit`. Each takes its value and answers the
-/// other side's; a tool's input schema crosses as JSON text, and one that does not parse is
-/// refused naming the tool (`tool_def_from_wit` and `model_request_from_wit` answer a
-/// `Result`), a tool call's arguments that do not parse are `null` input (as the agent loop
-/// records them).
+/// `model_response_to_wit`/`model_response_from_wit`, `stop_reason_to_wit`/
+/// `stop_reason_from_wit`, `turn_end_to_wit`/`turn_end_from_wit` and `usage_to_wit`/
+/// `usage_from_wit`. Each takes its value and answers the other side's; a tool's input schema
+/// crosses as JSON text, and one that does not parse is refused naming the tool
+/// (`tool_def_from_wit` and `model_request_from_wit` answer a `Result`), a tool call's
+/// arguments that do not parse are `null` input (as the agent loop records them).
 ///
 /// The invoking module names the binding's modules in scope as `conversation`,
 /// `verifier_types`, `tool_registry`, `turns` and `model_types` (with `use … as …`): the
@@ -333,6 +333,26 @@ macro_rules! wit_conversions {
             }
         }
 
+        /// Token counts, as the typed doors carry them.
+        pub fn usage_to_wit(usage: $crate::Usage) -> turns::Usage {
+            turns::Usage {
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                cache_read_tokens: usage.cache_read_tokens,
+                cache_write_tokens: usage.cache_write_tokens,
+            }
+        }
+
+        /// Token counts, as a typed door carried them.
+        pub fn usage_from_wit(usage: turns::Usage) -> $crate::Usage {
+            $crate::Usage {
+                input_tokens: usage.input_tokens,
+                output_tokens: usage.output_tokens,
+                cache_read_tokens: usage.cache_read_tokens,
+                cache_write_tokens: usage.cache_write_tokens,
+            }
+        }
+
         /// Why the model stopped, as the typed doors carry it.
         pub fn stop_reason_to_wit(reason: $crate::StopReason) -> model_types::StopReason {
             match reason {
@@ -365,12 +385,7 @@ macro_rules! wit_conversions {
                 message: message_to_wit(response.message),
                 stop_reason: stop_reason_to_wit(response.stop_reason),
                 stop_reason_raw: response.stop_reason_raw,
-                usage: turns::Usage {
-                    input_tokens: response.usage.input_tokens,
-                    output_tokens: response.usage.output_tokens,
-                    cache_read_tokens: response.usage.cache_read_tokens,
-                    cache_write_tokens: response.usage.cache_write_tokens,
-                },
+                usage: usage_to_wit(response.usage),
                 model: response.model,
                 retries: response.retries,
             }
@@ -384,12 +399,7 @@ macro_rules! wit_conversions {
                 message: message_from_wit(response.message),
                 stop_reason: stop_reason_from_wit(response.stop_reason),
                 stop_reason_raw: response.stop_reason_raw,
-                usage: $crate::Usage {
-                    input_tokens: response.usage.input_tokens,
-                    output_tokens: response.usage.output_tokens,
-                    cache_read_tokens: response.usage.cache_read_tokens,
-                    cache_write_tokens: response.usage.cache_write_tokens,
-                },
+                usage: usage_from_wit(response.usage),
                 model: response.model,
                 retries: response.retries,
             }
@@ -637,12 +647,7 @@ macro_rules! wit_session_log_conversions {
                         Entry::Message(session_log_types::LoggedMessage {
                             message: message_to_wit(message),
                             stop_reason: stop_reason.map(stop_reason_to_wit),
-                            usage: usage.map(|u| turns::Usage {
-                                input_tokens: u.input_tokens,
-                                output_tokens: u.output_tokens,
-                                cache_read_tokens: u.cache_read_tokens,
-                                cache_write_tokens: u.cache_write_tokens,
-                            }),
+                            usage: usage.map(usage_to_wit),
                         }),
                     ),
                     $crate::SessionEvent::ToolOutcome { session, outcome } => {
@@ -729,12 +734,7 @@ macro_rules! wit_session_log_conversions {
                     session,
                     message: message_from_wit(m.message),
                     stop_reason: m.stop_reason.map(stop_reason_from_wit),
-                    usage: m.usage.map(|u| $crate::Usage {
-                        input_tokens: u.input_tokens,
-                        output_tokens: u.output_tokens,
-                        cache_read_tokens: u.cache_read_tokens,
-                        cache_write_tokens: u.cache_write_tokens,
-                    }),
+                    usage: m.usage.map(usage_from_wit),
                 },
                 Entry::ToolOutcome(outcome) => $crate::SessionEvent::ToolOutcome {
                     session,

@@ -226,12 +226,7 @@ fn report_to_import(report: protocol::TurnReport) -> turns::TurnReport {
         text: report.text,
         steps: report.steps,
         tool_calls: report.tool_calls,
-        usage: turns::Usage {
-            input_tokens: report.usage.input_tokens,
-            output_tokens: report.usage.output_tokens,
-            cache_read_tokens: report.usage.cache_read_tokens,
-            cache_write_tokens: report.usage.cache_write_tokens,
-        },
+        usage: conversions::usage_to_wit(report.usage),
         detail: report.detail,
     }
 }
