@@ -164,6 +164,20 @@ async fn declaring_a_door_does_not_let_a_plugin_forge_or_read_the_session_log() 
             tried[what]
         );
     }
+    // The typed door refuses with the kind `denied`, said once.
+    for what in [
+        "typed-log-list",
+        "typed-log-read",
+        "typed-log-resume",
+        "typed-log-append",
+        "typed-log-started",
+    ] {
+        assert!(
+            tried[what].starts_with("denied: session-log serves only"),
+            "{what}: {}",
+            tried[what]
+        );
+    }
     for what in ["emit-session", "emit-compaction"] {
         assert!(
             tried[what].contains("only the plugin that provides `agent` may emit"),

@@ -295,7 +295,8 @@ impl Plugin for SessionLog {
         if service != services::SESSION_LOG {
             return Err(format!("no such service: {service}"));
         }
-        check_caller()?;
+        // The JSON door's error is text: the kind leads it (`denied: …`).
+        check_caller().map_err(|e| keel_sdk::KernelError::from(e).to_string())?;
         match method {
             "append" => {
                 let event: SessionEvent = serde_json::from_str(payload)
@@ -327,17 +328,16 @@ impl Plugin for SessionLog {
 }
 
 /// Refuses a caller that may not write or read session logs, whichever door it came through.
-fn check_caller() -> Result<(), String> {
+fn check_caller() -> Result<(), RawKernelError> {
     let caller = kernel_services::call(keel_sdk::CALLER_SERVICE, "name", "")
-        .map_err(|e| format!("cannot learn who is calling: {e}"))?;
+        .map_err(|e| RawKernelError::Failed(format!("cannot learn who is calling: {e}")))?;
     if trusted(&caller) {
         return Ok(());
     }
-    Err(format!(
-        "denied: session-log serves only keel and the plugin that provides `{}`; `{caller}` is \
-         neither",
+    Err(RawKernelError::Denied(format!(
+        "session-log serves only keel and the plugin that provides `{}`; `{caller}` is neither",
         services::AGENT
-    ))
+    )))
 }
 
 /// Whether `plugin` (kernel-attested) may write or read session logs: the host, or the plugin
@@ -388,7 +388,7 @@ struct TypedSessionLog;
 
 /// `f` on the plugin's state, for a caller `check_caller` lets through.
 fn served<R>(f: impl FnOnce(&mut SessionLog) -> Result<R, String>) -> Result<R, RawKernelError> {
-    check_caller().map_err(RawKernelError::Denied)?;
+    check_caller()?;
     keel_sdk::with_plugin(f)?.map_err(RawKernelError::Failed)
 }
 
