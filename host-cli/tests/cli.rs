@@ -380,3 +380,41 @@ fn policy_check_explains_and_a_project_config_cannot_loosen() -> R {
     }
     Ok(())
 }
+
+/// A session log's words reach the terminal only through `terminal_safe`: a preview and a
+/// message carrying terminal escapes (a pasted prompt, a log from elsewhere) are shown with
+/// the escapes made visible, in `keel sessions list` and `show` alike.
+#[test]
+fn sessions_list_and_show_print_no_escape_from_a_log() -> R {
+    let home = tempfile::tempdir()?;
+    let sessions = home.path().join("data/sessions");
+    std::fs::create_dir_all(&sessions)?;
+    let hostile = "\u{1b}]0;pwned\u{7}\u{1b}[2Jhello";
+    let lines = [
+        serde_json::json!({"seq": 0, "time_ms": 1, "kind": "session_started",
+            "session": "s-esc", "workspace": "/w", "model": "m"}),
+        serde_json::json!({"seq": 1, "time_ms": 2, "kind": "message", "session": "s-esc",
+            "message": {"role": "user", "content": [{"type": "text", "text": hostile}]}}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(sessions.join("s-esc.jsonl"), text)?;
+    for args in [["sessions", "list"], ["sessions", "show"]] {
+        let mut cmd = keel(home.path())?;
+        cmd.args(args);
+        if args[1] == "show" {
+            cmd.arg("s-esc");
+        }
+        let out = cmd.output()?;
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{args:?}: {stdout}\n{stderr}");
+        assert!(stdout.contains("hello"), "{args:?}: {stdout}");
+        assert!(
+            !stdout.contains('\u{1b}') && !stderr.contains('\u{1b}') && !stdout.contains('\u{7}'),
+            "{args:?} printed an escape: {stdout:?} {stderr:?}"
+        );
+    }
+    Ok(())
+}

@@ -495,8 +495,9 @@ async fn check(
         );
         println!("ABI keel:plugin@{}", report.abi_version);
         println!("imports: {}", report.imports.join(", "));
+        // A problem may quote the component or the manifest (names, a runtime's error).
         for p in &problems {
-            println!("problem: {p}");
+            println!("problem: {}", crate::session::terminal_safe(p));
         }
         println!("{}", if problems.is_empty() { "ok" } else { "refused" });
     }

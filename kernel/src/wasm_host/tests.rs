@@ -1232,3 +1232,31 @@ async fn a_typed_export_of_another_shape_is_found_by_the_check() {
         Ok(())
     );
 }
+
+/// What the check runs of a component (its start functions) is bounded as a load bounds it:
+/// a start function that never returns is stopped by the CPU bound, and the check says so.
+#[tokio::test]
+async fn the_check_stops_a_start_function_that_never_returns() {
+    let spinning = PLUGIN_WAT.replacen(
+        "    (func (export \"deactivate\"))",
+        "    (func $spin (loop $l (br $l)))\n    (start $spin)\n    (func (export \"deactivate\"))",
+        1,
+    );
+    assert_ne!(spinning, PLUGIN_WAT, "the start function was added");
+    let host = WasmHost::new(WasmHostConfig {
+        default_limits: WasmLimits {
+            cpu: Duration::from_millis(100),
+            ..WasmLimits::default()
+        },
+        ..WasmHostConfig::default()
+    })
+    .expect("engine");
+    let checked = tokio::time::timeout(
+        Duration::from_secs(30),
+        check_instantiation(&host, "spinner", &wat(&spinning)),
+    )
+    .await
+    .expect("the check ends");
+    let refused = checked.expect_err("an endless start function is refused");
+    assert!(refused.contains("CPU"), "{refused}");
+}
