@@ -447,6 +447,16 @@ impl HostHandle {
         result
     }
 
+    /// A request body from the plugin's memory, as [`Self::http_send`] takes it: in the buffer
+    /// the kernel keeps for the next request (a detached handle copies it plainly; its send
+    /// is refused anyway).
+    pub(crate) fn http_request_body(&self, body: &[u8]) -> bytes::Bytes {
+        match self.shared() {
+            Ok(shared) => shared.gates.net.request_body(body),
+            Err(_) => bytes::Bytes::copy_from_slice(body),
+        }
+    }
+
     /// The next chunk of an HTTP response body.
     pub async fn http_next_chunk(
         &self,

@@ -57,11 +57,13 @@ use crate::types::KernelError;
 
 mod bodies;
 mod declared;
+mod request_buffers;
 pub use declared::declares as host_declared;
 #[cfg(test)]
 mod tests;
 
 use bodies::{Bodies, MAX_OPEN_BODIES};
+use request_buffers::RequestBuffers;
 
 /// A header whose value is a kernel-held secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,8 +87,8 @@ pub struct HttpRequest {
     pub headers: Vec<(String, String)>,
     /// Headers filled from kernel-held secrets.
     pub secret_headers: Vec<SecretHeader>,
-    /// The body.
-    pub body: Vec<u8>,
+    /// The body ([`NetClient::request_body`] copies a plugin's into a reused buffer).
+    pub body: bytes::Bytes,
     /// How long to wait for the response head.
     pub timeout: Duration,
 }
@@ -244,6 +246,7 @@ struct Admitted {
 pub(crate) struct NetClient {
     config: NetConfig,
     bodies: Bodies,
+    request_buffers: RequestBuffers,
     /// `(plugin, host)` pairs the user approved for the rest of the session.
     approved: Mutex<HashSet<(String, String)>>,
     /// Serializes appends to the audit log.
@@ -306,9 +309,16 @@ impl NetClient {
         NetClient {
             config,
             bodies: Bodies::default(),
+            request_buffers: RequestBuffers::default(),
             approved: Mutex::new(HashSet::new()),
             audit: Mutex::new(()),
         }
+    }
+
+    /// A plugin's request body, copied out of its memory into the buffer kept for the next
+    /// request ([`request_buffers`]).
+    pub(crate) fn request_body(&self, body: &[u8]) -> bytes::Bytes {
+        self.request_buffers.copy(body)
     }
 
     /// Values to redact from anything a plugin or a log could see.
@@ -444,7 +454,7 @@ impl NetClient {
         let mut url = req.url;
         // Shared, not copied, by each attempt (a redirect repeats it): a model request's body
         // is the whole conversation.
-        let mut body = bytes::Bytes::from(req.body);
+        let mut body = req.body;
         let mut origin: Option<(String, u16)> = None;
         let mut with_secrets = true;
         let mut hop = 0usize;

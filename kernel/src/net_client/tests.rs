@@ -157,7 +157,7 @@ fn get(url: &str) -> HttpRequest {
         url: url.into(),
         headers: Vec::new(),
         secret_headers: Vec::new(),
-        body: Vec::new(),
+        body: bytes::Bytes::new(),
         timeout: Duration::from_secs(5),
     }
 }

@@ -125,6 +125,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result
         linker,
         |state| state,
     )?;
+    since_v0_7::send_from_guest_memory(linker)?;
     since_v0_7::keel::plugin0_7_0::processes::add_to_linker::<_, HasSelf<StoreState>>(
         linker,
         |state| state,

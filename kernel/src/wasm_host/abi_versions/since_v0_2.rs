@@ -167,36 +167,15 @@ impl keel::plugin::http::Host for StoreState {
         &mut self,
         req: keel::plugin::http::Request,
     ) -> Result<(u32, keel::plugin::http::ResponseHead), KernelError> {
-        let _host = self.meter.host_call();
-        let request = HttpRequest {
+        let body = bytes::Bytes::from(req.body);
+        let parts = RequestParts {
             method: req.method,
             url: req.url,
-            headers: req.headers.into_iter().map(|h| (h.name, h.value)).collect(),
-            secret_headers: req
-                .secret_headers
-                .into_iter()
-                .map(|h| SecretHeader {
-                    secret: h.secret,
-                    header: h.header,
-                    prefix: h.prefix,
-                })
-                .collect(),
-            body: req.body,
-            timeout: std::time::Duration::from_millis(u64::from(req.timeout_ms)),
+            headers: req.headers,
+            secret_headers: req.secret_headers,
+            timeout_ms: req.timeout_ms,
         };
-        let (id, head) = self.host.http_send(request).await?;
-        Ok((
-            id,
-            keel::plugin::http::ResponseHead {
-                status: head.status,
-                headers: head
-                    .headers
-                    .into_iter()
-                    .map(|(name, value)| keel::plugin::http::Header { name, value })
-                    .collect(),
-                url: head.url,
-            },
-        ))
+        self.http_send(parts, body).await
     }
 
     async fn next_chunk(
@@ -214,6 +193,55 @@ impl keel::plugin::http::Host for StoreState {
     async fn close(&mut self, body: u32) {
         let _host = self.meter.host_call();
         self.host.http_close(body);
+    }
+}
+
+/// An HTTP request's record without its body, which each version's door lifts its own way.
+pub(super) struct RequestParts {
+    pub(super) method: String,
+    pub(super) url: String,
+    pub(super) headers: Vec<keel::plugin::http::Header>,
+    pub(super) secret_headers: Vec<keel::plugin::http::SecretHeader>,
+    pub(super) timeout_ms: u32,
+}
+
+impl StoreState {
+    /// Send a request through the kernel's HTTP client: the response body's number and head.
+    pub(super) async fn http_send(
+        &mut self,
+        req: RequestParts,
+        body: bytes::Bytes,
+    ) -> Result<(u32, keel::plugin::http::ResponseHead), KernelError> {
+        let _host = self.meter.host_call();
+        let request = HttpRequest {
+            method: req.method,
+            url: req.url,
+            headers: req.headers.into_iter().map(|h| (h.name, h.value)).collect(),
+            secret_headers: req
+                .secret_headers
+                .into_iter()
+                .map(|h| SecretHeader {
+                    secret: h.secret,
+                    header: h.header,
+                    prefix: h.prefix,
+                })
+                .collect(),
+            body,
+            timeout: std::time::Duration::from_millis(u64::from(req.timeout_ms)),
+        };
+        let (id, head) = self.host.http_send(request).await?;
+        Ok((
+            id,
+            keel::plugin::http::ResponseHead {
+                status: head.status,
+                headers: head
+                    .headers
+                    .into_iter()
+                    .map(|(name, value)| keel::plugin::http::Header { name, value })
+                    .collect(),
+                url: head.url,
+            },
+        ))
     }
 }
 

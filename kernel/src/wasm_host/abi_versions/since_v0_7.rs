@@ -13,8 +13,8 @@
 //! records of `model-types` are shared by both sides' bindings, so one conversion
 //! (`super::conversions`) serves them.
 
-use wasmtime::Store;
-use wasmtime::component::{Instance, InstancePre, Resource};
+use wasmtime::component::{ComponentType, Instance, InstancePre, Lift, Linker, Resource, WasmList};
+use wasmtime::{Store, StoreContextMut};
 
 use super::conversions::{
     model_request_from_wit as request_from_wit, model_request_to_wit as request_to_wit,
@@ -24,8 +24,9 @@ use super::conversions::{
 use super::since_v0_2::keel::plugin::types::KernelError;
 // The resources' methods are 0.2.0's and 0.3.0's numbered doors, the handle's representation
 // the number: one host implementation, with the same owner checks, serves both versions.
+use super::since_v0_2::RequestParts;
 use super::since_v0_2::keel::plugin::http::{
-    Host as NumberedHttp, Request as HttpRequest, ResponseHead,
+    Header, Host as NumberedHttp, Request as HttpRequest, ResponseHead, SecretHeader,
 };
 use super::since_v0_3::keel::plugin0_3_0::processes::{Host as NumberedProcesses, ProcessStatus};
 use crate::instance::PluginError;
@@ -174,6 +175,7 @@ impl model::Host for StoreState {
 }
 
 impl http::Host for StoreState {
+    // What bindgen links; [`send_from_guest_memory`] replaces it in every linker keel builds.
     async fn send(
         &mut self,
         req: HttpRequest,
@@ -181,6 +183,60 @@ impl http::Host for StoreState {
         let (id, head) = NumberedHttp::send(self, req).await?;
         Ok((head, Resource::new_own(id)))
     }
+}
+
+/// 0.7.0's `request` record as [`send_from_guest_memory`] lifts it: the body left in the
+/// plugin's memory.
+#[derive(ComponentType, Lift)]
+#[component(record)]
+struct RequestInPlace {
+    method: String,
+    url: String,
+    headers: Vec<Header>,
+    #[component(name = "secret-headers")]
+    secret_headers: Vec<SecretHeader>,
+    body: WasmList<u8>,
+    #[component(name = "timeout-ms")]
+    timeout_ms: u32,
+}
+
+/// Link 0.7.0's `http.send` so that the body is copied once, straight from the plugin's
+/// memory into the kernel's reused request buffer (`net_client::request_buffers`), instead of
+/// bindgen's lift into a fresh `Vec` per request: a model request is the whole conversation,
+/// a few kilobytes larger at each step of a long turn, and a fresh allocation of megabytes per
+/// step cost more than the copy itself. Call after bindgen's `http::add_to_linker`.
+pub(super) fn send_from_guest_memory(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let linked = linker
+        .instance("keel:plugin/http@0.7.0")
+        .and_then(|mut http| {
+            http.func_wrap_async(
+                "send",
+                |mut store: StoreContextMut<'_, StoreState>, (req,): (RequestInPlace,)| {
+                    let body = store
+                        .data()
+                        .host
+                        .http_request_body(req.body.as_le_slice(&store));
+                    let parts = RequestParts {
+                        method: req.method,
+                        url: req.url,
+                        headers: req.headers,
+                        secret_headers: req.secret_headers,
+                        timeout_ms: req.timeout_ms,
+                    };
+                    Box::new(async move {
+                        let sent = store
+                            .data_mut()
+                            .http_send(parts, body)
+                            .await
+                            .map(|(id, head)| (head, Resource::<http::Body>::new_own(id)));
+                        Ok((sent,))
+                    })
+                },
+            )
+        });
+    linker.allow_shadowing(false);
+    linked
 }
 
 impl http::HostBody for StoreState {
