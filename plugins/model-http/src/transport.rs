@@ -81,18 +81,22 @@ fn clamp_ms(ms: u64) -> u32 {
 }
 
 impl Transport for SdkTransport {
-    fn send(&mut self, req: HttpRequest) -> Result<HttpHead, TransportError> {
+    fn send(&mut self, req: &mut HttpRequest) -> Result<HttpHead, TransportError> {
         self.close_body();
         let mut request = Request {
-            method: req.method,
-            url: req.url,
+            method: req.method.clone(),
+            url: req.url.clone(),
             headers: req
                 .headers
-                .into_iter()
-                .map(|(name, value)| Header { name, value })
+                .iter()
+                .map(|(name, value)| Header {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
                 .collect(),
             secret_headers: Vec::new(),
-            body: req.body,
+            // Lent to the call (the kernel copies it out of this plugin's memory) and put back.
+            body: std::mem::take(&mut req.body),
             timeout_ms: clamp_ms(req.timeout_ms),
         };
         let result = match &req.secret {
@@ -118,6 +122,7 @@ impl Transport for SdkTransport {
             }
             _ => http::fetch(&request),
         };
+        req.body = std::mem::take(&mut request.body);
         let (head, body) = result.map_err(map_error)?;
         self.body = Some(body);
         Ok(HttpHead {

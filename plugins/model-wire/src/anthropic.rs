@@ -30,8 +30,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::decode::{Assembly, DecodeError, Ending, StreamDecoder, finish_response};
-use crate::fragments::{MessageParts, Part, Rendering};
-use crate::request::{BlockView, JsonText, MessageView, RequestView};
+use crate::fragments::{BodyAssembly, KeptBody, MessageParts, Part, Rendering, Resume};
+use crate::request::{BlockView, Body, JsonText, MessageView, RequestView};
 use crate::sse::SseEvent;
 use crate::{RenderError, Rendered};
 
@@ -74,7 +74,8 @@ fn tool_input<'a>(arguments: JsonText<'a>) -> Result<Option<Cow<'a, str>>, Rende
 
 /// Render the streaming request body, the request's strings copied in as they arrived.
 pub fn render(req: &RequestView<'_>, opts: &AnthropicOptions) -> Result<Rendered, RenderError> {
-    assemble(req, opts, &Rendering::of(&req.messages, render_message)?)
+    let rendering = Rendering::of(&req.messages, render_message)?;
+    Ok(assemble(req, opts, &rendering, None)?.0)
 }
 
 /// The content blocks one message becomes: its tool results first, then its text and tool
@@ -144,49 +145,59 @@ pub(crate) fn render_message(message: &MessageView<'_>) -> Result<MessageParts, 
 }
 
 /// The body of `req` with `rendering` as its messages: consecutive messages of one role are
-/// merged (the API wants the roles to alternate), a user message's tool results first.
+/// merged (the API wants the roles to alternate), a user message's tool results first. Over
+/// `kept`, from the start of the last merged message it wrote (the next message may join it).
 pub(crate) fn assemble(
     req: &RequestView<'_>,
     opts: &AnthropicOptions,
     rendering: &Rendering,
-) -> Result<Rendered, RenderError> {
-    let mut groups: Vec<(Role, Vec<&Part>)> = Vec::new();
-    for fragment in rendering.fragments() {
+    kept: Option<KeptBody>,
+) -> Result<(Rendered, Resume), RenderError> {
+    let mut head = Body::with_capacity(128);
+    head.raw("{")
+        .model(req, &opts.model)?
+        .raw(",")
+        .key("max_tokens")
+        .value(&req.max_tokens)
+        .raw(r#","stream":true,"messages":["#);
+    let mut assembly = BodyAssembly::start(head.as_bytes(), false, kept, rendering, || {
+        req.body(rendering.bytes())
+    });
+    // (first message, role, parts) of each merged message.
+    let mut groups: Vec<(usize, Role, Vec<&Part>)> = Vec::new();
+    for (index, fragment) in rendering.fragments().iter().enumerate().skip(assembly.from) {
         let parts = rendering.parts(fragment);
         if parts.is_empty() {
             continue;
         }
         match groups.last_mut() {
-            Some((role, content)) if *role == fragment.role => content.extend(parts),
-            _ => groups.push((fragment.role, parts.iter().collect())),
+            Some((_, role, content)) if *role == fragment.role => content.extend(parts),
+            _ => groups.push((index, fragment.role, parts.iter().collect())),
         }
     }
-    for (role, content) in &mut groups {
+    let mut resume = assembly.resume(assembly.from);
+    for (first, role, content) in &mut groups {
+        resume = assembly.resume(*first);
         if *role == Role::User {
             // Tool results first, as the API wants them (a stable sort keeps their order).
             content.sort_by_key(|part| !part.is_result);
         }
+        let role = match role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        assembly
+            .element()
+            .raw(r#"{"role":"#)
+            .value(role)
+            .raw(r#","content":"#)
+            .array(content, |body, part| {
+                body.bytes(rendering.part_bytes(part));
+            })
+            .raw("}");
     }
-    let mut body = req.body(rendering.bytes());
-    body.raw("{")
-        .model(req, &opts.model)?
-        .raw(",")
-        .key("max_tokens")
-        .value(&req.max_tokens)
-        .raw(r#","stream":true,"messages":"#)
-        .array(&groups, |body, (role, content)| {
-            let role = match role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            };
-            body.raw(r#"{"role":"#)
-                .value(role)
-                .raw(r#","content":"#)
-                .array(content, |body, part| {
-                    body.bytes(rendering.part_bytes(part));
-                })
-                .raw("}");
-        });
+    let mut body = assembly.body;
+    body.raw("]");
     if !req.system.is_empty() {
         body.raw(r#","system":"#).raw(req.system.token());
     }
@@ -202,10 +213,11 @@ pub(crate) fn assemble(
         });
     }
     body.raw("}");
-    Ok(Rendered {
+    let rendered = Rendered {
         body: body.into_bytes(),
         notes: rendering.notes(),
-    })
+    };
+    Ok((rendered, resume))
 }
 
 /// Map a `stop_reason` to the neutral stop reason; `None` for values keel does not know.

@@ -28,7 +28,9 @@ use thiserror::Error;
 
 use crate::anthropic::{self, AnthropicOptions};
 use crate::decode::{DecodeError, StreamDecoder};
-use crate::fragments::{ConversationCache, ConversationSource, MessageParts, Rendering};
+use crate::fragments::{
+    ConversationCache, ConversationSource, KeptBody, MessageParts, Rendering, Resume,
+};
 use crate::openai::{self, OpenAiOptions};
 use crate::recovery::{ContextRecovery, RecoveryError, RecoveryPolicy};
 use crate::request::{MessageView, RequestView};
@@ -93,9 +95,11 @@ pub enum TransportError {
 /// The I/O the driver needs. One response is read at a time: `send` starts it, `next_chunk`
 /// reads its body.
 pub trait Transport {
-    /// Send a request and wait for the response head. The request is handed over: its body
-    /// (the whole conversation, rendered) is not copied again on the way out.
-    fn send(&mut self, req: HttpRequest) -> Result<HttpHead, TransportError>;
+    /// Send a request and wait for the response head. The request is lent: a transport may
+    /// take its body (the whole conversation, rendered) to send it without a copy, and puts
+    /// it back afterwards, so that the next request of the conversation is assembled over it
+    /// (a body not put back costs that reuse only).
+    fn send(&mut self, req: &mut HttpRequest) -> Result<HttpHead, TransportError>;
     /// The next chunk of the current response's body, `None` at its end, or
     /// [`TransportError::TimedOut`] when nothing arrived for `idle_timeout_ms`.
     fn next_chunk(&mut self, idle_timeout_ms: u64) -> Result<Option<Vec<u8>>, TransportError>;
@@ -217,12 +221,13 @@ impl AdapterConfig {
     /// Render `req` in this endpoint's dialect.
     pub fn render(&self, req: &RequestView<'_>) -> Result<Rendered, RenderError> {
         let rendering = Rendering::of(&req.messages, |message| self.render_message(message))?;
-        self.assemble(req, &rendering)
+        Ok(self.assemble(req, &rendering, None)?.0)
     }
 
     /// Render `req` in this endpoint's dialect; when it names a held conversation instead of
     /// carrying messages, with the messages `cache` rendered before and those `source` reads
-    /// since ([`crate::fragments`]).
+    /// since, over the body last sent for it once that is [lent back](ConversationCache::lent_back)
+    /// ([`crate::fragments`]).
     pub fn render_held(
         &self,
         req: &RequestView<'_>,
@@ -237,7 +242,7 @@ impl AdapterConfig {
                 "a request that names a held conversation carries no messages of its own".into(),
             ));
         }
-        let rendering = cache.rendering(
+        let (rendering, kept) = cache.rendering(
             &held.keeper,
             &named.session,
             held.revision,
@@ -245,7 +250,9 @@ impl AdapterConfig {
             source,
             |message| self.render_message(message),
         )?;
-        self.assemble(req, rendering)
+        let (rendered, resume) = self.assemble(req, rendering, kept)?;
+        cache.sending(resume);
+        Ok(rendered)
     }
 
     /// The parts of the body `message` becomes in this endpoint's dialect.
@@ -256,15 +263,17 @@ impl AdapterConfig {
         }
     }
 
-    /// The body of `req` with `rendering` as its messages, in this endpoint's dialect.
+    /// The body of `req` with `rendering` as its messages, in this endpoint's dialect, over
+    /// `kept` where it still holds; and where the next body may pick it up.
     fn assemble(
         &self,
         req: &RequestView<'_>,
         rendering: &Rendering,
-    ) -> Result<Rendered, RenderError> {
+        kept: Option<KeptBody>,
+    ) -> Result<(Rendered, Resume), RenderError> {
         match &self.format {
-            WireFormat::OpenAi(o) => openai::assemble(req, o, rendering),
-            WireFormat::Anthropic(o) => anthropic::assemble(req, o, rendering),
+            WireFormat::OpenAi(o) => openai::assemble(req, o, rendering, kept),
+            WireFormat::Anthropic(o) => anthropic::assemble(req, o, rendering, kept),
         }
     }
 
@@ -400,7 +409,10 @@ pub fn complete<T: Transport + ?Sized>(
         let body = config
             .render_held(&req, cache, &mut Reader(transport))?
             .body;
-        let failure = match attempt(transport, config, &req, body, idle, on_delta)? {
+        let mut http = config.post(body, idle);
+        let outcome = attempt(transport, config, &req, &mut http, idle, on_delta);
+        cache.lent_back(std::mem::take(&mut http.body));
+        let failure = match outcome? {
             Ok(mut response) => {
                 response.retries = retries;
                 return Ok(response);
@@ -517,11 +529,10 @@ fn attempt<T: Transport + ?Sized>(
     transport: &mut T,
     config: &AdapterConfig,
     req: &RequestView<'_>,
-    body: Vec<u8>,
+    http: &mut HttpRequest,
     idle: u64,
     on_delta: &mut dyn FnMut(StreamDelta),
 ) -> Attempt {
-    let http = config.post(body, idle);
     let head = match transport.send(http) {
         Ok(head) => head,
         Err(TransportError::TimedOut) => {

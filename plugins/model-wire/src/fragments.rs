@@ -12,6 +12,14 @@
 //! The cache is only ever a copy: it is reused while the kernel's revision is the one it was
 //! read at (the revision changes whenever a kept message is replaced or removed) and the
 //! conversation has at least as many messages, and is rebuilt from the kernel otherwise.
+//!
+//! The body itself is kept too ([`KeptBody`]): the transport lends it back after the send, and
+//! the next request of the conversation is assembled over it. Its bytes up to the point where
+//! the previous messages end depend only on the head (everything before the first message,
+//! compared byte for byte) and on those messages, which stay as they were while the revision
+//! holds; so the next body keeps them in place and writes only the new messages and the tail.
+//! A step then copies no history at all inside the adapter: the body goes from here to the
+//! kernel as it lies.
 
 use std::ops::Range;
 
@@ -176,17 +184,134 @@ struct Held {
     revision: u64,
 }
 
+/// Where an assembly over a kept body picks up: what the body holds before `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Resume {
+    /// The length of the head, the bytes before the first message.
+    head: usize,
+    /// Whether the head ends with an element of the messages array (OpenAI's system message).
+    head_wrote: bool,
+    /// The bytes kept: the head and the messages before `fragments`.
+    at: usize,
+    /// How many of the rendering's messages are written before `at`.
+    fragments: usize,
+    /// Whether an element of the messages array is written before `at`.
+    wrote: bool,
+}
+
+impl Resume {
+    /// The head alone: nothing of the messages kept.
+    fn head_only(self) -> Resume {
+        Resume {
+            at: self.head,
+            fragments: 0,
+            wrote: self.head_wrote,
+            ..self
+        }
+    }
+}
+
+/// A body sent for the held conversation, lent back by the transport.
+#[derive(Debug)]
+pub(crate) struct KeptBody {
+    bytes: Vec<u8>,
+    resume: Resume,
+}
+
+/// A body being assembled: its head written (or kept), the messages from `from` on still to
+/// write.
+pub(crate) struct BodyAssembly {
+    /// The body so far.
+    pub(crate) body: Body,
+    /// The first message of the rendering not yet in the body.
+    pub(crate) from: usize,
+    head: usize,
+    head_wrote: bool,
+    wrote: bool,
+}
+
+impl BodyAssembly {
+    /// A body that starts with `head` (`head_wrote`: it ends with an element of the messages
+    /// array). Over `kept` cut back to where it resumes when `kept` starts with the same
+    /// head and its messages are still the first of `rendering`'s; otherwise the head
+    /// written into `kept`'s allocation, or into a fresh body from `fresh`.
+    pub(crate) fn start(
+        head: &[u8],
+        head_wrote: bool,
+        kept: Option<KeptBody>,
+        rendering: &Rendering,
+        fresh: impl FnOnce() -> Body,
+    ) -> BodyAssembly {
+        let mut assembly = BodyAssembly {
+            body: Body::default(),
+            from: 0,
+            head: head.len(),
+            head_wrote,
+            wrote: head_wrote,
+        };
+        match kept {
+            Some(KeptBody { mut bytes, resume })
+                if resume.head == head.len()
+                    && resume.head_wrote == head_wrote
+                    && resume.fragments <= rendering.len()
+                    && resume.at <= bytes.len()
+                    && bytes.get(..head.len()) == Some(head) =>
+            {
+                bytes.truncate(resume.at);
+                assembly.body = Body::over(bytes);
+                assembly.from = resume.fragments;
+                assembly.wrote = resume.wrote;
+            }
+            Some(KeptBody { mut bytes, .. }) => {
+                bytes.clear();
+                assembly.body = Body::over(bytes);
+                assembly.body.bytes(head);
+            }
+            None => {
+                assembly.body = fresh();
+                assembly.body.bytes(head);
+            }
+        }
+        assembly
+    }
+
+    /// `,` before every element of the messages array but the first.
+    pub(crate) fn element(&mut self) -> &mut Body {
+        if std::mem::replace(&mut self.wrote, true) {
+            self.body.raw(",");
+        }
+        &mut self.body
+    }
+
+    /// Where a later assembly may pick up: here, with `fragments` messages written.
+    pub(crate) fn resume(&self, fragments: usize) -> Resume {
+        Resume {
+            head: self.head,
+            head_wrote: self.head_wrote,
+            at: self.body.as_bytes().len(),
+            fragments,
+            wrote: self.wrote,
+        }
+    }
+}
+
 /// The rendering of the last held conversation an adapter instance rendered (one is enough:
-/// an agent's steps come one after another; a second conversation takes its place).
+/// an agent's steps come one after another; a second conversation takes its place), and the
+/// body last sent for it.
 #[derive(Debug, Default)]
 pub struct ConversationCache {
     kept: Option<(Held, Rendering)>,
+    /// The body last sent, lent back by the transport.
+    body: Option<KeptBody>,
+    /// Where the body being sent may be picked up, until it comes back.
+    sending: Option<Resume>,
 }
 
 impl ConversationCache {
     /// The rendering of the first `messages` messages of `session` as `keeper` holds them at
     /// `revision`: the cached one when it still holds, extended by the messages read from
-    /// `source` since; `render` renders one message.
+    /// `source` since; `render` renders one message. With it, the body last sent for it to
+    /// assemble the next over ([`BodyAssembly`]).
     pub(crate) fn rendering(
         &mut self,
         keeper: &str,
@@ -195,18 +320,26 @@ impl ConversationCache {
         messages: usize,
         source: &mut dyn ConversationSource,
         mut render: impl FnMut(&MessageView<'_>) -> Result<MessageParts, RenderError>,
-    ) -> Result<&Rendering, RenderError> {
+    ) -> Result<(&Rendering, Option<KeptBody>), RenderError> {
         let held = Held {
             keeper: keeper.to_owned(),
             session: session.to_owned(),
             revision,
         };
+        let mut body = self.body.take();
         if self.kept.as_ref().is_some_and(|(kept, _)| *kept != held) {
             self.kept = None;
         }
         let (_, rendering) = self
             .kept
             .get_or_insert_with(|| (held, Rendering::default()));
+        // The kept body holds this rendering's messages only while the rendering grows: one
+        // started afresh, or cut back, leaves it its head alone.
+        if (rendering.is_empty() || messages < rendering.len())
+            && let Some(body) = &mut body
+        {
+            body.resume = body.resume.head_only();
+        }
         rendering.truncate(messages);
         let from = rendering.len();
         // Read even when nothing is new: the kernel answers only the call it handed this
@@ -229,11 +362,29 @@ impl ConversationCache {
                 rendering.push(render(view)?);
             }
         }
-        Ok(rendering)
+        Ok((rendering, body))
+    }
+
+    /// The body about to be sent was assembled from the rendering; `resume` says where the
+    /// next may pick it up once [`lent_back`](Self::lent_back).
+    pub(crate) fn sending(&mut self, resume: Resume) {
+        self.sending = Some(resume);
+    }
+
+    /// The transport is done with the body just sent: keep it for the next request of the
+    /// conversation (a body of any other request is let go).
+    pub fn lent_back(&mut self, bytes: Vec<u8>) {
+        if let Some(resume) = self.sending.take()
+            && resume.at <= bytes.len()
+        {
+            self.body = Some(KeptBody { bytes, resume });
+        }
     }
 
     /// Forget what is cached (a message could not be rendered, or the bytes are wanted).
     pub fn clear(&mut self) {
         self.kept = None;
+        self.body = None;
+        self.sending = None;
     }
 }

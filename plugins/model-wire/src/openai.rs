@@ -27,8 +27,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::decode::{Assembly, DecodeError, Ending, StreamDecoder, finish_response};
-use crate::fragments::{MessageParts, Rendering};
-use crate::request::{BlockView, MessageView, RequestView};
+use crate::fragments::{BodyAssembly, KeptBody, MessageParts, Rendering, Resume};
+use crate::request::{BlockView, Body, MessageView, RequestView};
 use crate::sse::SseEvent;
 use crate::{RenderError, Rendered};
 
@@ -74,7 +74,8 @@ pub fn render_request(req: &ModelRequest, opts: &OpenAiOptions) -> Result<Render
 
 /// Render the streaming request body, the request's strings copied in as they arrived.
 pub fn render(req: &RequestView<'_>, opts: &OpenAiOptions) -> Result<Rendered, RenderError> {
-    assemble(req, opts, &Rendering::of(&req.messages, render_message)?)
+    let rendering = Rendering::of(&req.messages, render_message)?;
+    Ok(assemble(req, opts, &rendering, None)?.0)
 }
 
 /// The message objects one message becomes: its tool results as `tool` messages, then its
@@ -172,28 +173,31 @@ pub(crate) fn assemble(
     req: &RequestView<'_>,
     opts: &OpenAiOptions,
     rendering: &Rendering,
-) -> Result<Rendered, RenderError> {
-    let mut body = req.body(rendering.bytes());
-    body.raw("{")
+    kept: Option<KeptBody>,
+) -> Result<(Rendered, Resume), RenderError> {
+    let mut head = Body::with_capacity(64 + req.system.token().len());
+    head.raw("{")
         .model(req, &opts.model)?
         .raw(",")
         .key("messages")
         .raw("[");
-    let mut first = true;
-    if !req.system.is_empty() {
-        body.open_object(&mut first)
-            .raw(r#""role":"system","content":"#)
+    let system = !req.system.is_empty();
+    if system {
+        head.raw(r#"{"role":"system","content":"#)
             .raw(req.system.token())
             .raw("}");
     }
-    for fragment in rendering.fragments() {
+    let mut assembly = BodyAssembly::start(head.as_bytes(), system, kept, rendering, || {
+        req.body(rendering.bytes())
+    });
+    for fragment in &rendering.fragments()[assembly.from..] {
         for part in rendering.parts(fragment) {
-            if !std::mem::take(&mut first) {
-                body.raw(",");
-            }
-            body.bytes(rendering.part_bytes(part));
+            assembly.element().bytes(rendering.part_bytes(part));
         }
     }
+    // Each message's parts stand alone: the next body keeps all of these.
+    let resume = assembly.resume(rendering.len());
+    let mut body = assembly.body;
     body.raw(r#"],"stream":true,"#);
     let limit_field = match opts.max_tokens_field {
         MaxTokensField::MaxTokens => "max_tokens",
@@ -215,10 +219,11 @@ pub(crate) fn assemble(
         });
     }
     body.raw("}");
-    Ok(Rendered {
+    let rendered = Rendered {
         body: body.into_bytes(),
         notes: rendering.notes(),
-    })
+    };
+    Ok((rendered, resume))
 }
 
 #[derive(Deserialize, Default)]

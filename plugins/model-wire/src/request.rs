@@ -245,6 +245,11 @@ impl Body {
         Body(Vec::with_capacity(capacity))
     }
 
+    /// A body that goes on from `bytes`.
+    pub(crate) fn over(bytes: Vec<u8>) -> Body {
+        Body(bytes)
+    }
+
     /// JSON text written as is (structure, or a token of the request).
     pub(crate) fn raw(&mut self, text: &str) -> &mut Body {
         self.0.extend_from_slice(text.as_bytes());
@@ -298,14 +303,6 @@ impl Body {
             write(self, item);
         }
         self.raw("]")
-    }
-
-    /// `,` before every element of an array or object but the first, then `{`.
-    pub(crate) fn open_object(&mut self, first: &mut bool) -> &mut Body {
-        if !std::mem::take(first) {
-            self.raw(",");
-        }
-        self.raw("{")
     }
 
     /// One string token made of `parts` joined by `separator` (both escaped text).

@@ -67,8 +67,8 @@ impl Fake {
 }
 
 impl Transport for Fake {
-    fn send(&mut self, req: HttpRequest) -> Result<HttpHead, TransportError> {
-        self.sent.push(req);
+    fn send(&mut self, req: &mut HttpRequest) -> Result<HttpHead, TransportError> {
+        self.sent.push(req.clone());
         match self
             .replies
             .pop_front()

@@ -1,8 +1,9 @@
-//! A conversation the kernel holds, rendered once per message across requests
-//! (`keel_model_wire::fragments`): whatever the conversation and however it grows or is
-//! rewritten, the body of each step is byte for byte the body of the same messages sent
-//! inline, and each step reads only the messages added since the step before — and reads,
-//! so a request the kernel did not hand over gets nothing from the cache.
+//! A conversation the kernel holds, rendered once per message across requests and assembled
+//! over the body sent before (`keel_model_wire::fragments`): whatever the conversation and
+//! however it grows, is rewritten or gets another system prompt, the body of each step is
+//! byte for byte the body of the same messages sent inline, and each step reads only the
+//! messages added since the step before — and reads, so a request the kernel did not hand
+//! over gets nothing from the cache.
 
 use keel_model_wire::driver::AdapterConfig;
 use keel_model_wire::fragments::{ConversationCache, ConversationSource};
@@ -29,9 +30,13 @@ impl ConversationSource for Kernel {
 }
 
 fn request(messages: Vec<Message>, held: Option<(usize, u64)>) -> String {
+    request_with(messages, held, "sys \"prompt\"")
+}
+
+fn request_with(messages: Vec<Message>, held: Option<(usize, u64)>, system: &str) -> String {
     let req = ModelRequest {
         model: String::new(),
-        system: "sys \"prompt\"".into(),
+        system: system.into(),
         messages,
         tools: vec![ToolDef {
             name: "read_file".into(),
@@ -64,16 +69,39 @@ fn held_body(
     n: usize,
     revision: u64,
 ) -> Result<Vec<u8>, String> {
-    let text = request(Vec::new(), Some((n, revision)));
+    held_body_with(config, cache, kernel, n, revision, "sys \"prompt\"")
+}
+
+/// [`held_body`] with `system` as the system prompt; the body is lent back to the cache
+/// afterwards, as the driver does once it is sent.
+fn held_body_with(
+    config: &AdapterConfig,
+    cache: &mut ConversationCache,
+    kernel: &mut Kernel,
+    n: usize,
+    revision: u64,
+    system: &str,
+) -> Result<Vec<u8>, String> {
+    let text = request_with(Vec::new(), Some((n, revision)), system);
     let view = RequestView::parse(&text).map_err(|e| e.to_string())?;
-    config
+    let body = config
         .render_held(&view, cache, kernel)
         .map(|r| r.body)
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    cache.lent_back(body.clone());
+    Ok(body)
 }
 
 fn inline_body(config: &AdapterConfig, messages: &[Message]) -> Result<Vec<u8>, String> {
-    let text = request(messages.to_vec(), None);
+    inline_body_with(config, messages, "sys \"prompt\"")
+}
+
+fn inline_body_with(
+    config: &AdapterConfig,
+    messages: &[Message],
+    system: &str,
+) -> Result<Vec<u8>, String> {
+    let text = request_with(messages.to_vec(), None, system);
     let view = RequestView::parse(&text).map_err(|e| e.to_string())?;
     config
         .render(&view)
@@ -112,18 +140,21 @@ fn message() -> impl Strategy<Value = Message> {
     })
 }
 
-/// One step of a session: messages added, or the conversation rewritten (a compaction: the
-/// kernel's revision changes).
+/// One step of a session: messages added, the conversation rewritten (a compaction: the
+/// kernel's revision changes), or the system prompt changed (the body's head: a skill or a
+/// memory loaded; the messages stay as they were).
 #[derive(Debug, Clone)]
 enum Step {
     Add(Vec<Message>),
     Rewrite(Vec<Message>),
+    System(String),
 }
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         4 => prop::collection::vec(message(), 0..4).prop_map(Step::Add),
         1 => prop::collection::vec(message(), 0..6).prop_map(Step::Rewrite),
+        1 => "[a-z\"]{0,3}".prop_map(Step::System),
     ]
 }
 
@@ -137,6 +168,7 @@ proptest! {
             let mut cache = ConversationCache::default();
             let mut revision = 0;
             let mut rendered = 0;
+            let mut system = "sys \"prompt\"".to_string();
             for step in &steps {
                 match step {
                     Step::Add(more) => kernel.messages.extend(more.iter().cloned()),
@@ -145,11 +177,12 @@ proptest! {
                         revision += 1;
                         rendered = 0;
                     }
+                    Step::System(prompt) => system = prompt.clone(),
                 }
                 kernel.reads.clear();
                 let n = kernel.messages.len();
-                let held = held_body(&config, &mut cache, &mut kernel, n, revision);
-                let inline = inline_body(&config, &kernel.messages);
+                let held = held_body_with(&config, &mut cache, &mut kernel, n, revision, &system);
+                let inline = inline_body_with(&config, &kernel.messages, &system);
                 prop_assert_eq!(&held, &inline);
                 // One read a step (the kernel's say-so), of what is new only.
                 prop_assert_eq!(&kernel.reads, &[(rendered, n)]);
