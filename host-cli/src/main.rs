@@ -222,6 +222,8 @@ fn main() -> ExitCode {
         .init();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // The command runs on a worker (below), with the main thread's stack size.
+        .thread_stack_size(8 << 20)
         .build()
     {
         Ok(rt) => rt,
@@ -230,7 +232,11 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = rt.block_on(async {
+    // The command runs as a task on a worker thread rather than on the main thread: the HTTP
+    // client's connection tasks, the kernel's I/O and the plugin calls waiting on them then
+    // take turns on one worker instead of waking another thread at every hand-over (about a
+    // tenth of a long turn's harness gap).
+    let command = rt.spawn(async move {
         let ctx = config::Context::new(cli.home, cli.workspace)?;
         match cli.command {
             Command::Plugin(cmd) => commands::plugin::run(&ctx, cmd).await,
@@ -287,6 +293,11 @@ fn main() -> ExitCode {
             Command::Hooks(cmd) => commands::hooks::run(&ctx, cmd),
         }
     });
+    let result = match rt.block_on(command) {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(anyhow::anyhow!("the command was stopped: {e}")),
+    };
     // For root: the cgroup made ahead for a next command is not needed any more.
     keel_kernel::sandbox::release();
     match result {
