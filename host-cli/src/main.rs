@@ -234,8 +234,8 @@ fn main() -> ExitCode {
     };
     // The command runs as a task on a worker thread rather than on the main thread: the HTTP
     // client's connection tasks, the kernel's I/O and the plugin calls waiting on them then
-    // take turns on one worker instead of waking another thread at every hand-over (about a
-    // tenth of a long turn's harness gap).
+    // take turns on one worker instead of waking another thread at every hand-over, a few
+    // tenths of a millisecond in each step of a turn.
     let command = rt.spawn(async move {
         let ctx = config::Context::new(cli.home, cli.workspace)?;
         match cli.command {
