@@ -10,8 +10,9 @@
 //! small is replaced by one with room to grow, so a growing conversation reallocates once per
 //! doubling rather than once per step.
 //!
-//! What is kept is one buffer of at most [`KEPT_AT_MOST`] bytes of capacity; the buffer holds
-//! exactly the bytes of the body it carries (cleared and refilled), never another request's.
+//! What is kept is one buffer of at most [`KEPT_AT_MOST`] bytes of capacity (a larger body is
+//! copied plainly, as before); the buffer holds exactly the bytes of the body it carries
+//! (cleared and refilled), never another request's.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -31,6 +32,10 @@ pub(crate) struct RequestBuffers {
 impl RequestBuffers {
     /// `body` as bytes the HTTP client can send, in the spare buffer when it fits.
     pub(crate) fn copy(&self, body: &[u8]) -> Bytes {
+        if body.len() > KEPT_AT_MOST {
+            // Copied plainly and never kept (the client refuses a body over its own limit).
+            return Bytes::copy_from_slice(body);
+        }
         let spare = self
             .spare
             .lock()
@@ -40,7 +45,7 @@ impl RequestBuffers {
             Some(buffer) if buffer.capacity() >= body.len() => buffer,
             // Room for the conversation to grow for a while: pages not yet written cost no
             // memory.
-            _ => Vec::with_capacity(body.len().saturating_mul(2).max(64 * 1024)),
+            _ => Vec::with_capacity((body.len() * 2).clamp(64 * 1024, KEPT_AT_MOST)),
         };
         buffer.clear();
         buffer.extend_from_slice(body);
@@ -125,7 +130,7 @@ mod tests {
     }
 
     #[test]
-    fn a_body_larger_than_the_spare_gets_a_new_buffer_and_a_huge_one_is_not_kept() {
+    fn a_body_larger_than_the_spare_gets_a_new_buffer_and_a_huge_one_is_never_kept() {
         let buffers = RequestBuffers::default();
         drop(buffers.copy(&[1u8; 10]));
         let small = buffers.spare_capacity().expect("kept");
@@ -135,14 +140,16 @@ mod tests {
         drop(sent);
         assert!(buffers.spare_capacity().expect("kept") > small);
 
-        let huge = vec![3u8; KEPT_AT_MOST / 2 + 1];
+        // Up to the limit a buffer is kept, its room clamped to it.
+        let large = vec![3u8; KEPT_AT_MOST / 2 + 1];
+        drop(buffers.copy(&large));
+        assert_eq!(buffers.spare_capacity(), Some(KEPT_AT_MOST));
+
+        // Beyond it the body is copied plainly: the spare stays as it was.
+        let huge = vec![4u8; KEPT_AT_MOST + 1];
         let sent = buffers.copy(&huge);
-        assert_eq!(sent.len(), huge.len());
+        assert_eq!(&sent[..], &huge[..]);
         drop(sent);
-        assert_eq!(
-            buffers.spare_capacity(),
-            None,
-            "over {KEPT_AT_MOST} bytes: freed"
-        );
+        assert_eq!(buffers.spare_capacity(), Some(KEPT_AT_MOST));
     }
 }
