@@ -997,3 +997,30 @@ fn no_request_reaches_a_host_or_carries_a_secret_that_was_not_granted() {
         )
         .expect("property");
 }
+
+#[tokio::test]
+async fn a_body_over_the_request_limit_is_refused_before_anything_is_sent() {
+    let server = Server::start(|_, _| ok("hello")).await;
+    let c = client(allow_private(&[server.endpoint()]));
+    // The plugin's bytes go through the kept buffer as a model adapter's do; one over the
+    // client's limit is copied plainly and refused.
+    let mut req = get(&server.url("/"));
+    req.method = "POST".into();
+    req.body = c.request_body(&vec![b'x'; MAX_REQUEST_BODY + 1]);
+    match c.send("p", &star(), &[], req, deny_all()).await {
+        Err(KernelError::Invalid(m)) => assert!(m.contains("at most"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(server.connections(), 0);
+
+    // At the limit it is sent whole.
+    let mut req = get(&server.url("/"));
+    req.method = "POST".into();
+    req.body = c.request_body(&vec![b'y'; MAX_REQUEST_BODY]);
+    let (id, head) = c
+        .send("p", &star(), &[], req, deny_all())
+        .await
+        .expect("sent");
+    assert_eq!(head.status, 200);
+    assert_eq!(read_all(&c, "p", id).await.expect("body"), b"hello");
+}
