@@ -727,7 +727,7 @@ impl Context {
                 // The store's retention, applied as the session starts: skipped when other keel
                 // processes keep recording in this workspace (the next session runs it).
                 match store.collect_garbage_automatically(&self.config.checkpoints.retention()) {
-                    Ok(Some(done)) if done.over_by > 0 => eprintln!(
+                    Ok(Some(done)) if done.over_by > 0 => stderrln!(
                         "warning: the checkpoints of this workspace's sessions take {} MiB, \
                          over `[checkpoints] max-total-mib`: each session's last checkpoint \
                          is always kept; raise the bound, or leave large files out with \
@@ -735,7 +735,7 @@ impl Context {
                         done.kept_bytes >> 20
                     ),
                     Ok(_) => {}
-                    Err(e) => eprintln!("warning: checkpoints were not collected: {e}"),
+                    Err(e) => stderrln!("warning: checkpoints were not collected: {e}"),
                 }
                 let settings = keel_kernel::checkpoints::Settings {
                     not_covered: self.writable_outside_the_workspace(),
@@ -749,7 +749,7 @@ impl Context {
                 ))
             }
             Err(e) => {
-                eprintln!("warning: no checkpoints this session: {e}");
+                stderrln!("warning: no checkpoints this session: {e}");
                 None
             }
         }

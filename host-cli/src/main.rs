@@ -1,5 +1,11 @@
 //! The `keel` command line.
 
+// keel writes to its standard streams only through `std_streams`, whose writes never panic.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+#[macro_use]
+mod std_streams;
+
 mod acp;
 mod commands;
 mod config;
@@ -161,29 +167,44 @@ pub(crate) fn colour_on_stderr() -> bool {
     std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal()
 }
 
-/// The exit status of a command whose reader went away (`keel sessions list | head -1`): what
-/// a shell reports for a program ended by SIGPIPE, as other command-line tools end.
+/// The exit status of a command whose output is gone: its reader closed the pipe (`keel
+/// sessions list | head -1`) or the disk is full; what a shell reports for a program ended by
+/// SIGPIPE, as other command-line tools end.
 const CLOSED_OUTPUT: u8 = 128 + 13;
 
-/// EPIPE, on Linux and macOS alike.
+/// EPIPE and EIO, on Linux and macOS alike.
 const EPIPE: i32 = 32;
+const EIO: i32 = 5;
 
-/// Whether `message` is the standard library's panic for a `print!` to a closed pipe.
-fn is_closed_output_panic(message: &str) -> bool {
-    let broken_pipe = std::io::Error::from_raw_os_error(EPIPE).to_string();
+/// Whether `message` is the standard library's panic for a `print!` to a closed pipe or to a
+/// terminal that hung up.
+fn is_lost_output_panic(message: &str) -> bool {
+    let lost = [EPIPE, EIO].map(|code| std::io::Error::from_raw_os_error(code).to_string());
     (message.starts_with("failed printing to stdout")
         || message.starts_with("failed printing to stderr"))
-        && message.ends_with(&broken_pipe)
+        && lost.iter().any(|end| message.ends_with(end.as_str()))
 }
 
-/// keel ignores SIGPIPE (the Rust runtime does, and a session must survive a closed pipe to a
-/// program it runs), so a `println!` to a closed stdout panics instead of ending the process.
-/// That one panic ends keel quietly instead; every other panic is reported as before.
-fn end_quietly_on_closed_output() {
+/// keel's own writes go through `std_streams` and never panic, but a dependency's `print!` to a
+/// closed pipe or a hung-up terminal still would. That panic is not reported (there is nowhere
+/// to report it): the stream is handed to /dev/null and the session told, as `std_streams`
+/// does, so the turn still ends recorded; every other panic is reported as before.
+fn quiet_on_lost_output() {
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if info.payload_as_str().is_some_and(is_closed_output_panic) {
-            std::process::exit(i32::from(CLOSED_OUTPUT));
+        if let Some(message) = info.payload_as_str().filter(|m| is_lost_output_panic(m)) {
+            let stream = if message.starts_with("failed printing to stdout") {
+                std_streams::Stream::Stdout
+            } else {
+                std_streams::Stream::Stderr
+            };
+            let code = if message.ends_with(&std::io::Error::from_raw_os_error(EIO).to_string()) {
+                EIO
+            } else {
+                EPIPE
+            };
+            std_streams::failed(stream, &std::io::Error::from_raw_os_error(code));
+            return;
         }
         report(info)
     }));
@@ -199,7 +220,7 @@ fn is_closed_output_error(error: &anyhow::Error) -> bool {
 }
 
 fn main() -> ExitCode {
-    end_quietly_on_closed_output();
+    quiet_on_lost_output();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // `--help` and `--version` print and succeed; anything else is a usage error.
@@ -228,7 +249,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            stderrln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -304,7 +325,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) if is_closed_output_error(&e) => ExitCode::from(CLOSED_OUTPUT),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            stderrln!("error: {e:#}");
             ExitCode::from(commands::run::exit::ERROR)
         }
     }
@@ -315,16 +336,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_closed_pipe_panic_is_quiet() {
+    fn only_the_lost_output_panics_are_quiet() {
         let epipe = std::io::Error::from_raw_os_error(EPIPE);
         assert_eq!(epipe.kind(), std::io::ErrorKind::BrokenPipe);
-        assert!(is_closed_output_panic(&format!(
+        assert!(is_lost_output_panic(&format!(
             "failed printing to stdout: {epipe}"
         )));
+        let eio = std::io::Error::from_raw_os_error(EIO);
+        assert!(is_lost_output_panic(&format!(
+            "failed printing to stderr: {eio}"
+        )));
         let other = std::io::Error::from_raw_os_error(EPIPE - 4);
-        assert!(!is_closed_output_panic(&format!(
+        assert!(!is_lost_output_panic(&format!(
             "failed printing to stdout: {other}"
         )));
-        assert!(!is_closed_output_panic("index out of bounds"));
+        assert!(!is_lost_output_panic("index out of bounds"));
     }
 }

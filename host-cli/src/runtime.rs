@@ -310,7 +310,7 @@ pub fn say_if_compiling(loader: &PluginLoader, sources: &[PluginSource]) {
         })
         .count();
     if to_compile > 0 {
-        eprintln!(
+        stderrln!(
             "compiling {to_compile} bundled plugin(s) for this machine (once; later starts load \
              them from the component cache)…"
         );

@@ -315,7 +315,7 @@ pub fn sandbox_config(ctx: &Context) -> anyhow::Result<SandboxConfig> {
 pub fn network_policy(ctx: &Context, choice: &ModelChoice) -> anyhow::Result<NetPolicy> {
     let (policy, warnings) = network_policy_quiet(ctx, choice)?;
     for w in warnings {
-        eprintln!("warning: {w}");
+        stderrln!("warning: {w}");
     }
     Ok(policy)
 }
@@ -447,11 +447,11 @@ pub fn load_policy(ctx: &Context) -> anyhow::Result<ExecPolicy> {
             .tighten_with_project(&text)
             .with_context(|| format!("in {}", path.display()))?;
         for w in warnings {
-            eprintln!("warning: {}: {w}", path.display());
+            stderrln!("warning: {}: {w}", path.display());
         }
     }
     for w in policy.warnings() {
-        eprintln!("warning: {w}");
+        stderrln!("warning: {w}");
     }
     Ok(policy)
 }

@@ -530,34 +530,34 @@ pub fn approve_command(
     use crate::session::terminal_safe;
     let waiting = pending(&ctx.home, &ctx.workspace);
     if waiting.is_empty() {
-        println!(
+        stdoutln!(
             "no MCP server an editor passed is waiting for approval in {}",
             ctx.workspace.display()
         );
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    println!(
+    stdoutln!(
         "MCP servers an editor passed in {}, not approved:",
         ctx.workspace.display()
     );
     for p in &waiting {
-        println!(
+        stdoutln!(
             "  {}: {}",
             terminal_safe(&p.name),
             terminal_safe(&p.describe())
         );
     }
-    println!(
+    stdoutln!(
         "Each is granted nothing, and every tool asks before it runs: a command runs in the OS \
          sandbox with no folder to write, no host to reach and no secret; an HTTP server is \
          reached at its own address alone, its headers sent only there."
     );
     if !yes && !crate::commands::confirm("Start these servers when an editor passes them here?")? {
-        println!("not approved");
+        stdoutln!("not approved");
         return Ok(std::process::ExitCode::FAILURE);
     }
     approve(&ctx.home, &ctx.workspace, &waiting)?;
-    println!(
+    stdoutln!(
         "approved; a changed server (command, arguments or environment; URL or headers) needs \
          approving again"
     );

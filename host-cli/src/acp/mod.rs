@@ -208,7 +208,7 @@ pub async fn serve(ctx: &Context, args: AcpArgs) -> anyhow::Result<ExitCode> {
         starting: std::sync::atomic::AtomicUsize::new(0),
         files: std::sync::Mutex::new(None),
     });
-    eprintln!("keel acp: serving the Agent Client Protocol on stdio");
+    stderrln!("keel acp: serving the Agent Client Protocol on stdio");
     let transport = Lines::new(line_sink(protocol_out), line_stream(std::io::stdin()));
     let result = agent(state.clone()).connect_to(transport).await;
     // The client went away: every session closes, so its log is flushed.
@@ -421,7 +421,7 @@ impl State {
             editor_mcp::add_approved(&ctx.home, &ctx.workspace, mcp_servers, &mut ctx.config);
         // The servers' names, commands and arguments came from the client.
         for notice in &notices {
-            eprintln!(
+            stderrln!(
                 "keel acp: MCP server {}",
                 crate::session::terminal_safe(notice)
             );
@@ -1131,7 +1131,7 @@ async fn pump(
         tokio::select! {
             next = events.recv() => match next {
                 Ok(event) => send(&mut view, &event),
-                Err(RecvError::Lagged(n)) => eprintln!("keel acp: {n} events skipped"),
+                Err(RecvError::Lagged(n)) => stderrln!("keel acp: {n} events skipped"),
                 Err(RecvError::Closed) => break,
             },
             Some(question) = questions.recv() => {

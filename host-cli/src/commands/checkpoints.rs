@@ -98,7 +98,7 @@ pub fn run(ctx: &Context, cmd: CheckpointsCommand) -> anyhow::Result<ExitCode> {
                     ..configured
                 })
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
-            println!(
+            stdoutln!(
                 "dropped {} checkpoint(s); deleted {} stored object(s), {}",
                 done.checkpoints,
                 done.objects,
@@ -167,11 +167,11 @@ fn list(ctx: &Context, session: &str, json: bool) -> anyhow::Result<ExitCode> {
             }
             lines.push(line);
         }
-        println!("{}", serde_json::to_string_pretty(&lines)?);
+        stdoutln!("{}", serde_json::to_string_pretty(&lines)?);
         return Ok(ExitCode::SUCCESS);
     }
     if index.is_empty() {
-        println!(
+        stdoutln!(
             "session {} has no checkpoints in {} (checkpoints are kept per workspace)",
             terminal_safe(session),
             ctx.workspace.display()
@@ -180,16 +180,16 @@ fn list(ctx: &Context, session: &str, json: bool) -> anyhow::Result<ExitCode> {
     }
     let mut not_covered: &[String] = &[];
     for c in &index {
-        println!("{}", line(c));
+        stdoutln!("{}", line(c));
         if let Some(why) = unrestorable.get(&c.id) {
-            println!("        cannot be restored: {}", terminal_safe(why));
+            stdoutln!("        cannot be restored: {}", terminal_safe(why));
         }
         // What the session could change outside the workspace, when it first differs: the
         // same for every checkpoint of a session but for a resume under another config.
         if c.not_covered != not_covered {
             not_covered = &c.not_covered;
             for place in not_covered {
-                println!(
+                stdoutln!(
                     "        not covered by any checkpoint (a rewind does not bring it \
                      back): {}",
                     terminal_safe(place)
@@ -198,18 +198,18 @@ fn list(ctx: &Context, session: &str, json: bool) -> anyhow::Result<ExitCode> {
         }
         if c.outside {
             for path in &c.changed {
-                println!("        changed outside keel: {}", terminal_safe(path));
+                stdoutln!("        changed outside keel: {}", terminal_safe(path));
             }
         }
         for s in &c.skipped {
-            println!(
+            stdoutln!(
                 "        not recorded: {} ({})",
                 terminal_safe(&s.path),
                 terminal_safe(&s.reason)
             );
         }
         if let Some(note) = &c.note {
-            println!("        {}", terminal_safe(note));
+            stdoutln!("        {}", terminal_safe(note));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -368,7 +368,7 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
     };
     // What will happen.
     if files && let Some(p) = &preview {
-        println!(
+        stdoutln!(
             "files: back to {} ({}, turn {}){}",
             p.target.id,
             p.target.kind.label(),
@@ -380,17 +380,17 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
             }
         );
         for line in p.lines() {
-            println!("  {}", terminal_safe(&line));
+            stdoutln!("  {}", terminal_safe(&line));
         }
         for s in &p.not_recorded {
-            println!(
+            stdoutln!(
                 "  not recorded then, so not brought back: {} ({})",
                 terminal_safe(&s.path),
                 terminal_safe(&s.reason)
             );
         }
         for path in &p.conflicts {
-            println!("  changed outside keel since then: {}", terminal_safe(path));
+            stdoutln!("  changed outside keel since then: {}", terminal_safe(path));
         }
     }
     let others = match (&preview, files) {
@@ -398,7 +398,7 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
         _ => Vec::new(),
     };
     for (other, paths) in &others {
-        println!(
+        stdoutln!(
             "  changed by session {} since then: {}",
             terminal_safe(other),
             paths
@@ -409,7 +409,7 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
         );
     }
     if let Some(c) = &conversation_plan {
-        println!(
+        stdoutln!(
             "conversation: {} the start of turn {} ({} of {} messages kept)",
             if args.fork {
                 "into a new session from"
@@ -422,7 +422,7 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
         );
     }
     for note in &notes {
-        println!("{note}");
+        stdoutln!("{note}");
     }
     if files && !others.is_empty() && !args.force {
         bail!(
@@ -444,11 +444,11 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
         );
     }
     if args.dry_run {
-        println!("(dry run: nothing changed)");
+        stdoutln!("(dry run: nothing changed)");
         return Ok(ExitCode::SUCCESS);
     }
     if !args.yes && !super::confirm("rewind?")? {
-        println!("nothing changed");
+        stdoutln!("nothing changed");
         return Ok(ExitCode::SUCCESS);
     }
     let mut safety = None;
@@ -456,7 +456,7 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
     if files && preview.is_some() {
         let report = rewind::rewind(&recorder, session, &target, args.force)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        println!(
+        stdoutln!(
             "files rewound to {}: {} change(s); {} undoes this rewind (`keel rewind {} \
              --checkpoint {} --files`)",
             report.preview.target.id,
@@ -479,9 +479,9 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
             .store()
             .fork_index(session, &new, |checkpoint| checkpoint.turn < c.turn)
         {
-            eprintln!("warning: the forked session has no checkpoints of the turns before it: {e}");
+            stderrln!("warning: the forked session has no checkpoints of the turns before it: {e}");
         }
-        println!(
+        stdoutln!(
             "forked: session {new} goes on from the start of turn {} of session {} ({} \
              messages); `keel resume {new}` continues it, and session {} is as it was",
             c.turn,
@@ -504,7 +504,7 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
         )
         .and_then(|_| log.sync())
         .with_context(|| format!("recording the rewind in the log of session `{session}`"))?;
-        println!(
+        stdoutln!(
             "conversation rewound to the start of turn {}; `keel resume {}` goes on from there",
             c.turn,
             terminal_safe(session)
@@ -512,7 +512,7 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
     }
     if !failed.is_empty() {
         for f in &failed {
-            eprintln!("not restored: {}", terminal_safe(f));
+            stderrln!("not restored: {}", terminal_safe(f));
         }
         bail!(
             "{} change(s) of the rewind could not be made (above); the rest were",

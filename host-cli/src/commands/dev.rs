@@ -37,14 +37,14 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
     // Every build of the crate runs in keel's sandbox: the model may write its sources during
     // the session, and a save builds them.
     let sandbox = Arc::new(crate::settings::sandbox_config(ctx)?);
-    eprintln!(
+    stderrln!(
         "[dev] building {} (in keel's sandbox: only the crate writable, offline)…",
         dir.display()
     );
     let began = Instant::now();
     let (manifest, component) = build(&dir, &sandbox).await?;
     let name = keel_kernel::Manifest::load(&manifest)?.name;
-    eprintln!(
+    stderrln!(
         "[dev] built `{name}` in {:.1} s",
         began.elapsed().as_secs_f64()
     );
@@ -70,7 +70,7 @@ pub async fn dev(ctx: &Context, args: SessionArgs, dir: PathBuf) -> anyhow::Resu
     super::run::say_ignored(ctx);
     let live = Arc::new(AtomicU32::new(1));
     let (changes, watcher) = watch(&dir)?;
-    eprintln!(
+    stderrln!(
         "[dev] watching {} (src/, wit/, Cargo.toml, keel.toml): a save rebuilds `{name}` and \
          swaps it into this session",
         dir.display()
@@ -216,7 +216,7 @@ async fn swap_on_change(
             continue;
         }
         built_from = now;
-        eprintln!("\n[dev] rebuilding `{name}`…");
+        stderrln!("\n[dev] rebuilding `{name}`…");
         let mut made = build(&dir, &sandbox)
             .await
             .map(|(manifest, component)| build_hash(&manifest, &component));
@@ -230,14 +230,14 @@ async fn swap_on_change(
         }
         let made = match made {
             Err(e) => {
-                eprintln!(
+                stderrln!(
                     "[dev] the build failed; #{} stays live: {e:#}",
                     live.load(Ordering::SeqCst)
                 );
                 continue;
             }
             Ok(hash) if hash == live_build => {
-                eprintln!(
+                stderrln!(
                     "[dev] the build made the same component as #{}; nothing to swap",
                     live.load(Ordering::SeqCst)
                 );
@@ -250,14 +250,14 @@ async fn swap_on_change(
             Ok(()) => {
                 live_build = made;
                 let n = live.fetch_add(1, Ordering::SeqCst) + 1;
-                eprintln!(
+                stderrln!(
                     "[dev] `{name}` #{n} is live: swapped in {:.1} ms after its build, {:.2} s \
                      after the change settled",
                     built.elapsed().as_secs_f64() * 1000.0,
                     saved.elapsed().as_secs_f64()
                 );
             }
-            Err(e) => eprintln!(
+            Err(e) => stderrln!(
                 "[dev] #{} stays live: the new build did not load: {e:#}",
                 live.load(Ordering::SeqCst)
             ),

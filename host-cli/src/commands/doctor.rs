@@ -27,8 +27,8 @@ impl Report {
     fn add(&mut self, status: &'static str, what: &str, fix: Option<&str>) {
         if !self.json {
             match fix {
-                Some(fix) => println!("{status:<5} {what}\n      fix: {fix}"),
-                None => println!("{status:<5} {what}"),
+                Some(fix) => stdoutln!("{status:<5} {what}\n      fix: {fix}"),
+                None => stdoutln!("{status:<5} {what}"),
             }
         }
         self.checks.push(Check {
@@ -202,14 +202,14 @@ pub async fn run(ctx: &Context, args: DoctorArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|c| serde_json::json!({ "status": c.status, "what": c.what, "fix": c.fix }))
             .collect();
-        println!(
+        stdoutln!(
             "{}",
             serde_json::json!({ "checks": checks, "failed": r.failed })
         );
     } else if r.failed == 0 {
-        println!("\nall checks passed");
+        stdoutln!("\nall checks passed");
     } else {
-        println!("\n{} check(s) failed", r.failed);
+        stdoutln!("\n{} check(s) failed", r.failed);
     }
     if args.analyze {
         // After the checks, never instead of them: with --json the object above stays as it
@@ -226,9 +226,9 @@ pub async fn run(ctx: &Context, args: DoctorArgs) -> anyhow::Result<ExitCode> {
         };
         for line in lines {
             if r.json {
-                eprintln!("{line}");
+                stderrln!("{line}");
             } else {
-                println!("{line}");
+                stdoutln!("{line}");
             }
         }
     }

@@ -36,7 +36,7 @@ pub fn run(ctx: &Context, cmd: HooksCommand) -> anyhow::Result<ExitCode> {
         HooksCommand::Approve { yes } => approve(ctx, yes),
         HooksCommand::Revoke => {
             hooks::revoke(&ctx.home, &ctx.workspace)?;
-            println!("{}'s own hooks no longer run", ctx.workspace.display());
+            stdoutln!("{}'s own hooks no longer run", ctx.workspace.display());
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -65,7 +65,7 @@ fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
     let found = hooks::workspace_hooks(&ctx.workspace);
     let approved = hooks::is_approved(&ctx.home, &ctx.workspace, &found);
     if json {
-        println!(
+        stdoutln!(
             "{}",
             serde_json::json!({
                 "session_hooks": ctx.config.session_hooks,
@@ -85,12 +85,12 @@ fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
         .iter()
         .filter(|h| h.source == Source::Config)
         .collect();
-    println!("your hooks ({}):", hooks::config_file(&ctx.home).display());
+    stdoutln!("your hooks ({}):", hooks::config_file(&ctx.home).display());
     for h in &own {
-        println!("  {}", line(h));
+        stdoutln!("  {}", line(h));
     }
     if own.is_empty() {
-        println!("  none; add `[[hooks.pre-tool-use]]` with `matcher` and `command`");
+        stdoutln!("  none; add `[[hooks.pre-tool-use]]` with `matcher` and `command`");
     }
     let state = if found.hooks.is_empty() {
         "none"
@@ -101,12 +101,12 @@ fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         "not approved: they wait for `keel hooks approve`"
     };
-    println!("this workspace's hooks ({state}):");
+    stdoutln!("this workspace's hooks ({state}):");
     for h in &found.hooks {
-        println!("  {} [{}]", line(h), hooks::source_words(h.source));
+        stdoutln!("  {} [{}]", line(h), hooks::source_words(h.source));
     }
     for p in &found.problems {
-        println!("  left out: {}", terminal_safe(p));
+        stdoutln!("  left out: {}", terminal_safe(p));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -120,18 +120,18 @@ fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
             hooks::CLAUDE_SETTINGS
         );
     };
-    println!(
+    stdoutln!(
         "This workspace's hooks, commands its authors wrote, each run in the OS sandbox with \
          the workspace writable and no network:"
     );
     for h in &found.hooks {
-        println!("  {} [{}]", line(h), hooks::source_words(h.source));
+        stdoutln!("  {} [{}]", line(h), hooks::source_words(h.source));
     }
     for p in &found.problems {
-        println!("  left out: {}", terminal_safe(p));
+        stdoutln!("  left out: {}", terminal_safe(p));
     }
     if !yes && !crate::commands::confirm("Run these hooks in this workspace's sessions?")? {
-        println!("not approved");
+        stdoutln!("not approved");
         return Ok(ExitCode::FAILURE);
     }
     // Only what was shown is approved: a change while the person was asked approves nothing.
@@ -139,7 +139,7 @@ fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
         bail!("the workspace's hooks changed while you were asked; nothing approved, run it again");
     }
     hooks::approve(&ctx.home, &ctx.workspace, &shown)?;
-    println!(
+    stdoutln!(
         "approved: sessions here run these hooks as they are now; a changed or new hook asks \
          again (`keel hooks revoke` stops them)"
     );

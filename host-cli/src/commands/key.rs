@@ -62,7 +62,7 @@ pub fn run(ctx: &Context, cmd: KeyCommand) -> anyhow::Result<ExitCode> {
             let key = KeyPair::generate(&name, namespace.as_deref())?;
             let path = key.save(&home.keys_dir())?;
             if json {
-                println!(
+                stdoutln!(
                     "{}",
                     serde_json::json!({
                         "name": key.name(),
@@ -72,15 +72,15 @@ pub fn run(ctx: &Context, cmd: KeyCommand) -> anyhow::Result<ExitCode> {
                     })
                 );
             } else {
-                println!("{}", key.public());
-                eprintln!("created signing key `{}` ({})", key.name(), path.display());
+                stdoutln!("{}", key.public());
+                stderrln!("created signing key `{}` ({})", key.name(), path.display());
                 match key.namespace() {
-                    Some(ns) => eprintln!(
+                    Some(ns) => stderrln!(
                         "publish with it: keel publish --key {} (namespace `{ns}`)\nothers install what you publish after: keel key trust {} --namespace {ns} --registry REGISTRY",
                         key.name(),
                         key.public()
                     ),
-                    None => eprintln!(
+                    None => stderrln!(
                         "publish with it: keel publish --key {} --namespace NS",
                         key.name()
                     ),
@@ -98,27 +98,27 @@ pub fn run(ctx: &Context, cmd: KeyCommand) -> anyhow::Result<ExitCode> {
                         serde_json::json!({ "name": name, "namespace": ns, "public": public.to_string() })
                     })
                     .collect();
-                println!(
+                stdoutln!(
                     "{}",
                     serde_json::to_string_pretty(
                         &serde_json::json!({ "keys": keys, "trust": trust })
                     )?
                 );
             } else {
-                println!("signing keys ({}):", home.keys_dir().display());
+                stdoutln!("signing keys ({}):", home.keys_dir().display());
                 for (name, ns, public) in &keys {
-                    println!(
+                    stdoutln!(
                         "  {name}  {public}{}",
                         ns.as_deref()
                             .map(|n| format!("  (namespace {n})"))
                             .unwrap_or_default()
                     );
                 }
-                println!("trusted ({}):", home.trust_path().display());
+                stdoutln!("trusted ({}):", home.trust_path().display());
                 for (ns, entry) in &trust.namespaces {
-                    println!("  namespace {ns} from {}", entry.registry);
+                    stdoutln!("  namespace {ns} from {}", entry.registry);
                     for k in &entry.keys {
-                        println!("    {k}");
+                        stdoutln!("    {k}");
                     }
                 }
             }
@@ -139,7 +139,7 @@ pub fn run(ctx: &Context, cmd: KeyCommand) -> anyhow::Result<ExitCode> {
             trust
                 .save(&home.trust_path())
                 .context("cannot save the trust configuration")?;
-            println!(
+            stdoutln!(
                 "{} key {} for namespace `{namespace}` from {}",
                 if changed {
                     "trusted"
@@ -157,10 +157,10 @@ pub fn run(ctx: &Context, cmd: KeyCommand) -> anyhow::Result<ExitCode> {
             let mut trust = TrustConfig::load(&home.trust_path())?;
             if trust.untrust(&namespace, &key) {
                 trust.save(&home.trust_path())?;
-                println!("no longer trusting key {} for `{namespace}`", key.short());
+                stdoutln!("no longer trusting key {} for `{namespace}`", key.short());
                 Ok(ExitCode::SUCCESS)
             } else {
-                eprintln!(
+                stderrln!(
                     "key {} was not trusted for `{namespace}`; `keel key list` shows what is",
                     key.short()
                 );

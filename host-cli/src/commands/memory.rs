@@ -136,44 +136,44 @@ pub fn keep_own_writes(
         && !store(home).is_approved(workspace, &digest)
         && let Err(e) = store(home).set(workspace, Some(&digest))
     {
-        eprintln!("warning: cannot record the project's memory as keel wrote it: {e:#}");
+        stderrln!("warning: cannot record the project's memory as keel wrote it: {e:#}");
     }
 }
 
 fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
     let dir = project_dir(&ctx.workspace)?;
     let Some(shown) = project_digest(&ctx.workspace) else {
-        println!("{} holds no memory; nothing to approve", dir.display());
+        stdoutln!("{} holds no memory; nothing to approve", dir.display());
         return Ok(ExitCode::SUCCESS);
     };
     if store(&ctx.home).is_approved(&ctx.workspace, &shown) {
-        println!("{} is approved as it is", dir.display());
+        stdoutln!("{} is approved as it is", dir.display());
         return Ok(ExitCode::SUCCESS);
     }
     let Some((index, topics)) = read_folder(&dir)? else {
-        println!("{} holds no memory; nothing to approve", dir.display());
+        stdoutln!("{} holds no memory; nothing to approve", dir.display());
         return Ok(ExitCode::SUCCESS);
     };
-    println!(
+    stdoutln!(
         "This workspace's memory ({}), which its sessions would show the model as data:",
         dir.display()
     );
     for line in memory::index_for_prompt(&index).lines() {
-        println!("  {}", terminal_safe(line));
+        stdoutln!("  {}", terminal_safe(line));
     }
-    println!(
+    stdoutln!(
         "  topic files: {}",
         terminal_safe(&topics.keys().cloned().collect::<Vec<_>>().join(", "))
     );
     if !yes && !crate::commands::confirm("Offer this memory in this workspace's sessions?")? {
-        println!("not approved");
+        stdoutln!("not approved");
         return Ok(ExitCode::FAILURE);
     }
     if project_digest(&ctx.workspace).as_deref() != Some(shown.as_str()) {
         anyhow::bail!("the memory changed while you were asked; nothing approved, run it again");
     }
     store(&ctx.home).set(&ctx.workspace, Some(&shown))?;
-    println!("approved: sessions here offer this memory; a change keel did not make asks again");
+    stdoutln!("approved: sessions here offer this memory; a change keel did not make asks again");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -224,10 +224,10 @@ pub async fn run(ctx: &Context, cmd: MemoryCommand) -> anyhow::Result<ExitCode> 
     let mut model_error: Option<String> = None;
     for folder in &folders {
         let Some((index, topics)) = read_folder(&folder.dir)? else {
-            println!("{}: nothing at {}", folder.label, folder.dir.display());
+            stdoutln!("{}: nothing at {}", folder.label, folder.dir.display());
             continue;
         };
-        println!(
+        stdoutln!(
             "{} ({}): {} topic files",
             folder.label,
             folder.dir.display(),
@@ -235,11 +235,11 @@ pub async fn run(ctx: &Context, cmd: MemoryCommand) -> anyhow::Result<ExitCode> 
         );
         let tidied = memory::tidy(&index, &topics);
         for change in &tidied.changes {
-            println!("  tidy: {}", terminal_safe(change));
+            stdoutln!("  tidy: {}", terminal_safe(change));
         }
         let mut result = tidied.index.clone();
         if !no_model && !folder.to_model {
-            println!(
+            stdoutln!(
                 "  model: not asked: this memory came with the workspace and is not approved \
                  (`keel memory approve` shows it and asks); the tidy's result stands"
             );
@@ -263,10 +263,10 @@ pub async fn run(ctx: &Context, cmd: MemoryCommand) -> anyhow::Result<ExitCode> 
                     .map_err(|problems| format!("rejected: {}", problems.join("; ")))
             }) {
                 Ok(p) => {
-                    println!("  model: its proposal passed the check");
+                    stdoutln!("  model: its proposal passed the check");
                     result = p;
                 }
-                Err(e) => println!("  model: {}; the tidy's result stands", terminal_safe(&e)),
+                Err(e) => stdoutln!("  model: {}; the tidy's result stands", terminal_safe(&e)),
             }
         }
         let notes_path = folder.dir.join(format!("{}.md", memory::OVERFLOW_TOPIC));
@@ -284,14 +284,14 @@ pub async fn run(ctx: &Context, cmd: MemoryCommand) -> anyhow::Result<ExitCode> 
             t
         });
         if result == index && notes_new.is_none() {
-            println!("  no change");
+            stdoutln!("  no change");
             continue;
         }
         // The repository's files and the model's proposal are untrusted text: no escape
         // sequence of theirs reaches the terminal.
-        print!("{}", terminal_safe(&diff(&index, &result, INDEX)));
+        stdout!("{}", terminal_safe(&diff(&index, &result, INDEX)));
         if let Some(notes) = &notes_new {
-            print!(
+            stdout!(
                 "{}",
                 terminal_safe(&diff(
                     &notes_old,
@@ -317,7 +317,7 @@ pub async fn run(ctx: &Context, cmd: MemoryCommand) -> anyhow::Result<ExitCode> 
         }
     }
     if !apply {
-        println!("dry run: nothing was written; `keel memory consolidate --apply` writes it");
+        stdoutln!("dry run: nothing was written; `keel memory consolidate --apply` writes it");
     }
     if let Some(kernel) = model {
         let _ = kernel.shutdown().await;
@@ -470,13 +470,13 @@ fn write(
         let backup = dir.join(format!("{INDEX}.{secs}.bak"));
         memory_store::write_atomic(&backup, old.as_bytes())
             .map_err(|e| anyhow::anyhow!("cannot back up the index: {e}"))?;
-        println!("  backed up the index to {}", backup.display());
+        stdoutln!("  backed up the index to {}", backup.display());
     }
     if let Some((_, notes)) = notes {
         memory_store::write_atomic(notes_path, notes.as_bytes()).map_err(anyhow::Error::msg)?;
     }
     memory_store::write_atomic(&index_path, new.as_bytes()).map_err(anyhow::Error::msg)?;
-    println!("  wrote {}", index_path.display());
+    stdoutln!("  wrote {}", index_path.display());
     Ok(())
 }
 

@@ -28,7 +28,7 @@ pub fn confirm(question: &str) -> anyhow::Result<bool> {
     if !std::io::stdin().is_terminal() {
         anyhow::bail!("no terminal to ask on; pass --yes to approve");
     }
-    print!("{question} [y/N] ");
+    stdout!("{question} [y/N] ");
     std::io::stdout().flush()?;
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;

@@ -99,7 +99,7 @@ pub async fn run(ctx: &Context, cmd: PluginCommand) -> anyhow::Result<ExitCode> 
             let rt = Runtime::with_plugins(ctx, &plugins).await?;
             let list = rt.list();
             if json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
+                stdoutln!("{}", serde_json::to_string_pretty(&list)?);
             } else {
                 print_table(&list);
             }
@@ -116,11 +116,11 @@ pub async fn run(ctx: &Context, cmd: PluginCommand) -> anyhow::Result<ExitCode> 
                     .unwrap_or_default()
             };
             if dot {
-                print!("{}", graph.to_dot(state_of));
+                stdout!("{}", graph.to_dot(state_of));
             } else {
-                println!("start order: {}", graph.start_order().join(", "));
+                stdoutln!("start order: {}", graph.start_order().join(", "));
                 for (dependent, provider, service) in graph.edges() {
-                    println!("{dependent} → {provider}  ({service})");
+                    stdoutln!("{dependent} → {provider}  ({service})");
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -200,7 +200,7 @@ fn new_plugin(
         std::fs::write(&path, text)
             .with_context(|| format!("cannot write `{}`", path.display()))?;
     }
-    println!(
+    stdoutln!(
         "created {} plugin `{name}` in {}",
         format!("{kind:?}").to_lowercase(),
         dir.display()
@@ -209,14 +209,14 @@ fn new_plugin(
         plugin_python::Lang::Rust => "cargo test && keel plugin build",
         plugin_python::Lang::Python => "keel plugin build && keel plugin test",
     };
-    println!("next: cd {} && {next}", dir.display());
+    stdoutln!("next: cd {} && {next}", dir.display());
     Ok(ExitCode::SUCCESS)
 }
 
 async fn build(ctx: &Context, path: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let (file, component) = build_component(path)?;
     if !json {
-        eprintln!("built {}", component.display());
+        stderrln!("built {}", component.display());
     }
     check(ctx, &file, Some(component), json).await
 }
@@ -425,7 +425,7 @@ fn print_table(list: &[keel_kernel::PluginStatus]) {
             .zip(widths)
             .map(|(cell, w)| format!("{cell:<w$}"))
             .collect();
-        println!("{}", line.join("  ").trim_end());
+        stdoutln!("{}", line.join("  ").trim_end());
     }
 }
 
@@ -475,7 +475,7 @@ async fn check(
         Err(e) => problems.push(e.clone()),
     }
     if json {
-        println!(
+        stdoutln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "plugin": manifest.name,
@@ -487,19 +487,19 @@ async fn check(
             }))?
         );
     } else {
-        println!(
+        stdoutln!(
             "plugin {} {} ({})",
             manifest.name,
             manifest.version,
             code.display()
         );
-        println!("ABI keel:plugin@{}", report.abi_version);
-        println!("imports: {}", report.imports.join(", "));
+        stdoutln!("ABI keel:plugin@{}", report.abi_version);
+        stdoutln!("imports: {}", report.imports.join(", "));
         // A problem may quote the component or the manifest (names, a runtime's error).
         for p in &problems {
-            println!("problem: {}", crate::session::terminal_safe(p));
+            stdoutln!("problem: {}", crate::session::terminal_safe(p));
         }
-        println!("{}", if problems.is_empty() { "ok" } else { "refused" });
+        stdoutln!("{}", if problems.is_empty() { "ok" } else { "refused" });
     }
     Ok(if problems.is_empty() {
         ExitCode::SUCCESS

@@ -84,25 +84,25 @@ pub async fn run(ctx: &Context, dir: &Path, calls: Option<PathBuf>) -> anyhow::R
             Ok(done) => done,
             Err(e) => {
                 failed += 1;
-                println!("✘ call {}: {e:#}", i + 1);
+                stdoutln!("✘ call {}: {e:#}", i + 1);
                 continue;
             }
         };
         match judge(call, &answer) {
-            Ok(()) => println!("✔ {what} → {}", answer.text),
+            Ok(()) => stdoutln!("✔ {what} → {}", answer.text),
             Err(why) => {
                 failed += 1;
-                println!("✘ {what} → {}\n  {why}", answer.text);
+                stdoutln!("✘ {what} → {}\n  {why}", answer.text);
             }
         }
     }
     rt.kernel.shutdown().await?;
     let n = calls.len();
     if failed == 0 {
-        println!("{n} call(s), all as expected");
+        stdoutln!("{n} call(s), all as expected");
         Ok(ExitCode::SUCCESS)
     } else {
-        println!("{n} call(s), {failed} not as expected");
+        stdoutln!("{n} call(s), {failed} not as expected");
         Ok(ExitCode::from(1))
     }
 }

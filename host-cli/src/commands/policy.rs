@@ -36,21 +36,21 @@ pub fn run(ctx: &Context, cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
         Some(mode) => policy.check(&command).under(mode),
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&verdict)?);
+        stdoutln!("{}", serde_json::to_string_pretty(&verdict)?);
     } else {
-        println!("decision: {}", verdict.decision);
+        stdoutln!("decision: {}", verdict.decision);
         if let Some(seg) = verdict
             .deciding_segment
             .and_then(|i| verdict.segments.get(i))
         {
-            println!("segment:  {}", seg.text);
+            stdoutln!("segment:  {}", seg.text);
         }
         if let Some(rule) = &verdict.rule {
-            println!("rule:     {rule}");
+            stdoutln!("rule:     {rule}");
         }
-        println!("reason:   {}", verdict.reason);
+        stdoutln!("reason:   {}", verdict.reason);
         if let Some(s) = &verdict.suggestion {
-            println!("instead:  {s}");
+            stdoutln!("instead:  {s}");
         }
     }
     Ok(match verdict.decision {

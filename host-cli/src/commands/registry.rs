@@ -295,7 +295,7 @@ fn run_blocking(ctx: &Context, cmd: RegistryCommand) -> anyhow::Result<ExitCode>
         RegistryCommand::Info(args) => info(ctx, home, args),
         RegistryCommand::Registry(AdminCommand::Init { registry }) => {
             let registry = open_registry(ctx, &registry, true)?;
-            println!("registry ready at {}", registry.location());
+            stdoutln!("registry ready at {}", registry.location());
             Ok(ExitCode::SUCCESS)
         }
         RegistryCommand::Registry(AdminCommand::ForgetHead { name, registry }) => {
@@ -317,12 +317,12 @@ fn forget_head(
     let forgot = session.forget_head(&name);
     session.finish()?;
     if forgot {
-        println!(
+        stdoutln!(
             "forgot the head seen of {name}; the next read accepts {}'s current history",
             session.location()
         );
     } else {
-        println!("nothing remembered of {name} in {}", session.location());
+        stdoutln!("nothing remembered of {name} in {}", session.location());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -380,7 +380,7 @@ fn publish_plugin(ctx: &Context, home: Home, args: PublishArgs) -> anyhow::Resul
         .map(|r| r.sha256.clone())
         .unwrap_or_default();
     if json {
-        println!(
+        stdoutln!(
             "{}",
             serde_json::json!({
                 "name": name,
@@ -391,15 +391,15 @@ fn publish_plugin(ctx: &Context, home: Home, args: PublishArgs) -> anyhow::Resul
             })
         );
     } else {
-        println!(
+        stdoutln!(
             "published {name} {} to {}",
             record.version,
             session.location()
         );
-        println!("  sha256 {sha}");
+        stdoutln!("  sha256 {sha}");
         match &key {
-            Some(k) => println!("  signed by {} ({})", k.public(), k.name()),
-            None => println!("  UNSIGNED: installs need --allow-unverified"),
+            Some(k) => stdoutln!("  signed by {} ({})", k.public(), k.name()),
+            None => stdoutln!("  UNSIGNED: installs need --allow-unverified"),
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -423,7 +423,7 @@ fn yank_release(ctx: &Context, home: Home, args: YankArgs) -> anyhow::Result<Exi
     let mut session = Session::new(home, registry)?;
     yank(&mut session, &name, &version, Some(&key))?;
     session.finish()?;
-    println!("yanked {name} {version}: new installs skip it; lockfiles that pin it keep it");
+    stdoutln!("yanked {name} {version}: new installs skip it; lockfiles that pin it keep it");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -460,7 +460,7 @@ fn install_plugins(ctx: &Context, home: Home, args: InstallArgs) -> anyhow::Resu
 
 /// The progress line of one download, on a terminal.
 fn say_downloading(name: &PluginName, version: &semver::Version, size: u64) {
-    eprintln!(
+    stderrln!(
         "downloading {name} {version} ({:.1} KiB)…",
         size as f64 / 1024.0
     );
@@ -481,7 +481,7 @@ fn search(ctx: &Context, home: Home, args: SearchArgs) -> anyhow::Result<ExitCod
         let log = match session.log(&name) {
             Ok(log) => log,
             Err(e) => {
-                eprintln!("warning: {}", shown(&e.to_string()));
+                stderrln!("warning: {}", shown(&e.to_string()));
                 continue;
             }
         };
@@ -500,12 +500,12 @@ fn search(ctx: &Context, home: Home, args: SearchArgs) -> anyhow::Result<ExitCod
     }
     session.finish()?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&hits)?);
+        stdoutln!("{}", serde_json::to_string_pretty(&hits)?);
     } else if hits.is_empty() {
-        println!("no plugin matches `{text}` in {}", session.location());
+        stdoutln!("no plugin matches `{text}` in {}", session.location());
     } else {
         for h in &hits {
-            println!(
+            stdoutln!(
                 "{} {}  {}",
                 shown(h["name"].as_str().unwrap_or_default()),
                 shown(h["version"].as_str().unwrap_or_default()),
@@ -564,7 +564,7 @@ fn info(ctx: &Context, home: Home, args: InfoArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     if json {
-        println!(
+        stdoutln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "name": name,
@@ -573,9 +573,9 @@ fn info(ctx: &Context, home: Home, args: InfoArgs) -> anyhow::Result<ExitCode> {
             }))?
         );
     } else {
-        println!("{name}  ({})", session.location());
+        stdoutln!("{name}  ({})", session.location());
         for v in log.versions() {
-            println!(
+            stdoutln!(
                 "{} {}{}",
                 shown(&v.record.version.to_string()),
                 v.release.kind,
@@ -586,9 +586,9 @@ fn info(ctx: &Context, home: Home, args: InfoArgs) -> anyhow::Result<ExitCode> {
                 }
             );
             if !v.release.description.is_empty() {
-                println!("  {}", shown(&v.release.description));
+                stdoutln!("  {}", shown(&v.release.description));
             }
-            println!(
+            stdoutln!(
                 "  signer:       {}",
                 match &v.signer {
                     Some(k) if trusted(&v.signer) => format!("{k} (trusted)"),
@@ -614,13 +614,13 @@ fn info(ctx: &Context, home: Home, args: InfoArgs) -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|(s, ver)| format!("{s} {ver}"))
                 .collect();
-            println!("  requires:     {}", shown(&none_if_empty(&reqs)));
-            println!("  provides:     {}", shown(&none_if_empty(&provides)));
-            println!(
+            stdoutln!("  requires:     {}", shown(&none_if_empty(&reqs)));
+            stdoutln!("  provides:     {}", shown(&none_if_empty(&provides)));
+            stdoutln!(
                 "  capabilities: {}",
                 shown(&none_if_empty(&capability_summary(&v.release.capabilities)))
             );
-            println!("  sha256:       {}", shown(&v.release.sha256));
+            stdoutln!("  sha256:       {}", shown(&v.release.sha256));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -687,14 +687,14 @@ fn install(
             } else {
                 ""
             };
-            println!(
+            stdoutln!(
                 "{action} {} {}{}{yanked}",
                 p.name,
                 shown(&p.version.to_string()),
                 shown(&from)
             );
             if p.changes() {
-                println!(
+                stdoutln!(
                     "  signed by: {}",
                     match (&p.signer, p.verified) {
                         (Some(k), true) => format!("{} (trusted for `{}`)", k, p.name.namespace()),
@@ -702,21 +702,21 @@ fn install(
                         (None, _) => "nobody — UNVERIFIED (--allow-unverified)".to_owned(),
                     }
                 );
-                println!("  requests:");
+                stdoutln!("  requests:");
                 for line in p.capability_lines() {
-                    println!("    {}", shown(&line));
+                    stdoutln!("    {}", shown(&line));
                 }
             }
         }
     }
     if changes.is_empty() {
         if json {
-            println!(
+            stdoutln!(
                 "{}",
                 serde_json::json!({ "installed": [], "plugins": plan.plugins.iter().map(describe).collect::<Vec<_>>() })
             );
         } else {
-            println!("nothing to install: everything asked for is installed");
+            stdoutln!("nothing to install: everything asked for is installed");
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -728,12 +728,12 @@ fn install(
                 changes.len()
             );
         }
-        eprint!("Install with the access listed above? [y/N] ");
+        stderr!("Install with the access listed above? [y/N] ");
         std::io::stderr().flush()?;
         let mut answer = String::new();
         std::io::stdin().lock().read_line(&mut answer)?;
         if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            eprintln!("not installed: not approved");
+            stderrln!("not installed: not approved");
             return Ok(ExitCode::from(1));
         }
     }
@@ -743,13 +743,13 @@ fn install(
     let compiled = crate::runtime::loader(ctx)
         .and_then(|loader| crate::runtime::installed_packages(ctx, &loader));
     if let Err(e) = compiled {
-        eprintln!(
+        stderrln!(
             "warning: installed, but compiling the installed plugins failed ({e:#}); a session \
              will try again and report it"
         );
     }
     if json {
-        println!(
+        stdoutln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "installed": changes.iter().map(|p| describe(p)).collect::<Vec<_>>(),
@@ -758,7 +758,7 @@ fn install(
             }))?
         );
     } else {
-        println!(
+        stdoutln!(
             "installed {} plugin(s); lockfile {}",
             changes.len(),
             home.lock_path().display()
@@ -784,7 +784,7 @@ async fn serve(
         .with_context(|| format!("cannot listen on {addr}"))?;
     let bound = listener.local_addr()?;
     if !bound.ip().is_loopback() {
-        eprintln!(
+        stderrln!(
             "warning: serving {} to the network at {bound}: any host that reaches it can read and publish",
             local.location()
         );

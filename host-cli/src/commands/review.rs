@@ -65,10 +65,10 @@ pub async fn run(ctx: &Context, args: ReviewArgs) -> anyhow::Result<ExitCode> {
             let ran = call(ctx, "run", json!({})).await?;
             let open = open_entries(call(ctx, "list", json!({})).await?);
             if json {
-                println!("{}", json!({ "run": ran, "open": open }));
+                stdoutln!("{}", json!({ "run": ran, "open": open }));
             } else {
                 let count = |k: &str| ran[k].as_array().map_or(0, Vec::len);
-                println!(
+                stdoutln!(
                     "reviewed {} session logs: {} filed, {} with new evidence, {} reopened",
                     ran["logs"],
                     count("filed"),
@@ -82,7 +82,7 @@ pub async fn run(ctx: &Context, args: ReviewArgs) -> anyhow::Result<ExitCode> {
             let entries = call(ctx, "list", json!({})).await?;
             let entries = if all { entries } else { open_entries(entries) };
             if json {
-                println!("{entries}");
+                stdoutln!("{entries}");
             } else {
                 print_list(&entries);
             }
@@ -104,7 +104,7 @@ pub async fn run(ctx: &Context, args: ReviewArgs) -> anyhow::Result<ExitCode> {
                 .collect();
             entry["resolved"] = Value::Array(lines);
             if json {
-                println!("{entry}");
+                stdoutln!("{entry}");
             } else {
                 print_entry(&entry, &ctx.data_dir());
             }
@@ -117,9 +117,9 @@ pub async fn run(ctx: &Context, args: ReviewArgs) -> anyhow::Result<ExitCode> {
             )
             .await?;
             if json {
-                println!("{entry}");
+                stdoutln!("{entry}");
             } else {
-                println!(
+                stdoutln!(
                     "{} is now {}",
                     terminal_safe(entry["id"].as_str().unwrap_or_default()),
                     terminal_safe(entry["status"].as_str().unwrap_or_default())
@@ -145,11 +145,11 @@ fn open_entries(entries: Value) -> Value {
 fn print_list(entries: &Value) {
     let entries = entries.as_array().cloned().unwrap_or_default();
     if entries.is_empty() {
-        println!("nothing recurring is open");
+        stdoutln!("nothing recurring is open");
     }
     for e in &entries {
         let s = |k: &str| terminal_safe(e[k].as_str().unwrap_or_default());
-        println!(
+        stdoutln!(
             "{}  {:<11} {:<6} {:<18} {}",
             s("id"),
             s("status"),
@@ -162,9 +162,9 @@ fn print_list(entries: &Value) {
 
 fn print_entry(e: &Value, data: &Path) {
     let s = |k: &str| terminal_safe(e[k].as_str().unwrap_or_default());
-    println!("{}  {}", s("id"), s("summary"));
-    println!("  bucket      {} ({})", s("bucket"), s("signature"));
-    println!(
+    stdoutln!("{}  {}", s("id"), s("summary"));
+    stdoutln!("  bucket      {} ({})", s("bucket"), s("signature"));
+    stdoutln!(
         "  status      {}{}",
         s("status"),
         if s("note").is_empty() {
@@ -173,18 +173,18 @@ fn print_entry(e: &Value, data: &Path) {
             format!(" — {}", s("note"))
         }
     );
-    println!(
+    stdoutln!(
         "  severity    {}, confidence {}",
         s("severity"),
         e["confidence"]
     );
-    println!("  owner       {}", s("owner"));
-    println!("  evidence    (under {})", data.display());
+    stdoutln!("  owner       {}", s("owner"));
+    stdoutln!("  evidence    (under {})", data.display());
     for r in e["resolved"].as_array().cloned().unwrap_or_default() {
         let link = terminal_safe(r["link"].as_str().unwrap_or_default());
         match r["line"].as_str() {
-            Some(line) => println!("    {link}\n      {}", terminal_safe(line)),
-            None => println!(
+            Some(line) => stdoutln!("    {link}\n      {}", terminal_safe(line)),
+            None => stdoutln!(
                 "    {link}\n      (cannot read it: {})",
                 terminal_safe(r["error"].as_str().unwrap_or_default())
             ),

@@ -68,9 +68,9 @@ async fn say_page(session: &Session, port: u16) -> anyhow::Result<()> {
     let url = session
         .open_page(&crate::web::Options { port, open: true })
         .await?;
-    println!("{url}");
+    stdoutln!("{url}");
     std::io::stdout().flush()?;
-    eprintln!("the session's page: {url} (it lives as long as this session)");
+    stderrln!("the session's page: {url} (it lives as long as this session)");
     Ok(())
 }
 
@@ -183,14 +183,14 @@ async fn one_turn(session: &Session, prompt: &str) -> anyhow::Result<keel_protoc
 /// The session's header: its id, workspace, the confinement of its commands, and plan mode
 /// when it is on.
 pub(crate) fn say_session(session: &Session) {
-    eprintln!(
+    stderrln!(
         "session {} in {}\n{}",
         session.id(),
         session.workspace().display(),
         session.kernel.confinement().describe()
     );
     if session.kernel.plan_mode() {
-        eprintln!("{PLAN_ON}");
+        stderrln!("{PLAN_ON}");
     }
 }
 
@@ -234,7 +234,7 @@ async fn offer_plan(
     {
         return Ok(None);
     }
-    eprintln!(
+    stderrln!(
         "[plan mode] the plan is above.\n  [y] accept: leave plan mode and carry it out\n  \
          [n] keep planning: stay in plan mode and say what to change"
     );
@@ -243,11 +243,11 @@ async fn offer_plan(
         Reply::Line(line) if matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes")
     );
     if !accepted {
-        eprintln!("[still in plan mode: say what to change, or /plan to leave it]");
+        stderrln!("[still in plan mode: say what to change, or /plan to leave it]");
         return Ok(None);
     }
     session.kernel.set_plan_mode(false);
-    eprintln!("[plan accepted; {PLAN_OFF}]");
+    stderrln!("[plan accepted; {PLAN_OFF}]");
     session.turn(&carry_out(&report.text)).await.map(Some)
 }
 
@@ -255,13 +255,13 @@ async fn offer_plan(
 fn switch_plan_mode(session: &Session) {
     let on = !session.kernel.plan_mode();
     session.kernel.set_plan_mode(on);
-    eprintln!("{}", if on { PLAN_ON } else { PLAN_OFF });
+    stderrln!("{}", if on { PLAN_ON } else { PLAN_OFF });
 }
 
 /// The project files keel is not using until the person approves them, once, on stderr.
 pub(crate) fn say_ignored(ctx: &Context) {
     for notice in crate::project_mcp::ignored_notices(ctx) {
-        eprintln!(
+        stderrln!(
             "[keel] {}",
             keel_kernel::gates::sanitize::sanitize_for_display(&notice)
         );
@@ -270,7 +270,7 @@ pub(crate) fn say_ignored(ctx: &Context) {
 
 /// On the way out: how to come back.
 pub(crate) fn say_resume(session: &Session) {
-    eprintln!(
+    stderrln!(
         "session {id} is in its log; continue it with `keel resume {id}`",
         id = session.id()
     );
@@ -308,9 +308,9 @@ pub async fn exec(
     session.kernel.set_plan_mode(args.plan);
     let sandbox = session.kernel.confinement().describe();
     if !json {
-        eprintln!("{sandbox}");
+        stderrln!("{sandbox}");
         if args.plan {
-            eprintln!("plan mode: on — the model only reads and answers with a plan");
+            stderrln!("plan mode: on — the model only reads and answers with a plan");
         }
     }
     say_ignored(ctx);
@@ -323,7 +323,7 @@ pub async fn exec(
         }
     };
     if json {
-        println!(
+        stdoutln!(
             "{}",
             serde_json::json!({
                 "version": crate::session::JSON_VERSION,
@@ -420,7 +420,7 @@ pub(crate) async fn interactive(
     label: &(dyn Fn() -> String + Sync),
 ) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
-    eprintln!("type a request, or {HELP}; a line ending in `\\` continues on the next");
+    stderrln!("type a request, or {HELP}; a line ending in `\\` continues on the next");
     // Plugin names for Tab completion: the bundled ones, the installed ones and whatever is
     // loaded.
     let installed = crate::runtime::installed_names(&ctx.home);
@@ -483,12 +483,12 @@ pub(crate) async fn interactive(
                 }
                 interrupts += 1;
                 if interrupts > 1 {
-                    eprintln!();
+                    stderrln!();
                     return Ok(());
                 }
-                eprintln!("\n(Ctrl-C again or /exit to leave)");
+                stderrln!("\n(Ctrl-C again or /exit to leave)");
                 if pending.is_some() {
-                    eprint!("› ");
+                    stderr!("› ");
                     let _ = std::io::stderr().flush();
                 }
                 continue;
@@ -506,7 +506,7 @@ pub(crate) async fn interactive(
             let result = match name {
                 "exit" | "quit" => return Ok(()),
                 "help" => {
-                    eprintln!("{HELP}");
+                    stderrln!("{HELP}");
                     Ok(None)
                 }
                 "plugins" => {
@@ -516,18 +516,18 @@ pub(crate) async fn interactive(
                         } else {
                             format!("  provides {}", s.provides.join(", "))
                         };
-                        eprintln!("  {:<16} {:<8} {:?}{provides}", s.name, s.version, s.state);
+                        stderrln!("  {:<16} {:<8} {:?}{provides}", s.name, s.version, s.state);
                     }
                     Ok(None)
                 }
                 "expand" => {
                     match session.last_result() {
-                        Some((tool, content)) => eprintln!(
+                        Some((tool, content)) => stderrln!(
                             "⎿ {}, in full:\n{}",
                             terminal_safe(&tool),
                             terminal_safe(&content)
                         ),
-                        None => eprintln!("no tool has run in this session yet"),
+                        None => stderrln!("no tool has run in this session yet"),
                     }
                     Ok(None)
                 }
@@ -537,7 +537,7 @@ pub(crate) async fn interactive(
                         .await
                         .map(|lines| {
                             for line in lines {
-                                eprintln!("{line}");
+                                stderrln!("{line}");
                             }
                             None
                         })
@@ -549,7 +549,7 @@ pub(crate) async fn interactive(
                     Ok(status) => {
                         let status: serde_json::Value = serde_json::from_str(&status)?;
                         for line in crate::commands::mcp::status_lines(&status) {
-                            eprintln!("{line}");
+                            stderrln!("{line}");
                         }
                         Ok(None)
                     }
@@ -598,15 +598,15 @@ pub(crate) async fn interactive(
                 other => Err(anyhow::anyhow!("unknown command `/{other}`; {HELP}")),
             };
             match result {
-                Ok(Some(done)) => eprintln!("{done}"),
+                Ok(Some(done)) => stderrln!("{done}"),
                 Ok(None) => {}
                 // Failures can carry a plugin's own words.
-                Err(e) => eprintln!("error: {}", terminal_safe(&format!("{e:#}"))),
+                Err(e) => stderrln!("error: {}", terminal_safe(&format!("{e:#}"))),
             }
             continue;
         }
         if !session.has_agent() {
-            eprintln!(
+            stderrln!(
                 "no agent loop is loaded, so nothing can answer: `/load agent-loop` brings the \
                  bundled one back (the conversation goes on from the session log)"
             );
@@ -617,7 +617,7 @@ pub(crate) async fn interactive(
             Err(e) => Err(e),
         };
         if let Err(e) = done {
-            eprintln!("error: {}", terminal_safe(&format!("{e:#}")));
+            stderrln!("error: {}", terminal_safe(&format!("{e:#}")));
         }
     }
 }
@@ -639,7 +639,7 @@ pub async fn demo(ctx: &Context, keep: bool) -> anyhow::Result<ExitCode> {
     std::fs::write(ws.join("Cargo.toml"), DEMO_CARGO)?;
     std::fs::write(ws.join("src/lib.rs"), DEMO_LIB)?;
     let demo_ctx = ctx.for_demo(&ws);
-    eprintln!(
+    stderrln!(
         "keel demo: a scripted model (no API key, no network) works in {}\n",
         ws.display()
     );
@@ -654,12 +654,12 @@ pub async fn demo(ctx: &Context, keep: bool) -> anyhow::Result<ExitCode> {
         },
     )
     .await?;
-    eprintln!("{}", session.kernel.confinement().describe());
+    stderrln!("{}", session.kernel.confinement().describe());
     let report = session
         .turn("The tests of this project fail. Find the bug and fix it.")
         .await?;
     session.close().await;
-    eprintln!(
+    stderrln!(
         "\nsession {} ended: {:?} after {} model calls and {} tool calls; `keel --home {} sessions show {}` replays it",
         session.id(),
         report.end,
@@ -670,7 +670,7 @@ pub async fn demo(ctx: &Context, keep: bool) -> anyhow::Result<ExitCode> {
     );
     if keep {
         let kept = dir.keep();
-        eprintln!("workspace kept at {}", kept.display());
+        stderrln!("workspace kept at {}", kept.display());
     }
     Ok(exit_for(report.end))
 }

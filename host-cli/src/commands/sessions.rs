@@ -166,11 +166,11 @@ pub async fn run(ctx: &Context, cmd: SessionsCommand) -> anyhow::Result<ExitCode
         SessionsCommand::List { json } => {
             let sessions = list(&rt.kernel).await?;
             if sessions.is_empty() && !json {
-                println!("no sessions yet; `keel run` or `keel demo` starts one");
+                stdoutln!("no sessions yet; `keel run` or `keel demo` starts one");
             }
             for s in sessions {
                 if json {
-                    println!(
+                    stdoutln!(
                         "{}",
                         serde_json::json!({
                             "id": s.id, "first_time_ms": s.first_time_ms,
@@ -179,7 +179,7 @@ pub async fn run(ctx: &Context, cmd: SessionsCommand) -> anyhow::Result<ExitCode
                         })
                     );
                 } else {
-                    println!("{}", line(&s));
+                    stdoutln!("{}", line(&s));
                 }
             }
         }
@@ -188,11 +188,11 @@ pub async fn run(ctx: &Context, cmd: SessionsCommand) -> anyhow::Result<ExitCode
                 format!("cannot read session `{id}`; `keel sessions list` shows the sessions")
             })?;
             for w in &read.warnings {
-                eprintln!("warning: line {}: {}", w.line, terminal_safe(&w.message));
+                stderrln!("warning: line {}: {}", w.line, terminal_safe(&w.message));
             }
             for line in &read.lines {
                 if json {
-                    println!("{}", serde_json::to_string(line)?);
+                    stdoutln!("{}", serde_json::to_string(line)?);
                     continue;
                 }
                 show(&line.event, "");
@@ -207,7 +207,7 @@ fn show(event: &SessionEvent, prefix: &str) {
     match event {
         SessionEvent::SessionStarted {
             workspace, model, ..
-        } => println!(
+        } => stdoutln!(
             "── session started in {} with {}",
             terminal_safe(workspace),
             terminal_safe(model)
@@ -216,20 +216,20 @@ fn show(event: &SessionEvent, prefix: &str) {
             for block in &message.content {
                 match (message.role, block) {
                     (Role::User, Block::Text { text }) => {
-                        println!("{prefix}› {}", terminal_safe(text))
+                        stdoutln!("{prefix}› {}", terminal_safe(text))
                     }
                     (Role::Assistant, Block::Text { text }) => {
-                        println!("{prefix}{}", terminal_safe(text))
+                        stdoutln!("{prefix}{}", terminal_safe(text))
                     }
                     (_, Block::Thinking { text }) => {
-                        println!("{prefix}  (thinking) {}", terminal_safe(text))
+                        stdoutln!("{prefix}  (thinking) {}", terminal_safe(text))
                     }
                     (
                         _,
                         Block::ToolCall {
                             name, arguments, ..
                         },
-                    ) => println!(
+                    ) => stdoutln!(
                         "{prefix}⏺ {} {}",
                         terminal_safe(name),
                         terminal_safe(arguments)
@@ -241,7 +241,7 @@ fn show(event: &SessionEvent, prefix: &str) {
                         },
                     ) => {
                         let head = content.lines().next().unwrap_or_default();
-                        println!(
+                        stdoutln!(
                             "  ⎿ {}{}",
                             if *is_error { "error: " } else { "" },
                             terminal_safe(head)
@@ -251,13 +251,13 @@ fn show(event: &SessionEvent, prefix: &str) {
             }
         }
         SessionEvent::Verdict { verdict, .. } => {
-            println!(
+            stdoutln!(
                 "{prefix}✔ verifier: {:?} ({})",
                 verdict.status, verdict.dimension
             )
         }
         SessionEvent::TurnEnded { end, detail, .. } => {
-            println!("{prefix}── turn ended: {end:?} {}", terminal_safe(detail));
+            stdoutln!("{prefix}── turn ended: {end:?} {}", terminal_safe(detail));
         }
         SessionEvent::Compacted {
             replaced,
@@ -267,12 +267,12 @@ fn show(event: &SessionEvent, prefix: &str) {
             tokens_after,
             ..
         } => {
-            println!(
+            stdoutln!(
                 "── compacted ({reason}): the {replaced} messages above replaced by this, \
                  {tokens_before} → {tokens_after} tokens (estimated):"
             );
             for line in summary.lines() {
-                println!("{prefix}   {}", terminal_safe(line));
+                stdoutln!("{prefix}   {}", terminal_safe(line));
             }
         }
         SessionEvent::Subagent {
@@ -284,7 +284,7 @@ fn show(event: &SessionEvent, prefix: &str) {
         } => {
             // The child's own start is said once, at its first entry (its context).
             if matches!(**event, SessionEvent::Context { .. }) {
-                println!(
+                stdoutln!(
                     "{prefix}  ↳ subagent `{}` #{child} (call {})",
                     terminal_safe(label),
                     terminal_safe(parent_call)
@@ -301,7 +301,7 @@ fn show(event: &SessionEvent, prefix: &str) {
             let files = checkpoint.as_deref().map_or(String::new(), |c| {
                 format!("; files rewound too, {} undoes that", terminal_safe(c))
             });
-            println!(
+            stdoutln!(
                 "{prefix}── rewound: the conversation goes on from the start of turn {turn} \
                  ({keep} messages kept){files}"
             );
@@ -323,7 +323,7 @@ pub fn verify_stats(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
     let stats = keel_agent_kit::claims::stats_from_ledger(&bytes);
     let rate = stats.claim_match_rate();
     if json {
-        println!(
+        stdoutln!(
             "{}",
             serde_json::json!({
                 "verified_pass": stats.verified_pass, "verified_fail": stats.verified_fail,
@@ -332,16 +332,16 @@ pub fn verify_stats(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
             })
         );
     } else {
-        println!("verified-pass    {}", stats.verified_pass);
-        println!("verified-fail    {}", stats.verified_fail);
-        println!("verify-error     {}", stats.verify_error);
-        println!("unsubstantiated  {}", stats.unsubstantiated);
+        stdoutln!("verified-pass    {}", stats.verified_pass);
+        stdoutln!("verified-fail    {}", stats.verified_fail);
+        stdoutln!("verify-error     {}", stats.verify_error);
+        stdoutln!("unsubstantiated  {}", stats.unsubstantiated);
         match rate {
-            Some(r) => println!(
+            Some(r) => stdoutln!(
                 "claim-match rate {:.1}% (verified-pass / (verified-pass + verified-fail))",
                 r * 100.0
             ),
-            None => println!("claim-match rate n/a (no claim was replayed yet)"),
+            None => stdoutln!("claim-match rate n/a (no claim was replayed yet)"),
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -118,7 +118,7 @@ pub fn run(ctx: &Context, cmd: SkillsCommand) -> anyhow::Result<ExitCode> {
         SkillsCommand::Approve { yes } => approve(ctx, yes),
         SkillsCommand::Revoke => {
             store(&ctx.home).set(&ctx.workspace, None)?;
-            println!(
+            stdoutln!(
                 "{}'s own skills are no longer offered",
                 ctx.workspace.display()
             );
@@ -141,7 +141,7 @@ fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
         scan(&ctx.workspace.join(dir), "project", approved, &mut found);
     }
     if json {
-        println!(
+        stdoutln!(
             "{}",
             serde_json::json!({
                 "user_dir": user_dir,
@@ -152,7 +152,7 @@ fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let changed = !approved && store(&ctx.home).has_any(&ctx.workspace);
-    println!("your skills: {}", user_dir.display());
+    stdoutln!("your skills: {}", user_dir.display());
     for f in &found {
         let state = match (&f.problem, f.offered) {
             (Some(p), _) => format!("left out: {p}"),
@@ -164,16 +164,16 @@ fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
             }
             (None, false) => "waits for `keel skills approve`".into(),
         };
-        println!(
+        stdoutln!(
             "  {} ({}, {state}): {}",
             terminal_safe(&f.name),
             f.origin,
             terminal_safe(&f.description)
         );
-        println!("    {}", f.path.display());
+        stdoutln!("    {}", f.path.display());
     }
     if found.is_empty() {
-        println!(
+        stdoutln!(
             "  none; a skill is a folder with a SKILL.md (front matter `name:` and `description:`)"
         );
     }
@@ -193,16 +193,16 @@ fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
             PROJECT_DIRS.join(" or ")
         );
     }
-    println!("This workspace's skills, instructions its authors wrote for the agent:");
+    stdoutln!("This workspace's skills, instructions its authors wrote for the agent:");
     for f in &found {
-        println!(
+        stdoutln!(
             "  {}: {}",
             terminal_safe(&f.name),
             terminal_safe(&f.description)
         );
     }
     if !yes && !crate::commands::confirm("Offer this workspace's skills in its sessions?")? {
-        println!("not approved");
+        stdoutln!("not approved");
         return Ok(ExitCode::FAILURE);
     }
     // Only what was shown is approved: a change while the person was asked approves nothing.
@@ -213,7 +213,7 @@ fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
     }
     let digest = shown;
     store(&ctx.home).set(&ctx.workspace, Some(&digest))?;
-    println!(
+    stdoutln!(
         "approved: sessions here offer these skills as they are now; a changed or new skill \
          asks again (`keel skills revoke` stops it)"
     );

@@ -49,16 +49,16 @@ pub async fn run(ctx: &Context, cmd: ToolCommand) -> anyhow::Result<ExitCode> {
             keel_protocol::OutcomeStatus::NotExecuted => "did not run",
             _ => "failed",
         };
-        eprintln!(
+        stderrln!(
             "error: tool `{name}` {what}: {}",
             terminal_safe(&outcome.content)
         );
         Ok(ExitCode::from(1))
     } else {
         if std::io::stdout().is_terminal() {
-            println!("{}", terminal_safe(&outcome.content));
+            stdoutln!("{}", terminal_safe(&outcome.content));
         } else {
-            println!("{}", outcome.content);
+            stdoutln!("{}", outcome.content);
         }
         Ok(ExitCode::SUCCESS)
     }

@@ -41,9 +41,9 @@ pub async fn run(ctx: &Context, args: WebArgs) -> anyhow::Result<ExitCode> {
         },
     )
     .await?;
-    println!("{}", served.url);
+    stdoutln!("{}", served.url);
     std::io::stdout().flush()?;
-    eprintln!(
+    stderrln!(
         "keel's page for {}: open the URL above (Ctrl-C stops it). `keel run --web` serves a \
          live session.",
         ctx.workspace.display()
@@ -54,7 +54,7 @@ pub async fn run(ctx: &Context, args: WebArgs) -> anyhow::Result<ExitCode> {
     }
     drop(served);
     if let Err(e) = rt.kernel.shutdown().await {
-        eprintln!("warning: {e}");
+        stderrln!("warning: {e}");
     }
     Ok(ExitCode::SUCCESS)
 }

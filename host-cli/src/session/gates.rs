@@ -38,12 +38,12 @@ pub(crate) fn gate_config(
     {
         Ok((store, warnings)) => {
             for w in warnings {
-                eprintln!("warning: {w}");
+                stderrln!("warning: {w}");
             }
             Some(store)
         }
         Err(e) => {
-            eprintln!("warning: approvals will not be remembered across sessions: {e}");
+            stderrln!("warning: approvals will not be remembered across sessions: {e}");
             None
         }
     };
@@ -251,10 +251,10 @@ impl Approver for PageApprover {
     fn ask_why(&self, request: &ApprovalRequest) -> (Answer, Option<String>) {
         let inbox = crate::web::inbox::inbox();
         let Some(ticket) = inbox.ask(web_question(request, &self.workspace)) else {
-            eprintln!("[denied: too many questions wait on the page]");
+            stderrln!("[denied: too many questions wait on the page]");
             return (Answer::Deny, None);
         };
-        eprintln!(
+        stderrln!(
             "{}\n  (waiting for an answer on the web page)",
             approval_question(request, &self.workspace, false)
         );
@@ -262,12 +262,12 @@ impl Approver for PageApprover {
             Some(line) => {
                 let said = read_answer(&line, request);
                 let words = answer_words(&said);
-                eprintln!("[answered on the web page: {words}]");
+                stderrln!("[answered on the web page: {words}]");
                 ticket.settle("page", &words);
                 said
             }
             None => {
-                eprintln!("[denied: the turn is being cancelled]");
+                stderrln!("[denied: the turn is being cancelled]");
                 (Answer::Deny, None)
             }
         }

@@ -110,7 +110,7 @@ fn serve(requests: &Receiver<Request>) {
                         Err(_) => Reply::End,
                     },
                     None => {
-                        eprint!("{prompt}");
+                        stderr!("{prompt}");
                         let _ = std::io::stderr().flush();
                         let mut line = String::new();
                         match std::io::stdin().lock().read_line(&mut line) {
@@ -321,7 +321,7 @@ pub(crate) struct Asking(());
 pub(crate) fn asking() -> Asking {
     let _terminal = TERMINAL.lock().unwrap_or_else(PoisonError::into_inner);
     ASKING.store(true, Ordering::SeqCst);
-    eprint!("\r\x1b[K");
+    stderr!("\r\x1b[K");
     Asking(())
 }
 
@@ -358,7 +358,7 @@ pub(crate) fn show_question(question: &str) {
             return;
         }
     }
-    eprint!("{question}");
+    stderr!("{question}");
     let _ = std::io::stderr().flush();
 }
 

@@ -22,7 +22,7 @@ pub(crate) fn confirm_capabilities(package: &PluginPackage) -> anyhow::Result<()
             .into_iter()
             .map(|line| format!("  {line}")),
     );
-    eprintln!("{}", lines.join("\n"));
+    stderrln!("{}", lines.join("\n"));
     if std::env::var("KEEL_YES").is_ok_and(|v| v == "1") {
         return Ok(());
     }
@@ -254,7 +254,7 @@ impl Session {
             );
         }
         for p in problems {
-            eprintln!("warning: {p}");
+            stderrln!("warning: {p}");
         }
         Ok(())
     }

@@ -114,13 +114,13 @@ fn go_on(report: &TurnReport, asked: Option<String>, went_on: &mut u32) -> Optio
         return None;
     }
     if *went_on >= MAX_STOP_HOOK_TURNS {
-        eprintln!(
+        stderrln!(
             "warning: the stop hooks asked the agent to go on {MAX_STOP_HOOK_TURNS} times after              one prompt; keel stops here ({reason})"
         );
         return None;
     }
     *went_on += 1;
-    eprintln!("a stop hook asks the agent to go on: {reason}");
+    stderrln!("a stop hook asks the agent to go on: {reason}");
     Some(format!("[stop hook] {reason}"))
 }
 
@@ -172,7 +172,7 @@ impl Session {
                 running::held_words(&id)
             ),
             Err(running::NotTaken::Failed(why)) => {
-                eprintln!(
+                stderrln!(
                     "warning: session {id} is not marked as running ({why}), so `keel rewind` \
                      cannot tell it is"
                 );
@@ -232,7 +232,7 @@ impl Session {
                 format!("cannot resume session `{resume}`; `keel sessions list` shows the sessions")
             })?;
             if session.display.is_human() {
-                eprintln!("resumed session {resume}: {n} messages");
+                stderrln!("resumed session {resume}: {n} messages");
             }
         }
         session.announce();
@@ -298,11 +298,11 @@ impl Session {
         let held = match running::take(&self.home, &new) {
             Ok(held) => Some(held),
             Err(running::NotTaken::Held) => {
-                eprintln!("warning: {}", running::held_words(&new));
+                stderrln!("warning: {}", running::held_words(&new));
                 None
             }
             Err(running::NotTaken::Failed(why)) => {
-                eprintln!("warning: session {new} is not marked as running ({why})");
+                stderrln!("warning: session {new} is not marked as running ({why})");
                 None
             }
         };
@@ -335,14 +335,14 @@ impl Session {
         // asked.
         let conversation = crate::commands::sessions::conversation(&self.kernel, id, true).await?;
         for w in &conversation.warnings {
-            eprintln!(
+            stderrln!(
                 "warning: session `{id}` line {}: {}",
                 w.line,
                 terminal_safe(&w.message)
             );
         }
         for repair in &conversation.repairs {
-            eprintln!("note: session `{id}`: {}", terminal_safe(repair));
+            stderrln!("note: session `{id}`: {}", terminal_safe(repair));
         }
         let held = conversation.messages.len();
         let load = ServiceCall::LoadConversation(keel_protocol::LoadRequest {
@@ -385,7 +385,7 @@ impl Session {
         if let Ok(json) = serde_json::to_string(event)
             && let Err(e) = self.kernel.emit(topics::SESSION_EVENT, &json)
         {
-            eprintln!("warning: {e}");
+            stderrln!("warning: {e}");
         }
     }
 
@@ -506,7 +506,7 @@ impl Session {
                     || "the hooks plugin answered another call's answer".to_owned(),
                     |e| e.to_string(),
                 );
-                eprintln!(
+                stderrln!(
                     "warning: the session-start hooks did not run: {}",
                     terminal_safe(&why)
                 );
@@ -514,7 +514,7 @@ impl Session {
             }
         };
         for error in &answer.errors {
-            eprintln!("warning: a session-start hook: {}", terminal_safe(error));
+            stderrln!("warning: a session-start hook: {}", terminal_safe(error));
         }
         (!answer.context.is_empty()).then_some(answer.context)
     }
@@ -567,7 +567,7 @@ impl Session {
         match self.kernel.call_service_typed(&call).await {
             Ok(ServiceAnswer::StopVerdict(verdict)) => {
                 for error in &verdict.errors {
-                    eprintln!("warning: a stop hook: {}", terminal_safe(error));
+                    stderrln!("warning: a stop hook: {}", terminal_safe(error));
                 }
                 verdict.go_on.then(|| {
                     if verdict.reason.is_empty() {
@@ -582,7 +582,7 @@ impl Session {
                     || "the hooks plugin answered another call's answer".to_owned(),
                     |e| e.to_string(),
                 );
-                eprintln!(
+                stderrln!(
                     "warning: the stop hooks did not run: {}",
                     terminal_safe(&why)
                 );
@@ -600,11 +600,11 @@ impl Session {
         call: impl std::future::Future<Output = Result<ServiceAnswer, keel_kernel::KernelError>>,
     ) -> anyhow::Result<TurnReport> {
         if let Some(Err(e)) = self.kernel.checkpoint_before_turn(session) {
-            eprintln!("warning: no checkpoint before this turn: {e}");
+            stderrln!("warning: no checkpoint before this turn: {e}");
         }
         let answer = call.await;
         if let Some(Err(e)) = self.kernel.checkpoint_after_turn() {
-            eprintln!("warning: no checkpoint after this turn: {e}");
+            stderrln!("warning: no checkpoint after this turn: {e}");
         }
         let answer = answer.map_err(|e| {
             let agent = self.agent_plugin();
@@ -727,7 +727,7 @@ impl Session {
                                 printer.show(display, &event);
                             }
                             printer.clear_spinner();
-                            eprint!("{question}");
+                            stderr!("{question}");
                             let _ = std::io::Write::flush(&mut std::io::stderr());
                             let _ = shown.send(());
                             continue;
@@ -741,7 +741,7 @@ impl Session {
                     }
                     Err(RecvError::Lagged(n)) => {
                         if display.is_human() {
-                            eprintln!("[{n} display events skipped]");
+                            stderrln!("[{n} display events skipped]");
                         }
                     }
                     Err(RecvError::Closed) => break,
@@ -777,13 +777,13 @@ impl Session {
                         // The way out at once: the first Ctrl-C stops every call of the turn
                         // (the agent's own after 2 s); events still queued for the session
                         // log may be lost, which the person chose.
-                        eprintln!("\n[second Ctrl-C: leaving now]");
+                        stderrln!("\n[second Ctrl-C: leaving now]");
                         std::process::exit(130);
                     }
                     self.kernel.cancel_turn();
                     input::interrupt();
                     if display.is_human() {
-                        eprintln!("\n[cancelling the turn; press Ctrl-C again to leave at once]");
+                        stderrln!("\n[cancelling the turn; press Ctrl-C again to leave at once]");
                     }
                 }
             }
@@ -798,8 +798,8 @@ impl Session {
         let display = self.display;
         match display {
             // End the streamed text's line where the transcript went.
-            Display::Human => println!(),
-            Display::Answer => eprintln!(),
+            Display::Human => stdoutln!(),
+            Display::Answer => stderrln!(),
             Display::Json { .. } => {}
         }
         if display.is_human() {
@@ -807,9 +807,9 @@ impl Session {
             let detail = terminal_safe(&report.detail);
             match (report.end, report.detail.is_empty()) {
                 (TurnEnd::Completed, true) => {}
-                (TurnEnd::Completed, false) => eprintln!("[{detail}]"),
-                (_, true) => eprintln!("[turn ended: {ended}]"),
-                (_, false) => eprintln!("[turn ended: {ended}: {detail}]"),
+                (TurnEnd::Completed, false) => stderrln!("[{detail}]"),
+                (_, true) => stderrln!("[turn ended: {ended}]"),
+                (_, false) => stderrln!("[turn ended: {ended}: {detail}]"),
             }
         }
         if display == Display::Answer && !report.text.is_empty() {
@@ -818,9 +818,9 @@ impl Session {
             // clipboard or retitle the window. `--raw` asks for the exact bytes, and only
             // into a pipe or file.
             if self.exact_answer && !std::io::stdout().is_terminal() {
-                println!("{}", report.text);
+                stdoutln!("{}", report.text);
             } else {
-                println!("{}", terminal_safe(&report.text));
+                stdoutln!("{}", terminal_safe(&report.text));
             }
         }
     }
@@ -847,7 +847,7 @@ impl Session {
     /// Unload everything (the session log flushes as its plugin deactivates).
     pub async fn close(&self) {
         if let Err(e) = self.kernel.shutdown().await {
-            eprintln!("warning: {e}");
+            stderrln!("warning: {e}");
         }
         // After the unloading, so the exporter sees it; bounded whatever the collector does.
         if let Some(telemetry) = &self.telemetry {

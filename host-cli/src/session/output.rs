@@ -208,7 +208,7 @@ impl Printer {
         } else {
             String::new()
         };
-        eprint!(
+        stderr!(
             "\r{} {} · {:.1} s{tokens}\x1b[K",
             FRAMES[self.frame],
             self.waiting_for,
@@ -221,7 +221,7 @@ impl Printer {
     /// Take the spinner off the screen before anything else is shown.
     pub(crate) fn clear_spinner(&mut self) {
         if self.spinner_shown {
-            eprint!("\r\x1b[K");
+            stderr!("\r\x1b[K");
             let _ = std::io::stderr().flush();
             self.spinner_shown = false;
         }
@@ -236,7 +236,7 @@ impl Printer {
     pub(crate) fn show(&mut self, display: Display, event: &Event) {
         self.last_output = std::time::Instant::now();
         match display {
-            Display::Json { requests } => println!("{}", json_line(event, requests)),
+            Display::Json { requests } => stdoutln!("{}", json_line(event, requests)),
             Display::Human => self.human(&mut std::io::stdout(), event),
             Display::Answer => self.human(&mut std::io::stderr(), event),
         }
@@ -280,7 +280,7 @@ impl Printer {
                     }
                 }
                 Ok(StreamDelta::Retry { attempt, reason }) => {
-                    eprintln!("[model: retry {attempt}: {}]", terminal_safe(&reason));
+                    stderrln!("[model: retry {attempt}: {}]", terminal_safe(&reason));
                 }
                 _ => {}
             }

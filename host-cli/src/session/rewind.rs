@@ -323,7 +323,7 @@ impl Session {
         let lines = match self.log_lines(&session).await {
             Ok(lines) => lines,
             Err(e) => {
-                eprintln!(
+                stderrln!(
                     "warning: {}; turns are listed from the checkpoints alone, and the \
                      conversation cannot be rewound",
                     terminal_safe(&format!("{e:#}"))
@@ -353,9 +353,9 @@ impl Session {
                     "nothing to rewind: this session has had no turn yet".into(),
                 ));
             }
-            eprintln!("  turn   checkpoint");
+            stderrln!("  turn   checkpoint");
             for line in listing(&turns) {
-                eprintln!("{line}");
+                stderrln!("{line}");
             }
             let Some(answer) = ask(
                 "rewind to (a turn `N`, a call `N.M`, a checkpoint `cK`; Enter cancels): ".into(),
@@ -400,7 +400,7 @@ impl Session {
         };
         match (&files, &recorder) {
             (Ok(preview), Some(r)) => {
-                eprintln!(
+                stderrln!(
                     "files: back to {} ({}, turn {}){}",
                     preview.target.id,
                     preview.target.kind.label(),
@@ -412,17 +412,17 @@ impl Session {
                     }
                 );
                 for line in describe(r.store(), preview, crate::colour_on_stderr()) {
-                    eprintln!("  {line}");
+                    stderrln!("  {line}");
                 }
                 for s in &preview.not_recorded {
-                    eprintln!(
+                    stderrln!(
                         "  not recorded then, so not brought back: {} ({})",
                         terminal_safe(&s.path),
                         terminal_safe(&s.reason)
                     );
                 }
             }
-            (Err(why), _) => eprintln!("files: cannot be rewound: {}", terminal_safe(why)),
+            (Err(why), _) => stderrln!("files: cannot be rewound: {}", terminal_safe(why)),
             _ => {}
         }
         let files = files.ok();
@@ -431,14 +431,14 @@ impl Session {
             .map(|p| p.conflicts.clone())
             .unwrap_or_default();
         for path in &conflicts {
-            eprintln!("  changed outside keel since then: {}", terminal_safe(path));
+            stderrln!("  changed outside keel since then: {}", terminal_safe(path));
         }
         // Another session working in this workspace since then: its changes are named too.
         if let (Some(preview), Some(r)) = (&files, &recorder) {
             for (other, paths) in
                 crate::commands::checkpoints::other_sessions_changes(r.store(), &session, preview)?
             {
-                eprintln!(
+                stderrln!(
                     "  changed by session {} since then: {}",
                     terminal_safe(&other),
                     paths
@@ -465,11 +465,11 @@ impl Session {
             )),
         };
         match &conversation {
-            Ok(c) => eprintln!(
+            Ok(c) => stderrln!(
                 "conversation: back to the start of turn {} ({} of {} messages kept)",
                 c.turn, c.keep, c.of
             ),
-            Err(why) => eprintln!("conversation: cannot be rewound: {}", terminal_safe(why)),
+            Err(why) => stderrln!("conversation: cannot be rewound: {}", terminal_safe(why)),
         }
         let conversation = conversation.ok();
 
@@ -498,7 +498,7 @@ impl Session {
         };
         let mut force = false;
         if do_files && !conflicts.is_empty() {
-            eprintln!(
+            stderrln!(
                 "{} file(s) above changed outside keel or by another session since the \
                  checkpoint; the rewind would overwrite them (the safety checkpoint keeps what fits its size limit): {}",
                 conflicts.len(),

@@ -66,7 +66,7 @@ impl HttpClient for GatedClient {
         if let Err(e) = &sent
             && !self.warned.swap(true, Ordering::Relaxed)
         {
-            eprintln!("warning: telemetry: {e}; spans and metrics of this session may be lost");
+            stderrln!("warning: telemetry: {e}; spans and metrics of this session may be lost");
         }
         sent.map_err(HttpError::from)
     }

@@ -66,7 +66,7 @@ impl Telemetry {
         match Telemetry::build(ctx, choice, kernel, endpoint, settings.content) {
             Ok(t) => Some(t),
             Err(e) => {
-                eprintln!("warning: telemetry: {e}; nothing of this session is exported");
+                stderrln!("warning: telemetry: {e}; nothing of this session is exported");
                 None
             }
         }
@@ -211,7 +211,7 @@ impl Telemetry {
                     })
             });
         if let Err(e) = spawned {
-            eprintln!("warning: telemetry: cannot shut the exporter down: {e}");
+            stderrln!("warning: telemetry: cannot shut the exporter down: {e}");
         }
     }
 }

@@ -94,7 +94,7 @@ pub async fn serve(sources: Sources, options: &Options) -> anyhow::Result<Served
         Some(dir) => match logs::LogWatch::start(dir) {
             Ok(watch) => Some(watch),
             Err(e) => {
-                eprintln!("note: the page will not see sessions grow: {e:#}");
+                stderrln!("note: the page will not see sessions grow: {e:#}");
                 None
             }
         },
@@ -198,6 +198,6 @@ fn open_browser(url: &str) {
         Ok(mut child) => {
             std::thread::spawn(move || child.wait());
         }
-        Err(e) => eprintln!("note: could not open a browser ({opener}: {e}); open the URL above"),
+        Err(e) => stderrln!("note: could not open a browser ({opener}: {e}); open the URL above"),
     }
 }

@@ -38,7 +38,7 @@ pub async fn run(ctx: &Context, approval: Option<ApprovalMode>) -> anyhow::Resul
         },
     )
     .await?;
-    eprintln!(
+    stderrln!(
         "keel mcp serve: session {} in {}; {}",
         session.id(),
         session.workspace().display(),

@@ -73,14 +73,14 @@ pub fn status_lines(status: &Value) -> Vec<String> {
 pub async fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
     if !json {
         for line in project_lines(ctx) {
-            println!("{line}");
+            stdoutln!("{line}");
         }
     }
     let Some(status) = server_status(ctx).await? else {
         if json {
-            println!("{}", json!({"servers": []}));
+            stdoutln!("{}", json!({"servers": []}));
         } else {
-            println!(
+            stdoutln!(
                 "no MCP servers are configured; add one with `keel mcp add NAME -- COMMAND ARGS…`"
             );
         }
@@ -106,10 +106,10 @@ pub async fn list(ctx: &Context, json: bool) -> anyhow::Result<ExitCode> {
                 });
             }
         }
-        println!("{status}");
+        stdoutln!("{status}");
     } else {
         for line in status_lines(&status) {
-            println!("{line}");
+            stdoutln!("{line}");
         }
     }
     Ok(if failed {
@@ -253,7 +253,7 @@ pub fn add(ctx: &Context, name: &str, added: Added) -> anyhow::Result<ExitCode> 
     servers.set_implicit(true);
     servers.insert(name, toml_edit::Item::Table(entry));
     save(&path, &doc)?;
-    println!(
+    stdoutln!(
         "added MCP server `{name}` to {}; `keel mcp list` starts it and shows its tools",
         path.display()
     );
@@ -274,7 +274,7 @@ pub fn remove(ctx: &Context, name: &str) -> anyhow::Result<ExitCode> {
         );
     }
     save(&path, &doc)?;
-    println!("removed MCP server `{name}` from {}", path.display());
+    stdoutln!("removed MCP server `{name}` from {}", path.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -320,17 +320,17 @@ pub fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
         );
     };
     for line in project_lines(ctx) {
-        println!("{line}");
+        stdoutln!("{line}");
     }
-    println!(
+    stdoutln!(
         "Each runs in the OS sandbox with nothing granted: no folder to write, no host to reach, \
          no secret, and every tool asks before it runs."
     );
     if !yes && !crate::commands::confirm("Start these servers in sessions in this workspace?")? {
-        println!("not approved");
+        stdoutln!("not approved");
         return Ok(ExitCode::FAILURE);
     }
     crate::project_mcp::approve(&ctx.home, &ctx.workspace, &project)?;
-    println!("approved; a change to the file needs approving again");
+    stdoutln!("approved; a change to the file needs approving again");
     Ok(ExitCode::SUCCESS)
 }
