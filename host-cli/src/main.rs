@@ -9,6 +9,8 @@ mod std_streams;
 mod acp;
 mod commands;
 mod config;
+mod home_locks;
+mod home_modes;
 mod hooks;
 mod project_approvals;
 mod project_mcp;
@@ -322,7 +324,8 @@ fn main() -> ExitCode {
     // For root: the cgroup made ahead for a next command is not needed any more.
     keel_kernel::sandbox::release();
     match result {
-        Ok(code) => code,
+        // Output lost on the way (a closed pipe, a terminal gone): its status, not success.
+        Ok(code) => session::signal_exit_status().map_or(code, ExitCode::from),
         Err(e) if is_closed_output_error(&e) => ExitCode::from(CLOSED_OUTPUT),
         Err(e) => {
             stderrln!("error: {e:#}");

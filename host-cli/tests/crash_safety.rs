@@ -310,10 +310,75 @@ async fn a_torn_last_line_neither_breaks_the_resume_nor_stays_in_the_log() -> R 
     Ok(())
 }
 
-/// SIGTERM or SIGHUP while a command runs: the turn ends as for Ctrl-C and is recorded, the
-/// command's process group is killed, keel leaves within a few seconds with 128 + the signal,
-/// and the session resumes into valid requests.
-async fn stopped_by(signal: &str, status: i32) -> R {
+/// How a test stops a `keel` whose command is running.
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    /// `kill -NAME`.
+    Signal(&'static str),
+    /// keel's terminal goes away: its stdin, stdout and stderr are a pty whose session keel
+    /// leads (as a shell's child in a terminal window), and the pty's other side is closed, as
+    /// closing the window does. The kernel then sends SIGHUP, and every write to the terminal
+    /// fails with EIO.
+    TerminalClosed,
+    /// keel's stdout is a pipe whose reader closes it mid-turn: `keel exec --json … | head -1`
+    /// (after the first line), or a plain `keel exec` whose answer nobody waits for any more
+    /// (while the command runs, when keel has nothing to write).
+    StdoutClosed { json: bool },
+}
+
+/// keel on a new pty, leading its session with the pty as its controlling terminal; the
+/// pty's other side (what a terminal window holds) is drained by a thread until `close` is
+/// set, then closed. The thread answers what keel wrote to its terminal.
+fn on_a_terminal(
+    mut cmd: std::process::Command,
+    close: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<(std::process::Child, std::thread::JoinHandle<Vec<u8>>), Box<dyn std::error::Error>> {
+    use std::io::Read as _;
+    use std::os::unix::process::CommandExt as _;
+    let pty = nix::pty::openpty(None, None)?;
+    cmd.stdin(pty.slave.try_clone()?)
+        .stdout(pty.slave.try_clone()?)
+        .stderr(pty.slave);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    // The command holds the slave's copies; dropping it leaves keel the only holder.
+    drop(cmd);
+    let master = std::fs::File::from(pty.master);
+    let drain = std::thread::spawn(move || {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd as _;
+        let mut master = master;
+        let mut shown = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !close.load(std::sync::atomic::Ordering::SeqCst) {
+            let mut fds = [PollFd::new(master.as_fd(), PollFlags::POLLIN)];
+            if poll(&mut fds, PollTimeout::from(20u8)).unwrap_or(0) > 0 {
+                match master.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => shown.extend_from_slice(&buf[..n]),
+                }
+            }
+        }
+        // Dropping the last descriptor of the pty's master side hangs the terminal up.
+        shown
+    });
+    Ok((child, drain))
+}
+
+/// keel stopped while a command runs (a signal, its terminal closed, its stdout's reader
+/// gone): the turn ends as for Ctrl-C and is recorded, the command's process group is killed,
+/// keel leaves within a few seconds with `status`, and the session resumes into valid
+/// requests.
+async fn stopped_by(how: Stop, status: i32) -> R {
+    use std::io::BufRead as _;
     let wire = Wire::OpenAi;
     let server = ModelServer::start(move |n, r: &Received| {
         if let Err(problem) = strictly_valid(wire, &r.json()) {
@@ -328,24 +393,87 @@ async fn stopped_by(signal: &str, status: i32) -> R {
     })
     .await?;
     let (home, ws) = homes_for_server(&server, wire)?;
-    let child = keel_process(home.path(), ws.path())
-        .env(wire.key_var(), KEY)
-        .args(["exec", "--approval", "auto", "wait"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
     let started = ws.path().join("started");
-    until(|| started.exists()).await?;
-    let sent = Instant::now();
-    send(signal, child.id())?;
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
-    let took = sent.elapsed();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(status), "{stderr}");
+    let mut cmd = keel_process(home.path(), ws.path());
+    cmd.env(wire.key_var(), KEY);
+    let close = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (child, terminal, sent) = match how {
+        Stop::Signal(signal) => {
+            let child = cmd
+                .args(["exec", "--approval", "auto", "wait"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()?;
+            until(|| started.exists()).await?;
+            let sent = Instant::now();
+            send(signal, child.id())?;
+            (child, None, sent)
+        }
+        Stop::TerminalClosed => {
+            cmd.args(["run", "--approval", "auto", "wait"]);
+            let (child, drain) = on_a_terminal(cmd, close.clone())?;
+            until(|| started.exists()).await?;
+            let sent = Instant::now();
+            close.store(true, std::sync::atomic::Ordering::SeqCst);
+            (child, Some(drain), sent)
+        }
+        Stop::StdoutClosed { json } => {
+            if json {
+                cmd.arg("exec").arg("--json");
+            } else {
+                cmd.arg("exec");
+            }
+            let mut child = cmd
+                .args(["--approval", "auto", "wait"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()?;
+            let stdout = child.stdout.take().ok_or("no stdout")?;
+            if json {
+                // `head -1`: one line, then the pipe's only reader is gone.
+                let mut first = String::new();
+                std::io::BufReader::new(stdout).read_line(&mut first)?;
+                assert!(first.starts_with('{'), "not a JSON line: {first}");
+            } else {
+                until(|| started.exists()).await?;
+                drop(stdout);
+            }
+            (child, None, Instant::now())
+        }
+    };
+    let (code, stderr, took) = tokio::task::spawn_blocking(move || {
+        // Bounded: a keel that never leaves is killed and the test fails on its status.
+        let mut child = child;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                break child.wait()?;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let took = sent.elapsed();
+        let mut stderr = String::new();
+        if let Some(mut err) = child.stderr.take() {
+            use std::io::Read as _;
+            let _ = err.read_to_string(&mut stderr);
+        }
+        Ok::<_, std::io::Error>((status.code(), stderr, took))
+    })
+    .await??;
+    let stderr = match terminal {
+        Some(drain) => String::from_utf8_lossy(&drain.join().unwrap_or_default()).into_owned(),
+        None => stderr,
+    };
+    assert_eq!(code, Some(status), "{how:?}\n{stderr}");
     assert!(
         took < Duration::from_secs(8),
-        "took {took:?} to leave\n{stderr}"
+        "{how:?}: took {took:?} to leave\n{stderr}"
     );
     let id = session_ids(home.path())
         .into_iter()
@@ -355,28 +483,49 @@ async fn stopped_by(signal: &str, status: i32) -> R {
     let ended = entries
         .iter()
         .rfind(|e| e["kind"] == "turn_ended")
-        .ok_or_else(|| format!("the turn's end is not recorded\n{stderr}"))?;
-    assert_eq!(ended["end"], "cancelled", "{ended}");
+        .ok_or_else(|| format!("{how:?}: the turn's end is not recorded\n{stderr}"))?;
+    assert_eq!(ended["end"], "cancelled", "{how:?}: {ended}");
     // The command's background child belonged to its process group and died with it.
     let survivor = ws.path().join("survivor");
     tokio::time::sleep(Duration::from_millis(3500)).await;
     assert!(
         !survivor.exists(),
-        "a child of the stopped command outlived keel"
+        "{how:?}: a child of the stopped command outlived keel"
     );
     let (code, stderr) = resume(home.path(), ws.path(), wire, &id).await?;
-    assert_resumed(&server, wire, code, &stderr, signal);
+    assert_resumed(&server, wire, code, &stderr, &format!("{how:?}"));
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_ends_the_turn_records_it_and_leaves_with_143() -> R {
-    stopped_by("TERM", 143).await
+    stopped_by(Stop::Signal("TERM"), 143).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sighup_ends_the_turn_records_it_and_leaves_with_129() -> R {
-    stopped_by("HUP", 129).await
+    stopped_by(Stop::Signal("HUP"), 129).await
+}
+
+/// The terminal window closed while a command runs: keel's writes to it fail (EIO) from then
+/// on, and the way out must not depend on any of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_terminal_ends_the_turn_records_it_and_leaves_with_129() -> R {
+    stopped_by(Stop::TerminalClosed, 129).await
+}
+
+/// `keel exec --json … | head -1`: the reader leaves after the first line, before the command
+/// has run or while it runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_json_reader_that_leaves_ends_the_turn_records_it_and_leaves_with_141() -> R {
+    stopped_by(Stop::StdoutClosed { json: true }, 141).await
+}
+
+/// The reader of `keel exec`'s answer leaves while the command runs and keel writes nothing:
+/// keel notices at once, not when the answer is written.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_reader_that_leaves_mid_command_ends_the_turn_with_141() -> R {
+    stopped_by(Stop::StdoutClosed { json: false }, 141).await
 }
 
 /// keel's sessions folder on a full disk (a 1 MiB tmpfs in a mount namespace of its own,

@@ -179,7 +179,7 @@ impl Approver for TerminalApprover {
 
     fn ask_why(&self, request: &ApprovalRequest) -> (Answer, Option<String>) {
         let _asking = input::asking();
-        let mut err = std::io::stderr();
+        let mut err = crate::std_streams::Stderr;
         let colour = crate::colour_on_stderr();
         input::show_question(&approval_question(request, &self.workspace, colour));
         // With a live page open the question is put there too; the first answer wins.

@@ -34,7 +34,7 @@ pub use builder::KernelBuilder;
 pub(crate) use gates::PageApprover;
 pub(crate) use input::{Reply, answer, prompt_from, use_line_editor};
 use output::Printer;
-pub(crate) use output::terminal_safe;
+pub(crate) use output::{terminal_safe, terminal_safe_name};
 pub use output::{Display, JSON_VERSION};
 pub(crate) use signals::{
     exit_status as signal_exit_status, install as handle_stop_signals, terminated,
@@ -728,7 +728,7 @@ impl Session {
                             }
                             printer.clear_spinner();
                             stderr!("{question}");
-                            let _ = std::io::Write::flush(&mut std::io::stderr());
+                            crate::std_streams::flush_stderr();
                             let _ = shown.send(());
                             continue;
                         }

@@ -214,7 +214,7 @@ impl Printer {
             self.waiting_for,
             self.since.elapsed().as_secs_f64()
         );
-        let _ = std::io::stderr().flush();
+        crate::std_streams::flush_stderr();
         self.spinner_shown = true;
     }
 
@@ -222,7 +222,7 @@ impl Printer {
     pub(crate) fn clear_spinner(&mut self) {
         if self.spinner_shown {
             stderr!("\r\x1b[K");
-            let _ = std::io::stderr().flush();
+            crate::std_streams::flush_stderr();
             self.spinner_shown = false;
         }
     }
@@ -237,8 +237,8 @@ impl Printer {
         self.last_output = std::time::Instant::now();
         match display {
             Display::Json { requests } => stdoutln!("{}", json_line(event, requests)),
-            Display::Human => self.human(&mut std::io::stdout(), event),
-            Display::Answer => self.human(&mut std::io::stderr(), event),
+            Display::Human => self.human(&mut crate::std_streams::Stdout, event),
+            Display::Answer => self.human(&mut crate::std_streams::Stderr, event),
         }
     }
 
@@ -446,7 +446,7 @@ impl Printer {
     /// The turn is over: show what is left of its text.
     pub(crate) fn finish(&mut self) {
         if let Some(markdown) = &mut self.markdown {
-            markdown.flush(&mut std::io::stdout());
+            markdown.flush(&mut crate::std_streams::Stdout);
         }
     }
 }
@@ -513,6 +513,15 @@ pub(crate) fn terminal_safe(text: &str) -> String {
     keel_kernel::gates::sanitize::sanitize_for_display(text)
 }
 
+/// A file name (or path) from outside keel, made safe to print and kept on one line: escaped as
+/// the model sees it in a listing (a newline in a name would make one entry read as two).
+pub(crate) fn terminal_safe_name(name: &str) -> String {
+    match keel_agent_kit::tools::list_dir::one_line_name(name) {
+        Some(escaped) => terminal_safe(&escaped),
+        None => terminal_safe(name),
+    }
+}
+
 pub(crate) fn short(s: &str, max: usize) -> String {
     let flat = s.replace('\n', " ");
     if flat.chars().count() <= max {
@@ -545,6 +554,14 @@ mod tests {
                 .collect(),
             spill: None,
         }
+    }
+
+    #[test]
+    fn a_name_is_shown_on_one_line_as_the_model_sees_it() {
+        assert_eq!(terminal_safe_name("src/main.rs"), "src/main.rs");
+        assert_eq!(terminal_safe_name("a\nb.txt"), "\"a\\nb.txt\"");
+        assert_eq!(terminal_safe_name("x\u{1b}[31my"), "\"x\\u001b[31my\"");
+        assert!(!terminal_safe_name("one\rtwo").contains('\r'));
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub(crate) fn render(preview: &Preview, workspace: &Path, colour: bool) -> Strin
                 return format!(
                     "  the change: {} is replaced whole ({why}); the new content has {lines} \
                      line(s), {} bytes\n",
-                    shown(path),
+                    shown_name(path),
                     content.len()
                 );
             }
@@ -50,7 +50,7 @@ pub(crate) fn render(preview: &Preview, workspace: &Path, colour: bool) -> Strin
     };
     let mut out = format!(
         "  the change to {}{}:\n",
-        shown(path),
+        shown_name(path),
         note.map(|n| format!(" ({n})")).unwrap_or_default()
     );
     out.push_str(&diff(&before, &after, colour));
@@ -151,6 +151,11 @@ pub(crate) fn diff(before: &str, after: &str, colour: bool) -> String {
 /// Untrusted text made safe for the terminal, cut to a screen line's worth.
 fn shown(text: &str) -> String {
     super::output::short(&super::output::terminal_safe(text), 200)
+}
+
+/// A path, on one line as the model sees it.
+fn shown_name(path: &str) -> String {
+    super::output::short(&super::output::terminal_safe_name(path), 200)
 }
 
 #[cfg(test)]
