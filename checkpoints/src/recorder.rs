@@ -162,7 +162,21 @@ impl Recorder {
         // The base of the walk and of what changed: the session's last checkpoint, whoever
         // took it (a rewind run by another keel process appends to the same index). A
         // collection always keeps it, so every hash the walk reuses from it is stored.
-        let previous_hash = self.store.last(&session)?.map(|c| c.manifest);
+        let previous_hash = self
+            .store
+            .last(&session)?
+            .filter(|c| !c.is_dropped())
+            .map(|c| c.manifest);
+        // After a pause, a rewind of this session may have been stopped part way (killed):
+        // its temp files go, and what it changed is not counted as changed outside keel.
+        let keel_made = if kind.follows_a_pause() {
+            crate::rewind::KeelMade::of(&self.store, &session)
+        } else {
+            None
+        };
+        if let Some(made) = &keel_made {
+            made.remove_temp_files(self.store.workspace());
+        }
         // The journal is drained before anything is looked at: whatever changes from here on
         // is queued for the next checkpoint. Until this one is recorded it counts from none.
         let journal_base = match &mut state.journal {
@@ -208,6 +222,10 @@ impl Recorder {
         }
 
         let mut walked_manifest: Option<Manifest> = None;
+        // The newest checkpoint of the workspace, a session's first walk's base: its first
+        // manifest is stored as the differences from it (a one-shot run in an unchanged
+        // workspace then stores a few lines, not the workspace's whole manifest again).
+        let mut newest: Option<(String, Manifest)> = None;
         // What a walk narrowed by the journal found, as changes to the last manifest.
         let mut scoped: Option<ScopedChanges> = None;
         let mut walk_note = String::new();
@@ -226,6 +244,7 @@ impl Recorder {
                     &WalkPlan {
                         scope: Some(Arc::clone(&scope)),
                         on_dir: Some(journal.hook()),
+                        covered: Some(previous),
                     },
                 )?;
                 if walked.pathless_error {
@@ -244,12 +263,11 @@ impl Recorder {
             // A session's first walk starts from the newest checkpoint of any session of this
             // workspace (a collection keeps it too), so a new session reads only what changed
             // since; what changed is still counted from the session's own checkpoints only.
-            let newest;
             let base = match previous {
                 Some(p) => Some(p),
                 None => {
-                    newest = self.store.newest_manifest();
-                    newest.as_ref()
+                    newest = self.store.newest_manifest_named();
+                    newest.as_ref().map(|(_, m)| m)
                 }
             };
             // A file whose stat is unchanged keeps the base's hash unread: a base this process
@@ -278,6 +296,9 @@ impl Recorder {
                 &WalkPlan {
                     scope: None,
                     on_dir,
+                    // What the session's checkpoints recorded stays recorded while it is
+                    // there: ignore rules the turn writes do not shrink what they cover.
+                    covered: previous,
                 },
             )?;
             if let JournalState::On(j) = &mut state.journal {
@@ -342,7 +363,10 @@ impl Recorder {
                     }
                     // Stored as its differences from the previous one when they are few.
                     (Some(h), Some(p)) => self.store.put_manifest_over(&manifest, Some((h, p)))?,
-                    _ => self.store.put_manifest(&manifest)?,
+                    _ => self.store.put_manifest_over(
+                        &manifest,
+                        newest.as_ref().map(|(h, m)| (h.as_str(), m)),
+                    )?,
                 };
                 (hash, changed, Some(manifest))
             }
@@ -359,6 +383,10 @@ impl Recorder {
             .as_ref()
             .or(state.last.as_ref().map(|(_, m)| m))
             .ok_or_else(|| crate::Error("no manifest to record".into()))?;
+        let mut changed = changed;
+        if let Some(made) = &keel_made {
+            changed.retain(|p| !made.made(p, recorded.entries.get(p)));
+        }
         let (files, bytes) = recorded.totals();
         let skipped = recorded.skipped.clone();
         let turn = state.turn;

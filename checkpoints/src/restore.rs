@@ -218,6 +218,23 @@ pub struct Applied {
 /// Carry out `plan` in `workspace`, file contents from `store`. Each change is independent: a
 /// failure is reported and the rest still run.
 pub fn apply(store: &Store, workspace: &Path, plan: &Plan) -> Result<Applied> {
+    apply_tagged(store, workspace, plan, &crate::store::unique())
+}
+
+/// The start of the names of the temp files a restore tagged `tag` writes beside each path.
+pub(crate) fn temp_prefix(tag: &str) -> String {
+    format!(".keel-restore-{tag}-")
+}
+
+/// [`apply`], its temp files named from `tag` ([`temp_prefix`]): a rewind records the tag
+/// before it starts, so the temp file a rewind killed mid-write leaves is known as keel's own
+/// by its name and place ([`remove_temp_files`]).
+pub(crate) fn apply_tagged(
+    store: &Store,
+    workspace: &Path,
+    plan: &Plan,
+    tag: &str,
+) -> Result<Applied> {
     let root = nix::fcntl::open(
         workspace,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
@@ -230,8 +247,9 @@ pub fn apply(store: &Store, workspace: &Path, plan: &Plan) -> Result<Applied> {
         ))
     })?;
     let mut applied = Applied::default();
+    let prefix = temp_prefix(tag);
     for change in &plan.changes {
-        match apply_one(store, &root, change) {
+        match apply_one(store, &root, change, &prefix) {
             Ok(()) => applied.done += 1,
             Err(e) => applied.failed.push(format!("{}: {e}", change.path())),
         }
@@ -239,7 +257,7 @@ pub fn apply(store: &Store, workspace: &Path, plan: &Plan) -> Result<Applied> {
     Ok(applied)
 }
 
-fn apply_one(store: &Store, root: &OwnedFd, change: &Change) -> Result<()> {
+fn apply_one(store: &Store, root: &OwnedFd, change: &Change, prefix: &str) -> Result<()> {
     let path = change.path();
     let parts = check_path(path)?;
     let (name, parents) = parts
@@ -285,7 +303,7 @@ fn apply_one(store: &Store, root: &OwnedFd, change: &Change) -> Result<()> {
         },
         Change::Write { hash, mode, .. } => {
             let content = store.blob(hash)?;
-            let tmp = temp_name(".keel-restore-");
+            let tmp = temp_name(prefix);
             let fd = openat(
                 &dir,
                 tmp.as_str(),
@@ -310,6 +328,8 @@ fn apply_one(store: &Store, root: &OwnedFd, change: &Change) -> Result<()> {
                         .map_err(|e| Error(format!("cannot sync it ({e})")))
                 })
                 .and_then(|()| {
+                    #[cfg(debug_assertions)]
+                    killed_before_a_rename();
                     renameat(&dir, tmp.as_str(), &dir, *name)
                         .map_err(|e| fail("put it in place", e))
                 });
@@ -319,7 +339,7 @@ fn apply_one(store: &Store, root: &OwnedFd, change: &Change) -> Result<()> {
             written
         }
         Change::Link { target, .. } => {
-            let tmp = temp_name(".keel-restore-");
+            let tmp = temp_name(prefix);
             symlinkat(target.as_str(), &dir, tmp.as_str()).map_err(|e| fail("make the link", e))?;
             renameat(&dir, tmp.as_str(), &dir, *name).map_err(|e| {
                 let _ = unlinkat(&dir, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
@@ -337,6 +357,71 @@ fn apply_one(store: &Store, root: &OwnedFd, change: &Change) -> Result<()> {
             fchmod(&fd, Mode::from_bits_truncate(*mode)).map_err(|e| fail("set its mode", e))
         }
     }
+}
+
+/// A fault for the tests of an interrupted rewind, in debug builds only: with
+/// `KEEL_FAULT_REWIND_KILLED_AT_WRITE=N`, the process kills itself (SIGKILL, as `kill -9`
+/// does) when the Nth file of a restore is written and synced under its temp name, before it
+/// is renamed into place.
+#[cfg(debug_assertions)]
+fn killed_before_a_rename() {
+    static WRITES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let Some(at) = std::env::var("KEEL_FAULT_REWIND_KILLED_AT_WRITE")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    else {
+        return;
+    };
+    if WRITES.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == at {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// Remove the temp files a restore tagged `tag` may have left beside the paths `plan` writes
+/// (it was killed between writing one and renaming it into place); how many. Only names that
+/// start with the tag's prefix, in directories opened from the workspace without following a
+/// link.
+pub(crate) fn remove_temp_files(workspace: &Path, plan: &Plan, tag: &str) -> usize {
+    let Ok(root) = nix::fcntl::open(
+        workspace,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return 0;
+    };
+    let prefix = temp_prefix(tag);
+    let parents: BTreeSet<&str> = plan
+        .changes
+        .iter()
+        .filter(|c| matches!(c, Change::Write { .. } | Change::Link { .. }))
+        .map(|c| c.path().rsplit_once('/').map_or("", |(parent, _)| parent))
+        .collect();
+    let mut removed = 0;
+    for parent in parents {
+        let parts: Vec<&str> = if parent.is_empty() {
+            Vec::new()
+        } else {
+            parent.split('/').collect()
+        };
+        let Ok(dir) = open_parent(&root, &parts, parent) else {
+            continue;
+        };
+        // The directory the descriptor holds, listed through its /proc name (no link on the
+        // way: the descriptor is fixed), each match removed beneath the descriptor.
+        use std::os::fd::AsRawFd as _;
+        let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.to_str().is_some_and(|n| n.starts_with(&prefix))
+                && unlinkat(&dir, name.as_os_str(), UnlinkatFlags::NoRemoveDir).is_ok()
+            {
+                removed += 1;
+            }
+        }
+    }
+    removed
 }
 
 fn not_followed(e: Errno, path: &str) -> Error {

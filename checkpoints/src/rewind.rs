@@ -4,10 +4,12 @@
 
 use std::collections::BTreeSet;
 
+use serde::{Deserialize, Serialize};
+
 use crate::recorder::Recorder;
 use crate::restore::{self, Applied, Plan};
-use crate::snapshot::{Manifest, Skipped, snapshot};
-use crate::store::{Checkpoint, Kind};
+use crate::snapshot::{Manifest, Node, Skipped, snapshot_covering};
+use crate::store::{Checkpoint, Kind, Store};
 use crate::{Error, Result};
 
 /// Which recorded state to go back to.
@@ -33,6 +35,9 @@ impl std::fmt::Display for Target {
 
 /// The checkpoint of `session` that `target` names.
 pub fn find(index: &[Checkpoint], session: &str, target: &Target) -> Result<Checkpoint> {
+    // A line standing for checkpoints dropped by age names nothing to go back to.
+    let dropped = index.iter().any(Checkpoint::is_dropped);
+    let index: Vec<&Checkpoint> = index.iter().filter(|c| !c.is_dropped()).collect();
     let found = match target {
         Target::Turn(n) => index
             .iter()
@@ -42,8 +47,13 @@ pub fn find(index: &[Checkpoint], session: &str, target: &Target) -> Result<Chec
             .find(|c| c.kind == Kind::BeforeCall && c.call.as_deref() == Some(id)),
         Target::Checkpoint(id) => index.iter().find(|c| &c.id == id),
     };
-    found.cloned().ok_or_else(|| {
-        Error(if index.is_empty() {
+    found.map(|c| (*c).clone()).ok_or_else(|| {
+        Error(if index.is_empty() && dropped {
+            format!(
+                "session `{session}` has no checkpoint {target} any more: the retention \
+                 dropped its checkpoints, older than `[checkpoints] max-age-days`"
+            )
+        } else if index.is_empty() {
             format!(
                 "session `{session}` has no checkpoints in this workspace (checkpoints are \
                  taken per workspace; run keel in the workspace the session worked in, or \
@@ -88,6 +98,110 @@ fn check_contents(
         }
     }
     Ok(())
+}
+
+/// A rewind of the files in progress, recorded in the store (`rewinds/<session>.json`, synced)
+/// once its safety checkpoint is taken and before the restore changes anything, and removed
+/// once what it left is recorded. Found later, it is a rewind that was stopped (killed, the
+/// machine stopped) part way: what it changed is keel's own doing, not a change made outside
+/// keel ([`KeelMade`]), so the next rewind finishes or undoes it without `--force`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unfinished {
+    /// The checkpoint the rewind was restoring.
+    pub target: String,
+    /// Its manifest.
+    pub target_manifest: String,
+    /// The safety checkpoint taken before it changed anything: restoring it undoes the rewind.
+    pub safety: String,
+    /// Its manifest.
+    pub safety_manifest: String,
+    /// The tag of its temp files' names ([`restore::temp_prefix`]).
+    pub temp_tag: String,
+    /// When it started (ms since the Unix epoch).
+    pub time_ms: u64,
+}
+
+/// The unfinished rewind of `session`'s files, if one was stopped part way (an unreadable
+/// record counts as none: the rewind's changes are then named as made outside keel, as
+/// before such records were kept).
+pub fn unfinished(store: &Store, session: &str) -> Option<Unfinished> {
+    let path = store.unfinished_path(session).ok()?;
+    let text = std::fs::read(path).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+fn record_unfinished(store: &Store, session: &str, rewind: &Unfinished) -> Result<()> {
+    let path = store.unfinished_path(session)?;
+    let dir = path.parent().unwrap_or(store.root());
+    crate::store::make_private_dir(dir)?;
+    let json = serde_json::to_vec(rewind).map_err(|e| Error(format!("encoding a rewind: {e}")))?;
+    crate::store::write_atomic(&path, &json, true)?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(crate::io_error(format!("syncing {}", dir.display())))
+}
+
+fn finished(store: &Store, session: &str) {
+    if let Ok(path) = store.unfinished_path(session) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// What an unfinished rewind changed: the paths its plan touched, each now as the rewind's
+/// safety checkpoint or its target recorded it (a directory of either's kind, whatever its
+/// mode: a restore sets directory modes last), and the temp files it names by its tag. Such a
+/// path holds nothing that is not stored, so it is keel's own doing, never a change made
+/// outside keel; a path holding anything else (an edit the person made since) is not.
+#[derive(Debug)]
+pub(crate) struct KeelMade {
+    rewind: Unfinished,
+    touched: BTreeSet<String>,
+    safety: Manifest,
+    target: Manifest,
+    plan: Plan,
+}
+
+impl KeelMade {
+    /// The unfinished rewind of `session`, with the manifests it went between; none when
+    /// there is none or they cannot be read.
+    pub(crate) fn of(store: &Store, session: &str) -> Option<KeelMade> {
+        let rewind = unfinished(store, session)?;
+        let safety = store.manifest(&rewind.safety_manifest).ok()?;
+        let target = store.manifest(&rewind.target_manifest).ok()?;
+        let plan = restore::plan(&safety, &target).ok()?;
+        Some(KeelMade {
+            touched: plan.paths(),
+            rewind,
+            safety,
+            target,
+            plan,
+        })
+    }
+
+    /// Whether `path`, now `now`, is as the unfinished rewind left it.
+    pub(crate) fn made(&self, path: &str, now: Option<&Node>) -> bool {
+        let prefix = restore::temp_prefix(&self.rewind.temp_tag);
+        if path
+            .rsplit('/')
+            .next()
+            .is_some_and(|name| name.starts_with(&prefix))
+        {
+            return true;
+        }
+        let matches = |recorded: Option<&Node>| match (now, recorded) {
+            (None, None) => true,
+            (Some(Node::Dir { .. }), Some(Node::Dir { .. })) => true,
+            (Some(a), Some(b)) => a.same_as(b),
+            _ => false,
+        };
+        self.touched.contains(path)
+            && (matches(self.safety.entries.get(path)) || matches(self.target.entries.get(path)))
+    }
+
+    /// Remove the temp files the rewind left (they hold nothing a checkpoint lacks).
+    pub(crate) fn remove_temp_files(&self, workspace: &std::path::Path) -> usize {
+        restore::remove_temp_files(workspace, &self.plan, &self.rewind.temp_tag)
+    }
 }
 
 /// What a rewind would do, before it does anything.
@@ -143,7 +257,13 @@ pub fn prepare(recorder: &Recorder, session: &str, target: &Target) -> Result<Pr
         .iter()
         .rev()
         .find_map(|c| store.manifest(&c.manifest).ok());
-    let current = snapshot(store, store.workspace(), recorder.settings(), last.as_ref())?;
+    let current = snapshot_covering(
+        store,
+        store.workspace(),
+        recorder.settings(),
+        last.as_ref(),
+        last.as_ref(),
+    )?;
     let plan = restore::plan(&current, &wanted)?;
     // Changed outside keel: recorded as such by a checkpoint after the target, or since the
     // session's last checkpoint.
@@ -154,6 +274,11 @@ pub fn prepare(recorder: &Recorder, session: &str, target: &Target) -> Result<Pr
         .collect();
     if let Some(last) = &last {
         outside.extend(last.changed_paths(&current));
+    }
+    // A rewind of this session stopped part way: what it changed, and nothing else, is
+    // keel's own doing.
+    if let Some(made) = KeelMade::of(store, session) {
+        outside.retain(|p| !made.made(p, current.entries.get(p)));
     }
     outside.extend(current.skipped.iter().map(|s| s.path.clone()));
     let touched = plan.paths();
@@ -176,6 +301,10 @@ pub fn rewind(recorder: &Recorder, session: &str, target: &Target, force: bool) 
     // Held until the restore is done: no garbage collection drops the checkpoint restored or
     // the content it names meanwhile.
     let _busy = recorder.store().busy()?;
+    // The temp files of a rewind stopped part way go first, so no walk records them.
+    if let Some(made) = KeelMade::of(recorder.store(), session) {
+        made.remove_temp_files(recorder.store().workspace());
+    }
     let preview = prepare(recorder, session, target)?;
     if !preview.conflicts.is_empty() && !force {
         return Err(Error(format!(
@@ -218,7 +347,23 @@ pub fn rewind(recorder: &Recorder, session: &str, target: &Target, force: bool) 
     // Planned again from the safety checkpoint: exactly the state it can bring back.
     let plan = restore::plan(&now, &wanted)?;
     check_contents(recorder, session, &preview.target, &plan, &mut checked)?;
-    let applied = restore::apply(recorder.store(), recorder.store().workspace(), &plan)?;
+    // Recorded (synced) before the first change: should this process be stopped part way, the
+    // next rewind or checkpoint knows what it changed as keel's own.
+    let journal = Unfinished {
+        target: preview.target.id.clone(),
+        target_manifest: preview.target.manifest.clone(),
+        safety: safety.id.clone(),
+        safety_manifest: safety.manifest.clone(),
+        temp_tag: crate::store::unique(),
+        time_ms: crate::now_ms(),
+    };
+    record_unfinished(recorder.store(), session, &journal)?;
+    let applied = restore::apply_tagged(
+        recorder.store(),
+        recorder.store().workspace(),
+        &plan,
+        &journal.temp_tag,
+    )?;
     let (restored, _) = recorder.record(
         session,
         Kind::Restored,
@@ -227,6 +372,8 @@ pub fn rewind(recorder: &Recorder, session: &str, target: &Target, force: bool) 
             preview.target.id, safety.id
         )),
     )?;
+    // What it left is recorded: nothing is unfinished any more.
+    finished(recorder.store(), session);
     Ok(Report {
         preview,
         safety,

@@ -172,6 +172,22 @@ pub fn snapshot(
     walk(store, workspace, settings, previous, &WalkPlan::default()).map(|w| w.manifest)
 }
 
+/// [`snapshot`], recording again every path `covered` (the session's last checkpoint)
+/// recorded that is still in the workspace, whatever ignore rules were written since.
+pub fn snapshot_covering(
+    store: &Store,
+    workspace: &Path,
+    settings: &Settings,
+    previous: Option<&Manifest>,
+    covered: Option<&Manifest>,
+) -> Result<Manifest> {
+    let plan = WalkPlan {
+        covered,
+        ..WalkPlan::default()
+    };
+    walk(store, workspace, settings, previous, &plan).map(|w| w.manifest)
+}
+
 /// The paths a narrowed walk records: each of them and everything beneath it (the change
 /// journal's dirty paths). The walk still goes down from the workspace through their
 /// parents, so the same ignore rules decide what is kept as in a walk of everything.
@@ -218,10 +234,13 @@ pub(crate) type OnDir = Arc<dyn Fn(&Path, &str) + Send + Sync>;
 
 /// How a walk is narrowed, and who hears of the directories it enters.
 #[derive(Default)]
-pub(crate) struct WalkPlan {
+pub(crate) struct WalkPlan<'a> {
     /// Record only these paths (none: everything).
     pub scope: Option<Arc<Scope>>,
     pub on_dir: Option<OnDir>,
+    /// The session's last checkpoint: every path it recorded that is still there is recorded
+    /// again, whatever ignore rules were written since ([`still_covered`]).
+    pub covered: Option<&'a Manifest>,
 }
 
 /// What a walk found besides its manifest.
@@ -241,7 +260,7 @@ pub(crate) fn walk(
     workspace: &Path,
     settings: &Settings,
     previous: Option<&Manifest>,
-    plan: &WalkPlan,
+    plan: &WalkPlan<'_>,
 ) -> Result<Walked> {
     let taken_ns = crate::now_ns();
     let mut manifest = Manifest {
@@ -280,7 +299,7 @@ pub(crate) fn walk(
         .git_exclude(true)
         .require_git(false)
         .follow_links(false)
-        .overrides(overrides);
+        .overrides(overrides.clone());
     let (scope, on_dir, ws) = (
         plan.scope.clone(),
         plan.on_dir.clone(),
@@ -371,6 +390,25 @@ pub(crate) fn walk(
     }
     if too_many.load(Ordering::Relaxed) {
         return Err(too_many_entries(workspace, settings));
+    }
+    if let Some(covered) = plan.covered {
+        let again = still_covered(
+            &root,
+            workspace,
+            settings,
+            previous,
+            covered,
+            plan.scope.as_deref(),
+            &overrides,
+            &found,
+            plan.on_dir.as_ref(),
+        );
+        for f in again {
+            if !count(&f) {
+                return Err(too_many_entries(workspace, settings));
+            }
+            found.push(f);
+        }
     }
     let mut to_read: Vec<ToRead> = Vec::new();
     let mut multi_linked = Vec::new();
@@ -592,57 +630,187 @@ fn visit(
         }
     } else if ft.is_file() {
         let stat = Stat::of(&meta);
-        if stat.size > settings.max_file_bytes {
-            return Some(Found::Skipped(Skipped {
-                path: rel,
-                reason: format!(
-                    "{} bytes, over the size limit of {} (`[checkpoints] max-file-mib`)",
-                    stat.size, settings.max_file_bytes
-                ),
-            }));
-        }
-        let unchanged = previous.and_then(|p| match p.entries.get(&rel) {
-            Some(Node::File {
-                mode: m,
-                hash,
-                stat: s,
-            }) if *m == mode
-                && *s == stat
-                && s.mtime_ns < p.taken_ns - RACY_NS
-                && s.ctime_ns < p.taken_ns - RACY_NS =>
-            {
-                Some(hash.clone())
-            }
-            _ => None,
-        });
-        match unchanged {
-            Some(hash) => {
-                return Some(Found::Node(
-                    rel,
-                    Node::File { mode, hash, stat },
-                    meta.nlink(),
-                ));
-            }
-            None => {
-                // Read after the walk, on as many threads as there are cores.
-                return Some(Found::Read(ToRead {
-                    rel,
-                    path: entry.into_path(),
-                    mode,
-                    stat,
-                    links: meta.nlink(),
-                }));
-            }
-        }
+        return Some(regular_file(
+            rel,
+            entry.into_path(),
+            mode,
+            stat,
+            meta.nlink(),
+            settings,
+            previous,
+        ));
     } else {
-        return Some(Found::Skipped(Skipped {
-            path: rel,
-            reason: "a special file (socket, FIFO or device), which checkpoints do not \
-                         record"
-                .into(),
-        }));
+        return Some(special_file(rel));
     };
     Some(Found::Node(rel, node, 1))
+}
+
+fn special_file(rel: String) -> Found {
+    Found::Skipped(Skipped {
+        path: rel,
+        reason: "a special file (socket, FIFO or device), which checkpoints do not record".into(),
+    })
+}
+
+/// What the walk makes of a regular file at `rel`: skipped when over the size limit, its hash
+/// taken from `previous` when its stat is unchanged, else to be read.
+fn regular_file(
+    rel: String,
+    path: std::path::PathBuf,
+    mode: u32,
+    stat: Stat,
+    links: u64,
+    settings: &Settings,
+    previous: Option<&Manifest>,
+) -> Found {
+    if stat.size > settings.max_file_bytes {
+        return Found::Skipped(Skipped {
+            path: rel,
+            reason: format!(
+                "{} bytes, over the size limit of {} (`[checkpoints] max-file-mib`)",
+                stat.size, settings.max_file_bytes
+            ),
+        });
+    }
+    let unchanged = previous.and_then(|p| match p.entries.get(&rel) {
+        Some(Node::File {
+            mode: m,
+            hash,
+            stat: s,
+        }) if *m == mode
+            && *s == stat
+            && s.mtime_ns < p.taken_ns - RACY_NS
+            && s.ctime_ns < p.taken_ns - RACY_NS =>
+        {
+            Some(hash.clone())
+        }
+        _ => None,
+    });
+    match unchanged {
+        Some(hash) => Found::Node(rel, Node::File { mode, hash, stat }, links),
+        // Read after the walk, on as many threads as there are cores.
+        None => Found::Read(ToRead {
+            rel,
+            path,
+            mode,
+            stat,
+            links,
+        }),
+    }
+}
+
+/// The entries of `covered` (the session's last checkpoint) that the walk did not find but
+/// that are still in the workspace: what ignore rules written since (a `.gitignore` of `*`
+/// by a command of the turn) hide from the walk. Once a checkpoint of the session recorded a
+/// path, it stays recorded while it exists; only the person's `[checkpoints] ignore` and the
+/// control directories still leave it out. Each is looked at through directories opened from
+/// the workspace with `O_NOFOLLOW`, so a parent swapped for a link leads nowhere outside.
+#[allow(clippy::too_many_arguments)]
+fn still_covered(
+    root: &File,
+    workspace: &Path,
+    settings: &Settings,
+    previous: Option<&Manifest>,
+    covered: &Manifest,
+    scope: Option<&Scope>,
+    overrides: &ignore::overrides::Override,
+    found: &[Found],
+    on_dir: Option<&OnDir>,
+) -> Vec<Found> {
+    use nix::fcntl::AtFlags;
+    use nix::sys::stat::{SFlag, fstatat};
+    let seen: HashSet<&str> = found
+        .iter()
+        .map(|f| match f {
+            Found::Node(rel, ..) => rel.as_str(),
+            Found::Read(file) => file.rel.as_str(),
+            Found::Skipped(s) => s.path.as_str(),
+        })
+        .collect();
+    let Ok(root) = root.try_clone().map(std::os::fd::OwnedFd::from) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    // Directories that could not be opened (gone, or a link): nothing beneath them is looked
+    // at again.
+    let mut unreachable: HashSet<String> = HashSet::new();
+    for (rel, node) in &covered.entries {
+        if seen.contains(rel.as_str()) || scope.is_some_and(|s| !s.covers(rel)) {
+            continue;
+        }
+        let parts: Vec<&str> = rel.split('/').collect();
+        if parts.iter().any(|p| never_tracked(std::ffi::OsStr::new(p)))
+            || overrides
+                .matched(workspace.join(rel), matches!(node, Node::Dir { .. }))
+                .is_ignore()
+        {
+            continue;
+        }
+        let Some((name, parents)) = parts.split_last() else {
+            continue;
+        };
+        let parent = parents.join("/");
+        if (1..=parents.len()).any(|n| unreachable.contains(&parents[..n].join("/"))) {
+            continue;
+        }
+        let Ok(dir) = crate::restore::open_parent(&root, parents, rel) else {
+            unreachable.insert(parent);
+            continue;
+        };
+        let st = match fstatat(&dir, *name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(nix::errno::Errno::ENOENT) => continue,
+            Err(e) => {
+                out.push(Found::Skipped(Skipped {
+                    path: rel.clone(),
+                    reason: format!("could not be read ({e})"),
+                }));
+                continue;
+            }
+        };
+        let mode = st.st_mode & 0o7777;
+        let found = match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
+            SFlag::S_IFDIR => {
+                if let Some(on_dir) = on_dir {
+                    on_dir(&workspace.join(rel), rel);
+                }
+                Found::Node(rel.clone(), Node::Dir { mode }, 1)
+            }
+            SFlag::S_IFLNK => match nix::fcntl::readlinkat(&dir, *name) {
+                Ok(target) => match target.into_string() {
+                    Ok(target) => Found::Node(rel.clone(), Node::Symlink { target }, 1),
+                    Err(_) => Found::Skipped(Skipped {
+                        path: rel.clone(),
+                        reason: "a link whose target is not UTF-8".into(),
+                    }),
+                },
+                Err(e) => Found::Skipped(Skipped {
+                    path: rel.clone(),
+                    reason: format!("could not be read ({e})"),
+                }),
+            },
+            SFlag::S_IFREG => {
+                let stat = Stat {
+                    size: st.st_size as u64,
+                    mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+                    ctime_ns: st.st_ctime * 1_000_000_000 + st.st_ctime_nsec,
+                    ino: st.st_ino,
+                };
+                regular_file(
+                    rel.clone(),
+                    workspace.join(rel),
+                    mode,
+                    stat,
+                    st.st_nlink,
+                    settings,
+                    previous,
+                )
+            }
+            _ => special_file(rel.clone()),
+        };
+        out.push(found);
+    }
+    out
 }
 
 fn relative(workspace: &Path, path: &Path) -> String {

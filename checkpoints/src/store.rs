@@ -121,6 +121,38 @@ pub struct Checkpoint {
     pub walk: Option<String>,
 }
 
+impl Checkpoint {
+    /// Whether this line stands for checkpoints the retention dropped by age: it names no
+    /// manifest, and is kept only so the session's turns go on being numbered where they
+    /// stood.
+    pub fn is_dropped(&self) -> bool {
+        self.manifest.is_empty()
+    }
+
+    /// The line that stands for a session's checkpoints once the last one is dropped by age.
+    fn as_dropped(&self) -> Checkpoint {
+        Checkpoint {
+            manifest: String::new(),
+            files: 0,
+            bytes: 0,
+            skipped: Vec::new(),
+            changed: Vec::new(),
+            changed_count: 0,
+            outside: false,
+            call: None,
+            tool: None,
+            walk: None,
+            not_covered: Vec::new(),
+            note: Some(
+                "older than `[checkpoints] max-age-days`: dropped, with every checkpoint of \
+                 the session before it; nothing of it can be restored"
+                    .into(),
+            ),
+            ..self.clone()
+        }
+    }
+}
+
 /// The most changed paths an index line lists.
 pub const MAX_CHANGED: usize = 1000;
 
@@ -188,7 +220,7 @@ pub(crate) fn temp_name(prefix: &str) -> String {
 }
 
 /// A unique part of a file name: no other writer in this or another process uses it.
-fn unique() -> String {
+pub(crate) fn unique() -> String {
     format!(
         "{}-{}-{}",
         std::process::id(),
@@ -808,7 +840,7 @@ impl Store {
         // The manifest read last: the next is usually stored as changes to it, so each is
         // read as those changes, not whole again.
         let mut current: Option<Resolved> = None;
-        for c in index {
+        for c in index.iter().filter(|c| !c.is_dropped()) {
             let verdict = match verdicts.get(&c.manifest) {
                 Some(verdict) => verdict.clone(),
                 None => {
@@ -1002,6 +1034,13 @@ impl Store {
         }
     }
 
+    /// Where a rewind of `session` in progress is recorded until it is done
+    /// ([`crate::rewind::Unfinished`]).
+    pub(crate) fn unfinished_path(&self, session: &str) -> Result<PathBuf> {
+        valid_session(session)?;
+        Ok(self.root.join("rewinds").join(format!("{session}.json")))
+    }
+
     fn index_path(&self, session: &str) -> Result<PathBuf> {
         valid_session(session)?;
         Ok(self.root.join("sessions").join(format!("{session}.jsonl")))
@@ -1055,7 +1094,13 @@ impl Store {
     /// The manifest of the last checkpoint of the session that appended to its index most
     /// recently; none when there is none, or it cannot be read.
     pub fn newest_manifest(&self) -> Option<Manifest> {
-        let newest = fs::read_dir(self.root.join("sessions"))
+        self.newest_manifest_named().map(|(_, m)| m)
+    }
+
+    /// [`Store::newest_manifest`] with its hash. Sessions whose last line names no manifest
+    /// that can be read (one the retention dropped by age) are passed over, a few at most.
+    pub(crate) fn newest_manifest_named(&self) -> Option<(String, Manifest)> {
+        let mut sessions: Vec<_> = fs::read_dir(self.root.join("sessions"))
             .ok()?
             .flatten()
             .filter(|e| {
@@ -1064,10 +1109,14 @@ impl Store {
                     .is_some_and(|n| n.ends_with(".jsonl"))
             })
             .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.file_name())))
-            .max()?;
-        let session = newest.1.to_str()?.strip_suffix(".jsonl")?.to_owned();
-        let last = self.last(&session).ok()??;
-        self.manifest(&last.manifest).ok()
+            .collect();
+        sessions.sort_unstable_by(|a, b| b.cmp(a));
+        sessions.into_iter().take(8).find_map(|(_, name)| {
+            let session = name.to_str()?.strip_suffix(".jsonl")?.to_owned();
+            let last = self.last(&session).ok()??;
+            let manifest = self.manifest(&last.manifest).ok()?;
+            Some((last.manifest, manifest))
+        })
     }
 
     /// Append a checkpoint of `session` under the store's lock, durably: `fill` gets the
@@ -1294,7 +1343,7 @@ impl PrivateMode for OpenOptions {
     }
 }
 
-fn make_private_dir(dir: &Path) -> Result<()> {
+pub(crate) fn make_private_dir(dir: &Path) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     match fs::DirBuilder::new()
         .recursive(true)
@@ -1331,7 +1380,9 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<(
 /// What garbage collection keeps.
 #[derive(Debug, Clone)]
 pub struct Retention {
-    /// Checkpoints older than this are dropped (a session's last one is always kept).
+    /// Checkpoints older than this are dropped, a session's last one too: the session's index
+    /// then keeps one line naming no manifest ([`Checkpoint::dropped`]), so a resumed session
+    /// goes on numbering its turns where it stood.
     pub max_age: Duration,
     /// At most this many checkpoints per session, the newest.
     pub per_session: usize,
@@ -1456,7 +1507,9 @@ impl Store {
         for session in self.sessions()? {
             let index = self.index(&session)?;
             if index.len() > retention.per_session.max(1)
-                || index.len() > 1 && now_ms.saturating_sub(index[0].time_ms) > max_age_ms
+                || index.first().is_some_and(|c| {
+                    !c.is_dropped() && now_ms.saturating_sub(c.time_ms) > max_age_ms
+                })
             {
                 return Ok(true);
             }
@@ -1525,13 +1578,15 @@ impl Store {
         for session in self.sessions()? {
             let index = self.index(&session)?;
             let n = index.len();
+            let young = |c: &Checkpoint| now_ms.saturating_sub(c.time_ms) <= max_age_ms;
+            // A session's last checkpoint stays unless it is past the age too (then the
+            // session's index keeps only the line that says so); a line that says so stays.
             let keep = index
                 .iter()
                 .enumerate()
                 .map(|(i, c)| {
-                    i + 1 == n
-                        || (n - i <= retention.per_session
-                            && now_ms.saturating_sub(c.time_ms) <= max_age_ms)
+                    (i + 1 == n && (young(c) || c.is_dropped()))
+                        || (n - i <= retention.per_session && young(c))
                 })
                 .collect();
             sessions.push((session, index, keep));
@@ -1540,7 +1595,9 @@ impl Store {
         let mut manifest_refs: BTreeMap<String, usize> = BTreeMap::new();
         for (_, index, keep) in &sessions {
             for (c, _) in index.iter().zip(keep).filter(|(_, k)| **k) {
-                *manifest_refs.entry(c.manifest.clone()).or_default() += 1;
+                if !c.is_dropped() {
+                    *manifest_refs.entry(c.manifest.clone()).or_default() += 1;
+                }
             }
         }
         // The blobs each manifest names, and the stored manifests it is read from (itself and
@@ -1645,7 +1702,22 @@ impl Store {
             }
             collected.checkpoints += dropped;
             let mut text = Vec::new();
-            for (c, _) in index.iter().zip(keep).filter(|(_, k)| **k) {
+            let mut lines: Vec<Checkpoint> = index
+                .iter()
+                .zip(keep)
+                .filter(|(_, k)| **k)
+                .map(|(c, _)| c.clone())
+                .collect();
+            if lines.is_empty()
+                && let Some(last) = index.last()
+            {
+                lines.push(last.as_dropped());
+                // Its unfinished rewind, if any, named what is gone.
+                if let Ok(path) = self.unfinished_path(session) {
+                    let _ = fs::remove_file(path);
+                }
+            }
+            for c in &lines {
                 serde_json::to_writer(&mut text, c)
                     .map_err(|e| Error(format!("encoding a checkpoint: {e}")))?;
                 text.push(b'\n');

@@ -131,3 +131,83 @@ fn a_link_planted_outside_keel_is_named_and_never_followed() {
     assert_eq!(tree(&fx.workspace), want);
     assert_eq!(std::fs::read_dir(&outside).expect("outside").count(), 0);
 }
+
+/// The ignore rules are the workspace's, so a command of the turn can write them: a
+/// `.gitignore` of `*` written before `rm -rf src docs` must not leave the checkpoint before
+/// the `rm` empty. What the session's checkpoints recorded stays recorded while it is there,
+/// so the checkpoint before the `rm` still holds every file and a rewind to it brings them
+/// back.
+#[test]
+fn ignore_rules_written_during_a_session_do_not_shrink_what_it_records() {
+    let fx = Fixture::new(Settings::default());
+    std::fs::create_dir_all(fx.path("src/deep")).expect("src");
+    std::fs::create_dir(fx.path("docs")).expect("docs");
+    std::fs::write(fx.path("src/lib.rs"), "pub fn a() {}\n").expect("lib");
+    std::fs::write(fx.path("src/deep/mod.rs"), "// deep\n").expect("deep");
+    std::fs::write(fx.path("docs/guide.md"), "# guide\n").expect("guide");
+    std::os::unix::fs::symlink("lib.rs", fx.path("src/link")).expect("link");
+    let want = tree(&fx.workspace);
+    let first = fx.recorder.before_turn("s").expect("before the turn");
+    assert_eq!(first.files, 3);
+
+    fx.recorder
+        .before_call("call_1", "exec_shell")
+        .expect("before .gitignore");
+    std::fs::write(fx.path(".gitignore"), "*\n").expect("ignore everything");
+    let before_rm = fx
+        .recorder
+        .before_call("call_2", "exec_shell")
+        .expect("before rm")
+        .expect("a checkpoint");
+    assert_eq!(
+        before_rm.files, 3,
+        "the checkpoint before the rm lost what the new .gitignore hides: {before_rm:?}"
+    );
+    std::fs::remove_dir_all(fx.path("src")).expect("rm src");
+    std::fs::remove_dir_all(fx.path("docs")).expect("rm docs");
+    fx.recorder.after_turn().expect("after the turn");
+
+    let report = rewind(&fx.recorder, "s", &Target::Call("call_2".into()), false)
+        .expect("rewinds without --force");
+    assert!(report.applied.failed.is_empty(), "{:?}", report.applied);
+    let mut now = tree(&fx.workspace);
+    assert!(
+        now.remove(".gitignore").is_some(),
+        "the .gitignore was there before the rm"
+    );
+    assert_eq!(now, want);
+}
+
+/// What the session recorded is looked at again only through directories opened without
+/// following a link: with `.gitignore` hiding everything and `src` swapped for a link to a
+/// directory outside holding files of the same names, nothing outside is recorded.
+#[test]
+fn what_stays_recorded_is_never_read_through_a_link() {
+    let fx = Fixture::new(Settings::default());
+    let outside = fx.outside();
+    std::fs::write(outside.join("lib.rs"), "the person's secret\n").expect("outside file");
+    std::fs::create_dir(fx.path("src")).expect("src");
+    std::fs::write(fx.path("src/lib.rs"), "pub fn a() {}\n").expect("lib");
+    fx.recorder.before_turn("s").expect("before the turn");
+    std::fs::write(fx.path(".gitignore"), "*\n").expect("ignore everything");
+    std::fs::remove_dir_all(fx.path("src")).expect("rm src");
+    std::os::unix::fs::symlink(&outside, fx.path("src")).expect("link out");
+    fx.recorder
+        .before_call("call_1", "exec_shell")
+        .expect("before call");
+    let (_, manifest) = fx
+        .recorder
+        .record("s", keel_checkpoints::Kind::AfterTurn, None)
+        .expect("after");
+    assert_eq!(
+        manifest.entries.get("src"),
+        Some(&Node::Symlink {
+            target: outside.display().to_string()
+        }),
+        "{manifest:?}"
+    );
+    assert!(
+        !manifest.entries.contains_key("src/lib.rs"),
+        "a file was recorded through a link out of the workspace: {manifest:?}"
+    );
+}

@@ -193,7 +193,10 @@ fn changed_ignore_rules_make_a_walk_of_everything() {
         .expect("call")
         .expect("session");
 
-    std::fs::write(fx.path(".git/info/exclude"), "old.txt\n").expect("exclude");
+    // What the session recorded stays recorded (old.txt); the new rules apply to the rest
+    // (new.txt, made since, is left out).
+    std::fs::write(fx.path(".git/info/exclude"), "old.txt\nnew.txt\n").expect("exclude");
+    std::fs::write(fx.path("new.txt"), "new").expect("new");
     let c = fx
         .recorder
         .before_call("c2", "t")
@@ -204,18 +207,35 @@ fn changed_ignore_rules_make_a_walk_of_everything() {
         "{:?}",
         c.walk
     );
-    assert_eq!(c.changed, ["old.txt"]);
+    assert!(c.changed.is_empty(), "{:?}", c.changed);
+    let previous = fx.recorder.store().manifest(&c.manifest).expect("manifest");
+    assert!(previous.entries.contains_key("old.txt"));
 
-    std::fs::write(fx.path(".gitignore"), "kept.txt\n").expect("gitignore");
+    std::fs::write(fx.path(".gitignore"), "kept.txt\nlater.txt\n").expect("gitignore");
+    std::fs::write(fx.path("later.txt"), "later").expect("later");
     let c = fx
         .recorder
         .before_call("c3", "t")
         .expect("call")
         .expect("session");
     assert_eq!(walk_note(&c), "everything: a `.gitignore` changed");
-    assert_eq!(c.changed, [".gitignore", "kept.txt"]);
+    assert_eq!(c.changed, [".gitignore"]);
     let (recorded, walked) = recorded_and_walked(&fx, &c);
-    assert_eq!(recorded.entries, walked.entries);
+    let covering = keel_checkpoints::snapshot::snapshot_covering(
+        fx.recorder.store(),
+        &fx.workspace,
+        fx.recorder.settings(),
+        None,
+        Some(&previous),
+    )
+    .expect("walk of everything, covering what was recorded");
+    assert_eq!(recorded.entries, covering.entries);
+    let left_out: Vec<&String> = recorded
+        .entries
+        .keys()
+        .filter(|p| !walked.entries.contains_key(*p))
+        .collect();
+    assert_eq!(left_out, ["kept.txt", "old.txt"]);
 
     // A mode change of a directory is an event of the directory's own.
     std::fs::create_dir(fx.path("d")).expect("d");

@@ -73,10 +73,9 @@ fn collection_keeps_what_kept_checkpoints_name_and_deletes_the_rest() {
         .map(|c| c.id)
         .collect();
     assert_eq!(ids, ["c2", "c3"]);
-    // A session's last checkpoint stays, however old.
+    // A session's last checkpoint stays, whatever the count.
     let last = store
         .collect_garbage(&Retention {
-            max_age: Duration::ZERO,
             per_session: 0,
             ..Retention::default()
         })
@@ -529,4 +528,66 @@ fn a_collection_killed_at_any_point_leaves_every_kept_checkpoint_whole() {
         cut_short > 0,
         "no kill landed while objects were being deleted"
     );
+}
+
+/// Age drops a session's last checkpoint too (one-shot runs each leave a session whose last
+/// checkpoint no count bound ever drops): its stored content goes, and its index keeps one
+/// line naming no manifest, so a resumed session numbers its turns where it stood and a
+/// rewind to it is refused by name. A recent session is kept whole.
+#[test]
+fn age_drops_a_sessions_last_checkpoint_and_keeps_its_turn_count() {
+    let fx = Fixture::new(Settings::default());
+    std::fs::write(fx.path("f"), noise(1, 4096)).expect("f");
+    fx.recorder.before_turn("old").expect("old 1");
+    std::fs::write(fx.path("f"), noise(2, 4096)).expect("f");
+    let old_last = fx.recorder.before_turn("old").expect("old 2");
+    let old_blob = blob_of(&fx, &old_last.manifest, "f");
+    // Made old: every line of its index 40 days back.
+    let store = fx.recorder.store();
+    let index_path = store.root().join("sessions/old.jsonl");
+    let aged: String = std::fs::read_to_string(&index_path)
+        .expect("index")
+        .lines()
+        .map(|line| {
+            let mut c: serde_json::Value = serde_json::from_str(line).expect("line");
+            c["time_ms"] = (c["time_ms"].as_u64().expect("time") - 40 * 24 * 3600 * 1000).into();
+            format!("{c}\n")
+        })
+        .collect();
+    std::fs::write(&index_path, aged).expect("age the index");
+    std::fs::write(fx.path("f"), noise(3, 4096)).expect("f");
+    let recent = fx.recorder.before_turn("new").expect("new 1");
+
+    let done = store
+        .collect_garbage_automatically(&Retention::default())
+        .expect("gc")
+        .expect("not busy");
+    assert_eq!(done.checkpoints, 2, "{done:?}");
+    assert!(
+        !store.has_blob(&old_blob),
+        "the old session's content stayed"
+    );
+    let old = store.index("old").expect("index");
+    assert_eq!(old.len(), 1, "{old:?}");
+    assert!(old[0].is_dropped(), "{old:?}");
+    assert_eq!(old[0].turn, 2);
+    assert!(store.unrestorable(&old).is_empty());
+    let refused = rewind(&fx.recorder, "old", &Target::Turn(2), false).expect_err("refused");
+    assert!(
+        refused
+            .0
+            .contains("has no checkpoint before turn 2 any more"),
+        "{refused}"
+    );
+    assert_eq!(store.index("new").expect("index"), [recent]);
+    // Nothing more is due; the line that stands for the old session stays as it is.
+    let again = store
+        .collect_garbage_automatically(&Retention::default())
+        .expect("gc")
+        .expect("not busy");
+    assert_eq!(again, keel_checkpoints::Collected::default());
+    assert_eq!(store.index("old").expect("index"), old);
+    // Resumed, the old session goes on from turn 3.
+    let resumed = fx.recorder.before_turn("old").expect("old 3");
+    assert_eq!(resumed.turn, 3);
 }
