@@ -121,6 +121,9 @@ pub struct Manifest {
     pub skipped: Vec<Skipped>,
 }
 
+/// How the reason of a file the checkpoint store could not keep begins.
+pub const NOT_STORED: &str = "not stored: keel's checkpoint store could not keep it";
+
 /// A file modified this close (ns) before the previous snapshot began is read again even when
 /// its stat is unchanged: a write in the same clock tick can leave every stat field as it was.
 pub const RACY_NS: i64 = 2_000_000_000;
@@ -451,6 +454,10 @@ pub(crate) fn walk(
             Ok(Recorded::TooLarge(size)) => format!(
                 "{size} bytes or more, over the size limit of {}",
                 settings.max_file_bytes
+            ),
+            Ok(Recorded::NotStored(why)) => format!(
+                "{NOT_STORED} ({why}); free space on the disk of keel's home, or leave large \
+                 files out with `[checkpoints] ignore` or `max-file-mib`"
             ),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => format!("could not be read ({e})"),
@@ -828,6 +835,8 @@ enum Recorded {
     Changed,
     /// Grew past the limit.
     TooLarge(u64),
+    /// Read, but the store could not keep it (its disk is full…).
+    NotStored(String),
 }
 
 /// Read the regular file at `path` and store its content. It is opened beneath `root` (the
@@ -863,9 +872,9 @@ fn record_file(
         return Ok(Recorded::TooLarge(content.len() as u64));
     }
     let hash = hex::encode(Sha256::digest(&content));
-    store
-        .put_blob(&hash, &content)
-        .map_err(|e| std::io::Error::other(e.0))?;
+    if let Err(e) = store.put_blob(&hash, &content) {
+        return Ok(Recorded::NotStored(e.0));
+    }
     Ok(Recorded::Stored { hash })
 }
 

@@ -1377,6 +1377,39 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<(
     result.map_err(io_error(format!("writing {}", path.display())))
 }
 
+/// What a folder holds on disk: its files' bytes and how many files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Bytes of the regular files (their lengths).
+    pub bytes: u64,
+    /// Regular files.
+    pub files: u64,
+}
+
+/// What `dir` holds, every folder beneath it included (links not followed); nothing when it
+/// cannot be read.
+pub fn usage(dir: &Path) -> Usage {
+    let mut usage = Usage::default();
+    let mut dirs = vec![dir.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if kind.is_file() {
+                usage.files += 1;
+                usage.bytes += entry.metadata().map_or(0, |m| m.len());
+            }
+        }
+    }
+    usage
+}
+
 /// What garbage collection keeps.
 #[derive(Debug, Clone)]
 pub struct Retention {
