@@ -275,13 +275,17 @@ const MARKER_PREFIX: &str = "keel-cwd-";
 
 /// A new marker file; the first time in a process, after removing the markers that killed
 /// keel processes left behind (a marker is removed when its command ends, which a process
-/// killed with SIGKILL never reaches).
+/// killed with SIGKILL never reaches). The marker is `flock`ed for its life, a lock the OS lets
+/// go of however keel ends: the host's sweep removes only a marker no keel holds, whatever
+/// its pid means where the sweep runs.
 fn marker_file() -> std::io::Result<tempfile::NamedTempFile> {
     static SWEEP: std::sync::Once = std::sync::Once::new();
     SWEEP.call_once(|| remove_stale_markers(&std::env::temp_dir()));
-    tempfile::Builder::new()
+    let marker = tempfile::Builder::new()
         .prefix(&format!("{MARKER_PREFIX}{}-", std::process::id()))
-        .tempfile()
+        .tempfile()?;
+    marker.as_file().lock()?;
+    Ok(marker)
 }
 
 /// Remove the markers in `dir` whose keel no longer runs and that are older than the longest
