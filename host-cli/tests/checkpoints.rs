@@ -876,3 +876,376 @@ fn a_session_applies_the_retention_as_it_ends() {
         .collect();
     assert_eq!(kinds, ["before-call", "after-turn"], "{list:?}");
 }
+
+/// Every path under `root` whose name starts `.keel-restore-` (a restore's temp file).
+fn restore_temp_files(root: &Path) -> Vec<String> {
+    tree(root)
+        .into_keys()
+        .filter(|p| {
+            p.rsplit('/')
+                .next()
+                .is_some_and(|n| n.starts_with(".keel-restore-"))
+        })
+        .collect()
+}
+
+/// The checkpoints of session `id` as `keel checkpoints list --json` gives them.
+fn listed(home: &Path, ws: &Path, id: &str) -> Vec<serde_json::Value> {
+    let out = keel(home, ws)
+        .args(["checkpoints", "list", id, "--json"])
+        .output()
+        .expect("list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// A turn that removes `src` (five files) and makes `new.txt`, then `keel rewind --turn 1
+/// --files` killed (SIGKILL, in debug builds by `KEEL_FAULT_REWIND_KILLED_AT_WRITE`) as its
+/// third file is written under its temp name, before the rename: two files back, the third's
+/// temp file beside them, the rest missing. The session, the tree before the turn, after it,
+/// and the rewind's safety checkpoint.
+struct Interrupted {
+    home: tempfile::TempDir,
+    ws: tempfile::TempDir,
+    id: String,
+    before: BTreeMap<String, String>,
+    after: BTreeMap<String, String>,
+    safety: String,
+}
+
+fn interrupted_rewind() -> Interrupted {
+    use std::os::unix::process::ExitStatusExt as _;
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    for name in ["a", "b", "c", "d", "e"] {
+        write(
+            &ws.path().join(format!("src/{name}.txt")),
+            &format!("{name}\n"),
+            0o644,
+        );
+    }
+    let before = tree(ws.path());
+    let id = shell_turn(home.path(), ws.path(), "rm -rf src && echo made > new.txt");
+    let after = tree(ws.path());
+    let killed = keel(home.path(), ws.path())
+        .args(["rewind", &id, "--turn", "1", "--files", "--yes"])
+        .env("KEEL_FAULT_REWIND_KILLED_AT_WRITE", "3")
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .expect("keel rewind");
+    assert_eq!(
+        killed.status.signal(),
+        Some(9),
+        "the rewind was not killed mid-way: {}{}",
+        String::from_utf8_lossy(&killed.stdout),
+        String::from_utf8_lossy(&killed.stderr)
+    );
+    let now = tree(ws.path());
+    assert!(now.contains_key("src/a.txt") && now.contains_key("src/b.txt"));
+    assert!(!now.contains_key("src/c.txt") && !now.contains_key("src/e.txt"));
+    assert_eq!(
+        restore_temp_files(ws.path()).len(),
+        1,
+        "the killed rewind left its temp file: {now:?}"
+    );
+    let list = listed(home.path(), ws.path(), &id);
+    let last = list.last().expect("checkpoints");
+    assert_eq!(last["kind"], "safety", "{list:?}");
+    let safety = last["id"].as_str().expect("id").to_owned();
+    Interrupted {
+        home,
+        ws,
+        id,
+        before,
+        after,
+        safety,
+    }
+}
+
+fn said(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A rewind killed part way, run again: keel knows its restored files and its temp file as
+/// its own doing, so the same rewind finishes it without `--force`, and the tree is the one
+/// before the turn, with no temp file left.
+#[test]
+fn a_rewind_killed_part_way_is_finished_by_running_it_again() {
+    let run = interrupted_rewind();
+    let (home, ws) = (run.home.path(), run.ws.path());
+    let listing = keel(home, ws)
+        .args(["checkpoints", "list", &run.id])
+        .output()
+        .expect("list");
+    let text = String::from_utf8_lossy(&listing.stdout);
+    assert!(
+        text.contains("was stopped before it was done") && text.contains(&run.safety),
+        "{text}"
+    );
+    let again = rewind(home, ws, &[&run.id, "--turn", "1", "--files", "--yes"]);
+    assert!(again.status.success(), "{}", said(&again));
+    assert_eq!(tree(ws), run.before, "{}", said(&again));
+    // Done: nothing is said to be unfinished any more, and the rewind can be undone.
+    let listing = keel(home, ws)
+        .args(["checkpoints", "list", &run.id])
+        .output()
+        .expect("list");
+    assert!(
+        !String::from_utf8_lossy(&listing.stdout).contains("was stopped before it was done"),
+        "{}",
+        String::from_utf8_lossy(&listing.stdout)
+    );
+}
+
+/// A rewind killed part way, undone: a rewind to its safety checkpoint brings back the tree
+/// the turn left, without `--force`, the temp file gone.
+#[test]
+fn a_rewind_killed_part_way_is_undone_by_its_safety_checkpoint() {
+    let run = interrupted_rewind();
+    let (home, ws) = (run.home.path(), run.ws.path());
+    let undo = rewind(
+        home,
+        ws,
+        &[&run.id, "--checkpoint", &run.safety, "--files", "--yes"],
+    );
+    assert!(undo.status.success(), "{}", said(&undo));
+    assert_eq!(tree(ws), run.after, "{}", said(&undo));
+}
+
+/// What the person changed after the rewind was killed is theirs: a restored file edited
+/// since is named and refused by both the re-run and the undo, and left as they wrote it;
+/// only `--force` overwrites it.
+#[test]
+fn an_edit_made_after_a_killed_rewind_is_still_refused_without_force() {
+    let run = interrupted_rewind();
+    let (home, ws) = (run.home.path(), run.ws.path());
+    std::fs::write(ws.join("src/a.txt"), "the person's edit\n").expect("edit");
+    for args in [
+        vec![run.id.as_str(), "--turn", "1", "--files", "--yes"],
+        vec![
+            run.id.as_str(),
+            "--checkpoint",
+            &run.safety,
+            "--files",
+            "--yes",
+        ],
+    ] {
+        let refused = rewind(home, ws, &args);
+        let text = said(&refused);
+        assert!(!refused.status.success(), "{args:?}: {text}");
+        assert!(
+            text.contains("changed outside keel since then: src/a.txt"),
+            "{args:?}: {text}"
+        );
+        assert!(
+            !text.contains("changed outside keel since then: src/b.txt"),
+            "keel's own restore was named as an outside change: {text}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("src/a.txt")).expect("a"),
+            "the person's edit\n",
+            "{args:?}"
+        );
+    }
+    let forced = rewind(
+        home,
+        ws,
+        &[&run.id, "--turn", "1", "--files", "--yes", "--force"],
+    );
+    assert!(forced.status.success(), "{}", said(&forced));
+    assert_eq!(tree(ws), run.before);
+}
+
+/// The model writes a `.gitignore` of `*`, then removes `src` and `docs` (a prompt-injected
+/// model under `--approval auto`): the checkpoint before the `rm` still records every file,
+/// and `keel rewind --call` of the `rm` brings them back.
+#[test]
+fn a_gitignore_the_model_writes_does_not_empty_the_checkpoint_before_its_rm() {
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = ws.path();
+    write(&ws.join("src/lib.rs"), "pub fn a() {}\n", 0o644);
+    write(&ws.join("src/deep/mod.rs"), "// deep\n", 0o644);
+    write(&ws.join("docs/guide.md"), "# guide\n", 0o644);
+    let before = tree(ws);
+    let script = format!(
+        "{}{}[[step]]\ntext = \"Done.\"\n",
+        scripted_tool_step(&[(
+            "exec_shell",
+            "{ command = \"printf '*\\\\n' > .gitignore\" }".into()
+        )]),
+        scripted_tool_step(&[("exec_shell", "{ command = \"rm -rf src docs\" }".into())]),
+    );
+    use_scripted_model(home.path(), &script).expect("script");
+    let out = keel(home.path(), ws)
+        .args(["exec", "--json", "--approval", "auto", "tidy up"])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .expect("keel exec");
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(!ws.join("src").exists() && !ws.join("docs").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".gitignore")).expect("the model's .gitignore"),
+        "*\n"
+    );
+    let id = session_ids(home.path()).pop().expect("session");
+    let list = listed(home.path(), ws, &id);
+    let before_rm = list
+        .iter()
+        .find(|c| c["call"] == "call_2_1")
+        .unwrap_or_else(|| panic!("no checkpoint before the rm: {list:?}"));
+    assert_eq!(before_rm["files"], 3, "{before_rm}");
+
+    let back = rewind(
+        home.path(),
+        ws,
+        &[&id, "--call", "call_2_1", "--files", "--yes"],
+    );
+    assert!(back.status.success(), "{}", said(&back));
+    let mut now = tree(ws);
+    assert!(now.remove(".gitignore").is_some());
+    assert_eq!(now, before, "{}", said(&back));
+}
+
+/// A session's checkpoints older than `max-age-days` go without being asked as the next
+/// session starts or ends, its last one too (one-shot runs each leave one, which no count
+/// bound drops): the content only they named is deleted, and a recent session is kept.
+/// `keel doctor` says what the stores hold and the retention.
+#[test]
+fn old_checkpoints_are_dropped_without_being_asked_and_recent_ones_kept() {
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = ws.path();
+    // 256 KiB of letters no compressor shrinks much (xorshift).
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let noise: String = (0..256 * 1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'a' + (x % 26) as u8)
+        })
+        .collect();
+    write(&ws.join("big.txt"), &noise, 0o644);
+    let old = shell_turn(home.path(), ws, "echo old > old.txt");
+    // The person removes the large file; then the old session is made 40 days old.
+    std::fs::remove_file(ws.join("big.txt")).expect("rm");
+    let stores: Vec<_> = std::fs::read_dir(home.path().join("checkpoints"))
+        .expect("stores")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(stores.len(), 1, "{stores:?}");
+    let store = &stores[0];
+    let index = store.join(format!("sessions/{old}.jsonl"));
+    let aged: String = std::fs::read_to_string(&index)
+        .expect("index")
+        .lines()
+        .map(|line| {
+            let mut c: serde_json::Value = serde_json::from_str(line).expect("line");
+            c["time_ms"] = (c["time_ms"].as_u64().expect("time") - 40 * 24 * 3600 * 1000).into();
+            format!("{c}\n")
+        })
+        .collect();
+    std::fs::write(&index, aged).expect("age it");
+    let blob_bytes = || -> u64 {
+        let mut total = 0;
+        for fan in std::fs::read_dir(store.join("blobs"))
+            .expect("blobs")
+            .flatten()
+        {
+            for blob in std::fs::read_dir(fan.path()).expect("fan").flatten() {
+                total += blob.metadata().expect("stat").len();
+            }
+        }
+        total
+    };
+    assert!(blob_bytes() > 100_000, "{}", blob_bytes());
+
+    let recent = another_shell_turn(home.path(), ws, "echo new > new.txt");
+    let old_list = listed(home.path(), ws, &old);
+    assert_eq!(old_list.len(), 1, "{old_list:?}");
+    assert_eq!(old_list[0]["manifest"], "", "{old_list:?}");
+    assert!(
+        blob_bytes() < 50_000,
+        "the old session's content stayed: {} bytes",
+        blob_bytes()
+    );
+    let recent_list = listed(home.path(), ws, &recent);
+    let kinds: Vec<&str> = recent_list
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, ["before-turn", "before-call", "after-turn"]);
+
+    let doctor = keel(home.path(), ws)
+        .arg("doctor")
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .expect("doctor");
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        text.contains("file(s) for this workspace")
+            && text.contains("kept: 30 days, 1000 a session, 2.0 GiB a workspace"),
+        "{text}"
+    );
+}
+
+/// Checkpoints whose store fills during a turn: a 6 MB file the turn writes cannot be
+/// stored (keel's `checkpoints` folder on a 2 MiB tmpfs in a mount namespace of its own),
+/// and the session says so at the end of the turn, naming the file. Needs root.
+#[test]
+fn a_store_that_fills_during_a_turn_is_said_in_the_session() {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    let out_dir = tempfile::tempdir().expect("out");
+    write(&ws.path().join("small.txt"), "small\n", 0o644);
+    let script = format!(
+        "{}[[step]]\ntext = \"Done.\"\n",
+        scripted_tool_step(&[(
+            "exec_shell",
+            "{ command = \"head -c 6000000 /dev/urandom > big.bin\" }".into()
+        )])
+    );
+    use_scripted_model(home.path(), &script).expect("script");
+    std::fs::create_dir_all(home.path().join("checkpoints")).expect("checkpoints dir");
+    let script = r#"
+set -u
+mount -t tmpfs -o size=2m tmpfs "$H/checkpoints" || exit 90
+"$KEEL" --home "$H" --workspace "$W" exec --approval auto "make it" >/dev/null 2>"$O/err"
+echo $? > "$O/code"
+"#;
+    let status = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", script])
+        .env("H", home.path())
+        .env("W", ws.path())
+        .env("O", out_dir.path())
+        .env("KEEL", assert_cmd::cargo::cargo_bin("keel"))
+        .env_remove("KEEL_PROVIDER")
+        .env_remove("KEEL_MODEL")
+        .status()
+        .expect("unshare");
+    assert!(status.success(), "{status:?}");
+    let stderr = std::fs::read_to_string(out_dir.path().join("err")).expect("stderr");
+    let code = std::fs::read_to_string(out_dir.path().join("code")).expect("code");
+    assert_eq!(code.trim(), "0", "{stderr}");
+    assert!(std::fs::metadata(ws.path().join("big.bin")).is_ok_and(|m| m.len() == 6_000_000));
+    assert!(
+        stderr.contains("this turn's checkpoint did not record big.bin")
+            && stderr.contains("not stored: keel's checkpoint store could not keep it"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("small.txt"), "{stderr}");
+}

@@ -109,6 +109,39 @@ pub fn run(ctx: &Context, cmd: CheckpointsCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The `keel doctor` line of the checkpoint stores: what this workspace's store and all of
+/// them hold on disk, and the retention that bounds them (applied as every session starts and
+/// ends).
+pub(crate) fn store_usage_line(ctx: &Context) -> String {
+    use keel_kernel::checkpoints::store::{usage, workspace_key};
+    if ctx.config.checkpoints.enabled == Some(false) {
+        return "checkpoints are off (`[checkpoints] enabled = false`)".to_owned();
+    }
+    let all = ctx.checkpoints_dir();
+    let here = usage(&all.join(workspace_key(&ctx.workspace)));
+    let total = usage(&all);
+    let stores = std::fs::read_dir(&all).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .count()
+    });
+    let kept = ctx.config.checkpoints.retention();
+    format!(
+        "checkpoints: {} in {} file(s) for this workspace, {} in {} file(s) for all {stores} \
+         workspace(s) ({}); kept: {} days, {} a session, {} a workspace, applied as each \
+         session starts and ends (`[checkpoints] max-age-days`, `max-per-session`, \
+         `max-total-mib`)",
+        size(here.bytes),
+        here.files,
+        size(total.bytes),
+        total.files,
+        all.display(),
+        kept.max_age.as_secs() / (24 * 3600),
+        kept.per_session,
+        size(kept.max_total_bytes),
+    )
+}
+
 fn recorder(ctx: &Context) -> anyhow::Result<Recorder> {
     Ok(Recorder::new(
         ctx.checkpoint_store()?,
@@ -177,6 +210,18 @@ fn list(ctx: &Context, session: &str, json: bool) -> anyhow::Result<ExitCode> {
             ctx.workspace.display()
         );
         return Ok(ExitCode::SUCCESS);
+    }
+    // A rewind of this session stopped part way (killed): said, with the two ways out.
+    if let Some(unfinished) = rewind::unfinished(recorder.store(), session) {
+        stdoutln!(
+            "a rewind to {} was stopped before it was done: `keel rewind {s} --checkpoint {} \
+             --files` finishes it, `keel rewind {s} --checkpoint {} --files` undoes it (what \
+             it changed is known as keel's, so neither needs --force)",
+            terminal_safe(&unfinished.target),
+            terminal_safe(&unfinished.target),
+            terminal_safe(&unfinished.safety),
+            s = terminal_safe(session),
+        );
     }
     let mut not_covered: &[String] = &[];
     for c in &index {

@@ -196,6 +196,8 @@ pub async fn run(ctx: &Context, args: DoctorArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => r.fail(&format!("MCP servers: {e:#}"), "fix the [mcp] section"),
     }
+    // What the checkpoint stores hold, and the retention applied to them.
+    r.ok(&crate::commands::checkpoints::store_usage_line(ctx));
     if r.json {
         let checks: Vec<serde_json::Value> = r
             .checks

@@ -599,12 +599,24 @@ impl Session {
         session: &str,
         call: impl std::future::Future<Output = Result<ServiceAnswer, keel_kernel::KernelError>>,
     ) -> anyhow::Result<TurnReport> {
-        if let Some(Err(e)) = self.kernel.checkpoint_before_turn(session) {
-            stderrln!("warning: no checkpoint before this turn: {e}");
-        }
+        let before = match self.kernel.checkpoint_before_turn(session) {
+            Some(Err(e)) => {
+                stderrln!("warning: no checkpoint before this turn: {e}");
+                None
+            }
+            taken => taken.and_then(Result::ok),
+        };
         let answer = call.await;
-        if let Some(Err(e)) = self.kernel.checkpoint_after_turn() {
-            stderrln!("warning: no checkpoint after this turn: {e}");
+        match self.kernel.checkpoint_after_turn() {
+            Some(Err(e)) => stderrln!("warning: no checkpoint after this turn: {e}"),
+            // What the turn's checkpoints left out (a store that filled, a file over the
+            // size limit) is said now, not found at a rewind.
+            Some(Ok(after)) => {
+                for warning in rewind::newly_not_recorded(before.as_ref(), &after) {
+                    stderrln!("{warning}");
+                }
+            }
+            None => {}
         }
         let answer = answer.map_err(|e| {
             let agent = self.agent_plugin();

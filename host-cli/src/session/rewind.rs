@@ -50,6 +50,34 @@ pub(crate) struct CallItem {
     pub(crate) checkpoint: Option<String>,
 }
 
+/// The warnings a turn ends with for what its checkpoints did not record that the checkpoint
+/// before it did not leave out already (a file the checkpoint store had no room for, one over
+/// the size limit, one that could not be read): a rewind cannot bring those back, so the
+/// person hears of it when it happens, not at the rewind.
+pub(crate) fn newly_not_recorded(before: Option<&Checkpoint>, after: &Checkpoint) -> Vec<String> {
+    let known: std::collections::BTreeSet<(&str, &str)> = before
+        .map(|b| {
+            b.skipped
+                .iter()
+                .map(|s| (s.path.as_str(), s.reason.as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
+    after
+        .skipped
+        .iter()
+        .filter(|s| !known.contains(&(s.path.as_str(), s.reason.as_str())))
+        .map(|s| {
+            format!(
+                "warning: this turn's checkpoint did not record {}, so a rewind cannot bring \
+                 it back: {}",
+                terminal_safe(&s.path),
+                terminal_safe(&s.reason)
+            )
+        })
+        .collect()
+}
+
 /// The turns of `session` in its log `lines`, with the checkpoints of its `index`.
 pub(crate) fn turns_of(lines: &[LogLine], index: &[Checkpoint]) -> Vec<TurnItem> {
     let mut turns: Vec<TurnItem> = Vec::new();
@@ -467,7 +495,9 @@ impl Session {
         match &conversation {
             Ok(c) => stderrln!(
                 "conversation: back to the start of turn {} ({} of {} messages kept)",
-                c.turn, c.keep, c.of
+                c.turn,
+                c.keep,
+                c.of
             ),
             Err(why) => stderrln!("conversation: cannot be rewound: {}", terminal_safe(why)),
         }
