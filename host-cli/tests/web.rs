@@ -135,16 +135,77 @@ async fn two_commands() -> Result<ModelServer, Box<dyn std::error::Error>> {
     .await?)
 }
 
-/// The port and the token of the page's URL.
-fn port_and_token(url: &str) -> Result<(u16, String), Box<dyn std::error::Error>> {
-    let port = url
+/// The port of the page's URL.
+fn port_of(url: &str) -> Result<u16, Box<dyn std::error::Error>> {
+    Ok(url
         .trim_start_matches("http://127.0.0.1:")
         .split('/')
         .next()
         .and_then(|p| p.parse().ok())
-        .ok_or_else(|| format!("no port in {url:?}"))?;
-    let token = url.rsplit('=').next().unwrap_or_default().to_owned();
+        .ok_or_else(|| format!("no port in {url:?}"))?)
+}
+
+/// The one-time code of a URL keel gave (`/#code=…`).
+fn code_of(url: &str) -> Result<String, Box<dyn std::error::Error>> {
+    Ok(url
+        .split_once("#code=")
+        .map(|(_, code)| code.trim().to_owned())
+        .ok_or_else(|| format!("no code in {url:?}"))?)
+}
+
+/// `POST /api/session` with `code`, as the page's first load sends it: the status and body.
+fn exchange(
+    port: u16,
+    code: &str,
+    origin: Option<&str>,
+) -> Result<(u16, String), Box<dyn std::error::Error>> {
+    let body = json!({ "code": code }).to_string();
+    let origin = origin
+        .map(|o| format!("Origin: {o}\r\n"))
+        .unwrap_or_default();
+    answer_of(
+        port,
+        &format!(
+            "POST /api/session HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{origin}Content-Type: \
+             application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+/// The port of the page's URL and the token its code is exchanged for (the code is spent).
+fn port_and_token(url: &str) -> Result<(u16, String), Box<dyn std::error::Error>> {
+    let port = port_of(url)?;
+    let (status, body) = exchange(
+        port,
+        &code_of(url)?,
+        Some(&format!("http://127.0.0.1:{port}")),
+    )?;
+    assert_eq!(status, 200, "{body}");
+    let token = serde_json::from_str::<serde_json::Value>(&body)?["token"]
+        .as_str()
+        .ok_or_else(|| format!("no token in {body:?}"))?
+        .to_owned();
     Ok((port, token))
+}
+
+/// One raw HTTP request to the page's server; the status code and the body.
+fn answer_of(port: u16, head: &str) -> Result<(u16, String), Box<dyn std::error::Error>> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(head.as_bytes())?;
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    let code = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("no status line in {answer:?}"))?;
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((code, body))
 }
 
 /// One raw HTTP request to the page's server; the status code.
@@ -181,7 +242,7 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
             term.set_expect_timeout(Some(Duration::from_secs(60)));
             let found = term
                 .expect(expectrl::Regex(
-                    r"http://127\.0\.0\.1:[0-9]+/\?token=[0-9a-f]{32}",
+                    r"http://127\.0\.0\.1:[0-9]+/#code=[0-9a-f]{32}",
                 ))
                 .map_err(e("the page's URL"))?;
             let url = String::from_utf8_lossy(found.get(0).unwrap_or_default()).into_owned();
@@ -218,48 +279,7 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
             .await
             .unwrap_or(Err("the terminal thread ended".into()))
     };
-    let (port, token) = port_and_token(&url)?;
-
-    // The door, from outside the browser: no token, a rebinding Host, a foreign Origin.
-    let get = |path: &str, host: &str, extra: &str| {
-        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n")
-    };
-    let ours = format!("127.0.0.1:{port}");
-    assert_eq!(status_of(port, &get("/api/graph", &ours, ""))?, 403);
-    assert_eq!(
-        status_of(port, &get(&format!("/api/graph?token={token}"), &ours, ""))?,
-        200
-    );
-    assert_eq!(
-        status_of(
-            port,
-            &get(
-                &format!("/api/graph?token={token}"),
-                &format!("evil.example:{port}"),
-                ""
-            )
-        )?,
-        403,
-        "a DNS-rebinding Host is refused even with the token"
-    );
-    assert_eq!(
-        status_of(
-            port,
-            &get(
-                &format!("/api/graph?token={token}"),
-                &ours,
-                "Origin: http://evil.example\r\n"
-            )
-        )?,
-        403,
-        "another site's page is refused even with the token"
-    );
-    let post = format!(
-        "POST /api/approvals/1?token={token} HTTP/1.1\r\nHost: {ours}\r\nContent-Length: \
-         15\r\nConnection: close\r\n\r\n{{\"answer\":\"y\"}}"
-    );
-    assert_eq!(status_of(port, &post)?, 403, "a POST without an Origin");
-
+    let port = port_of(&url)?;
     let driver = Driver::start()?;
     let profile = tempfile::tempdir()?;
     let browser = driver.browser(profile.path()).await?;
@@ -268,6 +288,68 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
         browser.goto(&format!("http://127.0.0.1:{port}/")).await?;
         let body = browser.find(Locator::Css("body")).await?.text().await?;
         assert!(body.contains("refused"), "{body}");
+
+        browser.goto(&url).await?;
+        find(&browser, "body[data-ready='1'][data-feed='open']").await?;
+        // The code was exchanged at once and left the address bar; the token is the tab's.
+        let shown = browser.current_url().await?;
+        assert!(!shown.as_str().contains("code="), "{shown}");
+        let token = browser
+            .execute("return sessionStorage.getItem('keel-token')", vec![])
+            .await?
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(token.len(), 32, "{token}");
+        let (status, body) = exchange(
+            port,
+            &code_of(&url)?,
+            Some(&format!("http://127.0.0.1:{port}")),
+        )?;
+        assert_eq!(status, 403, "the code opens the page once: {body}");
+        // A reload keeps the page: the token is kept in the tab, not in the link.
+        browser.refresh().await?;
+        find(&browser, "body[data-ready='1'][data-feed='open']").await?;
+
+        // The door, from outside the browser: no token, a rebinding Host, a foreign Origin.
+        let get = |path: &str, host: &str, extra: &str| {
+            format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n")
+        };
+        let ours = format!("127.0.0.1:{port}");
+        assert_eq!(status_of(port, &get("/api/graph", &ours, ""))?, 403);
+        assert_eq!(
+            status_of(port, &get(&format!("/api/graph?token={token}"), &ours, ""))?,
+            200
+        );
+        assert_eq!(
+            status_of(
+                port,
+                &get(
+                    &format!("/api/graph?token={token}"),
+                    &format!("evil.example:{port}"),
+                    ""
+                )
+            )?,
+            403,
+            "a DNS-rebinding Host is refused even with the token"
+        );
+        assert_eq!(
+            status_of(
+                port,
+                &get(
+                    &format!("/api/graph?token={token}"),
+                    &ours,
+                    "Origin: http://evil.example\r\n"
+                )
+            )?,
+            403,
+            "another site's page is refused even with the token"
+        );
+        let post = format!(
+            "POST /api/approvals/1?token={token} HTTP/1.1\r\nHost: {ours}\r\nContent-Length: \
+             15\r\nConnection: close\r\n\r\n{{\"answer\":\"y\"}}"
+        );
+        assert_eq!(status_of(port, &post)?, 403, "a POST without an Origin");
 
         browser.goto(&url).await?;
         find(&browser, "body[data-ready='1'][data-feed='open']").await?;
@@ -500,7 +582,7 @@ async fn keel_web_shows_a_thousand_call_session_in_a_list_that_stays_small() -> 
     BufReader::new(web.stdout.take().ok_or("no stdout")?).read_line(&mut first)?;
     let url = first.trim().to_owned();
     assert!(
-        url.starts_with("http://127.0.0.1:") && url.contains("/?token="),
+        url.starts_with("http://127.0.0.1:") && url.contains("/#code="),
         "{url}"
     );
 
@@ -717,4 +799,189 @@ async fn without_a_terminal_the_question_waits_for_the_page() -> R {
         "refused on the page, it did not"
     );
     Ok(())
+}
+
+/// Every process's command line that holds `needle`, as `pid: cmdline`.
+fn command_lines_holding(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter_map(|p| {
+            let line = std::fs::read(p.path().join("cmdline")).ok()?;
+            let line = String::from_utf8_lossy(&line).replace('\0', " ");
+            line.contains(needle)
+                .then(|| format!("{}: {line}", p.file_name().to_string_lossy()))
+        })
+        .collect()
+}
+
+/// `keel web` opening the person's browser: the opener's argv (readable by every local user)
+/// holds only a one-time code, the token is in no process's command line, a spent code opens
+/// nothing, the door's Host and Origin checks hold for the exchange too, and connections that
+/// never show the token are closed — a flood of them under a low descriptor limit does not
+/// lock the page out.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pages_secret_is_in_no_command_line_and_idle_connections_are_closed() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    // An opener standing for xdg-open: it says where it was sent and its pid, and stays
+    // running (its command line readable) until the test ends it.
+    let bin = tempfile::tempdir()?;
+    let (seen_url, seen_pid) = (bin.path().join("url"), bin.path().join("pid"));
+    let hold = bin.path().join("hold");
+    nix::unistd::mkfifo(&hold, nix::sys::stat::Mode::S_IRWXU)?;
+    let opener = bin.path().join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!(
+            "#!/bin/sh\nprintf '%s' \"$1\" > {u}.tmp && mv {u}.tmp {u}\necho $$ > {p}.tmp && mv \
+             {p}.tmp {p}\nread _ < {h}\n",
+            u = seen_url.display(),
+            p = seen_pid.display(),
+            h = hold.display()
+        ),
+    )?;
+    std::fs::set_permissions(&opener, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    // keel started under a soft limit on descriptors far below the flood below (through the
+    // shell's `ulimit`, which then execs it); keel raises it where the hard limit allows.
+    let keel = keel_process(home.path(), ws.path());
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg("ulimit -S -n 128 && exec \"$@\"")
+        .arg("sh")
+        .arg(keel.get_program())
+        .args(keel.get_args());
+    for (key, value) in keel.get_envs() {
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
+    }
+    if let Some(dir) = keel.get_current_dir() {
+        command.current_dir(dir);
+    }
+    command
+        .env("PATH", path)
+        .env("DISPLAY", ":99")
+        .env("KEEL_WEB_UNAUTHENTICATED_TIMEOUT_MS", "500")
+        .args(["web"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut web = command.spawn()?;
+    let mut first = String::new();
+    BufReader::new(web.stdout.take().ok_or("no stdout")?).read_line(&mut first)?;
+    let printed = first.trim().to_owned();
+    let port = port_of(&printed)?;
+    let waited = std::time::Instant::now();
+    while !seen_pid.exists() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the opener never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let opener_pid: i32 = std::fs::read_to_string(&seen_pid)?.trim().parse()?;
+    let outcome = (|| -> R {
+        let opened = std::fs::read_to_string(&seen_url)?;
+        let opener_line = std::fs::read(format!("/proc/{opener_pid}/cmdline"))?;
+        let opener_line = String::from_utf8_lossy(&opener_line).into_owned();
+        assert!(opener_line.contains(&opened), "{opener_line:?}");
+        let ours = format!("http://127.0.0.1:{port}");
+        // The exchange keeps the door's checks: another site's page, or none, gets nothing.
+        let code = code_of(&opened)?;
+        assert_eq!(exchange(port, &code, Some("http://127.0.0.1:1"))?.0, 403);
+        assert_eq!(
+            exchange(port, &code, None)?.0,
+            403,
+            "a POST must say its Origin"
+        );
+        let (_, token) = port_and_token(&opened)?;
+        assert_eq!(token.len(), 32);
+        assert!(
+            command_lines_holding(&token).is_empty(),
+            "the token is in a command line: {:?}",
+            command_lines_holding(&token)
+        );
+        assert!(!printed.contains(&token) && !opened.contains(&token));
+        assert_ne!(
+            code_of(&printed)?,
+            code,
+            "the printed link has its own code"
+        );
+        assert_eq!(exchange(port, &code, Some(&ours))?.0, 403, "a spent code");
+        let (status, body) = exchange(port, &code_of(&printed)?, Some(&ours))?;
+        assert_eq!(status, 200, "{body}");
+
+        // A connection that showed the token stays; one that never does is closed.
+        let graph = format!(
+            "GET /api/graph HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nx-keel-token: {token}\r\n\r\n"
+        );
+        let mut kept = TcpStream::connect(("127.0.0.1", port))?;
+        kept.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut kept_reader = BufReader::new(kept.try_clone()?);
+        let status_line =
+            |reader: &mut BufReader<TcpStream>| -> Result<String, Box<dyn std::error::Error>> {
+                let mut line = String::new();
+                reader.read_line(&mut line)?;
+                let mut length = 0usize;
+                loop {
+                    let mut header = String::new();
+                    reader.read_line(&mut header)?;
+                    if let Some(v) = header.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse()?;
+                    }
+                    if header == "\r\n" || header.is_empty() {
+                        break;
+                    }
+                }
+                let mut body = vec![0; length];
+                reader.read_exact(&mut body)?;
+                Ok(line)
+            };
+        kept.write_all(graph.as_bytes())?;
+        assert!(status_line(&mut kept_reader)?.contains(" 200 "));
+        // A flood of silent connections, far above the soft limit keel was started with.
+        let mut flood = Vec::new();
+        for _ in 0..400 {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) => flood.push(s),
+                Err(e) => return Err(format!("connect: {e}").into()),
+            }
+        }
+        let mut silent = TcpStream::connect(("127.0.0.1", port))?;
+        silent.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut byte = [0u8; 1];
+        let closed = match silent.read(&mut byte) {
+            Ok(0) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            Ok(_) => false,
+        };
+        assert!(
+            closed,
+            "a connection that never showed the token was left open"
+        );
+        // The page still answers, on the kept connection and on a new one.
+        kept.write_all(graph.as_bytes())?;
+        assert!(status_line(&mut kept_reader)?.contains(" 200 "));
+        let fresh = format!(
+            "GET /api/graph HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nx-keel-token: {token}\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(status_of(port, &fresh)?, 200);
+        drop(flood);
+        Ok(())
+    })();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(opener_pid),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = web.kill();
+    let _ = web.wait();
+    outcome
 }

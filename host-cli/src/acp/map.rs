@@ -19,20 +19,35 @@ use keel_protocol::{
 /// The prefix under which the model sees the workspace (`keel_agent_kit::tools::paths`).
 const WORKSPACE_PREFIX: &str = "/workspace";
 
-/// A prompt's content as the text of keel's turn: text as it is, an embedded text resource
-/// fenced by its URI, a link to a resource named. What keel cannot take (images, audio, binary
-/// resources: the capabilities say so) is an error naming it.
-pub fn prompt_text(blocks: &[acp::ContentBlock]) -> Result<String, String> {
+/// One part of a prompt: the person's own words, or what the editor attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptPart {
+    /// Text the person typed: their request, as it is.
+    Said(String),
+    /// A resource the editor attached (an `@file`'s text, a link's name): untrusted content,
+    /// as a file read by `read_file` is, so it must be cleaned and fenced as data under
+    /// `source` before it joins the person's words.
+    Attached { source: String, text: String },
+}
+
+/// A prompt's content as the parts of keel's turn: text as it is, an embedded text resource
+/// and a link to a resource as attached content, each under its URI. What keel cannot take
+/// (images, audio, binary resources: the capabilities say so) is an error naming it.
+pub fn prompt_parts(blocks: &[acp::ContentBlock]) -> Result<Vec<PromptPart>, String> {
     let mut parts = Vec::new();
     for block in blocks {
         match block {
-            acp::ContentBlock::Text(text) => parts.push(text.text.clone()),
-            acp::ContentBlock::ResourceLink(link) => {
-                parts.push(format!("[resource: {} <{}>]", link.name, link.uri));
-            }
+            acp::ContentBlock::Text(text) => parts.push(PromptPart::Said(text.text.clone())),
+            acp::ContentBlock::ResourceLink(link) => parts.push(PromptPart::Attached {
+                source: format!("editor:{}", link.uri),
+                text: format!("a resource the editor linked: {}", link.name),
+            }),
             acp::ContentBlock::Resource(resource) => match &resource.resource {
                 acp::EmbeddedResourceResource::TextResourceContents(text) => {
-                    parts.push(format!("<file uri={:?}>\n{}\n</file>", text.uri, text.text));
+                    parts.push(PromptPart::Attached {
+                        source: format!("editor:{}", text.uri),
+                        text: text.text.clone(),
+                    });
                 }
                 _ => return Err("keel takes text resources only, not binary ones".into()),
             },
@@ -52,7 +67,7 @@ pub fn prompt_text(blocks: &[acp::ContentBlock]) -> Result<String, String> {
     if parts.is_empty() {
         return Err("the prompt is empty".into());
     }
-    Ok(parts.join("\n"))
+    Ok(parts)
 }
 
 /// How a turn ended, as ACP's stop reason: the model's own stop (output limit, refusal) of its
@@ -180,8 +195,14 @@ pub fn tool_call(workspace: &Path, id: &str, name: &str, arguments: &str) -> acp
 /// How a call ended: its status, the commands it ran with their exit codes and what the model
 /// reads of its output (sanitized and bounded by the kernel), after any diff it showed.
 pub fn tool_outcome(outcome: &ToolOutcome, before: &[acp::ToolCallContent]) -> acp::ToolCallUpdate {
+    // A command that was killed (a cancel, Ctrl-C) or timed out did not complete, whatever
+    // the tool made of it: the editor shows the call failed.
+    let cut_short = outcome
+        .exec
+        .iter()
+        .any(|run| run.timed_out || run.exit_code.is_none());
     let status = match outcome.status {
-        OutcomeStatus::Ok => acp::ToolCallStatus::Completed,
+        OutcomeStatus::Ok if !cut_short => acp::ToolCallStatus::Completed,
         _ => acp::ToolCallStatus::Failed,
     };
     let mut content: Vec<acp::ToolCallContent> = before

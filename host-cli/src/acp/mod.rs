@@ -12,6 +12,7 @@
 mod asker;
 pub(crate) mod editor_mcp;
 mod map;
+mod workspace;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,10 @@ use crate::session::{ClientTurn, Display, Session, SessionOptions};
 /// The largest message keel reads from the client; a longer line is dropped whole and
 /// answered with a parse error, and keel goes on serving.
 pub const MAX_MESSAGE_BYTES: usize = 8 << 20;
+
+/// How long a running turn may take to end once the editor has gone (it is cancelled: only
+/// killing its commands and recording its end remain).
+const TURN_END_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The most sessions one `keel acp` keeps open at once (each is a kernel with its plugins).
 const MAX_SESSIONS: usize = 16;
@@ -72,6 +77,45 @@ struct Live {
     prompted: AtomicBool,
     /// The MCP servers the editor passed, for a kernel built again with another sandbox.
     mcp_servers: Vec<acp::McpServer>,
+    /// This session's place among the [`MAX_SESSIONS`], given back when it is dropped.
+    _slot: SessionSlot,
+    /// Set once the editor has gone: a turn starting from now on is cancelled at once.
+    leaving: AtomicBool,
+}
+
+/// [`MAX_SESSIONS`], or in a debug build only (the tests), `KEEL_ACP_MAX_SESSIONS`.
+fn max_sessions() -> usize {
+    if cfg!(debug_assertions)
+        && let Some(n) = std::env::var("KEEL_ACP_MAX_SESSIONS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    MAX_SESSIONS
+}
+
+/// One of the [`MAX_SESSIONS`] places, taken before a session starts and given back when it
+/// is dropped: taking one is a single atomic step, so concurrent `session/new`s cannot
+/// together open more than the bound.
+struct SessionSlot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl SessionSlot {
+    /// A place, when fewer than [`MAX_SESSIONS`] are taken.
+    fn take(taken: &Arc<std::sync::atomic::AtomicUsize>) -> Option<SessionSlot> {
+        taken
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max_sessions()).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| SessionSlot(taken.clone()))
+    }
+}
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Live {
@@ -166,8 +210,8 @@ struct State {
     approval: Option<ApprovalMode>,
     initialized: AtomicBool,
     sessions: tokio::sync::Mutex<HashMap<String, Arc<Live>>>,
-    /// Sessions being started (counted against [`MAX_SESSIONS`]).
-    starting: std::sync::atomic::AtomicUsize,
+    /// The places taken among [`MAX_SESSIONS`]: sessions open and being started.
+    slots: Arc<std::sync::atomic::AtomicUsize>,
     /// The client, when it offered `fs/read_text_file` at `initialize`: the file tools then
     /// read a workspace file as the editor holds it.
     files: std::sync::Mutex<Option<Connection>>,
@@ -205,13 +249,16 @@ pub async fn serve(ctx: &Context, args: AcpArgs) -> anyhow::Result<ExitCode> {
         approval: args.approval,
         initialized: AtomicBool::new(false),
         sessions: tokio::sync::Mutex::new(HashMap::new()),
-        starting: std::sync::atomic::AtomicUsize::new(0),
+        slots: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         files: std::sync::Mutex::new(None),
     });
     stderrln!("keel acp: serving the Agent Client Protocol on stdio");
     let transport = Lines::new(line_sink(protocol_out), line_stream(std::io::stdin()));
     let result = agent(state.clone()).connect_to(transport).await;
-    // The client went away: every session closes, so its log is flushed.
+    // The client went away (its stdin closed, or the connection broke), perhaps in the middle
+    // of turns: each running turn ends as `session/cancel` ends it — its commands killed, its
+    // end recorded in the session's log — and then every session closes, so its log is
+    // flushed. The turns run on tasks of their own, so the connection's end does not drop them.
     let sessions: Vec<Arc<Live>> = state
         .sessions
         .lock()
@@ -219,6 +266,24 @@ pub async fn serve(ctx: &Context, args: AcpArgs) -> anyhow::Result<ExitCode> {
         .drain()
         .map(|(_, l)| l)
         .collect();
+    for live in &sessions {
+        live.leaving.store(true, Ordering::SeqCst);
+        live.cancel_turn();
+    }
+    for live in &sessions {
+        if tokio::time::timeout(TURN_END_BOUND, live.turn.lock())
+            .await
+            .is_err()
+        {
+            stderrln!(
+                "keel acp: the turn of session {} did not end within {} s of the editor \
+                 leaving; `keel resume {}` repairs its log",
+                live.session.id(),
+                TURN_END_BOUND.as_secs(),
+                live.session.id()
+            );
+        }
+    }
     for live in sessions {
         live.session.close().await;
     }
@@ -388,6 +453,11 @@ impl State {
                 cwd.display()
             )));
         }
+        if let Some(refusal) =
+            workspace::refusal(cwd, workspace::person_home().as_deref(), &self.base.home)
+        {
+            return Err(invalid_params(refusal));
+        }
         Context::new(Some(self.base.home.clone()), cwd.to_owned())
             .map_err(|e| invalid_params(format!("cannot use {}: {e:#}", cwd.display())))
     }
@@ -432,13 +502,12 @@ impl State {
                 .map_err(|e| internal(format!("{e:#}")))?
                 .approval(),
         };
-        let open = self.sessions.lock().await.len();
-        if open + self.starting.fetch_add(1, Ordering::SeqCst) >= MAX_SESSIONS {
-            self.starting.fetch_sub(1, Ordering::SeqCst);
+        let Some(slot) = SessionSlot::take(&self.slots) else {
             return Err(internal(format!(
-                "{MAX_SESSIONS} sessions are open in this agent; close one first"
+                "{} sessions are open in this agent (the most it keeps); close one first",
+                max_sessions()
             )));
-        }
+        };
         let (editor, questions) = asker::EditorAsker::new();
         let editor = Arc::new(editor);
         let started = Session::start_asking(
@@ -453,7 +522,6 @@ impl State {
             Some(editor.clone()),
         )
         .await;
-        self.starting.fetch_sub(1, Ordering::SeqCst);
         let session = started.map_err(|e| internal(format!("{e:#}")))?;
         let client = self
             .files
@@ -479,6 +547,8 @@ impl State {
             sandbox: sandbox.unwrap_or(sandbox_configured),
             prompted: AtomicBool::new(false),
             mcp_servers: mcp_servers.to_vec(),
+            _slot: slot,
+            leaving: AtomicBool::new(false),
         });
         self.sessions
             .lock()
@@ -684,7 +754,13 @@ fn agent(
                         Ok(live) => live,
                         Err(e) => return responder.respond_with_error(e),
                     };
-                    responder.respond_with_result(prompt(&live, &cx, &request).await)
+                    // On a task of its own: when the editor goes away the connection's tasks
+                    // are dropped, and the turn must still end as a cancel ends it (`serve`).
+                    let turn = tokio::spawn(async move { prompt(&live, &cx, &request).await });
+                    responder.respond_with_result(
+                        turn.await
+                            .unwrap_or_else(|e| Err(internal(format!("the turn stopped: {e}")))),
+                    )
                 })
             },
             agent_client_protocol::on_receive_request!(),
@@ -861,7 +937,7 @@ async fn prompt(
     cx: &Connection,
     request: &acp::PromptRequest,
 ) -> Result<acp::PromptResponse, Error> {
-    let mut input = map::prompt_text(&request.prompt).map_err(invalid_params)?;
+    let mut input = prompt_input(live, &request.prompt).await?;
     let Ok(_turn) = live.turn.try_lock() else {
         return Err(error(
             agent_client_protocol::ErrorCode::INVALID_REQUEST,
@@ -922,6 +998,30 @@ async fn prompt(
     Ok(acp::PromptResponse::new(stop))
 }
 
+/// The prompt's blocks as the text of keel's turn: the person's words as they are, and what
+/// the editor attached cleaned and fenced as data by the kernel's own fence (`keel.prompt`
+/// `fence`, the cleaning `read_file`'s output gets), so a file's text cannot close its
+/// wrapper and pass for the person's request.
+async fn prompt_input(live: &Live, blocks: &[acp::ContentBlock]) -> Result<String, Error> {
+    let mut text = Vec::new();
+    for part in map::prompt_parts(blocks).map_err(invalid_params)? {
+        match part {
+            map::PromptPart::Said(said) => text.push(said),
+            map::PromptPart::Attached { source, text: body } => {
+                let request = serde_json::json!({ "source": source, "text": body }).to_string();
+                let fenced = live
+                    .session
+                    .kernel
+                    .call_service(keel_protocol::services::PROMPT, "fence", &request)
+                    .await
+                    .map_err(|e| internal(format!("cannot fence what the editor attached: {e}")))?;
+                text.push(fenced);
+            }
+        }
+    }
+    Ok(text.join("\n"))
+}
+
 /// Words of keel's to the client, as the agent's message.
 fn say(cx: &Connection, live: &Live, text: impl Into<String>) -> Result<(), Error> {
     cx.send_notification(acp::SessionNotification::new(
@@ -949,6 +1049,10 @@ async fn one_turn(live: &Arc<Live>, cx: &Connection, input: &str) -> Result<Turn
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(cancel);
     live.asker.set_cancelled(false);
+    if live.leaving.load(Ordering::SeqCst) {
+        // The editor went away as this turn was starting: it ends as a cancelled one.
+        live.cancel_turn();
+    }
     let events = live.session.kernel.events();
     let mut questions = live.questions.lock().await;
     let (over, turn_over) = tokio::sync::oneshot::channel::<()>();

@@ -41,7 +41,7 @@ pub async fn run(ctx: &Context, args: WebArgs) -> anyhow::Result<ExitCode> {
         },
     )
     .await?;
-    stdoutln!("{}", served.url);
+    stdoutln!("{}", served.url()?);
     std::io::stdout().flush()?;
     stderrln!(
         "keel's page for {}: open the URL above (Ctrl-C stops it). `keel run --web` serves a \

@@ -246,7 +246,7 @@ impl Session {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
         {
-            return Ok(served.url.clone());
+            return served.url();
         }
         let id = self.id.clone();
         let sources = crate::web::Sources {
@@ -259,7 +259,7 @@ impl Session {
             logs: None,
         };
         let served = crate::web::serve(sources, options).await?;
-        let url = served.url.clone();
+        let url = served.url()?;
         *self
             .page
             .lock()

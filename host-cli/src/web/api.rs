@@ -16,6 +16,9 @@ const INDEX: &str = include_str!("page/index.html");
 const SCRIPT: &str = include_str!("page/app.js");
 const STYLE: &str = include_str!("page/app.css");
 
+/// Where the page exchanges its link's one-time code for the token.
+pub(super) const EXCHANGE: &str = "/api/session";
+
 /// The most of an answer the page may post (a "no, and do this instead" included).
 const MAX_ANSWER: usize = 4096;
 
@@ -27,6 +30,7 @@ pub(super) fn routes() -> Router<App> {
         )
         .route("/app.js", get(|| async { page(SCRIPT, "text/javascript") }))
         .route("/app.css", get(|| async { page(STYLE, "text/css") }))
+        .route(EXCHANGE, post(exchange))
         .route("/api/overview", get(overview))
         .route("/api/graph", get(graph))
         .route("/api/sessions", get(sessions))
@@ -50,6 +54,31 @@ fn json_response(value: &Value) -> Response {
 
 fn failed(status: StatusCode, message: impl Into<String>) -> Response {
     (status, json!({ "error": message.into() }).to_string()).into_response()
+}
+
+/// `POST /api/session` `{"code": …}`: the token for a code the door gave out, once. The door
+/// let it through on its Host and Origin alone (a POST must carry the page's own Origin).
+async fn exchange(
+    State(app): State<App>,
+    extensions: axum::http::Extensions,
+    body: Bytes,
+) -> Response {
+    let code = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("code").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_default();
+    match app.door.exchange(&code) {
+        Ok(token) => {
+            // The connection showed a good code: it is the page's, not timed out.
+            if let Some(passed) =
+                extensions.get::<axum::extract::ConnectInfo<super::conn::Passed>>()
+            {
+                passed.0.mark();
+            }
+            json_response(&json!({ "token": token }))
+        }
+        Err(refusal) => super::refused(&refusal),
+    }
 }
 
 async fn overview(State(app): State<App>) -> Response {

@@ -1,9 +1,18 @@
 //! Who may use the page: a browser on this machine that was given the launch's URL.
 //!
+//! The launch's URL carries no secret that lasts: only a one-time **code**
+//! (`/#code=…`, 128 random bits), which the page's first load exchanges at once
+//! (`POST /api/session`) for the token and which is useless from then on. So the URL may
+//! travel in a browser's or an opener's argv (readable by any local user through `ps`)
+//! without giving the page away; a code handed to an opener also lapses after
+//! [`OPENER_CODE_LIFETIME`] unused. The token never leaves keel but in the answer to that
+//! exchange, into the page's `sessionStorage` (which is kept per origin, port included, so
+//! a page on another localhost port cannot read it, where a cookie would be sent to it).
+//!
 //! The server binds 127.0.0.1 only, and every request must also pass three checks:
-//! - **the token**: a random 128-bit value made at launch, carried in the URL (`?token=`) or
-//!   the `x-keel-token` header, compared in constant time. Another local user or a page open
-//!   in the same browser does not know it;
+//! - **the token**: a random 128-bit value made at launch, carried in the `x-keel-token`
+//!   header (or `?token=` for the event stream, which cannot set headers), compared in
+//!   constant time. Another local user or a page open in the same browser does not know it;
 //! - **`Host`**: exactly `127.0.0.1:PORT` or `localhost:PORT`. A foreign name that resolves to
 //!   127.0.0.1 (DNS rebinding) is refused, so a page of another site can never read ours
 //!   as same-origin;
@@ -15,12 +24,29 @@
 //! only the page's own script and styles.
 
 use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// The launch's secret and the port it serves on.
+/// How long a code handed to the browser opener stays good unused: the opener's argv is
+/// readable by every local user while it runs.
+pub const OPENER_CODE_LIFETIME: Duration = Duration::from_secs(120);
+
+/// The most codes waiting to be exchanged; a new one pushes out the oldest.
+const MAX_CODES: usize = 16;
+
+/// The launch's secret, the codes that may still be exchanged for it, and the port it serves
+/// on.
 #[derive(Clone)]
 pub struct Door {
     token: String,
     port: u16,
+    codes: Arc<Mutex<Vec<Code>>>,
+}
+
+/// A one-time code, and until when it is good (`None`: until it is used).
+struct Code {
+    code: String,
+    until: Option<Instant>,
 }
 
 /// Why a request was refused; the text is the whole response body.
@@ -32,6 +58,8 @@ pub enum Refusal {
     Host,
     /// 403: an `Origin` other than the page's, or a POST without one.
     Origin,
+    /// 403: a code that was used already, lapsed, or never given.
+    Code,
 }
 
 impl Refusal {
@@ -46,6 +74,10 @@ impl Refusal {
                  Host is a DNS-rebinding attempt)"
             }
             Refusal::Origin => "refused: requests from another site's page are not accepted",
+            Refusal::Code => {
+                "refused: this link was used already (each link keel gives opens the page once) \
+                 or has lapsed; type /web in `keel run` for a new one, or start `keel web` again"
+            }
         }
     }
 }
@@ -63,14 +95,11 @@ pub struct Asked<'a> {
 impl Door {
     /// A door for `port` with a fresh random token.
     pub fn new(port: u16) -> anyhow::Result<Door> {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes)
-            .map_err(|e| anyhow::anyhow!("no random token could be made for the page: {e}"))?;
-        let mut token = String::with_capacity(32);
-        for b in bytes {
-            let _ = write!(token, "{b:02x}");
-        }
-        Ok(Door { token, port })
+        Ok(Door {
+            token: random_hex()?,
+            port,
+            codes: Arc::new(Mutex::new(Vec::new())),
+        })
     }
 
     #[cfg(test)]
@@ -78,9 +107,42 @@ impl Door {
         &self.token
     }
 
-    /// The URL a person opens.
-    pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/?token={}", self.port, self.token)
+    /// A URL that opens the page once: a fresh one-time code, good for `lifetime` (`None`:
+    /// until it is used). Never the token.
+    pub fn url(&self, lifetime: Option<Duration>) -> anyhow::Result<String> {
+        let code = random_hex()?;
+        let mut codes = self.codes();
+        let now = Instant::now();
+        codes.retain(|c| c.until.is_none_or(|until| until > now));
+        if codes.len() >= MAX_CODES {
+            codes.remove(0);
+        }
+        codes.push(Code {
+            code: code.clone(),
+            until: lifetime.map(|l| now + l),
+        });
+        Ok(format!("http://127.0.0.1:{}/#code={code}", self.port))
+    }
+
+    /// The token for `code`, which is spent by the exchange, whether or not it was good.
+    pub fn exchange(&self, code: &str) -> Result<String, Refusal> {
+        let mut codes = self.codes();
+        let now = Instant::now();
+        let at = codes
+            .iter()
+            .position(|c| constant_time_eq(c.code.as_bytes(), code.as_bytes()))
+            .ok_or(Refusal::Code)?;
+        let found = codes.remove(at);
+        if found.until.is_some_and(|until| until <= now) {
+            return Err(Refusal::Code);
+        }
+        Ok(self.token.clone())
+    }
+
+    fn codes(&self) -> std::sync::MutexGuard<'_, Vec<Code>> {
+        self.codes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether `asked` may pass.
@@ -112,6 +174,18 @@ impl Door {
     }
 }
 
+/// 128 random bits as 32 hex digits.
+fn random_hex() -> anyhow::Result<String> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("no random token could be made for the page: {e}"))?;
+    let mut hex = String::with_capacity(32);
+    for b in bytes {
+        let _ = write!(hex, "{b:02x}");
+    }
+    Ok(hex)
+}
+
 /// Compares without stopping at the first difference, so the time taken says nothing about
 /// how much of a guess was right.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -136,6 +210,7 @@ mod tests {
         Door {
             token: "0123456789abcdef0123456789abcdef".into(),
             port: 4000,
+            codes: Arc::default(),
         }
     }
 
@@ -222,6 +297,30 @@ mod tests {
         );
         assert_ne!(a.token(), b.token());
         assert_eq!(a.token().len(), 32);
-        assert!(a.url().starts_with("http://127.0.0.1:1/?token="));
+    }
+
+    #[test]
+    fn a_code_opens_the_page_once_and_the_url_never_holds_the_token() -> anyhow::Result<()> {
+        let d = door();
+        let url = d.url(None)?;
+        assert!(url.starts_with("http://127.0.0.1:4000/#code="), "{url}");
+        assert!(!url.contains(d.token()), "{url}");
+        let code = url.rsplit('=').next().unwrap_or_default();
+        assert_eq!(d.exchange(code).as_deref(), Ok(d.token()));
+        assert_eq!(d.exchange(code), Err(Refusal::Code), "spent");
+        assert_eq!(d.exchange(""), Err(Refusal::Code));
+        assert_eq!(d.exchange(d.token()), Err(Refusal::Code));
+        // A code given to the opener lapses unused.
+        let lapsed = d.url(Some(Duration::ZERO))?;
+        let code = lapsed.rsplit('=').next().unwrap_or_default();
+        assert_eq!(d.exchange(code), Err(Refusal::Code));
+        // Each URL has its own code; at most MAX_CODES wait.
+        let first = d.url(None)?;
+        for _ in 0..MAX_CODES {
+            d.url(None)?;
+        }
+        let code = first.rsplit('=').next().unwrap_or_default();
+        assert_eq!(d.exchange(code), Err(Refusal::Code), "pushed out");
+        Ok(())
     }
 }

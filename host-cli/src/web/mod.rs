@@ -8,6 +8,7 @@
 //! Nothing of this runs unless the person asks for the page.
 
 mod api;
+mod conn;
 pub mod door;
 mod feed;
 pub mod inbox;
@@ -49,11 +50,19 @@ pub struct Sources {
 
 /// A running page; dropping it stops the server.
 pub struct Served {
-    pub url: String,
+    door: Door,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     live: bool,
     /// Watches the session logs while the page is served.
     _logs: Option<logs::LogWatch>,
+}
+
+impl Served {
+    /// A URL for the person to open: a one-time code of its own each time, good until used
+    /// (it is shown, never put in a command line).
+    pub fn url(&self) -> anyhow::Result<String> {
+        self.door.url(None)
+    }
 }
 
 impl Drop for Served {
@@ -88,7 +97,8 @@ pub async fn serve(sources: Sources, options: &Options) -> anyhow::Result<Served
             })?;
     let port = listener.local_addr()?.port();
     let door = Door::new(port)?;
-    let url = door.url();
+    conn::raise_descriptor_limit();
+    let listener = conn::WatchedListener::new(listener, conn::unauthenticated_timeout());
     let live = sources.live.is_some();
     let watch = match &sources.logs {
         Some(dir) => match logs::LogWatch::start(dir) {
@@ -101,13 +111,14 @@ pub async fn serve(sources: Sources, options: &Options) -> anyhow::Result<Served
         None => None,
     };
     let app = App {
-        door,
+        door: door.clone(),
         sources,
         logs: watch.as_ref().map(logs::LogWatch::sender),
     };
     let router = api::routes()
         .layer(middleware::from_fn_with_state(app.clone(), guard))
-        .with_state(app);
+        .with_state(app)
+        .into_make_service_with_connect_info::<conn::Passed>();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         let server = axum::serve(listener, router).with_graceful_shutdown(async move {
@@ -121,10 +132,12 @@ pub async fn serve(sources: Sources, options: &Options) -> anyhow::Result<Served
         inbox::inbox().serving(true);
     }
     if options.open {
-        open_browser(&url);
+        // The opener's command line is readable by every local user: it gets a code of its
+        // own, which lapses soon if the browser never uses it.
+        open_browser(&door.url(Some(door::OPENER_CODE_LIFETIME))?);
     }
     Ok(Served {
-        url,
+        door,
         stop: Some(stop),
         live,
         _logs: watch,
@@ -135,10 +148,18 @@ pub async fn serve(sources: Sources, options: &Options) -> anyhow::Result<Served
 async fn guard(State(app): State<App>, request: Request, next: Next) -> Response {
     let headers = request.headers();
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    // The page's own code and styles are the same for everyone and hold no secret: they load
-    // without the token (the page then sends it with every request), but not from a foreign
-    // Host.
-    let public = matches!(request.uri().path(), "/app.js" | "/app.css");
+    // The page itself, its code and styles are the same for everyone and hold no secret: they
+    // load without the token (the page then exchanges its link's code for it and sends it with
+    // every request), and so does that exchange, which checks the code itself; but not from a
+    // foreign Host or Origin.
+    let public = matches!(
+        request.uri().path(),
+        "/" | "/app.js" | "/app.css" | api::EXCHANGE
+    );
+    let passed = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<conn::Passed>>()
+        .map(|info| info.0.clone());
     let asked = Asked {
         host: text("host"),
         origin: text("origin"),
@@ -150,11 +171,27 @@ async fn guard(State(app): State<App>, request: Request, next: Next) -> Response
         other => other,
     };
     let mut response = match verdict {
-        Ok(()) => next.run(request).await,
-        Err(refusal) => (StatusCode::FORBIDDEN, refusal.message()).into_response(),
+        Ok(()) => {
+            // A request with the token makes the connection the page's: it is not timed out.
+            if !public && let Some(passed) = &passed {
+                passed.mark();
+            }
+            next.run(request).await
+        }
+        Err(refusal) => refused(&refusal),
     };
     secure(response.headers_mut());
     response
+}
+
+/// A refusal, on a connection that is then closed: a refused client holds no descriptor.
+pub(super) fn refused(refusal: &door::Refusal) -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        [(header::CONNECTION, "close")],
+        refusal.message(),
+    )
+        .into_response()
 }
 
 fn secure(headers: &mut HeaderMap) {

@@ -3,7 +3,12 @@
 // Every word shown came from plugins, models or tools: it is only ever set as text
 // (textContent), never as markup.
 
-const token = new URLSearchParams(location.search).get('token') || '';
+// The page's token: never in a link. keel's link carries a one-time code (`#code=…`), which
+// the first load exchanges at once and which is useless from then on; the token is kept in this
+// tab's sessionStorage, which is per origin (port included), so a page on another localhost
+// port cannot read it.
+let token = '';
+const TOKEN_KEY = 'keel-token';
 const ROW = 26;
 const state = {
   live: null, graph: { plugins: [], edges: [] }, figures: {}, changed: new Map(),
@@ -510,5 +515,28 @@ function connect() {
   });
 }
 
-loadAll().catch((e) => { document.getElementById('link').textContent = `cannot reach keel: ${e.message}`; });
-connect();
+async function obtainToken() {
+  const code = new URLSearchParams(location.hash.slice(1)).get('code');
+  if (code) {
+    // Out of the address bar and the history at once: spent either way.
+    history.replaceState(null, '', location.pathname);
+    const r = await fetch('/api/session', {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ code }),
+    });
+    const body = await r.text();
+    if (!r.ok) throw new Error(body);
+    sessionStorage.setItem(TOKEN_KEY, JSON.parse(body).token);
+  }
+  const kept = sessionStorage.getItem(TOKEN_KEY);
+  if (!kept) throw new Error('refused: this page opens only from the link keel printed; type /web in `keel run`, or start `keel web` again, for a new one');
+  return kept;
+}
+
+obtainToken().then((kept) => {
+  token = kept;
+  loadAll().catch((e) => { document.getElementById('link').textContent = `cannot reach keel: ${e.message}`; });
+  connect();
+}).catch((e) => {
+  document.querySelector('main').replaceChildren(el('p', { id: 'refused', text: e.message }));
+  document.getElementById('link').textContent = 'not connected';
+});
