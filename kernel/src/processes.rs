@@ -46,6 +46,9 @@ pub struct ProcessEntry {
     pub read: Vec<PathBuf>,
     /// Hosts it may reach through keel's proxy, as a manifest's `network` list.
     pub hosts: Vec<String>,
+    /// Files whose approved content it runs, `(path, keel's copy)`: the copy is bound
+    /// read-only over the path (a hook's script, approved by content).
+    pub pinned: Vec<(PathBuf, PathBuf)>,
 }
 
 /// The topic of the event a plugin gets when one of its processes wrote while no read waited.
@@ -405,6 +408,13 @@ pub(crate) fn start(
         ));
     };
     let containment = containment_for(gates.containment())?;
+    if gates.plan_mode() && !containment.confinement.is_confined() {
+        return Err(KernelError::Denied(format!(
+            "[keel] plan mode: `{entry_name}` did not start: the session is read-only until the \
+             person accepts a plan, and without the OS sandbox nothing could hold a process to \
+             that"
+        )));
+    }
     let (dirs, readable) =
         check_grants(entry_name, entry, containment.config.keel_home.as_deref())?;
     let dir = match &entry.cwd {
@@ -440,7 +450,13 @@ pub(crate) fn start(
     let argv: Vec<String> = std::iter::once(entry.command.clone())
         .chain(entry.args.iter().cloned())
         .collect();
-    let writable: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    // Plan mode holds the session read-only, whoever asks: a process started while it is on
+    // (a hook, the person's or an approved repository's) writes none of its directories.
+    let writable: Vec<&Path> = if gates.plan_mode() {
+        Vec::new()
+    } else {
+        dirs.iter().map(PathBuf::as_path).collect()
+    };
     let readable: Vec<&Path> = readable.iter().map(PathBuf::as_path).collect();
     let env_refs: Vec<(&str, &std::ffi::OsStr)> = env
         .iter()
@@ -457,6 +473,8 @@ pub(crate) fn start(
             env: &env_refs,
             hidden: &hidden,
             network: !entry.hosts.is_empty(),
+            pinned: &entry.pinned,
+            protected: None,
             stdio: [Stdio::piped(), Stdio::piped(), Stdio::piped()],
         },
         &containment,

@@ -333,6 +333,7 @@ async fn only_the_plugin_given_the_persons_hooks_hears_of_every_tool_call() -> R
                 dirs: Vec::new(),
                 read: Vec::new(),
                 hosts: Vec::new(),
+                pinned: Vec::new(),
             };
             gates.processes = BTreeMap::from([(
                 plugin.to_owned(),

@@ -41,6 +41,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 pub(crate) mod control;
+pub(crate) mod guard;
 pub(crate) mod netns;
 pub(crate) mod pids;
 
@@ -538,6 +539,8 @@ pub fn confined_build(
         env: &[],
         hidden: &[],
         network: false,
+        pinned: &[],
+        protected: None,
         stdio: [
             std::process::Stdio::null(),
             std::process::Stdio::null(),
@@ -621,25 +624,38 @@ pub(crate) fn command_line(
     // Over the workspace and every grant: a control directory (or a `.git` file naming the
     // repository elsewhere, as in a worktree) is bound read-only onto itself; a symlink as
     // what it points to (bubblewrap resolves it), a dangling one not at all (it would stop
-    // every command from starting).
-    for protected in PROTECTED_IN_WORKSPACE {
-        let p = workspace.join(protected);
-        if p.exists() {
-            let p = path(&p);
+    // every command from starting). With them those of repositories nested in a writable
+    // workspace (several clones side by side, a vendored repository), as far as a bounded
+    // walk finds them. The caller may have found them already, to check them afterwards.
+    let workspace_writable =
+        config.mode == SandboxMode::WorkspaceWrite || writable.iter().any(|w| w == workspace);
+    let found;
+    let protected = match launch.protected {
+        Some(protected) => protected,
+        None => {
+            found = guard::Protected::find(workspace, workspace_writable);
+            &found
+        }
+    };
+    // First every real directory between the workspace and a control entry, bound onto itself
+    // (writable as it was): a mount point cannot be renamed or removed, so no command can move
+    // a control directory's parent away and put a writable copy in its place.
+    if workspace_writable {
+        for dir in protected.ancestors() {
+            let d = path(dir);
+            push(&["--bind", &d, &d]);
+        }
+    }
+    for entry in protected.entries() {
+        if entry.exists() {
+            let p = path(entry);
             push(&["--ro-bind", &p, &p]);
         }
     }
-    // And those of repositories nested in a writable workspace (several clones side by side, a
-    // vendored repository), as far as a bounded walk finds them.
-    let workspace_writable =
-        config.mode == SandboxMode::WorkspaceWrite || writable.iter().any(|w| w == workspace);
-    if workspace_writable {
-        for nested in control::nested_control_dirs(workspace) {
-            if nested.exists() {
-                let p = path(&nested);
-                push(&["--ro-bind", &p, &p]);
-            }
-        }
+    // Files whose content was approved (a hook's script): the approved copy, read-only, in
+    // place of whatever the workspace holds there now.
+    for (inside, copy) in launch.pinned {
+        push(&["--ro-bind", &path(copy), &path(inside)]);
     }
     if let Some(home) = &config.keel_home
         && home.exists()

@@ -143,6 +143,12 @@ pub(crate) struct Launch<'a> {
     pub(crate) hidden: &'a [String],
     /// Whether it may use the network (through keel's proxy, when sandboxed).
     pub(crate) network: bool,
+    /// Files whose approved content it runs, `(path inside the workspace, keel's copy)`: the
+    /// copy is bound read-only over the path; unconfined, the path must still hold it.
+    pub(crate) pinned: &'a [(PathBuf, PathBuf)],
+    /// The workspace's control entries as found just before (to be checked after it ends);
+    /// found afresh when `None`.
+    pub(crate) protected: Option<&'a crate::sandbox::guard::Protected>,
     /// stdin, stdout and stderr.
     pub(crate) stdio: [Stdio; 3],
 }
@@ -176,7 +182,22 @@ pub(crate) fn start(launch: Launch<'_>, containment: &Containment) -> Result<Sta
             };
             crate::sandbox::command_line(&config, &launch, handoff.is_some())
         }
-        Confinement::Off | Confinement::Unavailable(_) => None,
+        Confinement::Off | Confinement::Unavailable(_) => {
+            // Nothing can be bound without a sandbox: a file whose approved content changed
+            // does not run at all.
+            if let Some((inside, _)) = launch
+                .pinned
+                .iter()
+                .find(|(inside, copy)| std::fs::read(inside).ok() != std::fs::read(copy).ok())
+            {
+                return Err(ExecError::Spawn(format!(
+                    "{} changed since it was approved; it does not run (start a new session \
+                     to be asked about it again)",
+                    inside.display()
+                )));
+            }
+            None
+        }
     };
     let mut cap = None;
     let sandboxed_tree = sandboxed.is_some();
@@ -315,6 +336,15 @@ pub(crate) async fn run(
         t => t.min(MAX_TIMEOUT),
     };
     let marker = marker_file().map_err(|e| ExecError::Spawn(e.to_string()))?;
+    // The control entries as the command finds them, checked again once it has ended (a
+    // command that can write the workspace could create one, or replace a link leading to
+    // one; see `sandbox::guard`).
+    let guarded = match containment.confinement {
+        Confinement::Bubblewrap(crate::sandbox::SandboxMode::WorkspaceWrite, _) => {
+            Some(crate::sandbox::guard::Protected::find(workspace, true))
+        }
+        _ => None,
+    };
     // stderr joins stdout for the whole script, so the model sees both in the order they
     // happened; the final directory goes to a private file, not into the output.
     let script = format!(
@@ -332,6 +362,8 @@ pub(crate) async fn run(
             env: &[("KEEL_CWD_FILE", marker.path().as_os_str())],
             hidden,
             network: network.is_some(),
+            pinned: &[],
+            protected: guarded.as_ref(),
             stdio: [Stdio::null(), Stdio::piped(), Stdio::null()],
         },
         containment,
@@ -413,6 +445,11 @@ pub(crate) async fn run(
         ));
     }
     drop(cap);
+    // The sandbox is gone with its command (its PID namespace ended): nothing of it writes
+    // any more while the control entries are checked.
+    if let Some(guarded) = &guarded {
+        note.extend(guarded.settle());
+    }
     let mut cwd = relative_to(workspace, &dir);
     if !timed_out
         && let Ok(text) = std::fs::read_to_string(marker.path())

