@@ -638,6 +638,8 @@ impl Context {
         let home = std::path::absolute(&home)
             .map(|h| keel_kernel::gates::approvals::normalize_lexically(&h))
             .with_context(|| format!("cannot resolve keel's home `{}`", home.display()))?;
+        // The person's alone before anything is read from it or written to it.
+        crate::home_modes::keep_private(&home)?;
         let workspace = workspace.canonicalize().with_context(|| {
             format!(
                 "workspace `{}` does not exist; pass --workspace DIR",

@@ -161,9 +161,9 @@ impl Store {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
+        // An OS lock: a keel killed while holding it lets go at once.
         let lock = self.path.with_extension("lock");
-        let _lock =
-            memory_store::FolderLock::acquire_at(lock, LOCK_WAIT).map_err(anyhow::Error::msg)?;
+        let _lock = crate::home_locks::OsLock::at(&lock, LOCK_WAIT).map_err(anyhow::Error::msg)?;
         let mut all = self.read();
         all.approved.retain(|a| a.workspace != workspace);
         if let Some(sha256) = sha256 {

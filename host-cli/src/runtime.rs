@@ -349,6 +349,7 @@ impl Runtime {
     /// Load `package` with the user's `[config.<name>]` settings laid over its defaults.
     async fn load(&self, ctx: &Context, mut package: PluginPackage) -> anyhow::Result<()> {
         apply_user_config(&ctx.config.config, &mut package)?;
+        crate::home_locks::serve_memory_locked(&mut package, &ctx.workspace, &ctx.data_dir());
         self.kernel.load(package).await?;
         Ok(())
     }

@@ -12,8 +12,9 @@
 //!
 //! A dry run (the default) prints the unified diff (through the display cleaner: the files and
 //! the proposal are untrusted text) and writes nothing; `--apply` copies the index to
-//! `MEMORY.md.<seconds>.bak` and writes the new one atomically, holding the folder's lock
-//! (`keel_agent_kit::memory_store`) and only if the index is still what was diffed.
+//! `MEMORY.md.<seconds>.bak` and writes the new one atomically, holding the folder's lock (an
+//! OS lock, `home_locks`, which sessions' `remember` calls hold too) and only if the index is
+//! still what was diffed.
 //!
 //! keel reads a memory folder itself here, so it holds the line the plugin's grants hold for
 //! the plugin: a folder that is a link (or sits under a `.keel` that is one) is refused, a file
@@ -450,7 +451,8 @@ fn write(
     notes_path: &Path,
 ) -> anyhow::Result<()> {
     let index_path = dir.join(INDEX);
-    let _lock = memory_store::FolderLock::acquire(dir, LOCK_WAIT).map_err(anyhow::Error::msg)?;
+    let _lock = crate::home_locks::OsLock::at(&dir.join(memory_store::LOCK_FILE), LOCK_WAIT)
+        .map_err(anyhow::Error::msg)?;
     memory_store::remove_leftovers(dir);
     let unchanged = read_or_empty(&index_path, INDEX_READ_MAX)? == old
         && notes.is_none_or(|(before, _)| {

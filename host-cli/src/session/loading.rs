@@ -141,6 +141,11 @@ impl Session {
                 .filter(|(plugin, _, _)| *plugin == name)
                 .map(|(_, key, value)| (key.clone(), value.clone())),
         );
+        crate::home_locks::serve_memory_locked(
+            package,
+            &self.ctx_workspace,
+            &self.home.join("data"),
+        );
         runtime::apply_user_config(&self.user_config, package)
     }
 

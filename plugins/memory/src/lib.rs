@@ -13,9 +13,11 @@
 //!   that by content hash, `keel memory approve`). A clone's shipped memory is not offered.
 //! - Tool `remember` only appends: one line to a topic file (a line exactly like it already
 //!   there changes nothing) and, for a new topic, its pointer to the index. Nothing is pruned
-//!   or rewritten mid-session; `keel memory consolidate` tidies, offline. Each write holds the
-//!   folder's lock and replaces the file atomically (`keel_agent_kit::memory_store`), so two
-//!   sessions remembering at once lose nothing and double nothing. The person's own memory
+//!   or rewritten mid-session; `keel memory consolidate` tidies, offline. Each `remember` runs
+//!   under the folder's lock, an OS lock the host takes around the call (WASI has no `flock`,
+//!   and the OS lets go of it the moment a killed keel dies), and replaces the file atomically
+//!   (`keel_agent_kit::memory_store`), so two sessions remembering at once lose nothing and
+//!   double nothing. The person's own memory
 //!   reaches every workspace, so it is written only where they allowed it (`user-writes`).
 //! - Service `memory` 1.0.0, method `recall` (`RecallRequest` → `[RecalledEntry]`): the agent
 //!   loop asks at the start of each turn; the topic files whose pointers share words with the
@@ -95,9 +97,6 @@ fn fence(source: &str, text: &str) -> Result<String, String> {
         .map_err(|e| format!("the kernel did not fence {source}: {e}"))
 }
 
-/// How long `remember` waits for another session writing the same folder.
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(800);
-
 /// Replaces `path`'s `old` text with `new`, which only appends to it (`remember` never
 /// rewrites mid-session), atomically.
 fn write_appended(path: &Path, old: &str, new: &str) -> Result<(), String> {
@@ -145,9 +144,10 @@ impl Memory {
                 Err(e) => Err(format!("cannot read {}: {e}", p.display())),
             }
         };
-        // Another session may be remembering into the same folder: read, change and write
-        // under its lock, so a new topic gets one pointer and one heading.
-        let _lock = memory_store::FolderLock::acquire(&dir, LOCK_WAIT)?;
+        // Another session may be remembering into the same folder: the host holds the
+        // folder's lock around this call, so reading, changing and writing here is one step
+        // and a new topic gets one pointer and one heading; a temp file found now is a killed
+        // writer's.
         memory_store::remove_leftovers(&dir);
         let index = read(&index_path)?;
         let topic_text = read(&topic_path)?;
@@ -277,7 +277,9 @@ impl Plugin for Memory {
                  match. Do not store secrets.",
                 REMEMBER_SCHEMA,
             )
-            .capabilities(ToolCapabilities::empty()),
+            // It writes the memory folders: declared, so plan mode and read-only children,
+            // which keep only tools that change nothing, leave it out.
+            .capabilities(ToolCapabilities::WRITES_FILES),
         )?;
         kernel_services::provide(services::MEMORY, "1.0.0")?;
         Ok(Memory {
