@@ -653,6 +653,8 @@ impl Context {
         crate::hooks::configure_hooks_plugin(&workspace, &mut config);
         crate::commands::skills::configure_skills_plugin(&home, &workspace, &mut config);
         crate::commands::memory::configure_memory_plugin(&home, &workspace, &mut config);
+        // What killed keel processes left in the places keel writes most (`sweep`).
+        crate::sweep::at_start(&home, &home.join("cache").join("components"), &workspace);
         Ok(Context {
             home,
             workspace,

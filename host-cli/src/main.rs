@@ -17,6 +17,7 @@ mod project_mcp;
 mod runtime;
 mod session;
 mod settings;
+mod sweep;
 mod telemetry;
 mod web;
 

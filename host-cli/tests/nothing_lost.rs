@@ -2,7 +2,9 @@
 //! (`install`, `mcp add`, `key trust`) keep every update; temp files a killed run left are
 //! removed by the next; an edit of a large file killed at any moment leaves the old or the new
 //! file; a closed stdout ends a listing quietly; a missing API key is named at once; keel run
-//! in the person's home directory keeps its own home out of the workspace grant.
+//! in the person's home directory keeps its own home out of the workspace grant; a memory
+//! folder's lock is let go when its holder is killed and never taken from a slow one; keel's
+//! home is made the person's alone; what killed keels left is swept, and a live keel's kept.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -749,17 +751,10 @@ fn a_consolidate_killed_at_any_moment_leaves_the_old_or_the_new_index() -> R {
         }
     }
 
-    // A killed writer's temp file; and should a kill have landed while the folder's lock was
-    // held, the lock is taken over once it is stale (10 s), as the next run would.
+    // A killed writer's temp file. The folder's lock is an OS lock, let go of when a killed
+    // run died: the next run takes it at once, however recently the kill landed.
     let planted = dir.join(".MEMORY.md.4194304-0-0123456789abcdef.keeltmp");
     std::fs::write(&planted, "half an index")?;
-    let lock = dir.join(".memory.lock");
-    if let Ok(modified) = std::fs::metadata(&lock).and_then(|m| m.modified()) {
-        let stale_at = modified + Duration::from_secs(11);
-        while std::time::SystemTime::now() < stale_at {
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
     reset()?;
     all_succeed(vec![consolidate()?])?;
     // The planted file changes the folder, so the approval of its content no longer holds and
@@ -769,9 +764,11 @@ fn a_consolidate_killed_at_any_moment_leaves_the_old_or_the_new_index() -> R {
     let left: Vec<String> = std::fs::read_dir(&dir)?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".keeltmp") || n == ".memory.lock")
+        .filter(|n| n.ends_with(".keeltmp"))
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+    // The lock file stays (removing one a writer waits on would let two in), held by no one.
+    assert!(!lock_is_held(&dir.join(".memory.lock"))?);
     Ok(())
 }
 
@@ -836,5 +833,429 @@ fn concurrent_always_approvals_from_several_processes_are_all_kept() -> R {
     let (store, _) = keel_kernel::gates::approvals::GrantStore::open(&store, ws.path())?;
     let kept = store.list(ws.path())?;
     assert_eq!(kept.len(), WRITERS * APPROVALS_EACH, "{kept:?}");
+    Ok(())
+}
+
+/// Whether another process holds a `flock` on `path` (a missing file is held by no one).
+fn lock_is_held(path: &Path) -> Result<bool, std::io::Error> {
+    match std::fs::OpenOptions::new().read(true).open(path) {
+        Ok(file) => Ok(matches!(
+            file.try_lock(),
+            Err(std::fs::TryLockError::WouldBlock)
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Poll `ready` every 20 ms until it holds, for at most `within`; `what` names it when it
+/// never does.
+fn wait_until(
+    what: &str,
+    within: Duration,
+    mut ready: impl FnMut() -> Result<bool, Box<dyn std::error::Error>>,
+) -> R {
+    let until = Instant::now() + within;
+    while !ready()? {
+        if Instant::now() > until {
+            return Err(format!("{what}: not within {within:?}").into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// The pid of a process that ran and is gone (reaped).
+fn dead_pid() -> Result<u32, std::io::Error> {
+    let mut child = std::process::Command::new("true").spawn()?;
+    let pid = child.id();
+    child.wait()?;
+    Ok(pid)
+}
+
+/// A `remember` whose session is stopped while it holds the memory folder's lock: the topic
+/// file it reads is a FIFO nobody writes to, so the plugin's open of it waits, in the middle
+/// of its read-change-write, for as long as the test likes. While it
+/// waits, a second writer does not get the lock, even once the lock looks older than any
+/// write takes; killed with SIGKILL, it lets go at that moment, and the next `keel memory
+/// consolidate --apply` writes at once (a lock file left behind would make it say "busy").
+#[test]
+fn a_memory_lock_is_let_go_when_its_holder_is_killed_and_never_taken_from_a_slow_one() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    let dir = ws.path().join(".keel/memory");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("MEMORY.md"),
+        "# Memory\n- [testing](testing.md) — tests\n",
+    )?;
+    let fifo = dir.join("testing.md");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))?;
+    common::use_scripted_model(
+        home.path(),
+        "[[step]]\n[[step.tool_calls]]\nname = \"remember\"\n\
+         arguments = { topic = \"testing\", text = \"make check runs the tests\" }\n\n\
+         [[step]]\ntext = \"Noted.\"\n",
+    )?;
+    let mut holder = keel_process(home.path(), ws.path())
+        .args(["exec", "--approval", "auto", "remember how we test"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    // The plugin waits in its open of the FIFO (for a writer that never comes), holding the
+    // lock.
+    let lock = dir.join(".memory.lock");
+    wait_until(
+        "the remember holding the folder's lock",
+        Duration::from_secs(120),
+        || {
+            if let Some(status) = holder.try_wait()? {
+                return Err(format!("the holder ended first: {status}").into());
+            }
+            Ok(lock_is_held(&lock)?)
+        },
+    )?;
+
+    // Slow: the lock looks a minute old, which no write takes; still nobody else gets it.
+    std::fs::File::options()
+        .write(true)
+        .open(&lock)?
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(60))?;
+    // A second session (its own home: the lock is the folder's) remembering meanwhile.
+    let other = tempfile::tempdir()?;
+    common::use_scripted_model(
+        other.path(),
+        "[[step]]\n[[step.tool_calls]]\nname = \"remember\"\n\
+         arguments = { topic = \"style\", text = \"Name things plainly\" }\n\n\
+         [[step]]\ntext = \"Noted.\"\n",
+    )?;
+    let second = keel(other.path(), ws.path())
+        .args(["exec", "--json", "--approval", "auto", "remember the style"])
+        .timeout(Duration::from_secs(120))
+        .output()?;
+    let said = String::from_utf8_lossy(&second.stdout).into_owned()
+        + &String::from_utf8_lossy(&second.stderr);
+    let outcome = common::json_lines(&second.stdout)
+        .into_iter()
+        .find(|l| l["event"]["kind"] == "tool_outcome")
+        .ok_or_else(|| format!("no tool outcome: {said}"))?;
+    assert!(
+        outcome["event"]["outcome"]["status"] != "ok"
+            && outcome["event"]["outcome"]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("busy")),
+        "{outcome}"
+    );
+    assert!(
+        !dir.join("style.md").exists(),
+        "written under another's lock"
+    );
+
+    // Killed: the next writer goes at once.
+    holder.kill()?;
+    holder.wait()?;
+    std::fs::remove_file(&fifo)?;
+    let consolidate = keel(home.path(), ws.path())
+        .args([
+            "memory",
+            "consolidate",
+            "--scope",
+            "project",
+            "--apply",
+            "--no-model",
+        ])
+        .timeout(Duration::from_secs(120))
+        .output()?;
+    assert!(
+        consolidate.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&consolidate.stdout),
+        String::from_utf8_lossy(&consolidate.stderr)
+    );
+    assert!(!lock_is_held(&lock)?);
+    Ok(())
+}
+
+/// keel's home is the person's alone whoever made it: one made 0755 by hand, with a session
+/// log of 0644 holding a key a command printed and a checkpoint store to match, is made 0700
+/// with everything in it the person's alone as soon as keel uses it; a home keel makes is
+/// 0700; a home owned by someone else, a link to one, or a home in a folder anyone may write
+/// is refused, saying what to do.
+#[test]
+fn keels_home_is_made_the_persons_alone_and_anothers_is_refused() -> R {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &Path| -> std::io::Result<u32> {
+        use std::os::unix::fs::MetadataExt as _;
+        Ok(std::fs::symlink_metadata(p)?.mode() & 0o7777)
+    };
+    let set = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    let root = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    let home = root.path().join("home");
+    let sessions = home.join("data/sessions");
+    let objects = home.join("checkpoints/objects");
+    std::fs::create_dir_all(&sessions)?;
+    std::fs::create_dir_all(&objects)?;
+    let log = sessions.join("s1.jsonl");
+    std::fs::write(
+        &log,
+        "{\"text\": \"-----BEGIN OPENSSH PRIVATE KEY-----\"}\n",
+    )?;
+    std::fs::write(objects.join("blob"), "a copy of a file")?;
+    for dir in [
+        &home,
+        &home.join("data"),
+        &sessions,
+        &home.join("checkpoints"),
+        &objects,
+    ] {
+        set(dir, 0o755)?;
+    }
+    set(&log, 0o644)?;
+    set(&objects.join("blob"), 0o644)?;
+    keel(&home, ws.path())
+        .args(["sessions", "list"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    assert_eq!(mode(&home)?, 0o700);
+    for dir in [
+        &home.join("data"),
+        &sessions,
+        &home.join("checkpoints"),
+        &objects,
+    ] {
+        assert_eq!(mode(dir)?, 0o700, "{}", dir.display());
+    }
+    assert_eq!(mode(&log)?, 0o600);
+    assert_eq!(mode(&objects.join("blob"))?, 0o600);
+
+    // Made private again by hand, with the logs' folder left open: closed again.
+    set(&home.join("data"), 0o755)?;
+    keel(&home, ws.path())
+        .args(["sessions", "list"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    assert_eq!(mode(&home.join("data"))?, 0o700);
+
+    // A home keel makes.
+    let made = root.path().join("made/home");
+    keel(&made, ws.path())
+        .args(["sessions", "list"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    assert_eq!(mode(&made)?, 0o700);
+
+    // A home through a link: its target is made private.
+    let target = root.path().join("target");
+    std::fs::create_dir(&target)?;
+    set(&target, 0o755)?;
+    let linked = root.path().join("linked");
+    std::os::unix::fs::symlink(&target, &linked)?;
+    keel(&linked, ws.path())
+        .args(["sessions", "list"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .success();
+    assert_eq!(mode(&target)?, 0o700);
+
+    // Someone else's home, directly or through a link, and a home in a folder anyone may
+    // write: refused, and left as it was.
+    let someone = nix::unistd::Uid::from_raw(4242);
+    let theirs = root.path().join("theirs");
+    std::fs::create_dir(&theirs)?;
+    set(&theirs, 0o755)?;
+    let is_root = nix::unistd::geteuid().is_root();
+    if is_root {
+        nix::unistd::chown(&theirs, Some(someone), None)?;
+    }
+    let to_theirs = root.path().join("to-theirs");
+    std::os::unix::fs::symlink(&theirs, &to_theirs)?;
+    let open = root.path().join("open");
+    std::fs::create_dir(&open)?;
+    set(&open, 0o777)?;
+    let mut refused = vec![(open.join("home"), "anyone may write")];
+    if is_root {
+        refused.push((theirs.clone(), "belongs to uid 4242"));
+        refused.push((to_theirs, "belongs to uid 4242"));
+    }
+    for (home, why) in refused {
+        let out = keel(&home, ws.path())
+            .args(["sessions", "list"])
+            .timeout(Duration::from_secs(60))
+            .output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(why) && stderr.contains("--home"),
+            "{}: {stderr}",
+            home.display()
+        );
+    }
+    assert_eq!(mode(&theirs)?, 0o755);
+    assert!(!open.join("home").exists());
+    Ok(())
+}
+
+/// What killed keel processes left is swept by the next start and by `keel doctor --fix`:
+/// exactly what is keel's and whose keel is gone. Two sessions run a long command (so each has
+/// a command marker in the temp folder and a session lock); one is killed with SIGKILL, the
+/// other lives on. Beside them, the temp files killed atomic writes leave (`keel mcp add`'s
+/// `.config.toml.*.tmp`, a spilled output's, a restore's, a memory folder's), named for the
+/// dead keel, for the live one, and for a pid used again by a later process; and files that
+/// are not keel's.
+#[test]
+fn leftovers_of_killed_keels_are_swept_and_a_live_keels_are_kept() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    let tmp = tempfile::tempdir()?;
+    common::use_scripted_model(
+        home.path(),
+        "[[step]]\n[[step.tool_calls]]\nname = \"exec_shell\"\n\
+         arguments = { command = \"sleep 120\" }\n\n[[step]]\ntext = \"done\"\n",
+    )?;
+    let markers = |pid: u32| -> Vec<PathBuf> {
+        std::fs::read_dir(tmp.path())
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .starts_with(&format!("keel-cwd-{pid}-"))
+                    })
+                    .map(|e| e.path())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let running = |home: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(home.join("running"))
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let session = || {
+        keel_process(home.path(), ws.path())
+            .env("TMPDIR", tmp.path())
+            .args(["exec", "--approval", "auto", "wait"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+    };
+    let mut killed = session()?;
+    let mut live = session()?;
+    for child in [&killed, &live] {
+        let pid = child.id();
+        wait_until("a command's marker", Duration::from_secs(120), || {
+            Ok(!markers(pid).is_empty())
+        })?;
+    }
+    let (killed_pid, live_pid) = (killed.id(), live.id());
+    let killed_marker = markers(killed_pid);
+    let live_marker = markers(live_pid);
+    assert_eq!(running(home.path()).len(), 2);
+    killed.kill()?;
+    killed.wait()?;
+
+    // What killed writers leave, and what is not keel's.
+    let dead = dead_pid()?;
+    let spill = ws.path().join(".keel/spill");
+    std::fs::create_dir_all(&spill)?;
+    let deep = ws.path().join("src/deep");
+    std::fs::create_dir_all(&deep)?;
+    let memory = ws.path().join(".keel/memory");
+    std::fs::create_dir_all(&memory)?;
+    let plant = |path: PathBuf| -> std::io::Result<PathBuf> {
+        std::fs::write(&path, "part")?;
+        Ok(path)
+    };
+    let home_dead = plant(
+        home.path()
+            .join(format!(".config.toml.{dead}-0-0123456789abcdef.tmp")),
+    )?;
+    let home_killed = plant(
+        home.path()
+            .join(format!(".keel.lock.{killed_pid}-3-0123456789abcdef.tmp")),
+    )?;
+    let spill_dead = plant(spill.join(format!(".call-1.txt.{dead}-0-aB3dE6.tmp")))?;
+    let restore_dead = plant(deep.join(format!(".keel-restore-{dead}-0-1700000000000000000.tmp")))?;
+    let memory_dead = plant(memory.join(".MEMORY.md.1a2b-3c4d-0.keeltmp"))?;
+    let home_live = plant(
+        home.path()
+            .join(format!(".config.toml.{live_pid}-0-0123456789abcdef.tmp")),
+    )?;
+    let restore_live = plant(deep.join(format!(
+        ".keel-restore-{live_pid}-0-1700000000000000000.tmp"
+    )))?;
+    // Named for this test's own process, and last changed long before it started: a writer
+    // whose pid this process now has.
+    let me = std::process::id();
+    let reused = plant(
+        home.path()
+            .join(format!(".trust.toml.{me}-0-0123456789abcdef.tmp")),
+    )?;
+    std::fs::File::options()
+        .write(true)
+        .open(&reused)?
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(30 * 24 * 3600))?;
+    let not_keels = [
+        plant(home.path().join(".config.toml.tmp"))?,
+        plant(home.path().join("notes.tmp"))?,
+        plant(deep.join(format!(".notes.{dead}-0-0123456789abcdef.tmp")))?,
+        plant(tmp.path().join(format!("keel-other-{dead}-x")))?,
+    ];
+
+    // The next start.
+    keel_process(home.path(), ws.path())
+        .env("TMPDIR", tmp.path())
+        .args(["sessions", "list"])
+        .stdout(Stdio::null())
+        .status()?;
+    for gone in killed_marker
+        .iter()
+        .chain([&home_dead, &home_killed, &spill_dead, &reused])
+    {
+        assert!(!gone.exists(), "not swept at start: {}", gone.display());
+    }
+    assert_eq!(
+        running(home.path()).len(),
+        1,
+        "the killed session's lock is swept"
+    );
+    for kept in live_marker
+        .iter()
+        .chain([&home_live, &restore_live, &restore_dead, &memory_dead])
+        .chain(&not_keels)
+    {
+        assert!(kept.exists(), "swept at start: {}", kept.display());
+    }
+
+    // `keel doctor --fix`: the workspace and the memory folders too.
+    let out = keel(home.path(), ws.path())
+        .env("TMPDIR", tmp.path())
+        .args(["doctor", "--fix"])
+        .timeout(Duration::from_secs(120))
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for gone in [&restore_dead, &memory_dead] {
+        assert!(!gone.exists(), "not swept by --fix: {}", gone.display());
+        assert!(stdout.contains(&gone.display().to_string()), "{stdout}");
+    }
+    for kept in live_marker
+        .iter()
+        .chain([&home_live, &restore_live])
+        .chain(&not_keels)
+    {
+        assert!(kept.exists(), "swept by --fix: {}", kept.display());
+    }
+    assert_eq!(
+        running(home.path()).len(),
+        1,
+        "the live session's lock is kept"
+    );
+
+    live.kill()?;
+    live.wait()?;
     Ok(())
 }

@@ -65,6 +65,11 @@ pub struct DoctorArgs {
     /// How long the analysis may take, in seconds.
     #[arg(long, default_value_t = 30, value_name = "SECS", requires = "analyze")]
     analyze_timeout: u64,
+    /// Remove what keel processes that died left behind: temp files in keel's home and the
+    /// workspace, memory folders' temp files, session locks, command markers (never a live
+    /// keel's file, nor one that is not keel's).
+    #[arg(long)]
+    fix: bool,
 }
 
 pub async fn run(ctx: &Context, args: DoctorArgs) -> anyhow::Result<ExitCode> {
@@ -198,6 +203,9 @@ pub async fn run(ctx: &Context, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     }
     // What the checkpoint stores hold, and the retention applied to them.
     r.ok(&crate::commands::checkpoints::store_usage_line(ctx));
+    if args.fix {
+        sweep_leftovers(ctx, &mut r);
+    }
     if r.json {
         let checks: Vec<serde_json::Value> = r
             .checks
@@ -378,4 +386,19 @@ fn sandbox_check(ctx: &Context) -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("no bundled plugin"))?;
     host.compile(bundled.name, &bundled.component())?;
     Ok(())
+}
+
+/// `--fix`: sweep what keel processes that died left (`crate::sweep`), each removal named.
+fn sweep_leftovers(ctx: &Context, r: &mut Report) {
+    let swept = crate::sweep::thorough(&ctx.home, &ctx.workspace, &ctx.data_dir().join("memory"));
+    for path in &swept.removed {
+        r.ok(&format!(
+            "removed {}, left by a keel process that died",
+            terminal_safe(&path.display().to_string())
+        ));
+    }
+    r.ok(&format!(
+        "leftovers of keel processes that died: {} removed",
+        swept.removed.len()
+    ));
 }
