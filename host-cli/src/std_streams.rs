@@ -6,7 +6,7 @@
 //! own behalf goes through [`stdoutln!`], [`stdout!`], [`stderrln!`] and [`stderr!`] (or the
 //! [`Stdout`] and [`Stderr`] writers) instead: a failed write hands that stream over to
 //! `/dev/null`, so nothing later fails or blocks on it, and tells the session that its
-//! output is gone ([`crate::session::signals::output_lost`]), which ends the running turn as
+//! output is gone ([`crate::session::output_lost`]), which ends the running turn as
 //! Ctrl-C does (recorded, its commands killed) and leaves with a documented status.
 
 use std::fmt;
@@ -46,8 +46,11 @@ pub(crate) fn failed(stream: Stream, error: &io::Error) {
         _ => Lost::Closed,
     };
     to_dev_null(stream);
-    tracing::debug!("{} is lost ({error}); it now goes to /dev/null", stream.name());
-    crate::session::signals::output_lost(lost);
+    tracing::debug!(
+        "{} is lost ({error}); it now goes to /dev/null",
+        stream.name()
+    );
+    crate::session::output_lost(lost);
 }
 
 /// Point `stream`'s descriptor at `/dev/null`: whatever is still buffered for it, and every

@@ -326,28 +326,33 @@ enum Stop {
     StdoutClosed { json: bool },
 }
 
-/// keel on a new pty, leading its session with the pty as its controlling terminal; the
+/// keel on a new pty, leading its session with the pty as its controlling terminal (through
+/// util-linux's `setsid --ctty`, which execs keel in place: the child's pid is keel's); the
 /// pty's other side (what a terminal window holds) is drained by a thread until `close` is
 /// set, then closed. The thread answers what keel wrote to its terminal.
 fn on_a_terminal(
-    mut cmd: std::process::Command,
+    keel: &std::process::Command,
     close: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<(std::process::Child, std::thread::JoinHandle<Vec<u8>>), Box<dyn std::error::Error>> {
     use std::io::Read as _;
-    use std::os::unix::process::CommandExt as _;
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
     let pty = nix::pty::openpty(None, None)?;
+    // openpty's descriptors are inherited across exec: a keel holding the master side itself
+    // would keep its terminal open whatever the test closes.
+    for fd in [&pty.master, &pty.slave] {
+        fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    }
+    let mut cmd = std::process::Command::new("setsid");
+    cmd.arg("--ctty").arg(keel.get_program()).args(keel.get_args());
+    for (name, value) in keel.get_envs() {
+        match value {
+            Some(value) => cmd.env(name, value),
+            None => cmd.env_remove(name),
+        };
+    }
     cmd.stdin(pty.slave.try_clone()?)
         .stdout(pty.slave.try_clone()?)
         .stderr(pty.slave);
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() == -1 || libc::ioctl(0, libc::TIOCSCTTY, 0) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let child = cmd.spawn()?;
     // The command holds the slave's copies; dropping it leaves keel the only holder.
     drop(cmd);
@@ -412,7 +417,7 @@ async fn stopped_by(how: Stop, status: i32) -> R {
         }
         Stop::TerminalClosed => {
             cmd.args(["run", "--approval", "auto", "wait"]);
-            let (child, drain) = on_a_terminal(cmd, close.clone())?;
+            let (child, drain) = on_a_terminal(&cmd, close.clone())?;
             until(|| started.exists()).await?;
             let sent = Instant::now();
             close.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -463,11 +468,17 @@ async fn stopped_by(how: Stop, status: i32) -> R {
             use std::io::Read as _;
             let _ = err.read_to_string(&mut stderr);
         }
+        use std::os::unix::process::ExitStatusExt as _;
+        if let Some(signal) = status.signal() {
+            stderr.push_str(&format!("\n[killed by signal {signal}]"));
+        }
         Ok::<_, std::io::Error>((status.code(), stderr, took))
     })
     .await??;
     let stderr = match terminal {
-        Some(drain) => String::from_utf8_lossy(&drain.join().unwrap_or_default()).into_owned(),
+        Some(drain) => {
+            String::from_utf8_lossy(&drain.join().unwrap_or_default()).into_owned() + &stderr
+        }
         None => stderr,
     };
     assert_eq!(code, Some(status), "{how:?}\n{stderr}");

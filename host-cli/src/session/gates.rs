@@ -215,7 +215,7 @@ impl TerminalApprover {
         &self,
         reply: Reply,
         request: &ApprovalRequest,
-        err: &mut std::io::Stderr,
+        err: &mut crate::std_streams::Stderr,
     ) -> (Answer, Option<String>) {
         let line = match reply {
             // Shift-Tab switches plan mode only at a request; an answer is read as typed.

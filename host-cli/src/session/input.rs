@@ -8,7 +8,7 @@
 //! plugin names, and multi-line input (a line ending in `\` continues). Anything else reads
 //! plain lines.
 
-use std::io::{BufRead as _, Write as _};
+use std::io::BufRead as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};

@@ -34,10 +34,10 @@ pub use builder::KernelBuilder;
 pub(crate) use gates::PageApprover;
 pub(crate) use input::{Reply, answer, prompt_from, use_line_editor};
 use output::Printer;
-pub(crate) use output::{terminal_safe, terminal_safe_name};
 pub use output::{Display, JSON_VERSION};
+pub(crate) use output::{terminal_safe, terminal_safe_name};
 pub(crate) use signals::{
-    exit_status as signal_exit_status, install as handle_stop_signals, terminated,
+    exit_status as signal_exit_status, install as handle_stop_signals, output_lost, terminated,
 };
 
 /// Settings of one session.

@@ -112,9 +112,9 @@ fn watch_stdout_reader() {
                 let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::empty())];
                 match poll(&mut fds, PollTimeout::NONE) {
                     Ok(_) => {
-                        let gone = fds[0].revents().is_some_and(|r| {
-                            r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP)
-                        });
+                        let gone = fds[0]
+                            .revents()
+                            .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP));
                         if gone {
                             crate::std_streams::failed(
                                 crate::std_streams::Stream::Stdout,
