@@ -224,7 +224,7 @@ fn sweep_running(dir: &Path, swept: &mut Swept) {
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        if !path.extension().is_some_and(|e| e == "lock") || persons_file(&path).is_none() {
+        if path.extension().is_none_or(|e| e != "lock") || persons_file(&path).is_none() {
             continue;
         }
         if let Some(_locked) = lock_now(&path)
