@@ -390,7 +390,12 @@ async fn stopped_by(how: Stop, status: i32) -> R {
             let error = serde_json::json!({"error": {"message": problem}});
             return vec![json_response("400 Bad Request", &[], &error.to_string())];
         }
-        if n > 0 {
+        // The command is asked for in the first turn only: a turn stopped before its first
+        // request is resumed into an answer, not into the command.
+        let resumed = r.json()["messages"]
+            .as_array()
+            .is_some_and(|ms| ms.iter().any(|m| m["content"] == "go on"));
+        if n > 0 || resumed {
             return oa_answer("done");
         }
         let args = r#"{"command": "touch started; (sleep 3; touch survivor) & sleep 60"}"#;
