@@ -111,6 +111,28 @@ pub struct SessionHook {
     pub command: String,
     pub timeout_secs: u64,
     pub network: bool,
+    /// The workspace files its command names (the script, an interpreter's script argument),
+    /// by content: part of what an approval covers. Left out when there are none, so the
+    /// digest of a hook that runs no workspace file is what it was before files were counted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<HookFile>,
+    /// Each file's approved content kept in keel's home, bound read-only over the file for
+    /// the hook's process: what runs is what was read here, whatever the workspace holds
+    /// later in the session. Filled by [`session_hooks`].
+    #[serde(skip)]
+    pub pinned: Vec<(PathBuf, PathBuf)>,
+}
+
+/// A workspace file a hook's command runs, by content.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HookFile {
+    /// Where it is, relative to the workspace (links resolved).
+    pub path: String,
+    /// The SHA-256 of its content.
+    pub sha256: String,
+    /// Its content, as hashed (not part of the digest: the hash is).
+    #[serde(skip)]
+    content: Vec<u8>,
 }
 
 impl SessionHook {
@@ -126,8 +148,137 @@ impl SessionHook {
                 .clamp(1, MAX_TIMEOUT_SECS),
             // Only the person's own hooks may reach the network.
             network: h.network && source == Source::Config,
+            files: Vec::new(),
+            pinned: Vec::new(),
         }
     }
+}
+
+/// Largest workspace file a hook may run (a script; a bigger one is not a hook's script).
+const MAX_HOOK_FILE_BYTES: u64 = 4 << 20;
+/// Most workspace files one hook's command may name.
+const MAX_HOOK_FILES: usize = 16;
+
+/// The workspace files `command` names, read once: every word of it (split at blanks and the
+/// shell's operators, quotes dropped, `$CLAUDE_PROJECT_DIR` and `$KEEL_WORKSPACE` expanded)
+/// that is a regular file inside the workspace, links followed only within it. Counting too
+/// many words as files costs nothing but a digest; missing one would let it change unseen.
+/// An error when such a file cannot be read whole, so the hook is not run.
+fn files_run_by(workspace: &Path, command: &str) -> anyhow::Result<Vec<HookFile>> {
+    use std::io::Read as _;
+    let ws = workspace.to_string_lossy();
+    let mut expanded = command.to_owned();
+    for var in ["CLAUDE_PROJECT_DIR", "KEEL_WORKSPACE"] {
+        expanded = expanded
+            .replace(&format!("${{{var}}}"), &ws)
+            .replace(&format!("${var}"), &ws);
+    }
+    let Ok(root) = workspace.canonicalize() else {
+        return Ok(Vec::new());
+    };
+    let mut files: Vec<HookFile> = Vec::new();
+    let words = expanded
+        .split(|c: char| c.is_whitespace() || ";|&()<>=`".contains(c))
+        .map(|w| w.trim_matches(|c| c == '\'' || c == '"'))
+        .filter(|w| !w.is_empty() && !w.starts_with('-') && !w.starts_with('~'));
+    for word in words {
+        let candidate = if Path::new(word).is_absolute() {
+            PathBuf::from(word)
+        } else {
+            root.join(word)
+        };
+        let Ok(real) = candidate.canonicalize() else {
+            continue;
+        };
+        if !real.starts_with(&root) || !real.is_file() {
+            continue;
+        }
+        let path = real
+            .strip_prefix(&root)
+            .unwrap_or(&real)
+            .to_string_lossy()
+            .into_owned();
+        if files.iter().any(|f| f.path == path) {
+            continue;
+        }
+        if files.len() == MAX_HOOK_FILES {
+            bail!("`{command}` names more than {MAX_HOOK_FILES} workspace files");
+        }
+        let mut content = Vec::new();
+        std::fs::File::open(&real)
+            .and_then(|f| f.take(MAX_HOOK_FILE_BYTES + 1).read_to_end(&mut content))
+            .with_context(|| format!("{}: cannot read the file the hook runs", real.display()))?;
+        if content.len() as u64 > MAX_HOOK_FILE_BYTES {
+            bail!(
+                "{}: larger than {} MiB; keel does not run it as a hook",
+                real.display(),
+                MAX_HOOK_FILE_BYTES >> 20
+            );
+        }
+        files.push(HookFile {
+            sha256: keel_registry::sha256_hex(&content),
+            path,
+            content,
+        });
+    }
+    Ok(files)
+}
+
+/// Give each hook the workspace files its command runs, by content; a hook whose files
+/// cannot be read is left out, with why in `problems`.
+fn with_files(
+    workspace: &Path,
+    hooks: Vec<SessionHook>,
+    problems: &mut Vec<String>,
+) -> Vec<SessionHook> {
+    hooks
+        .into_iter()
+        .filter_map(|mut h| match files_run_by(workspace, &h.command) {
+            Ok(files) => {
+                h.files = files;
+                Some(h)
+            }
+            Err(e) => {
+                problems.push(format!("the {} hook `{}`: {e:#}", h.event, h.command));
+                None
+            }
+        })
+        .collect()
+}
+
+/// Keep each hook's files as read in keel's home (`hook-files/<sha256>`, written whole before
+/// it is named), and name them for the hook's process; a hook whose files cannot be kept is
+/// left out with a warning (it would otherwise run whatever the file holds when it runs).
+fn pin(home: &Path, workspace: &Path, hooks: Vec<SessionHook>) -> Vec<SessionHook> {
+    let Ok(root) = workspace.canonicalize() else {
+        return hooks;
+    };
+    let dir = home.join("hook-files");
+    hooks
+        .into_iter()
+        .filter_map(|mut h| {
+            let mut pinned = Vec::new();
+            for f in &h.files {
+                let copy = dir.join(&f.sha256);
+                let kept = std::fs::read(&copy)
+                    .is_ok_and(|held| keel_registry::sha256_hex(&held) == f.sha256)
+                    || keel_registry::atomic_write(&copy, &f.content, true).is_ok();
+                if !kept {
+                    tracing::warn!(
+                        "the {} hook `{}` does not run: keel cannot keep the content of {} in                          {} (check that keel's home is writable)",
+                        h.event,
+                        h.command,
+                        f.path,
+                        dir.display()
+                    );
+                    return None;
+                }
+                pinned.push((root.join(&f.path), copy));
+            }
+            h.pinned = pinned;
+            Some(h)
+        })
+        .collect()
 }
 
 /// The workspace's own hooks as read now, and their digest.
@@ -215,6 +366,8 @@ fn claude_hooks(text: &str) -> anyhow::Result<(Vec<SessionHook>, Vec<String>)> {
                     command: h.command.clone(),
                     timeout_secs: timeout.clamp(1, MAX_TIMEOUT_SECS),
                     network: false,
+                    files: Vec::new(),
+                    pinned: Vec::new(),
                 });
             }
         }
@@ -299,6 +452,7 @@ pub fn workspace_hooks(workspace: &Path) -> WorkspaceHooks {
         Ok(None) => {}
         Err(e) => problems.push(format!("{e:#}")),
     }
+    let hooks = with_files(workspace, hooks, &mut problems);
     let digest = (!hooks.is_empty()).then(|| digest(&hooks));
     WorkspaceHooks {
         hooks,
@@ -343,18 +497,29 @@ pub fn approved_before(home: &Path, workspace: &Path) -> bool {
 
 /// The hooks a session in `workspace` runs: the person's, then the workspace's if approved.
 /// Read once here; `configure_hooks_plugin` and [`entries`] both use this list.
+///
+/// The workspace files each hook runs are kept as they are now (the approved content, for a
+/// workspace's hook; for the person's own, what the workspace held when the session started)
+/// and bound over the files for the hooks' processes, so a script changed during the session
+/// — by a command, a file tool or anyone — does not run in the hook's place; a changed script
+/// makes the next session ask again, as a changed command does.
 pub fn session_hooks(home: &Path, workspace: &Path, config: &UserConfig) -> Vec<SessionHook> {
-    let mut hooks: Vec<SessionHook> = config
+    let own: Vec<SessionHook> = config
         .hooks
         .by_event()
         .into_iter()
         .map(|(event, h)| SessionHook::from_setting(Source::Config, event, h))
         .collect();
+    let mut problems = Vec::new();
+    let mut hooks = with_files(workspace, own, &mut problems);
+    for p in problems {
+        tracing::warn!("one of your hooks does not run: {p}");
+    }
     let found = workspace_hooks(workspace);
     if is_approved(home, workspace, &found) {
         hooks.extend(found.hooks);
     }
-    hooks
+    pin(home, workspace, hooks)
 }
 
 /// The name of the process entry of the `n`th hook.
@@ -440,6 +605,7 @@ pub fn entries(
                 } else {
                     Vec::new()
                 },
+                pinned: h.pinned.clone(),
                 ..keel_kernel::ProcessEntry::default()
             };
             (entry_name(n), entry)

@@ -399,3 +399,64 @@ fn a_stop_hook_that_denies_makes_the_agent_go_on_within_a_bound() {
     let stops = std::fs::read_to_string(ws.join("stops.txt")).unwrap_or_default();
     assert_eq!(stops.lines().count(), 9, "{stderr}");
 }
+
+/// Issue 50.2: approval covers what a hook runs, not only its line. A repository's approved
+/// hook runs `sh hooks/post.sh`; the model rewrites that script in its turn. The hook keeps
+/// running the approved script in that turn (the model's never runs), `keel hooks list` shows
+/// the script by content, and the next session asks again instead of running it.
+#[test]
+fn a_swapped_hook_script_never_runs_and_is_asked_about_again() {
+    let settings = r#"{"hooks": {"PostToolUse": [{"matcher": "", "hooks": [
+        {"type": "command", "command": "sh hooks/post.sh", "timeout": 10}
+    ]}]}}"#;
+    let (_ws, ws) = workspace_with(&[
+        (".claude/settings.json", settings),
+        (
+            "hooks/post.sh",
+            "cat > /dev/null; echo ran >> approved-ran\n",
+        ),
+    ]);
+    let swap = "printf 'cat > /dev/null; echo ran >> swapped-ran\\n' > hooks/post.sh";
+    let steps = format!("{}{}", shell_step(swap), shell_step("true"));
+    let home = home_with(&steps, "");
+    let approve = keel(home.path(), &ws)
+        .args(["hooks", "approve", "--yes"])
+        .output()
+        .expect("approve");
+    let said = String::from_utf8_lossy(&approve.stdout).into_owned();
+    assert!(approve.status.success(), "{said}");
+    assert!(said.contains("runs hooks/post.sh (sha256 "), "{said}");
+
+    let (stdout, stderr) = turn(home.path(), &ws);
+    let outcomes = tool_outcomes(&stdout);
+    assert!(
+        outcomes.values().all(|(_, status, _)| status == "ok"),
+        "{outcomes:?}\n{stderr}"
+    );
+    assert!(
+        std::fs::read_to_string(ws.join("hooks/post.sh"))
+            .expect("script")
+            .contains("swapped-ran"),
+        "the model's command swapped the script"
+    );
+    assert!(
+        !ws.join("swapped-ran").exists(),
+        "the swapped script ran as the approved hook"
+    );
+    let ran = std::fs::read_to_string(ws.join("approved-ran")).unwrap_or_default();
+    assert_eq!(
+        ran.lines().count(),
+        2,
+        "the approved script ran after each call\n{stderr}"
+    );
+
+    let (_, stderr) = turn(home.path(), &ws);
+    assert!(
+        !ws.join("swapped-ran").exists(),
+        "the swapped script ran in a later session"
+    );
+    assert!(
+        stderr.contains("changed since you approved them"),
+        "{stderr}"
+    );
+}

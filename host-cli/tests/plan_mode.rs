@@ -174,3 +174,137 @@ fn a_writing_command_is_refused_in_plan_mode_and_json_reports_the_mode() {
         assert!(read.2.contains("hello"), "{read:?}");
     }
 }
+
+/// Every file under `dir` (links as their target), path → content: what "byte-identical"
+/// compares.
+fn tree(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = path
+                .strip_prefix(dir)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            let kind = entry.file_type().expect("type");
+            if kind.is_dir() {
+                files.insert(format!("{name}/"), Vec::new());
+                stack.push(path);
+            } else if kind.is_symlink() {
+                let target = std::fs::read_link(&path).expect("link");
+                files.insert(name, target.display().to_string().into_bytes());
+            } else {
+                files.insert(name, std::fs::read(&path).expect("read"));
+            }
+        }
+    }
+    files
+}
+
+/// Issue 50.4: read-only means nothing in the workspace or the memory changes, whoever asks.
+/// A plan turn under `--approval auto` in which the model calls `remember`, and the person's
+/// hooks and an approved repository hook try to write at every point of the turn, leaves the
+/// workspace and both memory folders byte-identical; `remember` is refused as a tool that
+/// writes, and the hooks still run (a guard keeps guarding), read-only.
+#[test]
+fn a_plan_turn_leaves_the_workspace_and_the_memory_byte_identical() {
+    let home = tempfile::tempdir().expect("home");
+    let ws = tempfile::tempdir().expect("workspace");
+    let ws = ws.path().canonicalize().expect("canonical");
+    std::fs::write(ws.join("notes.txt"), "hello\n").expect("notes");
+    std::fs::create_dir_all(ws.join(".keel/memory")).expect("memory");
+    std::fs::write(
+        ws.join(".keel/config.toml"),
+        "[[hooks.post-tool-use]]\ncommand = \"echo repo > repo-hook-wrote; exit 0\"\n",
+    )
+    .expect("repository hook");
+    std::fs::create_dir_all(home.path().join("data/memory")).expect("user memory");
+    let script = format!(
+        "{}[[step]]\ntext = \"## Plan\\n\\nNothing to change.\"\n",
+        scripted_tool_step(&[
+            (
+                "remember",
+                r#"{ topic = "plan", text = "the plan is to poison the next session" }"#.to_owned()
+            ),
+            ("exec_shell", r#"{ command = "cat notes.txt" }"#.to_owned()),
+        ])
+    );
+    use_scripted_model(home.path(), &script).expect("script");
+    let hooks = [
+        "session-start",
+        "user-prompt-submit",
+        "pre-tool-use",
+        "post-tool-use",
+        "stop",
+    ]
+    .iter()
+    .map(|event| {
+        format!(
+            "[[hooks.{event}]]\ncommand = \"echo {event} > person-{event}-wrote; echo x >> \
+             .keel/memory/MEMORY.md; exit 0\"\n"
+        )
+    })
+    .collect::<String>();
+    let config = home.path().join("config.toml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(&hooks);
+    text.push_str("[config.memory]\nuser-writes = true\n");
+    std::fs::write(&config, text).expect("config");
+    let approve = keel(home.path(), &ws)
+        .args(["hooks", "approve", "--yes"])
+        .output()
+        .expect("approve");
+    assert!(
+        approve.status.success(),
+        "{}",
+        String::from_utf8_lossy(&approve.stderr)
+    );
+    let workspace_before = tree(&ws);
+    let memory_before = tree(&home.path().join("data/memory"));
+
+    let out = keel(home.path(), &ws)
+        .args(["exec", "--plan", "--json", "--approval", "auto", "plan it"])
+        .timeout(Duration::from_secs(180))
+        .output()
+        .expect("keel runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let report = crate::common::json_lines(&out.stdout)
+        .into_iter()
+        .find(|l| l["topic"] == "turn.report")
+        .expect("a report");
+    if !report["sandbox"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("commands: bubblewrap"))
+    {
+        // Without the OS sandbox nothing holds a hook read-only; this test needs bubblewrap.
+        return;
+    }
+    let outcomes = tool_outcomes(&out.stdout);
+    let remembered = outcomes
+        .values()
+        .find(|(tool, _, _)| tool == "remember")
+        .expect("remember was called");
+    assert_eq!(remembered.1, "refused", "{remembered:?}");
+    assert!(remembered.2.contains("plan mode"), "{remembered:?}");
+    assert_eq!(
+        tree(&ws),
+        workspace_before,
+        "the plan turn changed the workspace\n{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        tree(&home.path().join("data/memory")),
+        memory_before,
+        "the plan turn changed the person's memory"
+    );
+    // The hooks ran (their guard still stands) but could not write: the command between
+    // them read the notes.
+    let read = outcomes
+        .values()
+        .find(|(tool, _, _)| tool == "exec_shell")
+        .expect("the reading command");
+    assert!(read.2.contains("hello"), "{read:?}\n{stderr}");
+}

@@ -60,6 +60,8 @@ pub(crate) trait Mediator: Send + Sync {
     /// Whether `plugin` can reach the network or start programs of its own (what plan mode
     /// cannot confine; its commands go through the exec gate and are judged there).
     fn reaches_out(&self, plugin: &str) -> bool;
+    /// Whether `plugin` holds a directory it may write (what plan mode cannot see it write).
+    fn writes_own_dirs(&self, plugin: &str) -> bool;
 }
 
 fn outcome(call_id: &str, tool: &str, status: OutcomeStatus, content: String) -> ToolOutcome {
@@ -340,7 +342,7 @@ fn plan_refusal(
     input: &Value,
 ) -> Option<String> {
     use crate::plan_mode::{PlanTool, judge_command, judge_tool, refusal};
-    match judge_tool(spec, m.reaches_out(owner)) {
+    match judge_tool(spec, m.reaches_out(owner), m.writes_own_dirs(owner)) {
         PlanTool::Reads => None,
         PlanTool::Refused(why) => Some(refusal(tool, why)),
         PlanTool::Commands => match command_of(spec, input) {

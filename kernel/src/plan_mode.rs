@@ -45,8 +45,15 @@ pub(crate) enum PlanTool {
 }
 
 /// How plan mode treats `spec`, served by a plugin that `reaches_out` (may reach the network
-/// or start programs of its own, beyond the exec gate) or not.
-pub(crate) fn judge_tool(spec: &ToolSpec, reaches_out: bool) -> PlanTool {
+/// or start programs of its own, beyond the exec gate) or not, and that `writes_own_dirs`
+/// (holds a directory it may write, which no gate sees it write) or not.
+///
+/// A tool that declares no effect at all, served by a plugin holding a writable directory,
+/// is refused: declaring nothing is not declaring that it only reads (`remember` declares
+/// nothing and appends to the memory folders, which the next session recalls). A tool of such
+/// a plugin that declares it reads (`read_file` of the file tools, granted the workspace
+/// read-write for its writing tools) stays.
+pub(crate) fn judge_tool(spec: &ToolSpec, reaches_out: bool, writes_own_dirs: bool) -> PlanTool {
     let c = &spec.capabilities;
     if c.writes_files {
         PlanTool::Refused("it writes files")
@@ -54,6 +61,11 @@ pub(crate) fn judge_tool(spec: &ToolSpec, reaches_out: bool) -> PlanTool {
         PlanTool::Refused("it reaches the network")
     } else if reaches_out {
         PlanTool::Refused("its plugin reaches the network or starts programs of its own")
+    } else if writes_own_dirs && !c.reads_files && !c.executes_code {
+        PlanTool::Refused(
+            "its plugin writes folders of its own (memory, say) and the tool does not declare \
+             that it only reads",
+        )
     } else if c.executes_code {
         PlanTool::Commands
     } else {
@@ -105,11 +117,11 @@ mod tests {
     #[test]
     fn only_reading_tools_and_command_tools_stay() {
         assert_eq!(
-            judge_tool(&spec(ToolCapabilities::READS_FILES), false),
+            judge_tool(&spec(ToolCapabilities::READS_FILES), false, false),
             PlanTool::Reads
         );
         assert_eq!(
-            judge_tool(&spec(ToolCapabilities::EXECUTES_CODE), false),
+            judge_tool(&spec(ToolCapabilities::EXECUTES_CODE), false, false),
             PlanTool::Commands
         );
         for caps in [
@@ -119,13 +131,13 @@ mod tests {
             ToolCapabilities::WRITES_FILES | ToolCapabilities::READS_FILES,
         ] {
             assert!(
-                matches!(judge_tool(&spec(caps), false), PlanTool::Refused(_)),
+                matches!(judge_tool(&spec(caps), false, false), PlanTool::Refused(_)),
                 "{caps:?}"
             );
         }
         // A tool that says it only reads, from a plugin that can reach the network.
         assert!(matches!(
-            judge_tool(&spec(ToolCapabilities::READS_FILES), true),
+            judge_tool(&spec(ToolCapabilities::READS_FILES), true, false),
             PlanTool::Refused(_)
         ));
     }

@@ -53,8 +53,20 @@ fn line(h: &SessionHook) -> String {
         format!("matcher `{}`, ", terminal_safe(&h.matcher))
     };
     let network = if h.network { ", network" } else { "" };
+    // The files it runs are approved by content: name each with the start of its digest.
+    let files: String = h
+        .files
+        .iter()
+        .map(|f| {
+            format!(
+                "\n      runs {} (sha256 {})",
+                terminal_safe(&f.path),
+                f.sha256.get(..16).unwrap_or(&f.sha256)
+            )
+        })
+        .collect();
     format!(
-        "{} ({matcher}{} s{network}): {}",
+        "{} ({matcher}{} s{network}): {}{files}",
         h.event,
         h.timeout_secs,
         terminal_safe(&h.command)
@@ -122,7 +134,8 @@ fn approve(ctx: &Context, yes: bool) -> anyhow::Result<ExitCode> {
     };
     stdoutln!(
         "This workspace's hooks, commands its authors wrote, each run in the OS sandbox with \
-         the workspace writable and no network:"
+         the workspace writable and no network (the files they run are approved as they are \
+         now: a changed one asks again):"
     );
     for h in &found.hooks {
         stdoutln!("  {} [{}]", line(h), hooks::source_words(h.source));

@@ -80,6 +80,15 @@ impl Mediator for Shared {
             c.processes || !c.network.is_empty()
         })
     }
+
+    fn writes_own_dirs(&self, plugin: &str) -> bool {
+        self.manifest_of(plugin).is_none_or(|m| {
+            m.capabilities
+                .dirs
+                .iter()
+                .any(|d| d.access == crate::manifest::DirAccess::ReadWrite)
+        })
+    }
 }
 
 /// The doors of a turn (model completion, tool dispatch, replay) and what the gate pipeline
@@ -222,7 +231,11 @@ impl Shared {
             return false;
         };
         !matches!(
-            crate::plan_mode::judge_tool(&spec, Mediator::reaches_out(self, &owner)),
+            crate::plan_mode::judge_tool(
+                &spec,
+                Mediator::reaches_out(self, &owner),
+                Mediator::writes_own_dirs(self, &owner),
+            ),
             crate::plan_mode::PlanTool::Refused(_)
         )
     }

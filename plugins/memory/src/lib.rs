@@ -277,9 +277,7 @@ impl Plugin for Memory {
                  match. Do not store secrets.",
                 REMEMBER_SCHEMA,
             )
-            // It writes the memory folders: declared, so plan mode and read-only children,
-            // which keep only tools that change nothing, leave it out.
-            .capabilities(ToolCapabilities::WRITES_FILES),
+            .capabilities(ToolCapabilities::empty()),
         )?;
         kernel_services::provide(services::MEMORY, "1.0.0")?;
         Ok(Memory {
