@@ -123,6 +123,8 @@ impl Plan {
                 Change::RemoveDir(_) | Change::MakeDir(_) | Change::DirMode { .. } => "/",
                 _ => "",
             };
+            // A name holding a newline would read as two entries: quoted as the model sees it.
+            let path = keel_sanitize::sanitize::one_line_name(path).unwrap_or_else(|| path.clone());
             out.push(format!("{sign} {path}{suffix}"));
         }
         out

@@ -544,3 +544,59 @@ fn exec_cleans_its_answer_in_a_pipe_unless_raw() -> R {
     );
     Ok(())
 }
+
+/// A file name holding a newline is printed on the person's terminal on one line, quoted and
+/// escaped as the model sees it in a listing, so one entry never reads as two: in the
+/// transcript of the turn and in what a rewind would change.
+#[test]
+fn a_newline_in_a_file_name_is_printed_escaped_as_the_model_sees_it() -> R {
+    let home = tempfile::tempdir()?;
+    let ws = tempfile::tempdir()?;
+    std::fs::write(ws.path().join("kept.txt"), "kept")?;
+    std::fs::write(ws.path().join("old\nname.txt"), "x")?;
+    use_scripted_model(
+        home.path(),
+        r#"
+[[step]]
+[[step.tool_calls]]
+name = "list_dir"
+arguments = { path = "." }
+
+[[step]]
+[[step.tool_calls]]
+name = "exec_shell"
+arguments = { command = "rm kept.txt; printf y > 'new\nname.txt'" }
+
+[[step]]
+text = "done"
+"#,
+    )?;
+    let run = keel(home.path(), ws.path())
+        .args(["run", "--approval", "auto", "go"])
+        .timeout(WAIT)
+        .output()?;
+    let transcript = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(run.status.success(), "{transcript}");
+    let id = crate::common::session_ids(home.path())
+        .into_iter()
+        .next()
+        .ok_or("no session")?;
+    let rewind = keel(home.path(), ws.path())
+        .args(["rewind", "--turn", "1", "--files", "--dry-run", &id])
+        .timeout(WAIT)
+        .output()?;
+    let plan = String::from_utf8_lossy(&rewind.stdout).into_owned()
+        + &String::from_utf8_lossy(&rewind.stderr);
+    for (what, shown) in [("transcript", &transcript), ("rewind plan", &plan)] {
+        for half in ["old", "new", "name.txt"] {
+            assert!(
+                !shown.lines().any(|l| l.trim() == half || l.trim_end().ends_with(&format!(" {half}"))),
+                "{what}: a name was split over two lines:\n{shown}"
+            );
+        }
+    }
+    assert!(transcript.contains(r#""old\nname.txt""#), "{transcript}");
+    assert!(plan.contains(r#""new\nname.txt""#), "{plan}");
+    assert!(plan.contains("kept.txt"), "{plan}");
+    Ok(())
+}

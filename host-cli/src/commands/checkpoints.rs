@@ -14,7 +14,7 @@ use keel_kernel::checkpoints::{Checkpoint, Kind, Recorder};
 use keel_protocol::{LogLine, SessionEvent};
 
 use crate::config::Context;
-use crate::session::{running, terminal_safe};
+use crate::session::{running, terminal_safe, terminal_safe_name};
 
 /// `keel checkpoints …`
 #[derive(Subcommand)]
@@ -243,13 +243,13 @@ fn list(ctx: &Context, session: &str, json: bool) -> anyhow::Result<ExitCode> {
         }
         if c.outside {
             for path in &c.changed {
-                stdoutln!("        changed outside keel: {}", terminal_safe(path));
+                stdoutln!("        changed outside keel: {}", terminal_safe_name(path));
             }
         }
         for s in &c.skipped {
             stdoutln!(
                 "        not recorded: {} ({})",
-                terminal_safe(&s.path),
+                terminal_safe_name(&s.path),
                 terminal_safe(&s.reason)
             );
         }
@@ -430,12 +430,12 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
         for s in &p.not_recorded {
             stdoutln!(
                 "  not recorded then, so not brought back: {} ({})",
-                terminal_safe(&s.path),
+                terminal_safe_name(&s.path),
                 terminal_safe(&s.reason)
             );
         }
         for path in &p.conflicts {
-            stdoutln!("  changed outside keel since then: {}", terminal_safe(path));
+            stdoutln!("  changed outside keel since then: {}", terminal_safe_name(path));
         }
     }
     let others = match (&preview, files) {
@@ -448,7 +448,7 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
             terminal_safe(other),
             paths
                 .iter()
-                .map(|p| terminal_safe(p))
+                .map(|p| terminal_safe_name(p))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
@@ -557,7 +557,7 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
     }
     if !failed.is_empty() {
         for f in &failed {
-            stderrln!("not restored: {}", terminal_safe(f));
+            stderrln!("not restored: {}", terminal_safe_name(f));
         }
         bail!(
             "{} change(s) of the rewind could not be made (above); the rest were",

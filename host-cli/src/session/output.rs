@@ -516,7 +516,7 @@ pub(crate) fn terminal_safe(text: &str) -> String {
 /// A file name (or path) from outside keel, made safe to print and kept on one line: escaped as
 /// the model sees it in a listing (a newline in a name would make one entry read as two).
 pub(crate) fn terminal_safe_name(name: &str) -> String {
-    match keel_agent_kit::tools::list_dir::one_line_name(name) {
+    match keel_kernel::gates::sanitize::one_line_name(name) {
         Some(escaped) => terminal_safe(&escaped),
         None => terminal_safe(name),
     }

@@ -16,7 +16,7 @@ use keel_protocol::{LogLine, Role, SessionEvent};
 
 use super::input::{self, Reply};
 use super::output::short;
-use super::{Session, terminal_safe};
+use super::{Session, terminal_safe, terminal_safe_name};
 use crate::config::Context;
 
 /// The most files a preview shows a diff of; the others are named.
@@ -71,7 +71,7 @@ pub(crate) fn newly_not_recorded(before: Option<&Checkpoint>, after: &Checkpoint
             format!(
                 "warning: this turn's checkpoint did not record {}, so a rewind cannot bring \
                  it back: {}",
-                terminal_safe(&s.path),
+                terminal_safe_name(&s.path),
                 terminal_safe(&s.reason)
             )
         })
@@ -235,7 +235,7 @@ pub(crate) fn describe(store: &Store, preview: &Preview, colour: bool) -> Vec<St
     let mut diffed = 0;
     for change in &preview.plan.changes {
         let now = preview.current.entries.get(change.path());
-        let shown = terminal_safe(change.path());
+        let shown = terminal_safe_name(change.path());
         match change {
             Change::Remove(_) => out.push(match now {
                 Some(Node::Symlink { .. }) => format!("- {shown} (a link, removed)"),
@@ -445,7 +445,7 @@ impl Session {
                 for s in &preview.not_recorded {
                     stderrln!(
                         "  not recorded then, so not brought back: {} ({})",
-                        terminal_safe(&s.path),
+                        terminal_safe_name(&s.path),
                         terminal_safe(&s.reason)
                     );
                 }
@@ -459,7 +459,7 @@ impl Session {
             .map(|p| p.conflicts.clone())
             .unwrap_or_default();
         for path in &conflicts {
-            stderrln!("  changed outside keel since then: {}", terminal_safe(path));
+            stderrln!("  changed outside keel since then: {}", terminal_safe_name(path));
         }
         // Another session working in this workspace since then: its changes are named too.
         if let (Some(preview), Some(r)) = (&files, &recorder) {
@@ -471,7 +471,7 @@ impl Session {
                     terminal_safe(&other),
                     paths
                         .iter()
-                        .map(|p| terminal_safe(p))
+                        .map(|p| terminal_safe_name(p))
                         .collect::<Vec<_>>()
                         .join(", ")
                 );
@@ -534,7 +534,7 @@ impl Session {
                 conflicts.len(),
                 conflicts
                     .iter()
-                    .map(|p| terminal_safe(p))
+                    .map(|p| terminal_safe_name(p))
                     .collect::<Vec<_>>()
                     .join(", ")
             );

@@ -256,6 +256,15 @@ pub fn is_removed(c: char) -> bool {
     classify(c) != Class::Keep
 }
 
+/// A file name (or path) as one unambiguous line, the same for the model and for the person's
+/// terminal: when it holds a control character (a newline would make one entry look like two)
+/// or starts with `"`, a JSON string in double quotes with those characters escaped; otherwise
+/// `None` (shown as it is).
+pub fn one_line_name(name: &str) -> Option<String> {
+    (name.chars().any(char::is_control) || name.starts_with('"'))
+        .then(|| serde_json::Value::String(name.to_owned()).to_string())
+}
+
 /// Text made safe to show a person on a terminal (not for the model): the removals of
 /// [`sanitize_text`] without its NFKC step, so what the person reads keeps its characters
 /// (`…`, `x²`, `ﬁ`) while no escape sequence, control, bidi or invisible character gets

@@ -166,25 +166,16 @@ fn walk(
     Ok(())
 }
 
-/// A name as the listing shows it ([`one_line_name`]); `quoted` is set when it was quoted, so
-/// the listing explains it.
+/// A name as the listing shows it ([`keel_sanitize::sanitize::one_line_name`]); `quoted` is
+/// set when it was quoted, so the listing explains it.
 fn shown_name(name: &str, quoted: &mut bool) -> String {
-    match one_line_name(name) {
+    match keel_sanitize::sanitize::one_line_name(name) {
         Some(escaped) => {
             *quoted = true;
             escaped
         }
         None => name.to_owned(),
     }
-}
-
-/// A name as one unambiguous line, the same for the model and for the person's terminal: when
-/// it holds a control character (a newline would make one entry look like two) or starts with
-/// `"`, a JSON string in double quotes with those characters escaped; otherwise `None` (shown
-/// as it is).
-pub fn one_line_name(name: &str) -> Option<String> {
-    (name.chars().any(char::is_control) || name.starts_with('"'))
-        .then(|| serde_json::Value::String(name.to_owned()).to_string())
 }
 
 fn count_entries(dir: &Path, level: usize, depth: usize) -> usize {
