@@ -326,6 +326,9 @@ enum Stop {
     StdoutClosed { json: bool },
 }
 
+/// The thread holding a pty's master side; it answers what keel wrote to its terminal.
+type Terminal = std::thread::JoinHandle<Vec<u8>>;
+
 /// keel on a new pty, leading its session with the pty as its controlling terminal (through
 /// util-linux's `setsid --ctty`, which execs keel in place: the child's pid is keel's); the
 /// pty's other side (what a terminal window holds) is drained by a thread until `close` is
@@ -333,7 +336,7 @@ enum Stop {
 fn on_a_terminal(
     keel: &std::process::Command,
     close: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> Result<(std::process::Child, std::thread::JoinHandle<Vec<u8>>), Box<dyn std::error::Error>> {
+) -> Result<(std::process::Child, Terminal), Box<dyn std::error::Error>> {
     use std::io::Read as _;
     use nix::fcntl::{FcntlArg, FdFlag, fcntl};
     let pty = nix::pty::openpty(None, None)?;
