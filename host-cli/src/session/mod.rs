@@ -428,11 +428,16 @@ impl Session {
                 session: session.clone(),
                 input,
             });
-            let report = self.checkpointed_turn(&session, call(request)).await;
+            let (report, checkpoint_warnings) =
+                self.checkpointed_turn(&session, call(request)).await;
             let asked = self.stop_hooks(went_on > 0).await;
             let report = report?;
             if show {
                 self.show_report(&report);
+            }
+            // After the report, so a warning never lands on the line of the streamed answer.
+            for warning in checkpoint_warnings {
+                stderrln!("{warning}");
             }
             self.check_log().await?;
             match go_on(&report, asked, &mut went_on) {
@@ -598,7 +603,7 @@ impl Session {
         &self,
         session: &str,
         call: impl std::future::Future<Output = Result<ServiceAnswer, keel_kernel::KernelError>>,
-    ) -> anyhow::Result<TurnReport> {
+    ) -> (anyhow::Result<TurnReport>, Vec<String>) {
         let before = match self.kernel.checkpoint_before_turn(session) {
             Some(Err(e)) => {
                 stderrln!("warning: no checkpoint before this turn: {e}");
@@ -607,17 +612,21 @@ impl Session {
             taken => taken.and_then(Result::ok),
         };
         let answer = call.await;
-        match self.kernel.checkpoint_after_turn() {
-            Some(Err(e)) => stderrln!("warning: no checkpoint after this turn: {e}"),
+        let warnings = match self.kernel.checkpoint_after_turn() {
+            Some(Err(e)) => vec![format!("warning: no checkpoint after this turn: {e}")],
             // What the turn's checkpoints left out (a store that filled, a file over the
             // size limit) is said now, not found at a rewind.
-            Some(Ok(after)) => {
-                for warning in rewind::newly_not_recorded(before.as_ref(), &after) {
-                    stderrln!("{warning}");
-                }
-            }
-            None => {}
-        }
+            Some(Ok(after)) => rewind::newly_not_recorded(before.as_ref(), &after),
+            None => Vec::new(),
+        };
+        (self.report_of(answer), warnings)
+    }
+
+    /// The turn's report from the agent's answer, or why the turn failed.
+    fn report_of(
+        &self,
+        answer: Result<ServiceAnswer, keel_kernel::KernelError>,
+    ) -> anyhow::Result<TurnReport> {
         let answer = answer.map_err(|e| {
             let agent = self.agent_plugin();
             anyhow::anyhow!(
