@@ -370,11 +370,11 @@ async fn a_cancel_stops_a_running_command_and_the_turn_ends_cancelled() -> Resul
     );
     assert!(!agent_text(&seen(&shared).updates).contains("never reached"));
     // The command the cancel killed did not complete: the editor is told it failed.
+    let states = statuses(&seen(&shared).updates, "call_1_1");
     assert_eq!(
-        statuses(&seen(&shared).updates, "call_1_1").last(),
+        states.last(),
         Some(&acp::ToolCallStatus::Failed),
-        "{:?}",
-        statuses(&seen(&shared).updates, "call_1_1")
+        "{states:?}"
     );
     Ok(())
 }

@@ -109,6 +109,25 @@ async fn find(browser: &Client, css: &str) -> Result<fantoccini::elements::Eleme
         .map_err(|err| format!("waiting for `{css}`: {err}"))
 }
 
+/// [`find`], and on failure what the page showed and where it was (the failure's context).
+async fn find_or_say(browser: &Client, css: &str) -> Result<fantoccini::elements::Element, String> {
+    match find(browser, css).await {
+        Ok(found) => Ok(found),
+        Err(e) => {
+            let at = browser
+                .current_url()
+                .await
+                .map(|u| u.to_string())
+                .unwrap_or_default();
+            let text = match browser.find(Locator::Css("body")).await {
+                Ok(body) => body.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            Err(format!("{e}\nat {at}, the page said: {text}"))
+        }
+    }
+}
+
 /// Markup a hostile model writes, meant to run in the page.
 const HOSTILE: &str = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>";
 
@@ -145,10 +164,10 @@ fn port_of(url: &str) -> Result<u16, Box<dyn std::error::Error>> {
         .ok_or_else(|| format!("no port in {url:?}"))?)
 }
 
-/// The one-time code of a URL keel gave (`/#code=…`).
+/// The one-time code of a URL keel gave (`/?code=…`).
 fn code_of(url: &str) -> Result<String, Box<dyn std::error::Error>> {
     Ok(url
-        .split_once("#code=")
+        .split_once("?code=")
         .map(|(_, code)| code.trim().to_owned())
         .ok_or_else(|| format!("no code in {url:?}"))?)
 }
@@ -242,7 +261,7 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
             term.set_expect_timeout(Some(Duration::from_secs(60)));
             let found = term
                 .expect(expectrl::Regex(
-                    r"http://127\.0\.0\.1:[0-9]+/#code=[0-9a-f]{32}",
+                    r"http://127\.0\.0\.1:[0-9]+/\?code=[0-9a-f]{32}",
                 ))
                 .map_err(e("the page's URL"))?;
             let url = String::from_utf8_lossy(found.get(0).unwrap_or_default()).into_owned();
@@ -290,7 +309,7 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
         assert!(body.contains("refused"), "{body}");
 
         browser.goto(&url).await?;
-        find(&browser, "body[data-ready='1'][data-feed='open']").await?;
+        find_or_say(&browser, "body[data-ready='1'][data-feed='open']").await?;
         // The code was exchanged at once and left the address bar; the token is the tab's.
         let shown = browser.current_url().await?;
         assert!(!shown.as_str().contains("code="), "{shown}");
@@ -309,7 +328,7 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
         assert_eq!(status, 403, "the code opens the page once: {body}");
         // A reload keeps the page: the token is kept in the tab, not in the link.
         browser.refresh().await?;
-        find(&browser, "body[data-ready='1'][data-feed='open']").await?;
+        find_or_say(&browser, "body[data-ready='1'][data-feed='open']").await?;
 
         // The door, from outside the browser: no token, a rebinding Host, a foreign Origin.
         let get = |path: &str, host: &str, extra: &str| {
@@ -351,8 +370,6 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
         );
         assert_eq!(status_of(port, &post)?, 403, "a POST without an Origin");
 
-        browser.goto(&url).await?;
-        find(&browser, "body[data-ready='1'][data-feed='open']").await?;
         find(
             &browser,
             "#graph g[data-plugin='agent-loop'][data-state='active']",
@@ -380,8 +397,9 @@ async fn the_page_follows_a_live_session_and_answers_its_approvals() -> R {
         let mark = browser.execute("return window.keelMark", vec![]).await?;
         assert_eq!(mark, json!(41), "the page changed without a refresh");
         screenshot(&browser, "after-reload.png").await?;
-        // `/web` during the session names the page already served.
-        order("/web", &[url.as_str()]).await?;
+        // `/web` during the session names the page already served, with a new one-time link.
+        let served = format!("http://127.0.0.1:{port}/?code=");
+        order("/web", &[served.as_str()]).await?;
 
         // An approval answered on the page: the terminal says so and the turn goes on.
         browser
@@ -579,10 +597,12 @@ async fn keel_web_shows_a_thousand_call_session_in_a_list_that_stays_small() -> 
         .stderr(Stdio::null())
         .spawn()?;
     let mut first = String::new();
-    BufReader::new(web.stdout.take().ok_or("no stdout")?).read_line(&mut first)?;
+    // Held to the end: keel leaves when the reader of its stdout does.
+    let mut _stdout = BufReader::new(web.stdout.take().ok_or("no stdout")?);
+    _stdout.read_line(&mut first)?;
     let url = first.trim().to_owned();
     assert!(
-        url.starts_with("http://127.0.0.1:") && url.contains("/#code="),
+        url.starts_with("http://127.0.0.1:") && url.contains("/?code="),
         "{url}"
     );
 
@@ -876,7 +896,9 @@ async fn the_pages_secret_is_in_no_command_line_and_idle_connections_are_closed(
         .stderr(Stdio::null());
     let mut web = command.spawn()?;
     let mut first = String::new();
-    BufReader::new(web.stdout.take().ok_or("no stdout")?).read_line(&mut first)?;
+    // Held to the end: keel leaves when the reader of its stdout does.
+    let mut _stdout = BufReader::new(web.stdout.take().ok_or("no stdout")?);
+    _stdout.read_line(&mut first)?;
     let printed = first.trim().to_owned();
     let port = port_of(&printed)?;
     let waited = std::time::Instant::now();

@@ -1,7 +1,7 @@
 //! Who may use the page: a browser on this machine that was given the launch's URL.
 //!
 //! The launch's URL carries no secret that lasts: only a one-time **code**
-//! (`/#code=…`, 128 random bits), which the page's first load exchanges at once
+//! (`/?code=…`, 128 random bits), which the page's first load exchanges at once
 //! (`POST /api/session`) for the token and which is useless from then on. So the URL may
 //! travel in a browser's or an opener's argv (readable by any local user through `ps`)
 //! without giving the page away; a code handed to an opener also lapses after
@@ -121,7 +121,7 @@ impl Door {
             code: code.clone(),
             until: lifetime.map(|l| now + l),
         });
-        Ok(format!("http://127.0.0.1:{}/#code={code}", self.port))
+        Ok(format!("http://127.0.0.1:{}/?code={code}", self.port))
     }
 
     /// The token for `code`, which is spent by the exchange, whether or not it was good.
@@ -303,7 +303,7 @@ mod tests {
     fn a_code_opens_the_page_once_and_the_url_never_holds_the_token() -> anyhow::Result<()> {
         let d = door();
         let url = d.url(None)?;
-        assert!(url.starts_with("http://127.0.0.1:4000/#code="), "{url}");
+        assert!(url.starts_with("http://127.0.0.1:4000/?code="), "{url}");
         assert!(!url.contains(d.token()), "{url}");
         let code = url.rsplit('=').next().unwrap_or_default();
         assert_eq!(d.exchange(code).as_deref(), Ok(d.token()));

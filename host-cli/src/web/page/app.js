@@ -3,7 +3,7 @@
 // Every word shown came from plugins, models or tools: it is only ever set as text
 // (textContent), never as markup.
 
-// The page's token: never in a link. keel's link carries a one-time code (`#code=…`), which
+// The page's token: never in a link. keel's link carries a one-time code (`?code=…`), which
 // the first load exchanges at once and which is useless from then on; the token is kept in this
 // tab's sessionStorage, which is per origin (port included), so a page on another localhost
 // port cannot read it.
@@ -516,7 +516,7 @@ function connect() {
 }
 
 async function obtainToken() {
-  const code = new URLSearchParams(location.hash.slice(1)).get('code');
+  const code = new URLSearchParams(location.search).get('code');
   if (code) {
     // Out of the address bar and the history at once: spent either way.
     history.replaceState(null, '', location.pathname);
