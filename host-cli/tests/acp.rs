@@ -1719,6 +1719,58 @@ async fn concurrent_new_sessions_never_pass_the_bound() -> Result<(), String> {
     Ok(())
 }
 
+/// A `session/new` that arrives while another session has started but is not yet counted among
+/// the open ones (held there by the debug-only `KEEL_ACP_HOLD_BEFORE_REGISTER`) is still
+/// refused at the bound: the place is taken before the session starts and kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_new_in_the_window_before_another_is_registered_is_refused() -> Result<(), String> {
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let hold = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let workspace = ws.path().canonicalize().map_err(|e| e.to_string())?;
+    use_scripted_model(home.path(), "[[step]]\ntext = \"hi\"\n").map_err(|e| e.to_string())?;
+    let hold_dir = hold.path().display().to_string();
+    let mut child = start_with(
+        home.path(),
+        &workspace,
+        &[],
+        &[
+            ("KEEL_ACP_MAX_SESSIONS", "1"),
+            ("KEEL_ACP_HOLD_BEFORE_REGISTER", hold_dir.as_str()),
+        ],
+    )
+    .map_err(|e| e.to_string())?;
+    let held = hold.path().join("held");
+    let go = hold.path().join("go");
+    let ws_for_body = workspace.clone();
+    let (first, second) = with_client(
+        &mut child,
+        Shared::default(),
+        Arc::new(|_| None),
+        async move |cx| {
+            initialize(&cx).await?;
+            let first = new_session(&cx, &ws_for_body);
+            let second = async {
+                // Bounded: the first session reaches the window within a minute or the
+                // assertion below fails on what the second got.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                while !held.exists() && std::time::Instant::now() < deadline {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                let second = new_session(&cx, &ws_for_body).await;
+                let _ = std::fs::write(&go, b"");
+                second
+            };
+            Ok(futures::join!(first, second))
+        },
+    )
+    .await?;
+    first.map_err(|e| format!("the first session: {e:?}"))?;
+    let refused = second.err().ok_or("a second session opened past a bound of one")?;
+    assert!(refused.message.contains("sessions are open"), "{refused:?}");
+    Ok(())
+}
+
 /// A workspace that would confine no write — the root, the person's home or a folder holding
 /// it, a system folder — is refused; a project's folder is taken.
 #[tokio::test(flavor = "multi_thread")]

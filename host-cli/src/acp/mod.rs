@@ -95,6 +95,24 @@ fn max_sessions() -> usize {
     MAX_SESSIONS
 }
 
+/// In a debug build only (the tests): with `KEEL_ACP_HOLD_BEFORE_REGISTER=DIR`, a started session
+/// waits before it is counted among the open ones — it marks `DIR/held` and waits (at most
+/// 60 s) for `DIR/go` — so a test can send another `session/new` in that window, where a bound
+/// counted from the open sessions would let it through.
+async fn hold_before_registering() {
+    let Some(dir) = std::env::var_os("KEEL_ACP_HOLD_BEFORE_REGISTER")
+        .filter(|_| cfg!(debug_assertions))
+        .map(std::path::PathBuf::from)
+    else {
+        return;
+    };
+    let _ = std::fs::write(dir.join("held"), b"");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !dir.join("go").exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// One of the [`MAX_SESSIONS`] places, taken before a session starts and given back when it
 /// is dropped: taking one is a single atomic step, so concurrent `session/new`s cannot
 /// together open more than the bound.
@@ -523,6 +541,7 @@ impl State {
         )
         .await;
         let session = started.map_err(|e| internal(format!("{e:#}")))?;
+        hold_before_registering().await;
         let client = self
             .files
             .lock()
