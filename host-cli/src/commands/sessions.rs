@@ -253,7 +253,8 @@ fn show(event: &SessionEvent, prefix: &str) {
         SessionEvent::Verdict { verdict, .. } => {
             stdoutln!(
                 "{prefix}✔ verifier: {:?} ({})",
-                verdict.status, verdict.dimension
+                verdict.status,
+                verdict.dimension
             )
         }
         SessionEvent::TurnEnded { end, detail, .. } => {
