@@ -1723,7 +1723,8 @@ async fn concurrent_new_sessions_never_pass_the_bound() -> Result<(), String> {
 /// the open ones (held there by the debug-only `KEEL_ACP_HOLD_BEFORE_REGISTER`) is still
 /// refused at the bound: the place is taken before the session starts and kept.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_session_new_in_the_window_before_another_is_registered_is_refused() -> Result<(), String> {
+async fn a_session_new_in_the_window_before_another_is_registered_is_refused() -> Result<(), String>
+{
     let home = tempfile::tempdir().map_err(|e| e.to_string())?;
     let ws = tempfile::tempdir().map_err(|e| e.to_string())?;
     let hold = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -1766,7 +1767,9 @@ async fn a_session_new_in_the_window_before_another_is_registered_is_refused() -
     )
     .await?;
     first.map_err(|e| format!("the first session: {e:?}"))?;
-    let refused = second.err().ok_or("a second session opened past a bound of one")?;
+    let refused = second
+        .err()
+        .ok_or("a second session opened past a bound of one")?;
     assert!(refused.message.contains("sessions are open"), "{refused:?}");
     Ok(())
 }

@@ -337,8 +337,8 @@ fn on_a_terminal(
     keel: &std::process::Command,
     close: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<(std::process::Child, Terminal), Box<dyn std::error::Error>> {
-    use std::io::Read as _;
     use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    use std::io::Read as _;
     let pty = nix::pty::openpty(None, None)?;
     // openpty's descriptors are inherited across exec: a keel holding the master side itself
     // would keep its terminal open whatever the test closes.
@@ -346,7 +346,9 @@ fn on_a_terminal(
         fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
     }
     let mut cmd = std::process::Command::new("setsid");
-    cmd.arg("--ctty").arg(keel.get_program()).args(keel.get_args());
+    cmd.arg("--ctty")
+        .arg(keel.get_program())
+        .args(keel.get_args());
     for (name, value) in keel.get_envs() {
         match value {
             Some(value) => cmd.env(name, value),

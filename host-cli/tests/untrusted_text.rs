@@ -590,7 +590,9 @@ text = "done"
     for (what, shown) in [("transcript", &transcript), ("rewind plan", &plan)] {
         for half in ["old", "new", "name.txt"] {
             assert!(
-                !shown.lines().any(|l| l.trim() == half || l.trim_end().ends_with(&format!(" {half}"))),
+                !shown
+                    .lines()
+                    .any(|l| l.trim() == half || l.trim_end().ends_with(&format!(" {half}"))),
                 "{what}: a name was split over two lines:\n{shown}"
             );
         }

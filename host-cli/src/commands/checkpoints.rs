@@ -435,7 +435,10 @@ pub fn rewind_command(ctx: &Context, args: RewindArgs) -> anyhow::Result<ExitCod
             );
         }
         for path in &p.conflicts {
-            stdoutln!("  changed outside keel since then: {}", terminal_safe_name(path));
+            stdoutln!(
+                "  changed outside keel since then: {}",
+                terminal_safe_name(path)
+            );
         }
     }
     let others = match (&preview, files) {

@@ -459,7 +459,10 @@ impl Session {
             .map(|p| p.conflicts.clone())
             .unwrap_or_default();
         for path in &conflicts {
-            stderrln!("  changed outside keel since then: {}", terminal_safe_name(path));
+            stderrln!(
+                "  changed outside keel since then: {}",
+                terminal_safe_name(path)
+            );
         }
         // Another session working in this workspace since then: its changes are named too.
         if let (Some(preview), Some(r)) = (&files, &recorder) {
