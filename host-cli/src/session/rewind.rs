@@ -730,7 +730,8 @@ mod tests {
             "(binary, 3 bytes)",
             "~ big.txt",
             "(too large to show here)",
-            "- made",
+            // A name holding an escape is quoted and escaped, as the model sees it.
+            r#"- "made\u001b[31m.txt""#,
         ] {
             assert!(shown.contains(wanted), "`{wanted}` missing:\n{shown}");
         }
