@@ -4,7 +4,7 @@
 //! a pipe left (`keel exec --json … | head -1`: EPIPE), on a full disk. A panic there ends a
 //! turn unrecorded, or kills the task that was to record it. Every write keel makes on its
 //! own behalf goes through [`stdoutln!`], [`stdout!`], [`stderrln!`] and [`stderr!`] (or the
-//! [`Stdout`] and [`Stderr`] writers) instead: a failed write hands that stream over to
+//! [`Guarded`] writer) instead: a failed write hands that stream over to
 //! `/dev/null`, so nothing later fails or blocks on it, and tells the session that its
 //! output is gone ([`crate::session::output_lost`]), which ends the running turn as
 //! Ctrl-C does (recorded, its commands killed) and leaves with a documented status.
@@ -65,69 +65,47 @@ fn to_dev_null(stream: Stream) {
     };
 }
 
-/// Write `args` to stdout; a failure is handled by [`failed`], never a panic.
-pub(crate) fn write_stdout(args: fmt::Arguments<'_>) {
+/// Write `args` to `stream`; a failure is handled by [`failed`], never a panic.
+pub(crate) fn write(stream: Stream, args: fmt::Arguments<'_>) {
     // The stream's lock is let go before a failure is handled.
-    let written = io::stdout().lock().write_fmt(args);
+    let written = match stream {
+        Stream::Stdout => io::stdout().lock().write_fmt(args),
+        Stream::Stderr => io::stderr().lock().write_fmt(args),
+    };
     if let Err(e) = written {
-        failed(Stream::Stdout, &e);
+        failed(stream, &e);
     }
 }
 
-/// Write `args` to stderr; a failure is handled by [`failed`], never a panic.
-pub(crate) fn write_stderr(args: fmt::Arguments<'_>) {
-    // The stream's lock is let go before a failure is handled.
-    let written = io::stderr().lock().write_fmt(args);
-    if let Err(e) = written {
-        failed(Stream::Stderr, &e);
+/// Flush `stream`; a failure is handled by [`failed`].
+pub(crate) fn flush(stream: Stream) {
+    let flushed = match stream {
+        Stream::Stdout => io::stdout().flush(),
+        Stream::Stderr => io::stderr().flush(),
+    };
+    if let Err(e) = flushed {
+        failed(stream, &e);
     }
 }
 
-/// Flush stdout; a failure is handled by [`failed`].
-pub(crate) fn flush_stdout() {
-    if let Err(e) = io::stdout().flush() {
-        failed(Stream::Stdout, &e);
-    }
-}
-
-/// Flush stderr; a failure is handled by [`failed`].
-pub(crate) fn flush_stderr() {
-    if let Err(e) = io::stderr().flush() {
-        failed(Stream::Stderr, &e);
-    }
-}
-
-/// stdout as a writer whose failures are handled by [`failed`] (and then reported as
+/// A stream as a writer whose failures are handled by [`failed`] (and then reported as
 /// success, so a renderer writing through it goes on to its end instead of stopping half-way).
-pub(crate) struct Stdout;
+pub(crate) struct Guarded(pub(crate) Stream);
 
-/// stderr as a writer whose failures are handled by [`failed`].
-pub(crate) struct Stderr;
-
-impl Write for Stdout {
+impl Write for Guarded {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if let Err(e) = io::stdout().write_all(buf) {
-            failed(Stream::Stdout, &e);
+        let written = match self.0 {
+            Stream::Stdout => io::stdout().write_all(buf),
+            Stream::Stderr => io::stderr().write_all(buf),
+        };
+        if let Err(e) = written {
+            failed(self.0, &e);
         }
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        flush_stdout();
-        Ok(())
-    }
-}
-
-impl Write for Stderr {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if let Err(e) = io::stderr().write_all(buf) {
-            failed(Stream::Stderr, &e);
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        flush_stderr();
+        flush(self.0);
         Ok(())
     }
 }
@@ -135,33 +113,33 @@ impl Write for Stderr {
 /// `println!` that never panics (see the module's words).
 macro_rules! stdoutln {
     () => {
-        $crate::std_streams::write_stdout(format_args!("\n"))
+        $crate::std_streams::write($crate::std_streams::Stream::Stdout, format_args!("\n"))
     };
     ($($arg:tt)*) => {
-        $crate::std_streams::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+        $crate::std_streams::write($crate::std_streams::Stream::Stdout, format_args!("{}\n", format_args!($($arg)*)))
     };
 }
 
 /// `print!` that never panics.
 macro_rules! stdout {
     ($($arg:tt)*) => {
-        $crate::std_streams::write_stdout(format_args!($($arg)*))
+        $crate::std_streams::write($crate::std_streams::Stream::Stdout, format_args!($($arg)*))
     };
 }
 
 /// `eprintln!` that never panics.
 macro_rules! stderrln {
     () => {
-        $crate::std_streams::write_stderr(format_args!("\n"))
+        $crate::std_streams::write($crate::std_streams::Stream::Stderr, format_args!("\n"))
     };
     ($($arg:tt)*) => {
-        $crate::std_streams::write_stderr(format_args!("{}\n", format_args!($($arg)*)))
+        $crate::std_streams::write($crate::std_streams::Stream::Stderr, format_args!("{}\n", format_args!($($arg)*)))
     };
 }
 
 /// `eprint!` that never panics.
 macro_rules! stderr {
     ($($arg:tt)*) => {
-        $crate::std_streams::write_stderr(format_args!($($arg)*))
+        $crate::std_streams::write($crate::std_streams::Stream::Stderr, format_args!($($arg)*))
     };
 }

@@ -164,7 +164,7 @@ pub async fn run(
 /// now with 128 + the signal's number, without waiting for a terminal read still pending.
 pub(crate) fn leave_if_signalled() {
     if let Some(status) = crate::session::signal_exit_status() {
-        crate::std_streams::flush_stdout();
+        crate::std_streams::flush(crate::std_streams::Stream::Stdout);
         std::process::exit(i32::from(status));
     }
 }
@@ -489,7 +489,7 @@ pub(crate) async fn interactive(
                 stderrln!("\n(Ctrl-C again or /exit to leave)");
                 if pending.is_some() {
                     stderr!("› ");
-                    crate::std_streams::flush_stderr();
+                    crate::std_streams::flush(crate::std_streams::Stream::Stderr);
                 }
                 continue;
             }

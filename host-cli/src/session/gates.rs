@@ -179,7 +179,7 @@ impl Approver for TerminalApprover {
 
     fn ask_why(&self, request: &ApprovalRequest) -> (Answer, Option<String>) {
         let _asking = input::asking();
-        let mut err = crate::std_streams::Stderr;
+        let mut err = crate::std_streams::Guarded(crate::std_streams::Stream::Stderr);
         let colour = crate::colour_on_stderr();
         input::show_question(&approval_question(request, &self.workspace, colour));
         // With a live page open the question is put there too; the first answer wins.
@@ -215,7 +215,7 @@ impl TerminalApprover {
         &self,
         reply: Reply,
         request: &ApprovalRequest,
-        err: &mut crate::std_streams::Stderr,
+        err: &mut crate::std_streams::Guarded,
     ) -> (Answer, Option<String>) {
         let line = match reply {
             // Shift-Tab switches plan mode only at a request; an answer is read as typed.

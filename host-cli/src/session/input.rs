@@ -111,7 +111,7 @@ fn serve(requests: &Receiver<Request>) {
                     },
                     None => {
                         stderr!("{prompt}");
-                        crate::std_streams::flush_stderr();
+                        crate::std_streams::flush(crate::std_streams::Stream::Stderr);
                         let mut line = String::new();
                         match std::io::stdin().lock().read_line(&mut line) {
                             Ok(0) | Err(_) => Reply::End,
@@ -359,7 +359,7 @@ pub(crate) fn show_question(question: &str) {
         }
     }
     stderr!("{question}");
-    crate::std_streams::flush_stderr();
+    crate::std_streams::flush(crate::std_streams::Stream::Stderr);
 }
 
 /// The slash commands, for completion.

@@ -749,7 +749,7 @@ impl Session {
                             }
                             printer.clear_spinner();
                             stderr!("{question}");
-                            crate::std_streams::flush_stderr();
+                            crate::std_streams::flush(crate::std_streams::Stream::Stderr);
                             let _ = shown.send(());
                             continue;
                         }

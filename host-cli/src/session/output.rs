@@ -214,7 +214,7 @@ impl Printer {
             self.waiting_for,
             self.since.elapsed().as_secs_f64()
         );
-        crate::std_streams::flush_stderr();
+        crate::std_streams::flush(crate::std_streams::Stream::Stderr);
         self.spinner_shown = true;
     }
 
@@ -222,7 +222,7 @@ impl Printer {
     pub(crate) fn clear_spinner(&mut self) {
         if self.spinner_shown {
             stderr!("\r\x1b[K");
-            crate::std_streams::flush_stderr();
+            crate::std_streams::flush(crate::std_streams::Stream::Stderr);
             self.spinner_shown = false;
         }
     }
@@ -237,8 +237,14 @@ impl Printer {
         self.last_output = std::time::Instant::now();
         match display {
             Display::Json { requests } => stdoutln!("{}", json_line(event, requests)),
-            Display::Human => self.human(&mut crate::std_streams::Stdout, event),
-            Display::Answer => self.human(&mut crate::std_streams::Stderr, event),
+            Display::Human => self.human(
+                &mut crate::std_streams::Guarded(crate::std_streams::Stream::Stdout),
+                event,
+            ),
+            Display::Answer => self.human(
+                &mut crate::std_streams::Guarded(crate::std_streams::Stream::Stderr),
+                event,
+            ),
         }
     }
 
@@ -446,7 +452,9 @@ impl Printer {
     /// The turn is over: show what is left of its text.
     pub(crate) fn finish(&mut self) {
         if let Some(markdown) = &mut self.markdown {
-            markdown.flush(&mut crate::std_streams::Stdout);
+            markdown.flush(&mut crate::std_streams::Guarded(
+                crate::std_streams::Stream::Stdout,
+            ));
         }
     }
 }
